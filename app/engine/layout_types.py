@@ -12,7 +12,7 @@ MiB = 1024 * 1024
 @dataclass(frozen=True)
 class PlanOptions:
     """What the user may set; None means "planner decides"."""
-    num_ctx: int = 4096              # total context (all sequences together)
+    num_ctx: int = 4096              # context PER SEQUENCE (Ollama semantics); llama.cpp n_ctx = num_ctx * num_parallel
     num_parallel: int = 1            # parallel sequences (slots)
     num_batch: int = 512             # n_batch
     num_ubatch: int = 512            # n_ubatch
@@ -62,7 +62,7 @@ class Layout:
     gpu_devices: tuple[str, ...]             # ggml device names passed as `devices` (no CPU)
     tensor_buft_overrides: tuple[tuple[str, str], ...]   # (regex, device_id or "CPU")
     op_offload: bool
-    n_ctx: int
+    n_ctx: int                               # total llama.cpp n_ctx = num_ctx * n_parallel
     n_parallel: int
     n_batch: int
     n_ubatch: int
