@@ -1,0 +1,61 @@
+"""What a real load actually allocated, read from llama.cpp's buffer-size log lines.
+
+A real (not `no_alloc`) load prints one line per backend buffer, e.g.
+    load_tensors:   CPU_Mapped model buffer size =    92.10 MiB
+    llama_kv_cache:        CPU KV buffer size =    90.00 MiB
+    llama_context:        CPU  output buffer size =     0.75 MiB
+    sched_reserve:      CUDA0 compute buffer size =    98.25 MiB
+The buffer name is a buffer-type name; it maps to a device id: "CPU", "CPU_Mapped", "CPU_REPACK" and any
+"<backend>_Host" (pinned host memory) are system RAM ("CPU"); "CUDA0", "Vulkan1", "CUDA0_Split"... are that GPU.
+Under `no_alloc` the model and KV lines print 0.00 (ENGINE-NOTES section 3): zero lines are skipped.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+MiB = 1024 * 1024
+KINDS = ("model", "kv", "compute", "output")
+
+BUFFER_LINE = re.compile(r"(\w+):\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+
+
+def buffer_device(buffer_name: str, device_ids: Iterable[str] | None = None) -> str:
+    """Device id ("CPU" or a ggml device name) that owns a buffer of this buffer-type name."""
+    if buffer_name.upper().startswith("CPU") or buffer_name.endswith("_Host") or "_Host" in buffer_name:
+        return "CPU"
+    ids = set(device_ids or ())
+    if buffer_name in ids:
+        return buffer_name
+    head = buffer_name.split("_", 1)[0]
+    if head in ids or not ids:
+        return head
+    return buffer_name
+
+
+def parse_buffer_lines(lines: Iterable[str], device_ids: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+    """{device_id: {"model","kv","compute","output"}} in bytes, summed over the non-zero buffer lines.
+    Precision: the log prints MiB with 2 decimals (about 5 KiB)."""
+    ids = list(device_ids or ())
+    out: dict[str, dict[str, int]] = {}
+    for line in lines:
+        m = BUFFER_LINE.search(line)
+        if not m:
+            continue
+        _func, buf, kind, mib = m.groups()
+        n = round(float(mib) * MiB)
+        if n == 0:
+            continue
+        dev = buffer_device(buf, ids)
+        slot = out.setdefault(dev, {k: 0 for k in KINDS})
+        slot[kind.lower()] += n
+    return out
+
+
+def compute_sizes(lines: Iterable[str], device_ids: Iterable[str] | None = None) -> dict[str, int]:
+    """Compute buffer bytes per device: these lines are correct under `no_alloc` (the dry run uses them)."""
+    return {dev: kinds["compute"] for dev, kinds in parse_buffer_lines(lines, device_ids).items() if kinds["compute"]}
+
+
+def totals(report: dict[str, dict[str, int]]) -> dict[str, int]:
+    return {dev: sum(k.values()) for dev, k in report.items()}
