@@ -1,0 +1,80 @@
+"""Prometheus text exposition (format 0.0.4) without a client library: a few counters and gauges kept in plain
+dicts on the loop thread, rendered on demand. Gauges about models and devices are read live from the scheduler."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+
+def _escape(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+class Metrics:
+    def __init__(self):
+        self.requests: dict[tuple[str, str, int], int] = defaultdict(int)     # (route, method, status) -> n
+        self.tokens: dict[tuple[str, str], int] = defaultdict(int)            # (model, "prompt"|"completion") -> n
+        self.gen_seconds: dict[str, float] = defaultdict(float)               # model -> seconds generating
+        self.rejected: dict[str, int] = defaultdict(int)                      # model -> 503s for a full queue
+        self.loads: dict[tuple[str, str], int] = defaultdict(int)             # (model, "ok"|"failed") -> n
+        self.last_tok_s: dict[str, float] = {}                                # model -> tok/s of the last request
+
+    def count_request(self, route: str, method: str, status: int) -> None:
+        self.requests[(route, method, status)] += 1
+
+    def count_tokens(self, model: str, prompt: int, completion: int, gen_seconds: float) -> None:
+        self.tokens[(model, "prompt")] += prompt
+        self.tokens[(model, "completion")] += completion
+        self.gen_seconds[model] += gen_seconds
+        if gen_seconds > 0 and completion > 0:
+            self.last_tok_s[model] = completion / gen_seconds
+
+    def render(self, scheduler=None, inventory=None) -> str:
+        out: list[str] = []
+
+        def family(name: str, kind: str, help: str, samples: list[tuple[dict, float]]):
+            out.append(f"# HELP {name} {help}")
+            out.append(f"# TYPE {name} {kind}")
+            for labels, value in samples:
+                out.append(f"{name}{_labels(labels)} {value:g}" if isinstance(value, float) else
+                           f"{name}{_labels(labels)} {value}")
+
+        family("strata_http_requests_total", "counter", "HTTP requests answered, by route and status.",
+               [({"route": r, "method": m, "status": str(s)}, n) for (r, m, s), n in sorted(self.requests.items())])
+        family("strata_tokens_total", "counter", "Tokens processed, by model and kind (prompt, completion).",
+               [({"model": m, "kind": k}, n) for (m, k), n in sorted(self.tokens.items())])
+        family("strata_generation_seconds_total", "counter", "Seconds spent generating completion tokens.",
+               [({"model": m}, float(s)) for m, s in sorted(self.gen_seconds.items())])
+        family("strata_tokens_per_second", "gauge", "Completion tokens per second of the last finished request.",
+               [({"model": m}, float(v)) for m, v in sorted(self.last_tok_s.items())])
+        family("strata_queue_rejected_total", "counter", "Requests refused with 503 because the model's queue was full.",
+               [({"model": m}, n) for m, n in sorted(self.rejected.items())])
+        family("strata_model_loads_total", "counter", "Model loads, by result.",
+               [({"model": m, "result": r}, n) for (m, r), n in sorted(self.loads.items())])
+        if scheduler is not None:
+            models = scheduler.snapshot()
+            family("strata_models_loaded", "gauge", "Models loaded (or loading).", [({}, len(models))])
+            family("strata_slots_busy", "gauge", "Slots generating now, per model.",
+                   [({"model": m.name}, m.slots_busy) for m in models])
+            family("strata_slots_total", "gauge", "Slots per model.",
+                   [({"model": m.name}, m.slots_total) for m in models])
+            family("strata_queue_depth", "gauge", "Requests waiting for a slot, per model.",
+                   [({"model": m.name}, m.queued) for m in models])
+            samples = []
+            for m in models:
+                for dev, b in m.predicted.items():
+                    samples.append(({"model": m.name, "device": dev}, b))
+            family("strata_model_memory_bytes", "gauge", "Predicted bytes per model and device.", samples)
+        if inventory is not None:
+            samples_t, samples_f = [({"device": "CPU"}, inventory.host_ram_total)], [({"device": "CPU"}, inventory.host_ram_available)]
+            for d in inventory.devices:
+                samples_t.append(({"device": d.id}, d.total))
+                samples_f.append(({"device": d.id}, d.free))
+            family("strata_device_memory_total_bytes", "gauge", "Memory per device (CPU = host RAM).", samples_t)
+            family("strata_device_memory_free_bytes", "gauge", "Free memory per device when last discovered.", samples_f)
+        return "\n".join(out) + "\n"
