@@ -1,0 +1,214 @@
+"""The memory model: bytes that a placement costs on each device, from the GGUF tensor table and hyper-parameters.
+
+Weights are exact (the tensor table), split per block into the three parts the planner moves independently,
+using the SAME regular expressions the Layout hands to llama.cpp as `tensor_buft_overrides`:
+  - experts  E: `blk.N.ffn_*_exps`     (MoE expert tensors; first to go to the CPU)
+  - ffn rest F: `blk.N.ffn_*` not E    (dense FFN, shared experts, router, ffn_norm; CPU in a "partial" layer)
+  - attention A: every other blk.N tensor (attention, its norms; stays on the layer's device)
+KV cache bytes mirror llama.cpp (src/llama-context.cpp, llama-kv-cache*.cpp): n_ctx padded to 256, one stream of
+n_ctx_seq cells per sequence, sliding-window layers sized PAD(min(n_ctx_seq, n_swa + n_ubatch), 256).
+The compute buffer is measured by a dry run (app.engine.dryrun); `estimate_compute` is only the fallback.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.engine.model_info import ModelInfo
+
+MiB = 1024 * 1024
+
+# regex fragments shared with the Layout's overrides (app.engine.layout); matched with re.search like std::regex_search
+EXPERTS_RE = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
+FFN_RE = r"ffn_"
+_EXPERTS = re.compile(r"^blk\.(\d+)\." + EXPERTS_RE)
+_FFN = re.compile(r"^blk\.(\d+)\." + FFN_RE)
+_BLK = re.compile(r"^blk\.(\d+)\.")
+
+# ggml block size and bytes per block for KV cache types
+KV_TYPES = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
+            "q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18)}
+
+CPU_ALIGN = 32       # ggml CPU buffer alignment (TENSOR_ALIGNMENT); also GGUF's default data alignment
+GPU_ALIGN = 256      # CUDA/Vulkan/Metal buffer alignments are <= 256
+
+
+def pad(x: int, n: int) -> int:
+    return (x + n - 1) // n * n
+
+
+def row_size(kv_type: str, n: int) -> int:
+    try:
+        blck, size = KV_TYPES[kv_type.lower()]
+    except KeyError:
+        raise ValueError(f"kv_type {kv_type!r} is not a KV cache type (use f16, q8_0 or q4_0)") from None
+    return (n + blck - 1) // blck * size
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    """Weight bytes of one block by part (A, F, E), each also split by weight class for reporting."""
+    attn: dict[str, int]
+    ffn: dict[str, int]
+    experts: dict[str, int]
+    n_tensors: tuple[int, int, int]   # tensor counts in A, F, E (for alignment padding)
+
+    def bytes(self, part: str) -> int:
+        return sum(getattr(self, part).values())
+
+
+def _add(d: dict[str, int], k: str, n: int) -> None:
+    d[k] = d.get(k, 0) + n
+
+
+def block_parts(info: ModelInfo) -> tuple[BlockParts, ...]:
+    """Per block: bytes by part and class. From the tensor table when present, else from LayerWeights."""
+    n = info.n_layer
+    attn = [dict() for _ in range(n)]
+    ffn = [dict() for _ in range(n)]
+    exp = [dict() for _ in range(n)]
+    counts = [[0, 0, 0] for _ in range(n)]
+    if info.tensors:
+        for t in info.tensors:
+            m = _BLK.match(t.name)
+            if not m:
+                continue
+            il = int(m.group(1))
+            if il >= n:
+                continue
+            if _EXPERTS.match(t.name):
+                _add(exp[il], t.weight_class, t.n_bytes)
+                counts[il][2] += 1
+            elif _FFN.match(t.name):
+                _add(ffn[il], t.weight_class, t.n_bytes)
+                counts[il][1] += 1
+            else:
+                _add(attn[il], t.weight_class, t.n_bytes)
+                counts[il][0] += 1
+    else:
+        for lw in info.layers:
+            b = lw.bytes_by_class
+            _add(attn[lw.index], "attention", b.get("attention", 0))
+            _add(attn[lw.index], "norm", b.get("norm", 0))
+            _add(ffn[lw.index], "ffn", b.get("ffn", 0))
+            _add(ffn[lw.index], "other", b.get("other", 0))
+            _add(exp[lw.index], "experts", b.get("experts", 0))
+            counts[lw.index] = [4, 3, 3]
+    return tuple(BlockParts(attn[i], ffn[i], exp[i], tuple(counts[i])) for i in range(n))
+
+
+@dataclass(frozen=True)
+class ContextShape:
+    """The context sizes llama.cpp will actually use for these options (after its padding/clamping)."""
+    n_ctx: int          # total cells = n_ctx_seq * n_seq
+    n_ctx_seq: int
+    n_seq: int
+    n_batch: int
+    n_ubatch: int
+
+
+def context_shape(num_ctx: int, num_parallel: int, num_batch: int = 512, num_ubatch: int = 512,
+                  kv_unified: bool = False) -> ContextShape:
+    n_req = num_ctx * num_parallel
+    n_batch = min(n_req, num_batch)
+    n_ubatch = min(n_batch, num_ubatch)
+    n_ctx = pad(n_req, 256)
+    if kv_unified:
+        n_seq_cells = n_ctx
+    else:
+        n_seq_cells = pad(n_ctx // num_parallel, 256)
+        n_ctx = n_seq_cells * num_parallel
+    return ContextShape(n_ctx, n_seq_cells, num_parallel, n_batch, n_ubatch)
+
+
+def kv_bytes_per_layer(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16",
+                       num_batch: int = 512, num_ubatch: int = 512, type_v: str | None = None) -> tuple[int, ...]:
+    """K+V cache bytes of each block for `num_ctx` tokens per sequence and `num_parallel` sequences."""
+    cs = context_shape(num_ctx, num_parallel, num_batch, num_ubatch)
+    tv = type_v or kv_type
+    out = []
+    for il in range(info.n_layer):
+        n_kv = info.n_head_kv[il] if il < len(info.n_head_kv) else info.n_head_kv[-1]
+        if n_kv <= 0:
+            out.append(0)
+            continue
+        swa = info.sliding_window > 0 and il < len(info.swa_layers) and info.swa_layers[il]
+        if swa:
+            cells = pad(min(cs.n_ctx_seq, info.sliding_window + cs.n_ubatch), 256) * cs.n_seq
+        else:
+            cells = cs.n_ctx_seq * cs.n_seq
+        k = row_size(kv_type, info.head_dim_k * n_kv) * cells
+        v = row_size(tv, info.head_dim_v * n_kv) * cells
+        out.append(k + v)
+    return tuple(out)
+
+
+def output_buffer_bytes(info: ModelInfo, num_parallel: int, embedding: bool = False) -> int:
+    """Host output buffer reserved at context creation: logits (and embeddings) for n_seq_max outputs, f32."""
+    floats = info.n_vocab * num_parallel
+    if embedding or info.is_embedding:
+        floats += info.n_embd * num_parallel
+    return floats * 4
+
+
+def estimate_compute(info: ModelInfo, num_ctx: int, num_parallel: int, num_batch: int = 512, num_ubatch: int = 512,
+                     flash_attn: bool | None = None, with_output: bool = True) -> int:
+    """Rough compute-buffer size for ONE device running the graph (used only when no dry run measured it).
+    The largest intermediates: logits (n_ubatch x n_vocab f32) on the output device, attention scores
+    (n_head x n_ubatch x n_kv f32) without flash attention, FFN activations."""
+    cs = context_shape(num_ctx, num_parallel, num_batch, num_ubatch)
+    u = cs.n_ubatch
+    logits = u * info.n_vocab * 4 if with_output else 0
+    kq = 0 if flash_attn else info.n_head * u * cs.n_ctx_seq * 4
+    n_ff = 0
+    for p in (info.tensors or ()):
+        if p.layer == 0 and p.name.startswith("blk.0.ffn_up"):
+            n_ff = max(n_ff, p.shape[1] if len(p.shape) > 1 else 0)
+    if info.is_moe:
+        n_ff = n_ff * max(1, info.n_expert_used)
+    ffn = u * max(n_ff, 4 * info.n_embd) * 4 * 3
+    base = u * info.n_embd * 4 * 6
+    return max(logits, kq, ffn) + base
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Everything plan() needs, precomputed once per (model, context options): plain numbers, no I/O."""
+    n_layer: int
+    parts: tuple[BlockParts, ...]
+    kv: tuple[int, ...]                 # per block
+    token_embd: int                     # always on the CPU (llama.cpp keeps the input layer there)
+    output: int                         # output.weight; with tied embeddings: the duplicate made on a GPU
+    output_tied: bool
+    other: int                          # output_norm etc. (go with the output layer)
+    output_buffer: int                  # host output buffer (CPU)
+    n_tensors_other: int = 2
+
+    def part_bytes(self, il: int, part: str, gpu: bool = False) -> int:
+        p = self.parts[il]
+        b = p.bytes(part)
+        if gpu and b:
+            idx = {"attn": 0, "ffn": 1, "experts": 2}[part]
+            b += p.n_tensors[idx] * GPU_ALIGN
+        return b
+
+    def output_bytes(self, on_gpu: bool) -> int:
+        """Output layer weights where the output layer sits. A tied output on a GPU is a copy of token_embd."""
+        if self.output_tied:
+            return (self.token_embd if on_gpu else 0) + self.other
+        return self.output + self.other
+
+
+def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16", num_batch: int = 512,
+                 num_ubatch: int = 512, embedding: bool = False) -> MemoryModel:
+    tied = info.output_bytes == 0
+    return MemoryModel(
+        n_layer=info.n_layer,
+        parts=block_parts(info),
+        kv=kv_bytes_per_layer(info, num_ctx, num_parallel, kv_type, num_batch, num_ubatch),
+        token_embd=info.token_embd_bytes,
+        output=info.output_bytes,
+        output_tied=tied,
+        other=info.other_bytes,
+        output_buffer=output_buffer_bytes(info, num_parallel, embedding),
+    )
