@@ -1,8 +1,8 @@
 """Typed messages between the service (parent) and a runner process (child). Contract.
 
 Plain dataclasses sent over a multiprocessing Connection. Parent -> runner: GenerateRequest, EmbedRequest,
-Cancel, Shutdown. Runner -> parent: LoadProgress, Loaded, LoadFailed, TokenEvent, DoneEvent, ErrorEvent,
-EmbedResult, Stats.
+Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, TokenEvent, DoneEvent, ErrorEvent,
+EmbedResult, Stats, TokenizeResult.
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class EmbedRequest:
     id: str
     inputs: list[str]
     truncate: bool = True
+    normalize: bool = True                  # L2-normalise (Ollama /api/embed, OpenAI); False for /api/embeddings
 
 
 @dataclass
@@ -60,6 +61,24 @@ class Cancel:
 @dataclass
 class Shutdown:
     pass
+
+
+@dataclass
+class StatsRequest:
+    id: str
+
+
+@dataclass
+class TokenizeRequest:
+    id: str
+    text: str
+    add_special: bool = True
+
+
+@dataclass
+class TokenizeResult:
+    id: str
+    tokens: list[int]
 
 
 @dataclass
@@ -112,6 +131,7 @@ class DoneEvent:
 class ErrorEvent:
     id: str
     message: str
+    kind: str = "error"                     # "invalid": the request was bad (HTTP 400); "error": it failed
 
 
 @dataclass
@@ -128,3 +148,5 @@ class Stats:
     slots_busy: int
     queued: int
     decode_fraction: float                  # share of wall time inside llama_decode (recent window)
+    id: str = ""                            # echoes StatsRequest.id
+    steps: int = 0                          # decode steps since load

@@ -1,0 +1,41 @@
+"""Test-only failure injection for the runner, switched on by environment variables (read once at spawn).
+
+STRATA_TEST_FAIL="admit:2,step:5,sample:3,output:4"  raise InjectedFailure the Nth time a stage is reached
+                                                      (each listed stage once), so tests can check that every
+                                                      path returns its slot and nothing deadlocks.
+STRATA_TEST_ABORT_MARKER="..."                        a prompt equal to this string makes the runner call
+                                                      os.abort() on its context thread, like a GGML_ASSERT would.
+STRATA_TEST_NO_SHIFT=1                                pretend the KV cache cannot shift (tests the re-process path).
+Nothing here is active unless a test sets these variables.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+
+class InjectedFailure(RuntimeError):
+    pass
+
+
+class Hooks:
+    def __init__(self, env=None):
+        env = os.environ if env is None else env
+        self._at: dict[str, int] = {}
+        for part in (env.get("STRATA_TEST_FAIL") or "").split(","):
+            if ":" in part:
+                stage, n = part.split(":", 1)
+                self._at[stage.strip()] = int(n)
+        self._count: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.abort_marker = env.get("STRATA_TEST_ABORT_MARKER") or None
+        self.no_shift = env.get("STRATA_TEST_NO_SHIFT") == "1"
+
+    def hit(self, stage: str) -> None:
+        if stage not in self._at:
+            return
+        with self._lock:
+            n = self._count.get(stage, 0) + 1
+            self._count[stage] = n
+        if n == self._at[stage]:
+            raise InjectedFailure(f"injected failure at {stage} #{n}")
