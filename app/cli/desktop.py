@@ -1,0 +1,95 @@
+"""`strata gui`: the desktop app, hosting the service in the same process.
+
+With no display (Linux without DISPLAY/WAYLAND_DISPLAY and no QT_QPA_PLATFORM) it starts the service headless
+and says where it listens, like `strata serve`. If the address is already served by a running Strata (or any
+Ollama-compatible server), the window attaches to it instead of failing.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import urllib.request
+
+
+def register(sub) -> None:
+    p = sub.add_parser("gui", help="open the desktop app (chat, memory view, tray); headless service without a display")
+    p.add_argument("--url", help="attach to a running service at this URL instead of starting one")
+    p.add_argument("--no-tray", action="store_true", help="do not use the system tray (menus go in the window)")
+    p.set_defaults(func=run)
+
+
+def _answers(url: str, api_key: str | None) -> bool:
+    req = urllib.request.Request(url.rstrip("/") + "/api/version")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return "version" in json.loads(r.read() or b"{}")
+    except Exception:
+        return False
+
+
+def start_service(config):
+    """Start the hosted service; returns (service or None, url). None when another server already answers."""
+    from app.service.server import ServiceThread
+
+    service = ServiceThread(config)
+    try:
+        service.start()
+    except OSError as e:
+        if _answers(config.base_url, config.api_key):
+            print(f"strata: {config.base_url} is already served ({e.strerror or e}); attaching to it", file=sys.stderr)
+            return None, config.base_url
+        raise SystemExit(f"strata: cannot listen on {config.base_url}: {e}") from None
+    return service, service.url
+
+
+def run(args) -> int:
+    from app.gui.desktop import has_display
+    from app.service.config import ConfigError, ServiceConfig
+
+    try:
+        config = ServiceConfig.from_env()
+    except ConfigError as e:
+        print(f"strata: {e}", file=sys.stderr)
+        return 2
+    if not has_display():
+        return run_headless(config)
+
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Strata")
+    app.setQuitOnLastWindowClosed(False)   # the tray keeps running; Quit (menu or tray) ends it
+    service, url = (None, args.url.rstrip("/")) if args.url else start_service(config)
+
+    from app.gui.desktop import Desktop
+
+    desk = Desktop(url, config.api_key, service=service, use_tray=False if args.no_tray else None)
+    if desk.tray.tray is None:
+        app.setQuitOnLastWindowClosed(True)  # no tray to come back from: closing the window quits
+    app.aboutToQuit.connect(desk.shutdown)
+    desk.open_chat()
+    return app.exec()
+
+
+def run_headless(config) -> int:
+    service, url = start_service(config)
+    if service is None:
+        print(f"strata: no display; a service already listens at {url}")
+        return 0
+    print(f"strata: no display found (DISPLAY/WAYLAND_DISPLAY unset); service listening at {url}", flush=True)
+    print("strata: press Ctrl+C to stop", flush=True)
+    import signal
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
+    return 0

@@ -1,0 +1,148 @@
+"""HTTP client of the Strata service, used by the GUI (no Qt here; `bridge.py` connects it to Qt).
+
+Coroutines run on an asyncio loop that is not the GUI thread. Every call returns parsed JSON or raises
+`ApiError` with the server's message, so the GUI can show it in the chat instead of a traceback.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+import aiohttp
+
+
+class ApiError(RuntimeError):
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+# Long operations (a load can take minutes on a big model) must not be cut by a total timeout; a connect timeout
+# still catches a service that is not there.
+NO_TOTAL = aiohttp.ClientTimeout(total=None, connect=10, sock_connect=10)
+SHORT = aiohttp.ClientTimeout(total=30, connect=10)
+
+
+async def _error_from(resp: aiohttp.ClientResponse) -> ApiError:
+    text = await resp.text()
+    try:
+        msg = json.loads(text).get("error") or text
+        if isinstance(msg, dict):      # OpenAI-style {"error": {"message": ...}}
+            msg = msg.get("message") or json.dumps(msg)
+    except (ValueError, AttributeError):
+        msg = text
+    return ApiError(f"{resp.status}: {str(msg).strip() or resp.reason}", resp.status)
+
+
+class ApiClient:
+    def __init__(self, base_url: str, api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def session(self) -> aiohttp.ClientSession:
+        # Created lazily inside the loop that uses it (aiohttp binds a session to its loop).
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(headers=self._headers())
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # plain requests ---------------------------------------------------------------------------------------------
+    async def request(self, method: str, path: str, body: Any = None, timeout=SHORT) -> Any:
+        try:
+            async with self.session().request(method, self.base_url + path, json=body, timeout=timeout) as resp:
+                if resp.status >= 400:
+                    raise await _error_from(resp)
+                text = await resp.text()
+                return json.loads(text) if text.strip() else {}
+        except aiohttp.ClientError as e:
+            raise ApiError(f"cannot reach the service at {self.base_url}: {e}") from e
+
+    async def version(self) -> dict:
+        return await self.request("GET", "/api/version")
+
+    async def tags(self) -> list[dict]:
+        return (await self.request("GET", "/api/tags")).get("models", [])
+
+    async def ps(self) -> list[dict]:
+        return (await self.request("GET", "/api/ps")).get("models", [])
+
+    async def devices(self) -> dict:
+        return await self.request("GET", "/api/devices")
+
+    async def layout(self, model: str, options: dict | None = None, devices: dict | None = None) -> dict:
+        body: dict = {"model": model, "options": options or {}}
+        if devices is not None:
+            body["devices"] = devices
+        return await self.request("POST", "/api/layout", body, timeout=NO_TOTAL)
+
+    async def load(self, model: str, keep_alive: str | int | None = None) -> dict:
+        """Ollama's way: /api/generate with no prompt loads the model and answers when it is ready."""
+        body: dict = {"model": model, "stream": False}
+        if keep_alive is not None:
+            body["keep_alive"] = keep_alive
+        return await self.request("POST", "/api/generate", body, timeout=NO_TOTAL)
+
+    async def unload(self, model: str) -> dict:
+        return await self.request("POST", "/api/generate", {"model": model, "keep_alive": 0, "stream": False},
+                                  timeout=NO_TOTAL)
+
+    # streams ----------------------------------------------------------------------------------------------------
+    async def chat_stream(self, body: dict) -> AsyncIterator[dict]:
+        """POST /api/chat with stream=true; yields each NDJSON object. Leaving the iteration early (or the
+        task being cancelled) closes the HTTP stream, which is how the service learns to stop generating."""
+        body = dict(body, stream=True)
+        try:
+            async with self.session().post(self.base_url + "/api/chat", json=body, timeout=NO_TOTAL) as resp:
+                if resp.status >= 400:
+                    raise await _error_from(resp)
+                async for line in resp.content:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    obj = json.loads(line)
+                    if obj.get("error"):
+                        raise ApiError(str(obj["error"]))
+                    yield obj
+        except aiohttp.ClientError as e:
+            raise ApiError(f"connection to the service lost: {e}") from e
+
+    async def events(self) -> AsyncIterator[tuple[str, dict]]:
+        """GET /api/events (server-sent events); yields (type, data). Comment lines (`: ping`) are skipped."""
+        try:
+            async with self.session().get(self.base_url + "/api/events", timeout=NO_TOTAL) as resp:
+                if resp.status >= 400:
+                    raise await _error_from(resp)
+                async for ev in parse_sse(resp.content):
+                    yield ev
+        except aiohttp.ClientError as e:
+            raise ApiError(f"event stream lost: {e}") from e
+
+
+async def parse_sse(lines: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, dict]]:
+    """Server-sent events -> (event type, JSON data). Events end at a blank line; `data:` lines join with \\n."""
+    etype, data = "message", []
+    async for raw in lines:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if data:
+                text = "\n".join(data)
+                try:
+                    payload = json.loads(text)
+                except ValueError:
+                    payload = {"text": text}
+                yield etype, payload if isinstance(payload, dict) else {"value": payload}
+            etype, data = "message", []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            etype = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))

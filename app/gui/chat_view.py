@@ -1,0 +1,254 @@
+"""Message widgets of the chat transcript: Markdown body that grows with its text, a stats line, and an
+optional token view where hovering a token shows its top alternatives (the API's top_logprobs)."""
+from __future__ import annotations
+
+import bisect
+import html
+import math
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFontDatabase, QTextCharFormat, QTextCursor, QTextOption
+from PySide6.QtWidgets import (
+    QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QTextBrowser, QToolTip, QVBoxLayout, QWidget,
+)
+
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
+
+
+def format_stats(stats: dict) -> str:
+    """"42 tokens · 85.3 tok/s · TTFT 120 ms" (+ "stopped" when the user stopped it)."""
+    parts = []
+    if "tokens" in stats:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("tok_s"):
+        parts.append(f"{stats['tok_s']:.1f} tok/s")
+    if stats.get("ttft_ms") is not None:
+        parts.append(f"TTFT {stats['ttft_ms']:.0f} ms")
+    if stats.get("stopped"):
+        parts.append("stopped")
+    if stats.get("model"):
+        parts.append(stats["model"])
+    return " · ".join(parts)
+
+
+def token_text(lp: dict) -> str:
+    return str(lp.get("token", ""))
+
+
+def token_tooltip(lp: dict) -> str:
+    """HTML table of a token's probability and its top alternatives."""
+    rows = []
+    chosen = token_text(lp)
+    alts = lp.get("top_logprobs") or []
+    if not alts:
+        alts = [lp]
+    for a in alts:
+        tok = token_text(a)
+        p = math.exp(float(a.get("logprob", float("-inf"))))
+        mark = "<b>" if tok == chosen else ""
+        end = "</b>" if mark else ""
+        rows.append(f"<tr><td><code>{mark}{html.escape(repr(tok))}{end}</code></td>"
+                    f"<td align='right'>{mark}{100 * p:.1f}%{end}</td></tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def probability_color(logprob: float) -> QColor:
+    """Background for a token: clear when the model was sure, warmer as its probability drops."""
+    p = math.exp(max(-50.0, float(logprob)))
+    c = QColor("#ffd8a8")
+    c.setAlphaF(max(0.0, min(1.0, 1.0 - p)) * 0.9)
+    return c
+
+
+class AutoHeightBrowser(QTextBrowser):
+    """A QTextBrowser as tall as its document (the transcript scrolls, not each message)."""
+    token_hovered = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setOpenExternalLinks(True)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.setWordWrapMode(QTextOption.WrapAtWordBoundaryOrAnywhere)
+        self.document().contentsChanged.connect(self._fit)
+        self.document().setDocumentMargin(2)
+        self.token_offsets: list[int] = []     # start offset of each token in token view
+        self.token_logprobs: list[dict] = []
+        self.viewport().setMouseTracking(True)
+
+    def _fit(self) -> None:
+        self.document().setTextWidth(self.viewport().width())
+        h = int(math.ceil(self.document().size().height())) + 4
+        if h != self.height():
+            self.setFixedHeight(h)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        self._fit()
+
+    def sizeHint(self) -> QSize:
+        return QSize(400, self.height())
+
+    def mouseMoveEvent(self, e) -> None:
+        super().mouseMoveEvent(e)
+        if not self.token_offsets:
+            return
+        pos = self.cursorForPosition(e.position().toPoint()).position()
+        i = bisect.bisect_right(self.token_offsets, pos) - 1
+        if 0 <= i < len(self.token_logprobs):
+            self.token_hovered.emit(i)
+            QToolTip.showText(e.globalPosition().toPoint(), token_tooltip(self.token_logprobs[i]), self)
+
+    def show_tokens(self, logprobs: list[dict]) -> None:
+        """Plain text, one span per token, shaded by how unsure the model was. Hover shows alternatives."""
+        self.clear()
+        cur = QTextCursor(self.document())
+        offsets = []
+        for lp in logprobs:
+            offsets.append(cur.position())
+            fmt = QTextCharFormat()
+            fmt.setBackground(probability_color(lp.get("logprob", 0.0)))
+            cur.insertText(token_text(lp), fmt)
+        self.token_offsets = offsets
+        self.token_logprobs = list(logprobs)
+
+    def show_markdown(self, text: str) -> None:
+        self.token_offsets, self.token_logprobs = [], []
+        self.setMarkdown(text)
+
+
+class MessageWidget(QFrame):
+    def __init__(self, role: str, content: str = "", stats: dict | None = None, logprobs: list | None = None,
+                 message_id: int | None = None, parent=None):
+        super().__init__(parent)
+        self.role = role
+        self.message_id = message_id
+        self.content = content
+        self.logprobs: list[dict] = list(logprobs or [])
+        self.setObjectName(f"message_{role}")
+        self.setProperty("role", role)
+        self.title = QLabel(ROLE_TITLES.get(role, role.title()))
+        self.title.setObjectName("messageTitle")
+        self.body = AutoHeightBrowser()
+        self.body.setObjectName("messageBody")
+        self.stats_label = QLabel()
+        self.stats_label.setObjectName("messageStats")
+        self.tokens_button = QPushButton("Tokens")
+        self.tokens_button.setCheckable(True)
+        self.tokens_button.setToolTip("Show each token shaded by its probability; hover one to see alternatives")
+        self.tokens_button.setFlat(True)
+        self.tokens_button.toggled.connect(self._toggle_tokens)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.title)
+        head.addStretch(1)
+        head.addWidget(self.tokens_button)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 6, 10, 6)
+        lay.setSpacing(2)
+        lay.addLayout(head)
+        lay.addWidget(self.body)
+        lay.addWidget(self.stats_label)
+        self.set_content(content)
+        self.set_stats(stats or {})
+
+    def set_content(self, text: str) -> None:
+        self.content = text
+        if self.role == "error":
+            self.body.setPlainText(text)
+        elif not self.tokens_button.isChecked():
+            self.body.show_markdown(text)
+
+    def set_stats(self, stats: dict) -> None:
+        self.stats = stats
+        text = format_stats(stats)
+        self.stats_label.setText(text)
+        self.stats_label.setVisible(bool(text))
+        self.tokens_button.setVisible(bool(self.logprobs))
+
+    def set_logprobs(self, logprobs: list[dict]) -> None:
+        self.logprobs = list(logprobs)
+        self.tokens_button.setVisible(bool(self.logprobs))
+
+    def _toggle_tokens(self, on: bool) -> None:
+        if on and self.logprobs:
+            self.body.show_tokens(self.logprobs)
+        else:
+            self.body.show_markdown(self.content)
+
+
+class Transcript(QScrollArea):
+    """The scrolling list of messages. Streaming text is rendered at most every `render_ms` so a fast stream
+    costs a bounded amount of GUI time however many tokens arrive."""
+
+    def __init__(self, render_ms: int = 50, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.inner = QWidget()
+        self.inner.setObjectName("transcript")
+        self.vbox = QVBoxLayout(self.inner)
+        self.vbox.setContentsMargins(12, 12, 12, 12)
+        self.vbox.setSpacing(10)
+        self.vbox.addStretch(1)
+        self.setWidget(self.inner)
+        self.messages: list[MessageWidget] = []
+        self._pending: tuple[MessageWidget, str] | None = None
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(render_ms)
+        self._render_timer.timeout.connect(self._render_pending)
+        self._stick_to_bottom = True
+        self.verticalScrollBar().rangeChanged.connect(self._on_range)
+        self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+
+    def clear(self) -> None:
+        self._pending = None
+        for m in self.messages:
+            self.vbox.removeWidget(m)
+            m.deleteLater()
+        self.messages = []
+
+    def add(self, role: str, content: str = "", **kw) -> MessageWidget:
+        m = MessageWidget(role, content, **kw)
+        self.vbox.insertWidget(self.vbox.count() - 1, m)
+        self.messages.append(m)
+        self._stick_to_bottom = True
+        return m
+
+    def remove(self, m: MessageWidget) -> None:
+        if m in self.messages:
+            self.messages.remove(m)
+            self.vbox.removeWidget(m)
+            m.deleteLater()
+
+    def stream_text(self, m: MessageWidget, text: str) -> None:
+        """Set a streaming message's text; rendering is coalesced by the timer."""
+        m.content = text
+        self._pending = (m, text)
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def flush(self) -> None:
+        self._render_timer.stop()
+        self._render_pending()
+
+    def _render_pending(self) -> None:
+        if self._pending is not None:
+            m, text = self._pending
+            self._pending = None
+            m.set_content(text)
+
+    def _on_scroll(self, value: int) -> None:
+        sb = self.verticalScrollBar()
+        self._stick_to_bottom = value >= sb.maximum() - 4
+
+    def _on_range(self, _lo: int, hi: int) -> None:
+        if self._stick_to_bottom:
+            self.verticalScrollBar().setValue(hi)
+
+
+def monospace_family() -> str:
+    return QFontDatabase.systemFont(QFontDatabase.FixedFont).family()

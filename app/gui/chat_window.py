@@ -1,0 +1,438 @@
+"""The chat window: conversation list, model picker, per-chat settings, streaming transcript, Stop/Regenerate.
+
+Replies stream from `/api/chat` through the bridge (another thread); this window only appends text and
+re-renders at most every 50 ms. Chats and their settings live in SQLite (`ChatHistory`).
+"""
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QModelIndex, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QInputDialog, QLabel, QListView,
+    QMainWindow, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget,
+)
+
+from app.gui.bridge import Call
+from app.gui.chat_view import Transcript, format_stats
+from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
+from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
+from app.gui.state import ServiceState
+
+TOP_LOGPROBS = 5
+
+
+class MessageInput(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+    submitted = Signal()
+
+    def keyPressEvent(self, e) -> None:
+        if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(e)
+
+
+def chat_stats(final: dict, ttft_ms: float | None, n_chunks: int, elapsed_s: float) -> dict:
+    """Stats under a reply from the final NDJSON object (Ollama's eval_count/eval_duration in ns), falling back
+    to what the client counted when the server sent no totals (a stopped stream)."""
+    tokens = int(final.get("eval_count") or n_chunks)
+    dur_ns = final.get("eval_duration")
+    if dur_ns:
+        tok_s = tokens / (dur_ns / 1e9)
+    elif ttft_ms is not None and elapsed_s > ttft_ms / 1000:
+        tok_s = max(0, tokens - 1) / (elapsed_s - ttft_ms / 1000)
+    else:
+        tok_s = 0.0
+    out = {"tokens": tokens, "tok_s": round(tok_s, 1), "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1)}
+    for k in ("prompt_eval_count", "load_duration", "done_reason"):
+        if k in final:
+            out[k] = final[k]
+    return out
+
+
+class ChatWindow(QMainWindow):
+    open_memory_requested = Signal()
+    quit_requested = Signal()
+
+    def __init__(self, state: ServiceState, history: ChatHistory, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.bridge = state.bridge
+        self.history = history
+        self.conversation: Conversation | None = None
+        self.call: Call | None = None
+        self._reply = None
+        self.setWindowTitle("Strata — Chat")
+        self.resize(1100, 720)
+        self._build()
+        self._build_menus()
+        state.models_changed.connect(self.on_models)
+        state.load_progress.connect(lambda *_: self._update_model_status())
+        self.bridge.connection.connect(self._on_connection)
+        self.on_models()
+        if self.conversations.items:
+            self.select_conversation(self.conversations.items[0].id)
+        self._update_buttons()
+
+    # construction --------------------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.conversations = ConversationListModel(self.history, self)
+        self.conv_view = QListView()
+        self.conv_view.setObjectName("conversationList")
+        self.conv_view.setModel(self.conversations)
+        self.conv_view.setEditTriggers(QAbstractItemView.EditKeyPressed | QAbstractItemView.DoubleClicked)
+        self.conv_view.selectionModel().currentChanged.connect(self._on_conversation_clicked)
+        self.new_button = QPushButton("New chat")
+        self.rename_button = QPushButton("Rename")
+        self.delete_button = QPushButton("Delete")
+        self.new_button.clicked.connect(self.new_chat)
+        self.rename_button.clicked.connect(self.rename_current)
+        self.delete_button.clicked.connect(self.delete_current)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(8, 8, 4, 8)
+        ll.addWidget(self.new_button)
+        ll.addWidget(self.conv_view, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.rename_button)
+        row.addWidget(self.delete_button)
+        ll.addLayout(row)
+
+        self.models = ModelListModel(self)
+        self.model_picker = QComboBox()
+        self.model_picker.setObjectName("modelPicker")
+        self.model_picker.setModel(self.models)
+        self.model_picker.setMinimumWidth(280)
+        self.model_picker.currentIndexChanged.connect(self._on_model_picked)
+        self.model_status = QLabel()
+        self.model_status.setObjectName("modelStatus")
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setValue(0.8)
+        self.num_ctx = QSpinBox()
+        self.num_ctx.setRange(256, 1 << 20)
+        self.num_ctx.setSingleStep(1024)
+        self.num_ctx.setValue(4096)
+        self.alternatives = QCheckBox("Token alternatives")
+        self.alternatives.setChecked(True)
+        self.alternatives.setToolTip("Ask for each token's top alternatives (hover a token in token view)")
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setObjectName("systemPrompt")
+        self.system_prompt.setPlaceholderText("System prompt for this chat (optional)")
+        self.system_prompt.setMaximumHeight(52)
+        self.temperature.valueChanged.connect(lambda v: self._save_setting(temperature=float(v)))
+        self.num_ctx.valueChanged.connect(lambda v: self._save_setting(num_ctx=int(v)))
+        self.system_prompt.textChanged.connect(
+            lambda: self._save_setting(system=self.system_prompt.toPlainText()))
+
+        header = QHBoxLayout()
+        header.addWidget(QLabel("Model"))
+        header.addWidget(self.model_picker)
+        header.addWidget(self.model_status, 1)
+        header.addWidget(QLabel("Temperature"))
+        header.addWidget(self.temperature)
+        header.addWidget(QLabel("Context"))
+        header.addWidget(self.num_ctx)
+        header.addWidget(self.alternatives)
+
+        self.transcript = Transcript()
+        self.input = MessageInput()
+        self.input.setObjectName("messageInput")
+        self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
+        self.input.setMaximumHeight(90)
+        self.input.submitted.connect(self.send)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("sendButton")
+        self.stop_button = QPushButton("Stop")
+        self.regen_button = QPushButton("Regenerate")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop)
+        self.regen_button.clicked.connect(self.regenerate)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.regen_button)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.input, 1)
+        bottom.addLayout(buttons)
+
+        center = QWidget()
+        cl = QVBoxLayout(center)
+        cl.setContentsMargins(4, 8, 8, 8)
+        cl.addLayout(header)
+        cl.addWidget(self.system_prompt)
+        cl.addWidget(self.transcript, 1)
+        cl.addLayout(bottom)
+
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(left)
+        split.addWidget(center)
+        split.setStretchFactor(1, 1)
+        split.setSizes([240, 860])
+        self.setCentralWidget(split)
+        self.statusBar().showMessage(f"Service at {self.bridge.base_url}")
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.action_new = QAction("New chat", self, shortcut=QKeySequence.New, triggered=self.new_chat)
+        self.action_memory = QAction("Memory view", self, shortcut=QKeySequence("Ctrl+M"),
+                                     triggered=self.open_memory_requested.emit)
+        self.action_quit = QAction("Quit", self, shortcut=QKeySequence.Quit, triggered=self.quit_requested.emit)
+        for a in (self.action_new, self.action_memory, self.action_quit):
+            file_menu.addAction(a)
+
+    # models ----------------------------------------------------------------------------------------------------
+    def on_models(self) -> None:
+        want = self.selected_model() or (self.conversation.model if self.conversation else "")
+        self.model_picker.blockSignals(True)
+        self.models.set_models(self.state.tags, self.state.ps, self.state.progress)
+        row = self.models.row_of(want) if want else -1
+        if row < 0 and self.models.rows:
+            row = 0
+        self.model_picker.setCurrentIndex(row)
+        self.model_picker.blockSignals(False)
+        self._update_model_status()
+
+    def selected_model(self) -> str:
+        i = self.model_picker.currentIndex()
+        return self.models.data(self.models.index(i), NameRole) if i >= 0 else ""
+
+    def _on_model_picked(self, _i: int) -> None:
+        if self.selected_model():
+            self._save_setting(model=self.selected_model())
+        self._update_model_status()
+
+    def _update_model_status(self) -> None:
+        name = self.selected_model()
+        if not name:
+            self.model_status.setText("No models installed" if self.state.connected or self.state.tags else "")
+            return
+        st = self.state.model_state(name)
+        if st == "loading":
+            self.model_status.setText(f"loading {int(100 * self.state.progress.get(name, 0))}%")
+        elif st == "loaded":
+            self.model_status.setText("loaded")
+        elif st == "failed":
+            self.model_status.setText("failed to load")
+        else:
+            self.model_status.setText("loads on first message")
+
+    def _on_connection(self, up: bool) -> None:
+        self.statusBar().showMessage(
+            f"Service at {self.bridge.base_url}" + ("" if up else " — not reachable, retrying"))
+
+    # conversations ---------------------------------------------------------------------------------------------
+    def new_chat(self) -> Conversation:
+        self.stop()
+        conv = self.history.create(model=self.selected_model(), temperature=self.temperature.value(),
+                                   num_ctx=self.num_ctx.value())
+        self.conversations.reload()
+        self.select_conversation(conv.id)
+        self.input.setFocus()
+        return conv
+
+    def select_conversation(self, conversation_id: int) -> None:
+        row = self.conversations.row_of(conversation_id)
+        if row < 0:
+            return
+        self.conv_view.selectionModel().blockSignals(True)
+        self.conv_view.setCurrentIndex(self.conversations.index(row))
+        self.conv_view.selectionModel().blockSignals(False)
+        self._load_conversation(self.conversations.items[row])
+
+    def _on_conversation_clicked(self, index: QModelIndex, _prev=None) -> None:
+        if index.isValid():
+            cid = index.data(IdRole)
+            if not self.conversation or cid != self.conversation.id:
+                self.stop()
+                self._load_conversation(self.history.get(cid))
+
+    def _load_conversation(self, conv: Conversation) -> None:
+        self.conversation = None          # no saving while the widgets take this chat's values
+        for w, v in ((self.temperature, conv.temperature), (self.num_ctx, conv.num_ctx)):
+            w.blockSignals(True)
+            w.setValue(v)
+            w.blockSignals(False)
+        self.system_prompt.blockSignals(True)
+        self.system_prompt.setPlainText(conv.system)
+        self.system_prompt.blockSignals(False)
+        if conv.model and self.models.row_of(conv.model) >= 0:
+            self.model_picker.blockSignals(True)
+            self.model_picker.setCurrentIndex(self.models.row_of(conv.model))
+            self.model_picker.blockSignals(False)
+        self.conversation = conv
+        self.transcript.clear()
+        for m in self.history.messages(conv.id):
+            self.transcript.add(m.role, m.content, stats=m.stats, logprobs=m.logprobs, message_id=m.id)
+        self._update_model_status()
+        self._update_buttons()
+
+    def _save_setting(self, **kw) -> None:
+        if self.conversation is not None:
+            self.conversation = self.history.update(self.conversation.id, **kw)
+
+    def rename_current(self) -> None:
+        if not self.conversation:
+            return
+        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=self.conversation.title)
+        if ok and title.strip():
+            self.rename_conversation(self.conversation.id, title)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.history.rename(conversation_id, title)
+        self.conversations.reload()
+        self.select_conversation(conversation_id)
+
+    def delete_current(self, confirm: bool = True) -> None:
+        if not self.conversation:
+            return
+        if confirm and QMessageBox.question(self, "Delete chat", f"Delete “{self.conversation.title}”?") \
+                != QMessageBox.Yes:
+            return
+        self.delete_conversation(self.conversation.id)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        if self.conversation and self.conversation.id == conversation_id:
+            self.stop()
+            self.conversation = None
+            self.transcript.clear()
+        self.history.delete(conversation_id)
+        self.conversations.reload()
+        if self.conversations.items and self.conversation is None:
+            self.select_conversation(self.conversations.items[0].id)
+        self._update_buttons()
+
+    # sending ---------------------------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.call is not None
+
+    def send(self, text: str | None = None) -> None:
+        text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
+        if not text or self.busy:
+            return
+        if self.conversation is None:
+            self.new_chat()
+        if self.conversation.title == DEFAULT_TITLE:
+            self.conversation = self.history.rename(self.conversation.id, self.history.title_from(text))
+            self.conversations.reload()
+            self.select_conversation(self.conversation.id)
+        msg = self.history.add_message(self.conversation.id, "user", text)
+        self.transcript.add("user", text, message_id=msg.id)
+        self.input.clear()
+        self._start_reply()
+
+    def request_body(self) -> dict:
+        conv = self.conversation
+        messages = []
+        if conv.system.strip():
+            messages.append({"role": "system", "content": conv.system})
+        for m in self.history.messages(conv.id):
+            if m.role in ("user", "assistant"):
+                messages.append({"role": m.role, "content": m.content})
+        body = {"model": self.selected_model(), "messages": messages,
+                "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx}}
+        if self.alternatives.isChecked():
+            body["logprobs"] = True
+            body["top_logprobs"] = TOP_LOGPROBS
+        return body
+
+    def _start_reply(self) -> None:
+        model = self.selected_model()
+        if not model:
+            self._show_error("No model to answer with: install one (strata import FILE.gguf) and pick it above.")
+            return
+        body = self.request_body()
+        self._reply = self.transcript.add("assistant", "")
+        self._reply_conv = self.conversation.id
+        self._reply_parts: list[str] = []
+        self._reply_logprobs: list[dict] = []
+        self._reply_final: dict = {}
+        self._reply_chunks = 0
+        self._t0 = time.monotonic()
+        self._ttft_ms = None
+        self.call = self.bridge.stream(lambda c: c.chat_stream(body))
+        self.call.item.connect(self._on_chunk)
+        self.call.finished.connect(lambda _r: self._end_reply(stopped=False))
+        self.call.cancelled.connect(lambda: self._end_reply(stopped=True))
+        self.call.failed.connect(self._on_failed)
+        self._update_buttons()
+
+    def _on_chunk(self, obj: dict) -> None:
+        if self._reply is None:
+            return
+        piece = (obj.get("message") or {}).get("content") or obj.get("response") or ""
+        if piece:
+            if self._ttft_ms is None:
+                self._ttft_ms = (time.monotonic() - self._t0) * 1000
+            self._reply_parts.append(piece)
+            self._reply_chunks += 1
+            self.transcript.stream_text(self._reply, "".join(self._reply_parts))
+        if obj.get("logprobs"):
+            self._reply_logprobs.extend(obj["logprobs"])
+        if obj.get("done"):
+            self._reply_final = obj
+
+    def _end_reply(self, stopped: bool) -> None:
+        reply, self._reply = self._reply, None
+        self.call = None
+        if reply is not None:
+            self._save_reply(reply, stopped)
+        self._update_buttons()
+
+    def _save_reply(self, reply, stopped: bool) -> None:
+        self.transcript.flush()
+        text = "".join(self._reply_parts)
+        stats = chat_stats(self._reply_final, self._ttft_ms, self._reply_chunks, time.monotonic() - self._t0)
+        stats["model"] = self.selected_model()
+        if stopped:
+            stats["stopped"] = True
+        if not text:
+            self.transcript.remove(reply)    # nothing arrived: no empty bubble
+            return
+        msg = self.history.add_message(self._reply_conv, "assistant", text, stats, self._reply_logprobs)
+        reply.message_id = msg.id
+        reply.set_content(text)
+        reply.set_logprobs(self._reply_logprobs)
+        reply.set_stats(stats)
+        self.statusBar().showMessage(format_stats(stats), 8000)
+
+    def _on_failed(self, error: str) -> None:
+        reply, self._reply = self._reply, None
+        self.call = None
+        if reply is not None:
+            self._save_reply(reply, stopped=True)   # keep whatever arrived before the error
+        self._show_error(error)
+        self._update_buttons()
+
+    def _show_error(self, error: str) -> None:
+        cid = self.conversation.id if self.conversation else None
+        mid = self.history.add_message(cid, "error", error).id if cid else None
+        self.transcript.add("error", error, message_id=mid)
+
+    def stop(self) -> None:
+        if self.call is not None:
+            self.call.cancel()
+
+    def regenerate(self) -> None:
+        """Drop the replies after the last user message and ask again."""
+        if self.busy or not self.conversation:
+            return
+        msgs = self.history.messages(self.conversation.id)
+        if not any(m.role == "user" for m in msgs):
+            return
+        while msgs and msgs[-1].role != "user":
+            self.history.delete_message(msgs.pop().id)
+        while self.transcript.messages and self.transcript.messages[-1].role != "user":
+            self.transcript.remove(self.transcript.messages[-1])
+        self._start_reply()
+
+    def _update_buttons(self) -> None:
+        self.send_button.setEnabled(not self.busy)
+        self.stop_button.setEnabled(self.busy)
+        self.regen_button.setEnabled(not self.busy and bool(self.conversation))
+        self.rename_button.setEnabled(bool(self.conversation))
+        self.delete_button.setEnabled(bool(self.conversation))

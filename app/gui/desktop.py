@@ -1,0 +1,120 @@
+"""The desktop app: one object that owns the API bridge, the service state, chat history and the windows.
+
+The service itself runs in the same process on its own asyncio thread (`ServiceThread`), started by `run_gui`;
+the windows only ever talk to it over HTTP, so `strata gui --url` can just as well attach to a running server.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QRectF, Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtWidgets import QApplication
+
+from app.gui.bridge import ServiceBridge
+from app.gui.chat_window import ChatWindow
+from app.gui.history import ChatHistory
+from app.gui.memory_window import MemoryWindow
+from app.gui.state import ServiceState
+from app.gui.tray import TrayController
+
+RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+
+
+def app_icon() -> QIcon:
+    svg = RESOURCES / "strata.svg"
+    png = RESOURCES / "strata.png"
+    for f in (png, svg):
+        if f.is_file():
+            icon = QIcon(str(f))
+            if not icon.isNull():
+                return icon
+    # Installed without the resources folder: paint the same stacked-layers mark.
+    pm = QPixmap(64, 64)
+    pm.fill(Qt.transparent)
+    p = QPainter(pm)
+    p.setRenderHint(QPainter.Antialiasing)
+    p.setBrush(QColor("#1f2d3d"))
+    p.setPen(Qt.NoPen)
+    p.drawRoundedRect(QRectF(2, 2, 60, 60), 12, 12)
+    for y, color in ((14, "#4c78a8"), (25, "#54a24b"), (36, "#72b7b2")):
+        p.setBrush(QColor(color))
+        p.drawRoundedRect(QRectF(12, y, 40, 8), 3, 3)
+    p.end()
+    return QIcon(pm)
+
+
+def style_sheet() -> str:
+    f = RESOURCES / "style.qss"
+    return f.read_text() if f.is_file() else ""
+
+
+class Desktop(QObject):
+    """Everything the GUI process shows. `service` (a ServiceThread) is stopped on quit when given."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, service=None, use_tray: bool | None = None,
+                 history_path=None, poll_ms: int = 5000):
+        super().__init__()
+        self.service = service
+        self.bridge = ServiceBridge(base_url, api_key)
+        self.state = ServiceState(self.bridge, poll_ms=poll_ms)
+        self.history = ChatHistory(history_path)
+        self.icon = app_icon()
+        app = QApplication.instance()
+        app.setWindowIcon(self.icon)
+        if not app.styleSheet():
+            app.setStyleSheet(style_sheet())
+        self.chat = ChatWindow(self.state, self.history)
+        self.memory: MemoryWindow | None = None
+        self.tray = TrayController(self.state, self.icon, fallback_window=self.chat, use_tray=use_tray)
+        self.chat.open_memory_requested.connect(self.open_memory)
+        self.chat.quit_requested.connect(self.quit)
+        self.tray.open_chat_requested.connect(self.open_chat)
+        self.tray.open_memory_requested.connect(self.open_memory)
+        self.tray.quit_requested.connect(self.quit)
+        self.state.start()
+        self._shut = False
+
+    def open_chat(self) -> ChatWindow:
+        self.chat.show()
+        self.chat.raise_()
+        self.chat.activateWindow()
+        return self.chat
+
+    def open_memory(self) -> MemoryWindow:
+        if self.memory is None:
+            self.memory = MemoryWindow(self.state)
+        self.memory.show()
+        self.memory.raise_()
+        return self.memory
+
+    def quit(self) -> None:
+        self.shutdown()
+        QApplication.instance().quit()
+
+    def shutdown(self) -> None:
+        """Cancel requests, close windows, stop the hosted service. Idempotent."""
+        if self._shut:
+            return
+        self._shut = True
+        self.chat.stop()
+        self.tray.hide()
+        self.bridge.close()
+        for w in (self.chat, self.memory):
+            if w is not None:
+                w.close()
+        self.history.close()
+        if self.service is not None:
+            self.service.stop()
+
+
+def has_display() -> bool:
+    """False on a Linux box with no X/Wayland display and no explicit Qt platform (then we run headless)."""
+    import os
+
+    if os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True

@@ -1,0 +1,209 @@
+"""Qt item models: conversations, installed models (with loaded/loading state and size), devices, and
+predicted-vs-actual memory. Views bind to these; the data comes from `ChatHistory` and `ServiceState`."""
+from __future__ import annotations
+
+from PySide6.QtCore import QAbstractListModel, QAbstractTableModel, QModelIndex, Qt
+
+from app.gui.history import ChatHistory, Conversation
+from app.gui.memory_data import Comparison, format_bytes
+
+NameRole = Qt.UserRole + 1
+IdRole = Qt.UserRole + 2
+StateRole = Qt.UserRole + 3
+
+
+class ConversationListModel(QAbstractListModel):
+    """Conversations, most recent first. Editing a row renames the chat in SQLite."""
+
+    def __init__(self, history: ChatHistory, parent=None):
+        super().__init__(parent)
+        self.history = history
+        self.items: list[Conversation] = history.conversations()
+
+    def reload(self) -> None:
+        self.beginResetModel()
+        self.items = self.history.conversations()
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.items)
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or index.row() >= len(self.items):
+            return None
+        c = self.items[index.row()]
+        if role in (Qt.DisplayRole, Qt.EditRole):
+            return c.title
+        if role == Qt.ToolTipRole:
+            return f"{c.title}\nmodel: {c.model or '(default)'}"
+        if role == IdRole:
+            return c.id
+        return None
+
+    def flags(self, index):
+        base = super().flags(index)
+        return base | Qt.ItemIsEditable if index.isValid() else base
+
+    def setData(self, index, value, role=Qt.EditRole) -> bool:
+        if role != Qt.EditRole or not index.isValid():
+            return False
+        try:
+            self.items[index.row()] = self.history.rename(self.items[index.row()].id, str(value))
+        except ValueError:
+            return False     # empty title: keep the old one
+        self.dataChanged.emit(index, index, [Qt.DisplayRole, Qt.EditRole])
+        return True
+
+    def row_of(self, conversation_id: int) -> int:
+        for i, c in enumerate(self.items):
+            if c.id == conversation_id:
+                return i
+        return -1
+
+
+class ModelListModel(QAbstractListModel):
+    """Installed models from /api/tags joined with /api/ps state. Display: "name · 98.0 MiB · loaded"."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[dict] = []   # {"name", "size", "state", "progress"}
+
+    def set_models(self, tags: list[dict], ps: list[dict], progress: dict[str, float] | None = None) -> None:
+        progress = progress or {}
+        running = {(m.get("name") or m.get("model")): m for m in ps}
+        rows = []
+        for t in tags:
+            name = t.get("name") or t.get("model")
+            state, prog = "", None
+            if name in progress:
+                state, prog = "loading", progress[name]
+            elif name in running:
+                st = running[name].get("strata") or {}
+                state = st.get("state", "loaded")
+                prog = st.get("progress")
+            rows.append({"name": name, "size": int(t.get("size") or 0), "state": state, "progress": prog})
+        if rows == self.rows:
+            return
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    @staticmethod
+    def describe(row: dict) -> str:
+        parts = [row["name"], format_bytes(row["size"])]
+        if row["state"] == "loading":
+            parts.append(f"loading {int(100 * (row['progress'] or 0))}%")
+        elif row["state"]:
+            parts.append(row["state"])
+        return " · ".join(parts)
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        row = self.rows[index.row()]
+        if role == Qt.DisplayRole:
+            return self.describe(row)
+        if role in (NameRole, Qt.EditRole):
+            return row["name"]
+        if role == StateRole:
+            return row["state"]
+        if role == Qt.ToolTipRole:
+            return f"{row['name']}\n{row['size']:,} bytes\n{row['state'] or 'not loaded'}"
+        return None
+
+    def row_of(self, name: str) -> int:
+        for i, r in enumerate(self.rows):
+            if r["name"] == name:
+                return i
+        return -1
+
+
+class DeviceTableModel(QAbstractTableModel):
+    """Rows: system RAM, then each GPU. Columns: device, kind, total, free."""
+    HEADERS = ("Device", "Kind", "Total", "Free")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[tuple] = []
+
+    def set_inventory(self, inv: dict | None) -> None:
+        rows = []
+        if inv:
+            rows.append(("System RAM", "cpu", int(inv.get("host_ram_total") or 0),
+                         int(inv.get("host_ram_available") or 0)))
+            for d in inv.get("devices", []):
+                rows.append((f"{d['id']}: {d.get('name', '')}", d.get("kind", ""), int(d.get("total") or 0),
+                             int(d.get("free") or 0)))
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid():
+            return None
+        value = self.rows[index.row()][index.column()]
+        if role == Qt.DisplayRole:
+            return format_bytes(value) if index.column() >= 2 else value
+        if role == Qt.ToolTipRole and index.column() >= 2:
+            return f"{value:,} bytes"
+        if role == Qt.TextAlignmentRole and index.column() >= 2:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        return None
+
+
+class ComparisonTableModel(QAbstractTableModel):
+    """Predicted vs actual bytes per device after a load."""
+    HEADERS = ("Device", "Predicted", "Actual", "Difference")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[Comparison] = []
+
+    def set_rows(self, rows: list[Comparison]) -> None:
+        self.beginResetModel()
+        self.rows = list(rows)
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid():
+            return None
+        r = self.rows[index.row()]
+        col = index.column()
+        value = (r.device_id, r.predicted, r.actual, r.diff)[col]
+        if role == Qt.DisplayRole:
+            if col == 0:
+                return value
+            if value is None:
+                return "—"
+            sign = "+" if col == 3 and value > 0 else ""
+            return sign + format_bytes(value)
+        if role == Qt.ToolTipRole and col > 0 and value is not None:
+            return f"{value:,} bytes"
+        if role == Qt.TextAlignmentRole and col > 0:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        return None

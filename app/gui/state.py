@@ -1,0 +1,140 @@
+"""What the windows know about the service: installed models, running models, devices, load progress.
+
+Kept fresh by the service's event stream (`/api/events`) plus a slow poll (for changes no event announces,
+like a model created from the command line). All requests are asynchronous through the bridge.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.gui.bridge import ServiceBridge
+
+
+class ServiceState(QObject):
+    models_changed = Signal()              # tags or ps changed
+    devices_changed = Signal()
+    load_progress = Signal(str, float)     # model, 0..1
+    load_finished = Signal(str, object)    # model, event data (layout, actual)
+    load_failed = Signal(str, str)         # model, error
+    unloaded = Signal(str)
+    error = Signal(str)                    # a request failed (service down, ...)
+
+    def __init__(self, bridge: ServiceBridge, poll_ms: int = 5000, parent: QObject | None = None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.tags: list[dict] = []
+        self.ps: list[dict] = []
+        self.inventory: dict | None = None
+        self.progress: dict[str, float] = {}       # model -> progress while loading
+        self.connected = False
+        self._refreshing = False
+        self._dirty = False
+        bridge.event.connect(self._on_event)
+        bridge.connection.connect(self._on_connection)
+        self._timer = QTimer(self)
+        self._timer.setInterval(poll_ms)
+        self._timer.timeout.connect(self.refresh)
+
+    def start(self) -> None:
+        self.bridge.start_events()
+        self.refresh()
+        self.refresh_devices()
+        self._timer.start()
+
+    # queries ---------------------------------------------------------------------------------------------------
+    def running(self, name: str) -> dict | None:
+        for m in self.ps:
+            if m.get("name") == name or m.get("model") == name:
+                return m
+        return None
+
+    def model_state(self, name: str) -> str:
+        """"loaded" | "loading" | "failed" | "" for one installed model."""
+        if name in self.progress:
+            return "loading"
+        m = self.running(name)
+        if m is None:
+            return ""
+        return (m.get("strata") or {}).get("state", "loaded")
+
+    def installed_names(self) -> list[str]:
+        return [m.get("name") or m.get("model") for m in self.tags]
+
+    # refresh ---------------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        if self._refreshing:          # one refresh at a time; remember to run again when it ends
+            self._dirty = True
+            return
+        self._refreshing = True
+
+        async def both(client):
+            return await client.tags(), await client.ps()
+
+        call = self.bridge.call(both)
+        call.finished.connect(self._on_models)
+        call.failed.connect(self._on_refresh_failed)
+
+    def _on_models(self, result) -> None:
+        self._refreshing = False
+        tags, ps = result
+        for m in ps:
+            st = m.get("strata") or {}
+            name = m.get("name") or m.get("model")
+            if st.get("state") == "loading":
+                self.progress[name] = float(st.get("progress") or 0.0)
+            else:
+                self.progress.pop(name, None)
+        if tags != self.tags or ps != self.ps:
+            self.tags, self.ps = tags, ps
+            self.models_changed.emit()
+        if self._dirty:
+            self._dirty = False
+            self.refresh()
+
+    def _on_refresh_failed(self, msg: str) -> None:
+        self._refreshing = False
+        self._dirty = False
+        self.error.emit(msg)
+
+    def refresh_devices(self) -> None:
+        call = self.bridge.call(lambda c: c.devices())
+        call.finished.connect(self._on_devices)
+        call.failed.connect(self.error.emit)
+
+    def _on_devices(self, inv) -> None:
+        self.inventory = inv
+        self.devices_changed.emit()
+
+    # events ----------------------------------------------------------------------------------------------------
+    def _on_connection(self, up: bool) -> None:
+        if up and not self.connected:
+            self.refresh()
+            self.refresh_devices()
+        self.connected = up
+
+    def _on_event(self, etype: str, data) -> None:
+        data = data or {}
+        model = data.get("model", "")
+        if etype == "load_started":
+            self.progress[model] = 0.0
+            self.load_progress.emit(model, 0.0)
+            self.models_changed.emit()
+        elif etype == "load_progress":
+            self.progress[model] = float(data.get("progress") or 0.0)
+            self.load_progress.emit(model, self.progress[model])
+        elif etype == "loaded":
+            self.progress.pop(model, None)
+            self.load_finished.emit(model, data)
+            self.refresh()
+        elif etype == "load_failed":
+            self.progress.pop(model, None)
+            self.load_failed.emit(model, str(data.get("error") or "load failed"))
+            self.refresh()
+        elif etype == "unloaded":
+            self.progress.pop(model, None)
+            self.unloaded.emit(model)
+            self.refresh()
+        elif etype == "memory":
+            if data.get("inventory"):
+                self.inventory = data["inventory"]
+                self.devices_changed.emit()

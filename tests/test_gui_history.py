@@ -1,0 +1,113 @@
+"""Chat history in SQLite, the item models over it and the pieces of the client that need no service."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.gui.api_client import parse_sse
+from app.gui.history import ChatHistory
+
+
+def test_conversations_survive_reopening(strata_home):
+    h = ChatHistory()
+    assert h.path == strata_home / "chats.db"
+    c = h.create(model="smollm2:135m", system="Be brief.", temperature=0.2, num_ctx=2048)
+    h.add_message(c.id, "user", "hi")
+    h.add_message(c.id, "assistant", "hello", stats={"tokens": 2}, logprobs=[{"token": "hello", "logprob": -0.1}])
+    h.close()
+    h2 = ChatHistory()
+    [c2] = h2.conversations()
+    assert (c2.model, c2.system, c2.temperature, c2.num_ctx) == ("smollm2:135m", "Be brief.", 0.2, 2048)
+    msgs = h2.messages(c2.id)
+    assert [(m.role, m.content) for m in msgs] == [("user", "hi"), ("assistant", "hello")]
+    assert msgs[1].stats == {"tokens": 2}
+    assert msgs[1].logprobs[0]["token"] == "hello"
+
+
+def test_rename_delete_and_bad_input():
+    h = ChatHistory()
+    a, b = h.create(title="a"), h.create(title="b")
+    h.add_message(a.id, "user", "x")
+    assert h.rename(a.id, "  renamed  ").title == "renamed"
+    with pytest.raises(ValueError, match="empty"):
+        h.rename(a.id, "   ")
+    with pytest.raises(ValueError, match="unknown"):
+        h.update(a.id, colour="red")
+    h.delete(a.id)
+    assert [c.id for c in h.conversations()] == [b.id]
+    assert h.messages(a.id) == []          # messages went with it (ON DELETE CASCADE)
+    with pytest.raises(KeyError):
+        h.get(a.id)
+
+
+def test_most_recent_first_and_titles():
+    h = ChatHistory()
+    a = h.create(title="old")
+    b = h.create(title="new")
+    h.add_message(a.id, "user", "bump")     # a message makes a chat the most recent
+    assert [c.id for c in h.conversations()] == [a.id, b.id]
+    assert h.title_from("  What is\n the   capital of France? " * 3).endswith("…")
+    assert h.title_from("Hi there") == "Hi there"
+
+
+def test_conversation_list_model_renames_through_set_data(qtbot):
+    from PySide6.QtCore import Qt
+
+    from app.gui.models import ConversationListModel
+
+    h = ChatHistory()
+    h.create(title="first")
+    m = ConversationListModel(h)
+    idx = m.index(0)
+    assert m.data(idx) == "first"
+    assert m.flags(idx) & Qt.ItemIsEditable
+    assert m.setData(idx, "second")
+    assert h.conversations()[0].title == "second"
+    assert not m.setData(idx, "")           # an empty title is refused, the old one kept
+    assert m.data(idx) == "second"
+
+
+def test_model_list_model_joins_tags_and_ps(qtbot):
+    from app.gui.models import ModelListModel, StateRole
+
+    m = ModelListModel()
+    tags = [{"name": "a:latest", "size": 100 * 1024 * 1024}, {"name": "b:latest", "size": 2048}]
+    ps = [{"name": "a:latest", "strata": {"state": "loaded"}}]
+    m.set_models(tags, ps, {"b:latest": 0.5})
+    assert m.rowCount() == 2
+    assert m.data(m.index(0)) == "a:latest · 100.0 MiB · loaded"
+    assert m.data(m.index(1)) == "b:latest · 2.0 KiB · loading 50%"
+    assert m.data(m.index(1), StateRole) == "loading"
+
+
+def test_parse_sse_events_and_comments():
+    raw = [b": ping\n", b"\n", b"event: load_progress\n", b'data: {"model": "m", "progress": 0.5}\n', b"\n",
+           b"event: loaded\n", b"data: {\"model\":\n", b"data: \"m\"}\n", b"\n"]
+
+    async def collect():
+        async def lines():
+            for r in raw:
+                yield r
+        return [e async for e in parse_sse(lines())]
+
+    assert asyncio.run(collect()) == [("load_progress", {"model": "m", "progress": 0.5}), ("loaded", {"model": "m"})]
+
+
+def test_chat_stats_from_the_final_object():
+    from app.gui.chat_window import chat_stats
+
+    s = chat_stats({"eval_count": 50, "eval_duration": 500_000_000, "done_reason": "stop"}, 120.0, 49, 1.0)
+    assert s == {"tokens": 50, "tok_s": 100.0, "ttft_ms": 120.0, "done_reason": "stop"}
+    # a stopped stream has no totals: counted by the client
+    s = chat_stats({}, 100.0, 11, 1.1)
+    assert s["tokens"] == 11 and s["tok_s"] == pytest.approx(10.0)
+
+
+def test_token_tooltip_lists_alternatives():
+    from app.gui.chat_view import token_tooltip
+
+    lp = {"token": " Paris", "logprob": -0.1,
+          "top_logprobs": [{"token": " Paris", "logprob": -0.1}, {"token": " Lyon", "logprob": -2.5}]}
+    html = token_tooltip(lp)
+    assert "Paris" in html and "Lyon" in html and "90.5%" in html and "8.2%" in html

@@ -1,0 +1,158 @@
+"""Memory visualizer: the numbers behind the picture (pure) and the painted widgets (pixels, tooltips)."""
+from __future__ import annotations
+
+import pytest
+
+from app.discovery.inventory import Device, Inventory
+from app.engine.layout_types import DevicePlan, Layout, PlanOptions
+from app.gui.memory_data import (
+    COMPUTE, FREE, KV, OTHERS, OVER, SEGMENT_COLORS, WEIGHTS, device_colors, device_columns, format_bytes,
+    layer_cells, predicted_vs_actual,
+)
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def make_inventory(gpu_total=8 * GiB, gpu_free=6 * GiB) -> Inventory:
+    return Inventory(
+        devices=(Device("CUDA0", "RTX Test", "gpu", "SIM", gpu_total, gpu_free),),
+        host_ram_total=32 * GiB, host_ram_available=20 * GiB, cpu_cores=8, cpu_name="Test CPU", simulated=True)
+
+
+def make_layout(n_layers=8, on_gpu=6, moe=False, fits=True, gpu_weights=3 * GiB, kv=512 * MiB) -> Layout:
+    """Blocks 0..n-on_gpu-1 on the CPU, the rest on CUDA0; with moe, the GPU layers' experts stay on the CPU."""
+    layer_device = tuple("CPU" if i < n_layers - on_gpu else "CUDA0" for i in range(n_layers))
+    expert_device = tuple("CPU" for _ in range(n_layers)) if moe else tuple("" for _ in range(n_layers))
+    cpu = DevicePlan("CPU", "CPU", tuple(i for i, d in enumerate(layer_device) if d == "CPU"),
+                     tuple(range(n_layers)) if moe else (), {"attention": 200 * MiB, "ffn": 300 * MiB,
+                                                              "token_embd": 100 * MiB}, kv=64 * MiB, compute=32 * MiB,
+                     output=1 * MiB)
+    gpu = DevicePlan("CUDA0", "RTX Test", tuple(i for i, d in enumerate(layer_device) if d == "CUDA0"), (),
+                     {"attention": gpu_weights // 2, "ffn": gpu_weights - gpu_weights // 2}, kv=kv,
+                     compute=256 * MiB)
+    return Layout(model_path="/m.gguf", options=PlanOptions(num_ctx=4096), devices=(cpu, gpu),
+                  layer_device=layer_device, expert_device=expert_device, n_gpu_layers=on_gpu, split_mode=1,
+                  main_gpu=0, tensor_split=(1.0,), gpu_devices=("CUDA0",), tensor_buft_overrides=(), op_offload=True,
+                  n_ctx=4096, n_parallel=1, n_batch=512, n_ubatch=512, type_k="f16", type_v="f16", flash_attn=None,
+                  fits=fits, suggestions=() if fits else ("use num_ctx 2048",))
+
+
+def test_columns_for_a_plan_stack_ours_on_top_of_what_is_used():
+    inv, lay = make_inventory().to_dict(), make_layout().to_dict()
+    cols = device_columns(inv, lay, resident=False)
+    assert [c.device_id for c in cols] == ["CPU", "CUDA0"]
+    gpu = cols[1]
+    assert gpu.get(WEIGHTS) == 3 * GiB
+    assert gpu.get(KV) == 512 * MiB
+    assert gpu.get(COMPUTE) == 256 * MiB
+    assert gpu.get(OTHERS) == 2 * GiB                       # 8 total - 6 free, before our load
+    assert gpu.get(FREE) == 6 * GiB - (3 * GiB + 768 * MiB)
+    assert gpu.get(OVER) == 0 and gpu.fits
+    assert sum(s.bytes for s in gpu.segments) == gpu.total == 8 * GiB
+    cpu = cols[0]
+    assert cpu.get(COMPUTE) == 33 * MiB                      # compute + host output buffer
+    assert cpu.get(WEIGHTS) == 600 * MiB
+
+
+def test_resident_columns_do_not_count_our_model_twice():
+    # After the load the inventory's free memory already excludes the model: others = used - ours.
+    lay = make_layout().to_dict()
+    ours = 3 * GiB + 768 * MiB
+    inv = make_inventory(gpu_free=6 * GiB - ours).to_dict()
+    gpu = device_columns(inv, lay, resident=True)[1]
+    assert gpu.get(OTHERS) == 2 * GiB
+    assert gpu.get(FREE) == 6 * GiB - ours
+    assert sum(s.bytes for s in gpu.segments) == 8 * GiB
+
+
+def test_a_plan_that_does_not_fit_shows_the_overflow():
+    lay = make_layout(gpu_weights=7 * GiB, fits=False).to_dict()
+    gpu = device_columns(make_inventory().to_dict(), lay)[1]
+    assert not gpu.fits
+    assert gpu.get(OVER) == 7 * GiB + 768 * MiB - 6 * GiB
+    assert gpu.get(FREE) == 0
+
+
+def test_layer_cells_and_moe_split():
+    dense = layer_cells(make_layout().to_dict())
+    assert [c.device for c in dense] == ["CPU", "CPU"] + ["CUDA0"] * 6
+    assert not any(c.split for c in dense)
+    moe = layer_cells(make_layout(moe=True).to_dict())
+    assert [c.split for c in moe] == [False, False] + [True] * 6
+    assert moe[5].describe() == "Layer 5: attention on CUDA0, experts on CPU"
+
+
+def test_predicted_vs_actual_rows():
+    rows = predicted_vs_actual({"CPU": 100, "CUDA0": 1000},
+                               {"CUDA0": {"model": 700, "kv": 200, "compute": 150, "output": 0}})
+    assert [(r.device_id, r.predicted, r.actual, r.diff) for r in rows] == [
+        ("CPU", 100, None, None), ("CUDA0", 1000, 1050, 50)]
+    # no "predicted" field: taken from the layout's device plans
+    lay = make_layout().to_dict()
+    rows = predicted_vs_actual(None, None, lay)
+    assert rows[1].predicted == 3 * GiB + 768 * MiB
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536 * MiB) == "1.5 GiB"
+
+
+# widgets --------------------------------------------------------------------------------------------------------
+
+def _color_at(widget, x, y):
+    img = widget.grab().toImage()
+    dpr = img.devicePixelRatio()
+    return img.pixelColor(int(x * dpr), int(y * dpr)).name()
+
+
+def test_bars_paint_each_segment_in_its_colour(qtbot):
+    from app.gui.memory_view import MemoryBars
+
+    bars = MemoryBars()
+    qtbot.addWidget(bars)
+    bars.resize(400, 360)
+    bars.set_columns(device_columns(make_inventory().to_dict(), make_layout().to_dict()))
+    rects = {kind: r for kind, _b, r in bars.segment_rects(1)}
+    assert set(rects) == {WEIGHTS, KV, COMPUTE, OTHERS, FREE}
+    # stacking order bottom to top: weights under KV under compute under others under free
+    assert rects[WEIGHTS].bottom() > rects[KV].bottom() > rects[COMPUTE].bottom() > rects[OTHERS].bottom()
+    for kind in (WEIGHTS, KV, OTHERS, FREE):
+        c = rects[kind].center()
+        assert _color_at(bars, c.x(), c.y()) == SEGMENT_COLORS[kind], kind
+    # heights are proportional: weights are 3/8 of the 8 GiB bar
+    bar = bars.column_rect(1)
+    assert rects[WEIGHTS].height() == pytest.approx(bar.height() * 3 / 8, rel=1e-6)
+    # tooltips carry exact bytes
+    hit = bars.hit(rects[KV].center().x(), rects[KV].center().y())
+    assert hit == (1, KV, 512 * MiB)
+    assert "536,870,912 bytes" in bars.tooltip_text(*hit)
+
+
+def test_layer_strip_colours_layers_by_device_and_splits_moe(qtbot):
+    from app.gui.memory_view import LayerStrip
+
+    strip = LayerStrip()
+    qtbot.addWidget(strip)
+    strip.resize(400, 40)
+    lay = make_layout(moe=True).to_dict()
+    colors = device_colors(["CPU", "CUDA0"])
+    strip.set_cells(layer_cells(lay), colors)
+    cpu_cell, gpu_cell = strip.cell_rect(0), strip.cell_rect(7)
+    assert _color_at(strip, cpu_cell.center().x(), cpu_cell.center().y() - 5) == colors["CPU"]
+    # split MoE cell: attention device on top, experts' device at the bottom
+    assert _color_at(strip, gpu_cell.center().x(), gpu_cell.top() + 3) == colors["CUDA0"]
+    assert _color_at(strip, gpu_cell.center().x(), gpu_cell.bottom() - 3) == colors["CPU"]
+    assert strip.cell_at(gpu_cell.center().x()).index == 7
+
+
+def test_layout_view_summary_says_when_it_will_not_fit(qtbot):
+    from app.gui.memory_view import LayoutView
+
+    view = LayoutView()
+    qtbot.addWidget(view)
+    view.show_layout(make_inventory().to_dict(), make_layout(fits=False, gpu_weights=7 * GiB).to_dict())
+    assert view.summary.text().startswith("Will not fit.")
+    assert not view.bars.columns[1].fits
+    assert len(view.strip.cells) == 8
