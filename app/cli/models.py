@@ -1,0 +1,247 @@
+"""`strata list | show NAME | import PATH | cp SRC DST | rm NAME...`: the model store from the command line,
+printed the way `ollama list` / `ollama show` print it."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from app.engine.model_info import GGUFError, ModelInfo
+from app.service.names import InvalidName
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", aliases=["ls"], help="list models (store, built-in, found in Ollama/LM Studio/HF)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="show a model's facts from its GGUF header")
+    p.add_argument("name")
+    p.add_argument("--tensors", action="store_true", help="also print the tensor table")
+    p.add_argument("--json", action="store_true", help="print JSON (with --tensors: the tensor table too)")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("import", help="add a GGUF file to the store (hard link if possible, else copy)")
+    p.add_argument("path")
+    p.add_argument("--name", help="name:tag (default: from the file name, tag latest)")
+    p.add_argument("--copy", action="store_true", help="always copy, never hard-link")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("cp", help="copy a model to a new name (no file is copied)")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.set_defaults(func=cmd_cp)
+
+    p = sub.add_parser("rm", help="remove models from the store")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.set_defaults(func=cmd_rm)
+
+
+# ---- formatting (pure) -----------------------------------------------------------------------------------
+
+def human_size(n: int) -> str:
+    """Decimal units, as Ollama prints them: 98 MB, 4.7 GB."""
+    if n < 1000:
+        return f"{n} B"
+    v = float(n)
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        v /= 1000
+        if v < 1000 or unit == "PB":
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}".replace(".0 ", " ")
+    raise AssertionError
+
+
+def human_count(n: int) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.2f}".rstrip("0").rstrip(".") + unit
+    return str(n)
+
+
+def human_ago(t: float, now: float | None = None) -> str:
+    d = max(0.0, (now if now is not None else time.time()) - t)
+    for secs, unit in ((365 * 86400, "year"), (30 * 86400, "month"), (7 * 86400, "week"), (86400, "day"),
+                       (3600, "hour"), (60, "minute"), (1, "second")):
+        if d >= secs:
+            k = int(d // secs)
+            return f"{k} {unit}{'s' if k != 1 else ''} ago"
+    return "Less than a second ago"
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def progress_line(phase: str, done: int, total: int, width: int = 30) -> str:
+    frac = min(1.0, done / total) if total else 1.0
+    filled = int(frac * width)
+    return f"{phase:<8} {frac * 100:3.0f}% |{'█' * filled}{' ' * (width - filled)}| {human_size(done)}/{human_size(total)}"
+
+
+def show_text(rec, info: ModelInfo) -> str:
+    kv_heads = sorted(set(info.n_head_kv))
+    rows = [
+        ("architecture", info.architecture),
+        ("parameters", human_count(info.n_params)),
+        ("context length", str(info.context_length)),
+        ("embedding length", str(info.n_embd)),
+        ("quantization", info.quantization),
+        ("layers", str(info.n_layer)),
+        ("attention heads", f"{info.n_head} (KV heads {'/'.join(map(str, kv_heads))})"),
+        ("head size", f"{info.head_dim_k} (K) / {info.head_dim_v} (V)"),
+        ("vocabulary", f"{info.n_vocab} ({info.tokenizer_model or 'unknown'} tokenizer)"),
+    ]
+    if info.n_expert:
+        rows.append(("experts", f"{info.n_expert} ({info.n_expert_used} used per token)"))
+    if info.sliding_window:
+        rows.append(("sliding window", f"{info.sliding_window} tokens on {sum(info.swa_layers)} of "
+                                       f"{info.n_layer} layers"))
+    if info.is_embedding:
+        rows.append(("embedding model", f"pooling type {info.pooling_type}"))
+    out = ["  Model"] + [f"    {k:<20}{v}" for k, v in rows]
+
+    totals = {c: sum(layer.bytes_by_class[c] for layer in info.layers) for c in info.layers[0].bytes_by_class}
+    wrows = [(f"layers: {c}", human_size(totals[c])) for c in totals if totals[c]]
+    wrows.append(("token embedding", human_size(info.token_embd_bytes)))
+    wrows.append(("output", human_size(info.output_bytes) if info.output_bytes else "tied to token embedding"))
+    if info.other_bytes:
+        wrows.append(("other", human_size(info.other_bytes)))
+    wrows.append(("total", human_size(info.weight_bytes)))
+    out += ["", "  Weights"] + [f"    {k:<20}{v}" for k, v in wrows]
+
+    out += ["", "  File"]
+    out += [f"    {'name':<20}{rec.name}", f"    {'source':<20}{rec.source}" + (" (read-only)" if rec.read_only else ""),
+            f"    {'path':<20}{rec.path}", f"    {'size':<20}{human_size(rec.size)}"]
+    if rec.sha256:
+        out.append(f"    {'sha256':<20}{rec.sha256}")
+    if rec.origin:
+        out.append(f"    {'from':<20}{rec.origin}")
+    if rec.parameters:
+        out += ["", "  Parameters"]
+        for k, v in rec.parameters.items():
+            for item in (v if isinstance(v, list) else [v]):
+                out.append(f"    {k:<20}{json.dumps(item) if isinstance(item, str) else item}")
+    if rec.system:
+        out += ["", "  System", *[f"    {line}" for line in rec.system.splitlines()]]
+    return "\n".join(out)
+
+
+# ---- commands --------------------------------------------------------------------------------------------
+
+def _store():
+    from app.service.store import ModelStore
+
+    return ModelStore()
+
+
+def _fail(e: BaseException) -> int:
+    print(f"Error: {e}", file=sys.stderr)
+    return 1
+
+
+def _errors():
+    from app.service.store import StoreError
+
+    return (StoreError, GGUFError, InvalidName, OSError)
+
+
+def cmd_list(args) -> int:
+    try:
+        store = _store()
+        records = store.list()
+    except _errors() as e:
+        return _fail(e)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+        return 0
+    rows = [["NAME", "ID", "SIZE", "MODIFIED", "SOURCE"]]
+    for r in records:
+        digest = r.sha256
+        if not digest and r.source == "builtin":
+            try:
+                digest = store.sha256(r.name)      # cached after the first time
+            except OSError:
+                digest = None
+        rows.append([r.name, digest[:12] if digest else "-", human_size(r.size), human_ago(r.modified_at),
+                     r.source])
+    print(table(rows))
+    return 0
+
+
+def cmd_show(args) -> int:
+    try:
+        store = _store()
+        rec = store.get(args.name)
+        info = store.info(rec.name)
+        rec = store.with_sha256(rec) if rec.size < (1 << 30) or rec.sha256 else rec
+    except _errors() as e:
+        return _fail(e)
+    if args.json:
+        print(json.dumps({"model": rec.to_dict(), "info": info.to_dict(with_tensors=args.tensors)}, indent=2))
+        return 0
+    print(show_text(rec, info))
+    if args.tensors:
+        rows = [["TENSOR", "SHAPE", "TYPE", "BYTES", "LAYER", "CLASS"]]
+        rows += [[t.name, "x".join(map(str, t.shape)), t.ggml_type, str(t.n_bytes),
+                  "-" if t.layer is None else str(t.layer), t.weight_class] for t in info.tensors]
+        print()
+        print(table(rows))
+    return 0
+
+
+class _Bar:
+    """A one-line progress bar on stderr, only when it is a terminal (redraws at most every 1%)."""
+
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+        self.last = (None, -1)
+        self.phase = None      # "hashing" (the file was hard-linked) or "copying"
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        self.phase = phase
+        if not self.tty:
+            return
+        pct = int(done * 100 / total) if total else 100
+        if (phase, pct) != self.last:
+            self.last = (phase, pct)
+            sys.stderr.write("\r" + progress_line(phase, done, total))
+            sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.tty and self.last[0] is not None:
+            sys.stderr.write("\n")
+
+
+def cmd_import(args) -> int:
+    bar = _Bar()
+    try:
+        rec = _store().import_gguf(args.path, name=args.name, link=not args.copy, progress=bar)
+    except _errors() as e:
+        bar.end()
+        return _fail(e)
+    bar.end()
+    how = "copied" if bar.phase == "copying" else "linked"
+    print(f"imported {rec.name} ({human_size(rec.size)}, {how}) sha256:{rec.sha256}")
+    return 0
+
+
+def cmd_cp(args) -> int:
+    try:
+        rec = _store().copy(args.src, args.dst)
+    except _errors() as e:
+        return _fail(e)
+    print(f"copied '{args.src}' to '{rec.name}'")
+    return 0
+
+
+def cmd_rm(args) -> int:
+    store = _store()
+    rc = 0
+    for name in args.names:
+        try:
+            rec = store.remove(name)
+            print(f"deleted '{rec.name}'")
+        except _errors() as e:
+            rc = _fail(e)
+    return rc
