@@ -1,0 +1,268 @@
+"""The parent side of a runner process (asyncio). One RunnerClient = one loaded model = one child process.
+
+A reader thread blocks on the Connection and hands messages to the event loop in bursts (one wake-up for all
+that is waiting), so the per-token cost on the loop is a queue put. When the process ends for any reason,
+every request in flight fails with RunnerError, exit callbacks run in the loop, and a new RunnerClient can
+load the model again.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import signal
+import threading
+from typing import AsyncIterator, Callable
+
+from app.engine import protocol as P
+from app.engine.layout_types import Layout
+
+
+class RunnerError(RuntimeError):
+    """The runner died or the request failed; the message says why."""
+
+
+class LoadError(RunnerError):
+    """Loading failed (no memory, corrupt file, llama.cpp abort during load)."""
+
+
+class RequestError(RunnerError):
+    """The request itself was invalid (bad options, schema, template...); the runner is fine. Maps to HTTP 400."""
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+_ids = itertools.count(1)
+
+
+class RunnerClient:
+    def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None):
+        self.layout = layout
+        self.n_threads = n_threads
+        self.model_name = model_name
+        self.log_dir = str(log_dir) if log_dir else None
+        self.alive = False
+        self.pid: int | None = None
+        self.loaded: P.Loaded | None = None
+        self.in_flight = 0
+        self.exitcode: int | None = None
+        self._proc = None
+        self._conn = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._futures: dict[str, asyncio.Future] = {}
+        self._exit_cbs: list[Callable[[int | None], None]] = []
+        self._load_fut: asyncio.Future | None = None
+        self._on_progress = None
+        self._exited: asyncio.Event | None = None
+        self._closing = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self, on_progress: Callable[[float], None] | None = None) -> P.Loaded:
+        if self._proc is not None:
+            raise RunnerError("this RunnerClient was already started; create a new one to load again")
+        from app.engine.runner import runner_main
+
+        self._loop = asyncio.get_running_loop()
+        self._exited = asyncio.Event()
+        self._load_fut = self._loop.create_future()
+        self._on_progress = on_progress
+        mp = multiprocessing.get_context("spawn")
+        parent, child = mp.Pipe(duplex=True)
+        self._proc = mp.Process(target=runner_main, name=f"strata-runner-{self.model_name or 'model'}",
+                                args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir),
+                                daemon=True)
+        await self._loop.run_in_executor(None, self._proc.start)
+        child.close()
+        self._conn = parent
+        self.pid = self._proc.pid
+        self.alive = True
+        threading.Thread(target=self._read_loop, name=f"strata-runner-reader-{self.pid}", daemon=True).start()
+        try:
+            return await self._load_fut
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """End the process (all its memory comes back). Idempotent."""
+        if self._proc is None or self._closing:
+            if self._exited is not None and self._proc is not None:
+                await self._exited.wait()
+            return
+        self._closing = True
+        proc = self._proc
+        if self.alive:
+            try:
+                self._conn.send(P.Shutdown())
+            except (OSError, ValueError):
+                pass
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, proc.join, 10)
+        if proc.is_alive():
+            proc.terminate()
+            await loop.run_in_executor(None, proc.join, 5)
+        if proc.is_alive():
+            proc.kill()
+            await loop.run_in_executor(None, proc.join, 5)
+        try:
+            await asyncio.wait_for(self._exited.wait(), 10)
+        except asyncio.TimeoutError:
+            self._on_exit(proc.exitcode)
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+
+    def add_exit_callback(self, cb: Callable[[int | None], None]) -> None:
+        self._exit_cbs.append(cb)
+
+    # ---- requests ----------------------------------------------------------------------------------------
+    async def generate(self, req: P.GenerateRequest) -> AsyncIterator[P.TokenEvent | P.DoneEvent]:
+        if not self.alive:
+            raise RunnerError("the runner is not running")
+        if req.id in self._streams:
+            raise RequestError(f"request id {req.id!r} is already in flight")
+        q: asyncio.Queue = asyncio.Queue()
+        self._streams[req.id] = q
+        self.in_flight += 1
+        finished = False
+        try:
+            self._send(req)
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if isinstance(item, P.ErrorEvent):
+                    finished = True
+                    raise (RequestError if item.kind == "invalid" else RunnerError)(item.message)
+                if isinstance(item, P.DoneEvent):
+                    finished = True
+                    yield item
+                    return
+                yield item
+        finally:
+            self._streams.pop(req.id, None)
+            self.in_flight -= 1
+            if not finished and self.alive:
+                try:
+                    self._send(P.Cancel(req.id))     # the client went away: free the slot
+                except RunnerError:
+                    pass
+
+    async def embed(self, req: P.EmbedRequest) -> P.EmbedResult:
+        res = await self._call(req.id, req)
+        if res.error:
+            raise RequestError(res.error)
+        return res
+
+    async def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        rid = f"tok-{next(_ids)}"
+        res = await self._call(rid, P.TokenizeRequest(rid, text, add_special))
+        return res.tokens
+
+    async def stats(self) -> P.Stats:
+        rid = f"stats-{next(_ids)}"
+        return await self._call(rid, P.StatsRequest(rid))
+
+    # ---- internals ---------------------------------------------------------------------------------------
+    async def _call(self, rid: str, msg):
+        if not self.alive:
+            raise RunnerError("the runner is not running")
+        fut = asyncio.get_running_loop().create_future()
+        self._futures[rid] = fut
+        self.in_flight += 1
+        try:
+            self._send(msg)
+            return await fut
+        finally:
+            self._futures.pop(rid, None)
+            self.in_flight -= 1
+
+    def _send(self, msg) -> None:
+        try:
+            self._conn.send(msg)
+        except (OSError, ValueError) as e:
+            raise RunnerError(f"the runner is not reachable: {e}") from e
+
+    def _read_loop(self):
+        conn, loop = self._conn, self._loop
+        while True:
+            try:
+                burst = [conn.recv()]
+                while len(burst) < 256 and conn.poll(0):
+                    burst.append(conn.recv())
+            except (EOFError, OSError, ValueError):
+                break
+            try:
+                loop.call_soon_threadsafe(self._dispatch, burst)
+            except RuntimeError:        # the loop is closed
+                return
+        self._proc.join()
+        try:
+            loop.call_soon_threadsafe(self._on_exit, self._proc.exitcode)
+        except RuntimeError:
+            pass
+
+    def _dispatch(self, burst):
+        for msg in burst:
+            rid = getattr(msg, "id", None)
+            if isinstance(msg, (P.TokenEvent, P.DoneEvent)) or (isinstance(msg, P.ErrorEvent) and rid in self._streams):
+                q = self._streams.get(rid)
+                if q is not None:
+                    q.put_nowait(msg)
+            elif isinstance(msg, (P.EmbedResult, P.Stats, P.TokenizeResult, P.ErrorEvent)):
+                fut = self._futures.get(rid)
+                if fut is not None and not fut.done():
+                    if isinstance(msg, P.ErrorEvent):
+                        fut.set_exception(RequestError(msg.message))
+                    else:
+                        fut.set_result(msg)
+            elif isinstance(msg, P.LoadProgress):
+                if self._on_progress is not None:
+                    try:
+                        self._on_progress(msg.progress)
+                    except Exception:
+                        pass
+            elif isinstance(msg, P.Loaded):
+                self.loaded = msg
+                if not self._load_fut.done():
+                    self._load_fut.set_result(msg)
+            elif isinstance(msg, P.LoadFailed):
+                if not self._load_fut.done():
+                    self._load_fut.set_exception(LoadError(msg.message))
+
+    def _on_exit(self, code):
+        if self._exited.is_set():
+            return
+        self.alive = False
+        self.exitcode = code
+        name = self.model_name or self.layout.model_path
+        if self._closing:
+            err = RunnerError(f"the runner for {name} was closed")
+        else:
+            err = RunnerError(f"the runner process for {name} ended unexpectedly ({describe_exit(code)})")
+        if not self._load_fut.done():
+            self._load_fut.set_exception(LoadError(f"loading {name} failed: the runner process ended "
+                                                   f"({describe_exit(code)})"))
+        for q in self._streams.values():
+            q.put_nowait(err)
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._exited.set()
+        for cb in list(self._exit_cbs):
+            try:
+                cb(code)
+            except Exception:
+                pass
