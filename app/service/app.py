@@ -1,0 +1,80 @@
+"""The aiohttp application: `create_app(config)`. Routes are grouped per surface (Ollama, OpenAI, Strata);
+startup discovers devices in the background, cleanup unloads every model (their runner processes end)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from . import ollama_routes, openai_routes, strata_routes
+from .config import ServiceConfig
+from .events import EventBus
+from .metrics import Metrics
+from .scheduler import Scheduler
+from .security import make_middlewares
+from .store_proxy import StoreProxy
+
+log = logging.getLogger("strata.service")
+
+
+def _default_store():
+    from .store import ModelStore
+
+    return ModelStore()
+
+
+def _metrics_middleware(metrics: Metrics):
+    @web.middleware
+    async def count(request: web.Request, handler):
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            route = request.match_info.route
+            path = route.resource.canonical if route is not None and route.resource is not None else "unmatched"
+            metrics.count_request(path, request.method, status)
+    return count
+
+
+def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> web.Application:
+    config = config or ServiceConfig.from_env()
+    metrics = Metrics()
+    # order: metrics (outermost, sees final status) -> errors -> security -> handler
+    app = web.Application(client_max_size=config.max_body,
+                          middlewares=[_metrics_middleware(metrics), *make_middlewares(config)])
+    events = EventBus()
+    store = StoreProxy(store_factory or _default_store)
+    app["config"] = config
+    app["metrics"] = metrics
+    app["events"] = events
+    app["store"] = store
+    app["scheduler"] = None
+
+    ollama_routes.add_routes(app)
+    openai_routes.add_routes(app)
+    strata_routes.add_routes(app)
+
+    async def lifecycle(app: web.Application):
+        scheduler = Scheduler(config, store, events, metrics)
+        app["scheduler"] = scheduler
+
+        async def discover():
+            try:
+                await scheduler.get_inventory()
+            except Exception as e:  # noqa: BLE001 - planning will try again and report it
+                log.warning("device discovery failed: %s", e)
+
+        task = asyncio.get_running_loop().create_task(discover())
+        yield
+        task.cancel()
+        await scheduler.close()
+        store.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

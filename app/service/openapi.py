@@ -1,0 +1,123 @@
+"""OpenAPI 3.1 document for every route of the app. Paths come from the router itself (so a new route can never
+be missing); summaries and request bodies from the table below."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from app import __version__
+
+OBJ = {"type": "object"}
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+INT = {"type": "integer"}
+KEEP_ALIVE = {"oneOf": [STR, {"type": "number"}], "description": "\"5m\", seconds, 0 = unload now, <0 = forever"}
+FORMAT = {"oneOf": [{"type": "string", "enum": ["", "json"]}, OBJ], "description": "\"json\" or a JSON schema"}
+OPTIONS = {"type": "object", "description": "Ollama options: num_ctx, num_predict, temperature, top_k, top_p, min_p, "
+                                            "seed, stop, repeat_penalty, num_gpu, main_gpu, num_thread, num_batch, ..."}
+MESSAGES = {"type": "array", "items": {"type": "object", "properties": {"role": STR, "content": STR},
+                                       "required": ["role"]}}
+
+
+def _obj(props: dict, required=()) -> dict:
+    d = {"type": "object", "properties": props}
+    if required:
+        d["required"] = list(required)
+    return d
+
+
+GEN_COMMON = {"model": STR, "stream": BOOL, "keep_alive": KEEP_ALIVE, "options": OPTIONS, "format": FORMAT,
+              "logprobs": BOOL, "top_logprobs": INT}
+
+ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
+    # (method, path): (tag, summary, request schema)
+    ("GET", "/"): ("strata", "Liveness text", None),
+    ("GET", "/api/version"): ("ollama", "Server version (no API key needed)", None),
+    ("GET", "/api/tags"): ("ollama", "List local models", None),
+    ("POST", "/api/show"): ("ollama", "Show a model: details, model_info, template, parameters",
+                            _obj({"model": STR, "verbose": BOOL}, ["model"])),
+    ("POST", "/api/create"): ("ollama", "Create a model from a GGUF path or model (`from`) or a Modelfile",
+                              _obj({"model": STR, "from": STR, "modelfile": STR, "parameters": OBJ,
+                                    "template": STR, "system": STR, "stream": BOOL}, ["model"])),
+    ("POST", "/api/copy"): ("ollama", "Copy a model under a new name",
+                            _obj({"source": STR, "destination": STR}, ["source", "destination"])),
+    ("DELETE", "/api/delete"): ("ollama", "Delete a model", _obj({"model": STR}, ["model"])),
+    ("POST", "/api/pull"): ("ollama", "Not supported: answers 501 saying how to add models", _obj({"model": STR})),
+    ("POST", "/api/push"): ("ollama", "Not supported (501)", _obj({"model": STR})),
+    ("*", "/api/blobs/{digest}"): ("ollama", "Not supported (501): create from a path on this machine", None),
+    ("GET", "/api/ps"): ("ollama", "Loaded models, with Strata's layout, predicted/actual bytes, load progress", None),
+    ("POST", "/api/generate"): ("ollama", "Generate a completion (NDJSON stream by default); empty prompt loads, "
+                                          "keep_alive 0 unloads",
+                                _obj({**GEN_COMMON, "prompt": STR, "system": STR, "raw": BOOL, "suffix": STR,
+                                      "template": STR, "context": {"type": "array", "items": INT}}, ["model"])),
+    ("POST", "/api/chat"): ("ollama", "Chat completion (NDJSON stream by default)",
+                            _obj({**GEN_COMMON, "messages": MESSAGES, "tools": {"type": "array"}}, ["model"])),
+    ("POST", "/api/embed"): ("ollama", "Embeddings for one or more inputs",
+                             _obj({"model": STR, "input": {"oneOf": [STR, {"type": "array", "items": STR}]},
+                                   "truncate": BOOL, "dimensions": INT, "keep_alive": KEEP_ALIVE,
+                                   "options": OPTIONS}, ["model", "input"])),
+    ("POST", "/api/embeddings"): ("ollama", "Legacy: embedding of one prompt",
+                                  _obj({"model": STR, "prompt": STR, "keep_alive": KEEP_ALIVE, "options": OPTIONS},
+                                       ["model"])),
+    ("POST", "/v1/chat/completions"): ("openai", "OpenAI chat completions (SSE when stream=true)",
+                                       _obj({"model": STR, "messages": MESSAGES, "stream": BOOL,
+                                             "stream_options": OBJ, "max_tokens": INT,
+                                             "max_completion_tokens": INT, "temperature": {"type": "number"},
+                                             "top_p": {"type": "number"}, "stop": {"oneOf": [STR, {"type": "array"}]},
+                                             "seed": INT, "logprobs": BOOL, "top_logprobs": INT,
+                                             "response_format": OBJ, "logit_bias": OBJ}, ["model", "messages"])),
+    ("POST", "/v1/completions"): ("openai", "OpenAI text completions (SSE when stream=true)",
+                                  _obj({"model": STR, "prompt": STR, "stream": BOOL, "max_tokens": INT,
+                                        "echo": BOOL, "logprobs": INT, "stop": {"oneOf": [STR, {"type": "array"}]},
+                                        "seed": INT}, ["model", "prompt"])),
+    ("POST", "/v1/embeddings"): ("openai", "OpenAI embeddings (float or base64)",
+                                 _obj({"model": STR, "input": {"oneOf": [STR, {"type": "array", "items": STR}]},
+                                       "encoding_format": STR, "dimensions": INT}, ["model", "input"])),
+    ("GET", "/v1/models"): ("openai", "List models", None),
+    ("GET", "/v1/models/{model}"): ("openai", "One model", None),
+    ("GET", "/api/devices"): ("strata", "Device inventory (GPUs, host RAM); ?refresh=1 discovers again", None),
+    ("POST", "/api/layout"): ("strata", "Plan a model's layout without loading it (what-if)",
+                              _obj({"model": STR, "options": OBJ, "devices": OBJ}, ["model"])),
+    ("GET", "/api/events"): ("strata", "Server-sent events: load_started, load_progress, loaded, unloaded, "
+                                       "load_failed, memory; `: ping` every 15 s", None),
+    ("GET", "/metrics"): ("strata", "Prometheus metrics (text format)", None),
+    ("GET", "/api/openapi.json"): ("strata", "This document", None),
+}
+
+ERROR = {"description": "Error", "content": {"application/json": {"schema": _obj({"error": {}})}}}
+
+
+def _canonical(path: str) -> str:
+    return path.replace("{model:.+}", "{model}")
+
+
+def build_openapi(app: web.Application) -> dict:
+    paths: dict[str, dict] = {}
+    for route in app.router.routes():
+        method = route.method
+        if method == "HEAD":
+            continue
+        info = route.resource.get_info() if route.resource else {}
+        path = _canonical(info.get("path") or info.get("formatter") or "")
+        if not path:
+            continue
+        tag, summary, schema = ROUTES.get((method, path), ("other", f"{method} {path}", None))
+        op = {"tags": [tag], "summary": summary, "operationId": f"{method.lower()}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_') or 'root'}",
+              "responses": {"200": {"description": "OK"}, "400": ERROR, "404": ERROR}}
+        params = [{"name": n, "in": "path", "required": True, "schema": STR}
+                  for n in ("model", "digest") if "{" + n + "}" in path]
+        if params:
+            op["parameters"] = params
+        if schema is not None:
+            op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
+        methods = ("get", "post", "put", "delete") if method == "*" else (method.lower(),)
+        for m in methods:
+            paths.setdefault(path, {})[m] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Strata local API", "version": __version__,
+                 "description": "Ollama- and OpenAI-compatible API plus Strata's layout, devices, events and metrics."},
+        "servers": [{"url": "/"}],
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "description": "only when STRATA_API_KEY is set"}}},
+        "paths": paths,
+    }

@@ -1,0 +1,470 @@
+"""Model scheduler: which models are loaded, where, and who may use them.
+
+- A request asks for a lease (`async with scheduler.lease(name, opts, keep_alive) as lease:`). The model is
+  loaded if it is not (other requests for it wait on the same load), then the request waits for one of the
+  model's `num_parallel` slots. Beyond `num_parallel + max_queue` requests per model, a 503 with Retry-After.
+- Before a load, the planner lays the model out on what is left of each device after the models already
+  loaded (their predicted bytes). If it does not fit, idle models are unloaded least recently used first and
+  the plan is made again; a model with requests is never unloaded under them (the load waits for one to go idle).
+- keep_alive: after a model's last request ends, it stays loaded that long (None = forever, 0 = unload now).
+- A failed load answers every waiting request with the error, and shows as "failed" in /api/ps until the next try.
+- The runner is a child process: if it dies, the model is dropped and the next request loads it again.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+
+from app.discovery.inventory import Inventory
+from app.engine.layout_types import Layout, PlanOptions
+
+from .config import ServiceConfig
+from .errors import ApiError
+from .events import EventBus
+from .metrics import Metrics
+from .options import RequestOptions, plan_options
+
+log = logging.getLogger("strata.scheduler")
+
+FOREVER = None
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_keep_alive(value, default="5m") -> float | None:
+    """Ollama's keep_alive: a number of seconds or a Go duration ("5m", "1h30m", "-1s"); 0 = unload now,
+    negative = keep forever (None). Raises ApiError(400) naming the problem."""
+    if value is None or value == "":
+        value = default
+    if isinstance(value, bool):
+        raise ApiError(400, f"keep_alive must be a duration like \"5m\" or a number of seconds, got {value!r}",
+                       param="keep_alive")
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    elif isinstance(value, str):
+        s = value.strip()
+        try:
+            secs = float(s)
+        except ValueError:
+            sign = -1.0 if s.startswith("-") else 1.0
+            body = s.lstrip("+-")
+            pos, total = 0, 0.0
+            for m in _DURATION.finditer(body):
+                if m.start() != pos:
+                    break
+                total += float(m.group(1)) * _UNIT[m.group(2)]
+                pos = m.end()
+            if pos != len(body) or not body:
+                raise ApiError(400, f"keep_alive {value!r} is not a duration (examples: \"5m\", \"1h30m\", 300, 0, -1)",
+                               param="keep_alive") from None
+            secs = sign * total
+    else:
+        raise ApiError(400, f"keep_alive must be a string or a number, got {type(value).__name__}",
+                       param="keep_alive")
+    if secs != secs:  # NaN
+        raise ApiError(400, "keep_alive must be a number", param="keep_alive")
+    return FOREVER if secs < 0 else secs
+
+
+@dataclass
+class Lease:
+    model: "LoadedModel"
+    load_wait: float          # seconds this request waited for the model to load
+    queue_wait: float         # seconds it waited for a slot
+
+    @property
+    def client(self):
+        return self.model.client
+
+
+class LoadedModel:
+    def __init__(self, name: str, record, info, options: PlanOptions, n_threads: int):
+        self.name = name
+        self.record = record
+        self.info = info
+        self.options = options
+        self.n_threads = n_threads
+        self.layout: Layout | None = None
+        self.client = None
+        self.state = "loading"
+        self.progress = 0.0
+        self.error: str | None = None
+        self.actual: dict = {}
+        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.slots = asyncio.Semaphore(options.num_parallel)
+        self.slots_total = options.num_parallel
+        self.slots_busy = 0
+        self.queued = 0              # admitted, waiting for a slot (or for the load)
+        self.pending = 0             # admitted and not yet finished (queued + busy)
+        self.last_used = time.monotonic()
+        self.keep_alive: float | None = 300.0
+        self.expires_at: datetime | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.load_started = time.monotonic()
+        self.load_seconds = 0.0
+        self.closing = False
+
+    @property
+    def predicted(self) -> dict[str, int]:
+        if self.layout is None:
+            return {}
+        return {d.device_id: d.total for d in self.layout.devices if d.total}
+
+    @property
+    def size(self) -> int:
+        return sum(self.predicted.values())
+
+    @property
+    def size_vram(self) -> int:
+        return sum(b for dev, b in self.predicted.items() if dev != "CPU")
+
+    def strata_info(self) -> dict:
+        return {
+            "state": self.state,
+            "progress": round(self.progress, 4),
+            "layout": self.layout.to_dict() if self.layout else None,
+            "predicted": self.predicted,
+            "actual": self.actual,
+            "error": self.error,
+            "slots_busy": self.slots_busy,
+            "slots_total": self.slots_total,
+            "queued": max(0, self.queued),
+            "keep_alive": self.keep_alive,
+            "pid": getattr(self.client, "pid", None),
+        }
+
+
+def _subtract(inv: Inventory, used: dict[str, int]) -> Inventory:
+    """The inventory minus bytes already promised to loaded models (per device; "CPU" = host RAM)."""
+    if not used:
+        return inv
+    devices = tuple(replace(d, free=max(0, d.free - used.get(d.id, 0))) for d in inv.devices)
+    return replace(inv, devices=devices, host_ram_available=max(0, inv.host_ram_available - used.get("CPU", 0)))
+
+
+class Scheduler:
+    def __init__(self, config: ServiceConfig, store, events: EventBus, metrics: Metrics):
+        self.config = config
+        self.store = store
+        self.events = events
+        self.metrics = metrics
+        self.models: dict[str, LoadedModel] = {}
+        self.failed: dict[str, LoadedModel] = {}
+        self.inventory: Inventory | None = None
+        self._load_lock = asyncio.Lock()
+        self._inv_lock = asyncio.Lock()
+        self._idle = asyncio.Condition()
+        self._info_cache: dict[tuple[str, float], object] = {}
+        self._closed = False
+
+    # ---- inventory and planning --------------------------------------------------------------------------
+
+    async def refresh_inventory(self) -> Inventory:
+        from app.discovery import discover
+
+        self.inventory = await asyncio.to_thread(discover, self.config.devices_json)
+        return self.inventory
+
+    async def get_inventory(self) -> Inventory:
+        async with self._inv_lock:
+            if self.inventory is None:
+                await self.refresh_inventory()
+        return self.inventory
+
+    def used_bytes(self, exclude: str | None = None) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for m in self.models.values():
+            if m.name == exclude:
+                continue
+            for dev, b in m.predicted.items():
+                used[dev] = used.get(dev, 0) + b
+        return used
+
+    def effective_inventory(self) -> Inventory | None:
+        return _subtract(self.inventory, self.used_bytes()) if self.inventory else None
+
+    async def model_info(self, path):
+        from app.engine.model_info import read_model_info
+
+        from pathlib import Path
+        p = Path(path)
+        key = (str(p), p.stat().st_mtime if p.exists() else 0.0)
+        if key not in self._info_cache:
+            self._info_cache[key] = await asyncio.to_thread(read_model_info, p)
+        return self._info_cache[key]
+
+    async def plan(self, info, options: PlanOptions, inventory: Inventory) -> Layout:
+        try:
+            from app.engine.dryrun import plan_measured
+        except ImportError:
+            plan_measured = None
+        if plan_measured is not None:
+            return await asyncio.to_thread(plan_measured, info, inventory, options)
+        from app.engine.layout import plan
+
+        return plan(info, inventory, options)
+
+    def plan_options_for(self, record, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
+        overrides = dict(ro.plan)
+        return plan_options(overrides, num_ctx_default=self.config.num_ctx, num_parallel=self.config.num_parallel,
+                            n_ctx_train=getattr(info, "context_length", 0), embedding=embedding)
+
+    # ---- the request side ------------------------------------------------------------------------------------
+
+    async def resolve(self, name: str):
+        """ModelRecord for a name; 404/400 ApiErrors for unknown or malformed names."""
+        from .store_proxy import store_error
+
+        try:
+            return await self.store.call("get", name)
+        except Exception as e:  # noqa: BLE001 - mapped to 404/400/500 by type
+            raise store_error(e, name) from None
+
+    @asynccontextmanager
+    async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive=None):
+        """Load if needed, wait for a slot; on exit free the slot and start the keep-alive timer."""
+        ro = ro or RequestOptions()
+        ka = parse_keep_alive(keep_alive, self.config.keep_alive)
+        t0 = time.monotonic()
+        model = await self._admit(name, ro)
+        model.keep_alive = ka
+        acquired = False
+        try:
+            if not model.ready.done():
+                await asyncio.shield(model.ready)
+            else:
+                model.ready.result()          # re-raise a failed load
+            t_loaded = time.monotonic()
+            await model.slots.acquire()
+            acquired = True
+            model.queued -= 1
+            model.slots_busy += 1
+            yield Lease(model, load_wait=t_loaded - t0, queue_wait=time.monotonic() - t_loaded)
+        finally:
+            if acquired:
+                model.slots_busy -= 1
+                model.slots.release()
+            else:
+                model.queued -= 1
+            model.pending -= 1
+            model.last_used = time.monotonic()
+            model.keep_alive = ka
+            if model.pending == 0:
+                self._schedule_expiry(model)
+                async with self._idle:
+                    self._idle.notify_all()
+
+    async def _admit(self, name: str, ro: RequestOptions) -> LoadedModel:
+        """Count the request against the model (starting its load if needed) or refuse it with 503."""
+        record = await self.resolve(name)
+        name = record.name
+        model = self.models.get(name)
+        if model is not None and model.state == "loaded" and ro.plan and model.pending == 0:
+            # different load-time options (num_ctx, num_gpu, ...) on an idle model: load it again with them
+            want = self.plan_options_for(record, model.info, ro, model.options.embedding)
+            if want != model.options or (ro.n_threads and ro.n_threads != model.n_threads):
+                await self.unload(name, reason="reload with new options")
+                model = None
+        if model is None:
+            try:
+                info = await self.model_info(record.path)
+            except Exception as e:  # GGUFError, missing file
+                raise ApiError(400 if type(e).__name__ == "GGUFError" else 500,
+                               f"cannot read model {name!r} ({record.path}): {e}", param="model") from None
+            opts = self.plan_options_for(record, info, ro)
+            model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
+            self.models[name] = model
+            self.failed.pop(name, None)
+            asyncio.get_running_loop().create_task(self._load(model), name=f"load {name}")
+        if model.pending >= model.slots_total + self.config.max_queue:
+            self.metrics.rejected[name] += 1
+            raise ApiError(503, f"model {name!r} is busy: {model.slots_total} slots in use and "
+                                f"{self.config.max_queue} requests queued; retry later",
+                           headers={"Retry-After": str(self.config.retry_after_s)}, code="queue_full")
+        model.pending += 1
+        model.queued += 1
+        self._cancel_expiry(model)
+        return model
+
+    # ---- loading and unloading ---------------------------------------------------------------------------
+
+    async def _load(self, model: LoadedModel) -> None:
+        name = model.name
+        loop = asyncio.get_running_loop()
+        try:
+            async with self._load_lock:
+                if self._closed:
+                    raise ApiError(503, "the service is shutting down")
+                model.layout = await self._place(model)
+                self.events.publish("load_started", {"model": name, "layout": model.layout.to_dict()})
+                from app.engine.client import RunnerClient
+
+                client = RunnerClient(model.layout, n_threads=model.n_threads, model_name=name)
+                model.client = client
+
+                def on_progress(p: float) -> None:
+                    loop.call_soon_threadsafe(self._progress, model, float(p))
+
+                loaded = await asyncio.wait_for(client.start(on_progress), self.config.load_timeout_s)
+            model.actual = dict(getattr(loaded, "actual", {}) or {})
+            model.load_seconds = time.monotonic() - model.load_started
+            model.state = "loaded"
+            model.progress = 1.0
+            client.add_exit_callback(lambda code, m=model: self._runner_exited(m, code))
+            self.metrics.loads[(name, "ok")] += 1
+            self.events.publish("loaded", {"model": name, "layout": model.layout.to_dict(), "actual": model.actual,
+                                           "load_seconds": model.load_seconds})
+            self._publish_memory()
+            if not model.ready.done():
+                model.ready.set_result(None)
+            if model.pending == 0:
+                self._schedule_expiry(model)
+        except BaseException as e:  # noqa: BLE001 - every failure must reach the waiters
+            msg = e.message if isinstance(e, ApiError) else (str(e) or type(e).__name__)
+            if isinstance(e, asyncio.TimeoutError):
+                msg = f"loading took longer than {self.config.load_timeout_s:.0f} s"
+            log.warning("load of %s failed: %s", name, msg)
+            model.state, model.error = "failed", msg
+            if self.models.get(name) is model:
+                del self.models[name]
+            self.failed[name] = model
+            self.metrics.loads[(name, "failed")] += 1
+            self.events.publish("load_failed", {"model": name, "error": msg})
+            if model.client is not None:
+                try:
+                    await model.client.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            err = e if isinstance(e, ApiError) else ApiError(500, f"failed to load model {name!r}: {msg}",
+                                                             code="load_failed")
+            if not model.ready.done():
+                model.ready.set_exception(err)
+                model.ready.exception()     # mark retrieved: waiters may all have gone
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+
+    def _progress(self, model: LoadedModel, p: float) -> None:
+        if model.state != "loading":
+            return
+        model.progress = max(model.progress, min(1.0, p))
+        self.events.publish("load_progress", {"model": model.name, "progress": round(model.progress, 4)})
+
+    async def _place(self, model: LoadedModel) -> Layout:
+        """Plan on what the other models leave free; unload idle ones (LRU) until the plan fits."""
+        inventory = await self.get_inventory()
+        deadline = time.monotonic() + self.config.load_timeout_s
+        while True:
+            others = [m for m in self.models.values() if m is not model and m.state == "loaded"]
+            too_many = self.config.max_loaded_models and len(others) >= self.config.max_loaded_models
+            layout = None
+            if not too_many:
+                layout = await self.plan(model.info, model.options, _subtract(inventory, self.used_bytes(model.name)))
+                if layout.fits:
+                    return layout
+            idle = sorted((m for m in others if m.pending == 0), key=lambda m: m.last_used)
+            if idle:
+                victim = idle[0]
+                log.info("unloading %s (least recently used) to make room for %s", victim.name, model.name)
+                await self.unload(victim.name, reason=f"evicted for {model.name}")
+                continue
+            if others and time.monotonic() < deadline:
+                async with self._idle:      # every other model is busy: wait until one goes idle
+                    try:
+                        await asyncio.wait_for(self._idle.wait(), max(0.1, deadline - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        pass
+                continue
+            if layout is None:
+                raise ApiError(503, f"{len(others)} models are loaded and busy (max_loaded_models="
+                                    f"{self.config.max_loaded_models}); try again later")
+            need = sum(d.total for d in layout.devices)
+            hint = ("; " + "; ".join(layout.suggestions)) if layout.suggestions else ""
+            raise ApiError(507, f"model {model.name!r} does not fit in memory (needs about {need / 2**20:.0f} MiB "
+                                f"with num_ctx={model.options.num_ctx}, num_parallel={model.options.num_parallel})"
+                                f"{hint}", code="insufficient_memory")
+
+    async def unload(self, name: str, reason: str = "") -> bool:
+        model = self.models.pop(name, None)
+        if model is None:
+            return False
+        model.closing = True
+        self._cancel_expiry(model)
+        client = model.client
+        if client is not None:
+            try:
+                await client.close()
+            except Exception as e:  # noqa: BLE001
+                log.warning("closing runner of %s: %s", name, e)
+        if not model.ready.done():
+            model.ready.set_exception(ApiError(503, f"model {name!r} was unloaded while loading ({reason})"))
+            model.ready.exception()
+        log.info("unloaded %s%s", name, f" ({reason})" if reason else "")
+        self.events.publish("unloaded", {"model": name, "reason": reason})
+        self._publish_memory()
+        async with self._idle:
+            self._idle.notify_all()
+        return True
+
+    def request_unload(self, name: str) -> bool:
+        """keep_alive 0 on a load request: unload now if idle, else as soon as its requests end."""
+        model = self.models.get(name)
+        if model is None:
+            return False
+        model.keep_alive = 0
+        if model.pending == 0:
+            self._schedule_expiry(model)
+        return True
+
+    def _runner_exited(self, model: LoadedModel, code) -> None:
+        if model.closing or self.models.get(model.name) is not model:
+            return
+        log.warning("runner of %s exited (code %s); it will be loaded again on the next request", model.name, code)
+        self.models.pop(model.name, None)
+        self._cancel_expiry(model)
+        self.events.publish("unloaded", {"model": model.name, "reason": f"runner exited with code {code}"})
+        self._publish_memory()
+
+    def _schedule_expiry(self, model: LoadedModel) -> None:
+        self._cancel_expiry(model)
+        if model.state != "loaded" or self.models.get(model.name) is not model:
+            return
+        ka = model.keep_alive
+        loop = asyncio.get_running_loop()
+        if ka is FOREVER:
+            model.expires_at = None
+            return
+        model.expires_at = datetime.now(timezone.utc) + timedelta(seconds=ka)
+
+        def expire(m=model):
+            if m.pending == 0 and self.models.get(m.name) is m:
+                loop.create_task(self.unload(m.name, reason="keep_alive expired"))
+
+        if ka <= 0:
+            loop.call_soon(expire)
+        else:
+            model.timer = loop.call_later(ka, expire)
+
+    def _cancel_expiry(self, model: LoadedModel) -> None:
+        if model.timer is not None:
+            model.timer.cancel()
+            model.timer = None
+
+    def _publish_memory(self) -> None:
+        inv = self.effective_inventory()
+        if inv is not None:
+            self.events.publish("memory", {"inventory": inv.to_dict(), "used": self.used_bytes()})
+
+    # ---- views and shutdown ----------------------------------------------------------------------------
+
+    def snapshot(self) -> list[LoadedModel]:
+        return list(self.models.values()) + [m for n, m in self.failed.items() if n not in self.models]
+
+    async def close(self) -> None:
+        self._closed = True
+        for name in list(self.models):
+            await self.unload(name, reason="shutdown")

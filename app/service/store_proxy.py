@@ -1,0 +1,56 @@
+"""The model store (SQLite) used from the event loop: every call runs on ONE dedicated thread, so a
+connection made there is never used from another thread and the loop never blocks on disk."""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from .errors import ApiError
+
+
+class StoreProxy:
+    def __init__(self, factory):
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-store")
+        self._store = None
+        self._factory = factory
+
+    def _get(self):
+        if self._store is None:
+            self._store = self._factory()
+        return self._store
+
+    async def call(self, method: str, *args, **kwargs):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: getattr(self._get(), method)(*args, **kwargs))
+
+    def close(self) -> None:
+        def _close():
+            close = getattr(self._store, "close", None)
+            if close:
+                close()
+        try:
+            self._executor.submit(_close).result(timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+        self._executor.shutdown(wait=False)
+
+
+def store_error(e: Exception, name: str = "") -> ApiError:
+    """Store exceptions as HTTP errors (the store's own types, matched by name so this module does not
+    depend on how the store is written)."""
+    kind = type(e).__name__
+    what = f"model {name!r}" if name else "model"
+    if kind == "ModelNotFound":
+        return ApiError(404, f"{what} not found; see /api/tags, or add it with /api/create or `strata import`",
+                        param="model", code="model_not_found")
+    if kind in ("InvalidName",):
+        return ApiError(400, f"invalid model name: {e}", param="model")
+    if kind in ("GGUFError", "ModelfileError", "ValueError", "ReadOnlyModel", "ModelExists", "StoreError"):
+        return ApiError(400, str(e))
+    if isinstance(e, FileNotFoundError):
+        return ApiError(400, f"file not found: {e.filename or e}")
+    if isinstance(e, (PermissionError, IsADirectoryError, NotADirectoryError)):
+        return ApiError(400, f"cannot use that path: {e}")
+    if isinstance(e, ValueError):
+        return ApiError(400, str(e))
+    return ApiError(500, f"model store error: {type(e).__name__}: {e}")
