@@ -1,0 +1,91 @@
+"""Simulated inventories from JSON: for tests and what-if planning ("how would this model sit on two 24 GB GPUs?").
+
+Schema (sizes are bytes, or strings with a unit: "24 GiB", "512MiB", "8GB"):
+    {"devices": [{"id": "CUDA0", "name": "RTX 4090", "total": "24 GiB", "free": "23 GiB",
+                  "kind": "gpu", "backend": "CUDA"}],            # kind/backend/free optional (gpu, SIM, = total)
+     "host_ram_total": "64 GiB", "host_ram_available": "48 GiB", "cpu_cores": 16, "cpu_name": "..."}
+A missing or wrong field raises ValueError naming it (e.g. `devices[1].total`).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from app.discovery.inventory import Device, Inventory
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2, "mib": 1024 ** 2,
+          "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1000 ** 4, "tb": 1000 ** 4, "tib": 1024 ** 4}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+KINDS = ("gpu", "igpu", "accel", "cpu")
+
+
+def parse_size(value, field: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{field}: expected a size in bytes or a string like '24 GiB', got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"{field}: size must be >= 0, got {value!r}")
+        return int(value)
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise ValueError(f"{field}: expected a size in bytes or a string like '24 GiB', got {value!r}")
+
+
+def _req(d: dict, key: str, where: str):
+    if key not in d:
+        raise ValueError(f"simulated inventory: missing field {where}{key}")
+    return d[key]
+
+
+def inventory_from_dict(data: dict) -> Inventory:
+    if not isinstance(data, dict):
+        raise ValueError("simulated inventory: expected a JSON object with 'devices', 'host_ram_total', ...")
+    devs = _req(data, "devices", "")
+    if not isinstance(devs, list):
+        raise ValueError("simulated inventory: field devices must be a list")
+    out = []
+    seen = set()
+    for i, d in enumerate(devs):
+        w = f"devices[{i}]."
+        if not isinstance(d, dict):
+            raise ValueError(f"simulated inventory: {w[:-1]} must be an object")
+        dev_id = _req(d, "id", w)
+        if not isinstance(dev_id, str) or not dev_id or dev_id.upper() == "CPU" or dev_id in seen:
+            raise ValueError(f"simulated inventory: {w}id must be a unique non-empty name other than CPU, got {dev_id!r}")
+        seen.add(dev_id)
+        total = parse_size(_req(d, "total", w), f"{w}total")
+        free = parse_size(d.get("free", total), f"{w}free")
+        if free > total:
+            raise ValueError(f"simulated inventory: {w}free ({free}) is more than {w}total ({total})")
+        kind = d.get("kind", "gpu")
+        if kind not in KINDS:
+            raise ValueError(f"simulated inventory: {w}kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        out.append(Device(id=dev_id, name=str(d.get("name", dev_id)), kind=kind, backend=str(d.get("backend", "SIM")),
+                          total=total, free=free, index=i, uuid=d.get("uuid"), pci_bus_id=d.get("pci_bus_id")))
+    ram_total = parse_size(_req(data, "host_ram_total", ""), "host_ram_total")
+    ram_avail = parse_size(data.get("host_ram_available", ram_total), "host_ram_available")
+    cores = _req(data, "cpu_cores", "")
+    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+        raise ValueError(f"simulated inventory: cpu_cores must be a positive integer, got {cores!r}")
+    return Inventory(devices=tuple(out), host_ram_total=ram_total, host_ram_available=ram_avail, cpu_cores=cores,
+                     cpu_name=str(data.get("cpu_name", "simulated CPU")), simulated=True,
+                     notes=("simulated inventory",))
+
+
+def load_simulated(path) -> Inventory:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ValueError(f"simulated inventory {p}: cannot read ({e.strerror or e})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"simulated inventory {p}: not valid JSON ({e})") from None
+    try:
+        return inventory_from_dict(data)
+    except ValueError as e:
+        raise ValueError(f"{e} (in {p})") from None
