@@ -39,7 +39,9 @@ def build_request(ro: RequestOptions, *, prompt=None, messages=None, system=None
 def runner_error(e: Exception, model: str) -> ApiError:
     """A RunnerError as an HTTP error: the engine marks client mistakes (prompt too long, bad schema) with
     `status` 400; anything else is the server's problem, said plainly."""
-    status = getattr(e, "status", None) or (400 if getattr(e, "client_error", False) else 500)
+    from app.engine.client import RequestError
+
+    status = getattr(e, "status", None) or (400 if isinstance(e, RequestError) else 500)
     return ApiError(int(status), f"model {model!r}: {e}", code="runner_error" if status >= 500 else None)
 
 

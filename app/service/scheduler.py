@@ -147,6 +147,16 @@ def _subtract(inv: Inventory, used: dict[str, int]) -> Inventory:
     return replace(inv, devices=devices, host_ram_available=max(0, inv.host_ram_available - used.get("CPU", 0)))
 
 
+def _host_only_inventory(_sim_path=None) -> Inventory:
+    import os
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = os.sysconf("SC_PHYS_PAGES") * page
+    avail = os.sysconf("SC_AVPHYS_PAGES") * page
+    return Inventory(devices=(), host_ram_total=total, host_ram_available=avail, cpu_cores=os.cpu_count() or 1,
+                     notes=("GPU discovery unavailable: planning for the CPU only",))
+
+
 class Scheduler:
     def __init__(self, config: ServiceConfig, store, events: EventBus, metrics: Metrics):
         self.config = config
@@ -165,8 +175,10 @@ class Scheduler:
     # ---- inventory and planning --------------------------------------------------------------------------
 
     async def refresh_inventory(self) -> Inventory:
-        from app.discovery import discover
-
+        try:
+            from app.discovery import discover
+        except ImportError:        # discovery not installed in this build: host RAM only
+            discover = _host_only_inventory
         self.inventory = await asyncio.to_thread(discover, self.config.devices_json)
         return self.inventory
 
@@ -199,15 +211,17 @@ class Scheduler:
         return self._info_cache[key]
 
     async def plan(self, info, options: PlanOptions, inventory: Inventory) -> Layout:
+        """The planner's layout: measured (dry run in a child process, cached) where available, else pure."""
         try:
-            from app.engine.dryrun import plan_measured
-        except ImportError:
-            plan_measured = None
-        if plan_measured is not None:
-            return await asyncio.to_thread(plan_measured, info, inventory, options)
-        from app.engine.layout import plan
+            try:
+                from app.engine.dryrun import plan_measured
+            except ImportError:
+                from app.engine.layout import plan
 
-        return plan(info, inventory, options)
+                return plan(info, inventory, options)
+            return await asyncio.to_thread(plan_measured, info, inventory, options)
+        except ValueError as e:     # options the planner refuses (tensor_split length, main_gpu, ...)
+            raise ApiError(400, f"cannot plan this load: {e}", param="options") from None
 
     def plan_options_for(self, record, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
         overrides = dict(ro.plan)
