@@ -13,6 +13,10 @@ def strata_home(tmp_path, monkeypatch):
     home = tmp_path / "strata-home"
     home.mkdir()
     monkeypatch.setenv("STRATA_HOME", str(home))
+    # external-model discovery (Ollama, LM Studio, HF cache) looks under this "home", never the real one
+    user_home = tmp_path / "user-home"
+    user_home.mkdir()
+    monkeypatch.setenv("STRATA_USER_HOME", str(user_home))
     return home
 
 

@@ -183,3 +183,24 @@ def write_dense_qwen3(path, n_layer: int = 2, n_embd: int = 64, n_head: int = 4,
         m.weight(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
         m.weight(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
     return m.finish()
+
+
+def write_minimal(path, arch: str = "llama", n_layer: int = 1, n_embd: int = 32, name: str | None = None,
+                  seed: int = 0) -> Path:
+    """A tiny GGUF that read_model_info accepts (header, a few keys, two small tensors) but that is not a
+    complete model: for store and discovery tests that never load weights. `seed` changes the bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(path), arch)
+    if name:
+        w.add_name(name)
+    for k, v in (("block_count", n_layer), ("embedding_length", n_embd), ("attention.head_count", 4),
+                 ("context_length", 512)):
+        w.add_key_value(f"{arch}.{k}", v, GGUFValueType.UINT32)
+    w.add_tensor("token_embd.weight", np.full((4, n_embd), seed, dtype=np.float32))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -55,6 +55,7 @@ def sanitize_name(text: str, tag: str = DEFAULT_TAG) -> str:
     """Make a valid name from arbitrary text (a file stem, an external repo name): `My Model.Q4` -> `my-model.q4:latest`."""
     def clean(s: str) -> str:
         s = _SANITIZE.sub("-", s.lower()).strip("-._")
-        s = re.sub(r"\.{2,}", ".", s)
+        # runs of separators collapse to one ('..' must never survive; '-.' reads badly)
+        s = re.sub(r"[-._]{2,}", lambda m: "." if "." in m.group() else m.group()[0], s)
         return s[:MAX_PART].rstrip("-._") or "model"
     return f"{clean(text)}:{clean(tag)}"
