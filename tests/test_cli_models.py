@@ -1,0 +1,146 @@
+"""`strata list/show/import/cp/rm` as a user runs them: real processes (python -m app, the console script),
+real store under the test's STRATA_HOME; exit codes and messages on errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gguf_factory import write_minimal
+
+from app.cli import main
+from app.cli.models import human_ago, human_count, human_size, progress_line
+
+
+def strata(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=120,
+                       env=os.environ.copy())
+    if check_rc is not None:
+        assert r.returncode == check_rc, f"rc={r.returncode}\nstdout:{r.stdout}\nstderr:{r.stderr}"
+    return r
+
+
+def models_dir_files(strata_home: Path) -> list[str]:
+    d = strata_home / "models"
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def test_console_script_lists_the_builtin_model():
+    exe = Path(sys.executable).parent / "strata"
+    assert exe.exists(), "the `strata` console script is not installed (pip install -e .)"
+    r = subprocess.run([str(exe), "list"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.splitlines()
+    assert header.split() == ["NAME", "ID", "SIZE", "MODIFIED", "SOURCE"]
+    assert any(row.split()[0] == "smollm2:135m" and row.split()[-1] == "builtin" for row in rows)
+
+
+def test_import_show_cp_rm_round_trip(tmp_path, strata_home):
+    src = write_minimal(tmp_path / "My-Model.gguf", n_layer=2, name="My Model")
+    r = strata("import", str(src), "--name", "mine:v1")
+    assert r.stdout.startswith("imported mine:v1 (") and "linked" in r.stdout and "sha256:" in r.stdout
+
+    out = strata("list").stdout
+    assert "mine:v1" in out and "smollm2:135m" in out
+
+    show = strata("show", "mine:v1").stdout
+    assert "  Model" in show and "architecture        llama" in show and "layers              2" in show
+    assert "source              store" in show
+
+    data = json.loads(strata("show", "mine:v1", "--json", "--tensors").stdout)
+    assert data["model"]["name"] == "mine:v1" and data["info"]["n_layer"] == 2
+    assert [t["name"] for t in data["info"]["tensors"]] == ["token_embd.weight", "blk.0.attn_norm.weight"]
+
+    tensors = strata("show", "mine:v1", "--tensors").stdout
+    assert "blk.0.attn_norm.weight" in tensors and "norm" in tensors
+
+    assert strata("cp", "mine:v1", "mine:v2").stdout.strip() == "copied 'mine:v1' to 'mine:v2'"
+    assert strata("rm", "mine:v1").stdout.strip() == "deleted 'mine:v1'"
+    assert len(models_dir_files(strata_home)) == 1          # mine:v2 still uses the blob
+    strata("rm", "mine:v2")
+    assert models_dir_files(strata_home) == []
+    listed = json.loads(strata("list", "--json").stdout)
+    assert [m["name"] for m in listed] == ["smollm2:135m"]
+
+
+def test_import_copy_flag(tmp_path):
+    src = write_minimal(tmp_path / "c.gguf")
+    r = strata("import", str(src), "--copy")
+    assert r.stdout.startswith("imported c:latest") and "copied" in r.stdout
+
+
+def test_show_builtin_in_process(capsys):
+    assert main(["show", "smollm2:135m"]) == 0
+    out = capsys.readouterr().out
+    for line in ("architecture        llama", "context length      8192", "embedding length    576",
+                 "quantization        Q4_1", "layers              30", "attention heads     9 (KV heads 3)",
+                 "output              tied to token embedding", "source              builtin (read-only)"):
+        assert line in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["import", "/definitely/not/here.gguf"], "no such file"),
+    (["import", "__NOTGGUF__"], "not a GGUF file"),
+    (["import", "__GOOD__", "--name", "../../etc/x"], "invalid model name"),
+    (["import", "__GOOD__", "--name", "a%2Fb"], "invalid model name"),
+    (["import", "__GOOD__", "--name", "smollm2:135m"], "built-in model"),
+    (["show", "nope:missing"], "not found"),
+    (["show", "bad/name"], "invalid model name"),
+    (["cp", "nope", "x"], "not found"),
+    (["cp", "smollm2:135m", "x/y"], "invalid model name"),
+    (["rm", "smollm2:135m"], "built-in model"),
+    (["rm", "nope"], "not found"),
+])
+def test_errors_exit_nonzero_and_change_nothing(tmp_path, strata_home, args, message):
+    good = write_minimal(tmp_path / "good.gguf")
+    bad = tmp_path / "notgguf.gguf"
+    bad.write_text("plain text")
+    args = [{"__GOOD__": str(good), "__NOTGGUF__": str(bad)}.get(a, a) for a in args]
+    before = strata("list", "--json").stdout
+    r = strata(*args, check_rc=1)
+    assert r.stderr.startswith("Error: ") and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert strata("list", "--json").stdout == before
+    assert models_dir_files(strata_home) == []
+
+
+def test_progress_bar_on_a_terminal(tmp_path):
+    """With stderr on a terminal, import draws a bar that reaches 100%."""
+    pty = pytest.importorskip("pty")
+    src = write_minimal(tmp_path / "p.gguf")
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "app", "import", str(src), "--copy"], stdout=subprocess.PIPE,
+                           stderr=slave, text=True, timeout=120)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                b = os.read(master, 4096)
+            except OSError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    drawn = b"".join(chunks).decode()
+    assert "copying" in drawn and "100%" in drawn and "|" in drawn
+
+
+def test_formatting():
+    assert human_size(512) == "512 B"
+    assert human_size(98_362_432) == "98.4 MB"
+    assert human_size(4_700_000_000) == "4.7 GB"
+    assert human_size(137_000_000) == "137 MB"
+    assert human_size(2_000_000) == "2 MB"
+    assert human_count(134_515_008) == "134.52M" and human_count(7_000_000_000) == "7B"
+    assert human_ago(100.0, now=100.2) == "Less than a second ago"
+    assert human_ago(0, now=3 * 86400 + 5) == "3 days ago"
+    assert human_ago(0, now=60) == "1 minute ago"
+    line = progress_line("hashing", 50, 100, width=10)
+    assert line.startswith("hashing   50% |█████     |")
