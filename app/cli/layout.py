@@ -1,0 +1,143 @@
+"""`strata plan MODEL` (the layout without loading) and `strata devices` (the inventory)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="show where a model's layers would go (no loading)")
+    p.add_argument("model", help="a store name (e.g. smollm2:135m) or a path to a .gguf file")
+    p.add_argument("--ctx", type=int, default=4096, help="context per sequence (num_ctx), default 4096")
+    p.add_argument("--parallel", type=int, default=1, help="parallel sequences (num_parallel), default 1")
+    p.add_argument("--devices", metavar="SIM.json", help="plan for a simulated inventory (JSON) instead of this machine")
+    p.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0"], help="KV cache type")
+    p.add_argument("--num-gpu", type=int, help="layers on GPU (llama.cpp n_gpu_layers; -1 = all)")
+    p.add_argument("--main-gpu", type=int, help="GPU index to use first")
+    p.add_argument("--tensor-split", help="comma-separated weights, one per GPU")
+    p.add_argument("--cpu-moe", type=int, help="number of layers whose MoE experts stay on the CPU")
+    p.add_argument("--margin-mib", type=int, default=512, help="memory kept free on each device (MiB)")
+    p.add_argument("--no-measure", action="store_true", help="estimate the compute buffer instead of a dry run")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_plan)
+
+    d = sub.add_parser("devices", help="list the devices llama.cpp can use here (GPUs, RAM)")
+    d.add_argument("--devices", metavar="SIM.json", help="show a simulated inventory instead")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.set_defaults(func=cmd_devices)
+
+
+def resolve_model(name: str) -> Path:
+    """A path to an existing file, else a store name (when the store exists). FileNotFoundError if neither."""
+    p = Path(name).expanduser()
+    if p.is_file():
+        return p
+    try:
+        from app.service.store import ModelStore
+    except ImportError:
+        ModelStore = None  # noqa: N806
+    if ModelStore is not None:
+        try:
+            return Path(ModelStore().resolve_path(name))
+        except Exception as e:  # ModelNotFound, InvalidName: say so
+            raise FileNotFoundError(f"{name}: not a file and not a model in the store ({e})") from None
+    raise FileNotFoundError(f"{name}: no such file")
+
+
+def _fmt(n: int) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
+
+
+def _ranges(xs) -> str:
+    xs = list(xs)
+    if not xs:
+        return "-"
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+
+def cmd_plan(args) -> int:
+    from app.discovery import discover
+    from app.engine.layout_types import PlanOptions
+    from app.engine.model_info import GGUFError, read_model_info
+
+    try:
+        path = resolve_model(args.model)
+        info = read_model_info(path)
+        inv = discover(args.devices)
+        split = None
+        if args.tensor_split:
+            try:
+                split = tuple(float(x) for x in args.tensor_split.split(","))
+            except ValueError:
+                raise ValueError(f"tensor_split: {args.tensor_split!r} is not a comma-separated list of numbers") from None
+        opts = PlanOptions(num_ctx=args.ctx, num_parallel=args.parallel, num_gpu=args.num_gpu, main_gpu=args.main_gpu,
+                           tensor_split=split, cpu_moe=args.cpu_moe, kv_type=args.kv_type,
+                           margin=max(0, args.margin_mib) * MiB)
+        if args.no_measure:
+            from app.engine.layout import plan
+
+            layout = plan(info, inv, opts)
+        else:
+            from app.engine.dryrun import plan_measured
+
+            layout = plan_measured(info, inv, opts)
+    except (FileNotFoundError, GGUFError, ValueError) as e:
+        print(f"strata plan: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"model": args.model, "fits": layout.fits, "layout": layout.to_dict(),
+                          "inventory": inv.to_dict(), "suggestions": list(layout.suggestions)}, indent=2))
+        return 0 if layout.fits else 1
+    print(f"{info.name} ({info.architecture}, {info.n_layer} layers, {_fmt(info.weight_bytes)} weights, "
+          f"{info.quantization}) - num_ctx {args.ctx} x {args.parallel} seq, KV {args.kv_type}")
+    print(f"{'device':<10} {'blocks':<14} {'experts':<14} {'weights':>11} {'KV':>11} {'compute':>11} "
+          f"{'total':>11} {'budget':>11}")
+    for d in layout.devices:
+        print(f"{d.device_id:<10} {_ranges(d.layers):<14} {_ranges(d.expert_layers):<14} {_fmt(d.weights_total):>11} "
+              f"{_fmt(d.kv):>11} {_fmt(d.compute + d.output):>11} {_fmt(d.total):>11} {_fmt(d.budget):>11}")
+    print(f"llama.cpp: n_gpu_layers={layout.n_gpu_layers} devices={list(layout.gpu_devices)} "
+          f"tensor_split={list(layout.tensor_split)} op_offload={layout.op_offload}")
+    for pat, dev in layout.tensor_buft_overrides:
+        print(f"  override {pat} -> {dev}")
+    for r in layout.reasons:
+        print(f"  - {r}")
+    print("fits" if layout.fits else "DOES NOT FIT")
+    for s in layout.suggestions:
+        print(f"  suggestion: {s}")
+    return 0 if layout.fits else 1
+
+
+def cmd_devices(args) -> int:
+    from app.discovery import discover
+
+    try:
+        inv = discover(args.devices)
+    except ValueError as e:
+        print(f"strata devices: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(inv.to_dict(), indent=2))
+        return 0
+    print(f"CPU: {inv.cpu_name or '?'}, {inv.cpu_cores} cores, RAM {_fmt(inv.host_ram_available)} available of "
+          f"{_fmt(inv.host_ram_total)}" + (" (simulated)" if inv.simulated else ""))
+    if not inv.devices:
+        print("no GPU")
+    for d in inv.devices:
+        extra = f", {d.utilization}% busy" if d.utilization is not None else ""
+        print(f"{d.id:<10} {d.kind:<5} {d.backend:<7} {d.name}: {_fmt(d.free)} free of {_fmt(d.total)}"
+              + (f", PCI {d.pci_bus_id}" if d.pci_bus_id else "") + extra)
+    for n in inv.notes:
+        print(f"note: {n}")
+    return 0
