@@ -7,6 +7,8 @@ import logging
 
 from aiohttp import web
 
+from . import appkeys as keys
+
 from . import ollama_routes, openai_routes, strata_routes
 from .config import ServiceConfig
 from .events import EventBus
@@ -50,11 +52,11 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
                           middlewares=[_metrics_middleware(metrics), *make_middlewares(config)])
     events = EventBus()
     store = StoreProxy(store_factory or _default_store)
-    app["config"] = config
-    app["metrics"] = metrics
-    app["events"] = events
-    app["store"] = store
-    app["scheduler"] = None
+    app[keys.CONFIG] = config
+    app[keys.METRICS] = metrics
+    app[keys.EVENTS] = events
+    app[keys.STORE] = store
+    app[keys.SCHEDULER] = None
 
     ollama_routes.add_routes(app)
     openai_routes.add_routes(app)
@@ -62,7 +64,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
 
     async def lifecycle(app: web.Application):
         scheduler = Scheduler(config, store, events, metrics)
-        app["scheduler"] = scheduler
+        app[keys.SCHEDULER] = scheduler
 
         async def discover():
             try:

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from aiohttp import web
 
+from . import appkeys as keys
+
 from app import __version__
 
 from . import generation
@@ -24,7 +26,7 @@ FAR_FUTURE = "2318-01-01T00:00:00Z"     # expires_at of a model kept forever (Ol
 
 def _ctx(request):
     app = request.app
-    return app["scheduler"], app["store"], app["metrics"]
+    return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
 
 
 async def _info_or_none(scheduler, record):

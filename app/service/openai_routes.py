@@ -5,6 +5,8 @@ import time
 
 from aiohttp import web
 
+from . import appkeys as keys
+
 from . import generation
 from .errors import ApiError
 from .http_util import SSEWriter, field, model_name, read_json
@@ -16,7 +18,7 @@ from .options import parse_openai_sampling
 
 def _ctx(request):
     app = request.app
-    return app["scheduler"], app["store"], app["metrics"]
+    return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
 
 
 async def _stream(request, gen, on_token, on_end) -> web.StreamResponse:

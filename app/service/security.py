@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from . import appkeys as keys
 from .config import ServiceConfig
 from .errors import ApiError, error_body
 
@@ -153,7 +154,7 @@ def make_middlewares(config: ServiceConfig) -> list:
 
 def _http_message(e: web.HTTPException, request: web.Request) -> str:
     if e.status == 413:
-        return f"request body too large (limit {request.app['config'].max_body} bytes)"
+        return f"request body too large (limit {request.app[keys.CONFIG].max_body} bytes)"
     if e.status == 404:
         return f"no such endpoint: {request.method} {request.path}"
     if e.status == 405:

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import tempfile
-
 from aiohttp import web
+
+from . import appkeys as keys
 
 from .errors import ApiError
 from .http_util import SSEWriter, field, model_name, read_json
@@ -19,7 +17,7 @@ LAYOUT_OPTION_KEYS = ("num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_
 
 
 async def devices(request):
-    scheduler = request.app["scheduler"]
+    scheduler = request.app[keys.SCHEDULER]
     if request.query.get("refresh") in ("1", "true"):
         inv = await scheduler.refresh_inventory()
     else:
@@ -29,19 +27,13 @@ async def devices(request):
 
 def _inventory_from_json(data: dict):
     """A simulated inventory from the same JSON a STRATA_DEVICES file holds (parsed by discovery itself)."""
-    from app.discovery import discover
+    from app.discovery.simulated import inventory_from_dict
 
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="strata-devices-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        return discover(path)
-    finally:
-        os.unlink(path)
+    return inventory_from_dict(data)
 
 
 async def layout(request):
-    scheduler = request.app["scheduler"]
+    scheduler = request.app[keys.SCHEDULER]
     body = await read_json(request)
     name = model_name(body)
     opts = field(body, "options", dict) or {}
@@ -82,7 +74,7 @@ async def layout(request):
 
 
 async def events(request):
-    bus = request.app["events"]
+    bus = request.app[keys.EVENTS]
     w = SSEWriter(request)
     await w.raw(b": connected\n\n")
     with bus.subscribe() as q:
@@ -97,8 +89,8 @@ async def events(request):
 
 async def metrics(request):
     app = request.app
-    scheduler = app["scheduler"]
-    text = app["metrics"].render(scheduler, scheduler.effective_inventory())
+    scheduler = app[keys.SCHEDULER]
+    text = app[keys.METRICS].render(scheduler, scheduler.effective_inventory())
     return web.Response(text=text, content_type="text/plain", charset="utf-8",
                         headers={"X-Content-Type-Options": "nosniff"})
 

@@ -1,0 +1,177 @@
+"""Service building blocks that need no model: keep_alive durations, options, Modelfiles, host/origin rules,
+config parsing, the OpenAPI document, metrics text, and a port that is already taken."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from app.service.config import ConfigError, ServiceConfig, parse_host
+from app.service.errors import ApiError
+from app.service.modelfile import ModelfileError, parse_modelfile, render_modelfile
+from app.service.options import parse_ollama_options, parse_openai_sampling, plan_options
+from app.service.scheduler import parse_keep_alive
+from app.service.security import Guard
+
+
+@pytest.mark.parametrize("value,seconds", [
+    ("5m", 300.0), ("1h30m", 5400.0), ("10s", 10.0), ("300ms", 0.3), ("2.5h", 9000.0), (300, 300.0),
+    ("300", 300.0), (0, 0.0), ("0", 0.0), ("0s", 0.0), (-1, None), ("-1", None), ("-5m", None), (None, 300.0),
+])
+def test_keep_alive_durations(value, seconds):
+    assert parse_keep_alive(value, "5m") == (pytest.approx(seconds) if seconds is not None else None)
+
+
+@pytest.mark.parametrize("bad", ["5 minutes", "m5", "1x", True, [], {}, "5m3"])
+def test_keep_alive_rejects_garbage_with_400(bad):
+    with pytest.raises(ApiError) as e:
+        parse_keep_alive(bad)
+    assert e.value.status == 400 and "keep_alive" in e.value.message
+
+
+def test_ollama_options_split_load_time_and_sampling():
+    ro = parse_ollama_options({"num_ctx": 2048, "num_gpu": 10, "temperature": 0, "top_k": 5, "seed": 7,
+                               "stop": ["\n", "user:"], "num_predict": 12, "num_thread": 2, "use_mmap": True,
+                               "made_up_option": 1})
+    assert ro.plan == {"num_ctx": 2048, "num_gpu": 10}
+    assert ro.n_threads == 2
+    assert (ro.sampling.temperature, ro.sampling.top_k, ro.sampling.seed) == (0.0, 5, 7)
+    assert ro.stop == ["\n", "user:"] and ro.num_predict == 12
+
+
+def test_modelfile_parameters_are_defaults_under_request_options():
+    ro = parse_ollama_options({"temperature": 0.2}, defaults={"temperature": 0.9, "top_k": 3})
+    assert ro.sampling.temperature == 0.2 and ro.sampling.top_k == 3
+
+
+@pytest.mark.parametrize("opts,word", [
+    ({"temperature": "hot"}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"num_ctx": 0}, "num_ctx"),
+    ({"num_predict": 1.5}, "num_predict"), ({"stop": 3}, "stop"), ({"mirostat": 3}, "mirostat"),
+    ({"kv_type": "q2"}, "kv_type"), ({"temperature": float("nan")}, "temperature"), ({"top_k": True}, "top_k"),
+])
+def test_bad_options_are_400_naming_the_option(opts, word):
+    with pytest.raises(ApiError) as e:
+        parse_ollama_options(opts)
+    assert e.value.status == 400 and word in e.value.message
+
+
+def test_options_must_be_an_object():
+    with pytest.raises(ApiError):
+        parse_ollama_options(["temperature", 1])
+
+
+def test_openai_sampling_and_logit_bias():
+    ro = parse_openai_sampling({"temperature": 0.5, "max_completion_tokens": 9, "stop": "END", "seed": 3,
+                                "logit_bias": {"42": -100}})
+    assert ro.num_predict == 9 and ro.stop == ["END"] and ro.sampling.logit_bias == {42: -100.0}
+    with pytest.raises(ApiError):
+        parse_openai_sampling({"temperature": 3})
+    with pytest.raises(ApiError):
+        parse_openai_sampling({"logit_bias": {"not-a-token": 1}})
+
+
+def test_plan_options_clamp_to_training_context():
+    o = plan_options({"num_ctx": 100000}, num_ctx_default=4096, num_parallel=4, n_ctx_train=8192)
+    assert (o.num_ctx, o.num_parallel) == (8192, 4)
+    o = plan_options({}, num_ctx_default=4096, num_parallel=2, n_ctx_train=2048)
+    assert o.num_ctx == 2048
+
+
+def test_modelfile_parse_all_forms():
+    mf = parse_modelfile('# comment\nFROM smollm2:135m\nPARAMETER temperature 0.3\nPARAMETER stop "<|im_end|>"\n'
+                         'PARAMETER stop END\nPARAMETER num_ctx 2048\nSYSTEM """You are\nbrief."""\n'
+                         'TEMPLATE "{{ .Prompt }}"\nMESSAGE user hello\n')
+    assert mf.from_ == "smollm2:135m"
+    assert mf.parameters == {"temperature": 0.3, "stop": ["<|im_end|>", "END"], "num_ctx": 2048}
+    assert mf.system == "You are\nbrief." and mf.template == "{{ .Prompt }}"
+    assert mf.messages == [{"role": "user", "content": "hello"}]
+    again = parse_modelfile(render_modelfile(mf.from_, mf.parameters, mf.template, mf.system))
+    assert (again.parameters, again.system, again.template) == (mf.parameters, mf.system, mf.template)
+
+
+@pytest.mark.parametrize("text,word", [
+    ("PARAMETER temperature 1", "FROM"), ("FROM x\nPARAMETER temperature warm", "temperature"),
+    ("FROM x\nPARAMETER bogus 1", "bogus"), ("FROM x\nSYSTEM \"\"\"never closed", "unterminated"),
+    ("FROM x\nFROBNICATE y", "FROBNICATE"), ("FROM x\nADAPTER lora.gguf", "ADAPTER"),
+])
+def test_modelfile_errors_name_the_problem(text, word):
+    with pytest.raises(ModelfileError, match=word):
+        parse_modelfile(text)
+
+
+def test_parse_host_forms():
+    assert parse_host(None) == ("127.0.0.1", 11434)
+    assert parse_host("0.0.0.0") == ("0.0.0.0", 11434)
+    assert parse_host("localhost:8080") == ("localhost", 8080)
+    assert parse_host("http://127.0.0.1:9000/") == ("127.0.0.1", 9000)
+    assert parse_host("[::1]:7000") == ("::1", 7000)
+    with pytest.raises(ConfigError):
+        parse_host("host:notaport")
+    with pytest.raises(ConfigError):
+        parse_host("host:70000")
+
+
+def test_config_from_env(monkeypatch):
+    monkeypatch.setenv("STRATA_HOST", "127.0.0.1:12345")
+    monkeypatch.setenv("STRATA_ORIGINS", "https://app.example.com, http://tool.local:*")
+    monkeypatch.setenv("STRATA_MAX_QUEUE", "7")
+    monkeypatch.setenv("STRATA_API_KEY", "sekrit")
+    c = ServiceConfig.from_env()
+    assert (c.port, c.max_queue, c.api_key) == (12345, 7, "sekrit")
+    assert c.origins == ("https://app.example.com", "http://tool.local:*")
+    monkeypatch.setenv("STRATA_MAX_QUEUE", "lots")
+    with pytest.raises(ConfigError, match="STRATA_MAX_QUEUE"):
+        ServiceConfig.from_env()
+
+
+def test_host_header_rules_block_dns_rebinding():
+    g = Guard(ServiceConfig(origins=("https://app.example.com",)))
+    for ok in ("localhost:11434", "127.0.0.1:11434", "[::1]:11434", "10.0.0.5", "foo.localhost", "app.example.com",
+               None):
+        assert g.host_allowed(ok), ok
+    for bad in ("evil.example", "attacker.com:11434", "127.0.0.1.nip.io"):
+        assert not g.host_allowed(bad), bad
+
+
+def test_origin_rules():
+    g = Guard(ServiceConfig(origins=("https://app.example.com", "http://tool.local:*")))
+    for ok in ("http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080", "app://strata",
+               "https://app.example.com", "http://tool.local:5173"):
+        assert g.origin_allowed(ok), ok
+    for bad in ("https://evil.example", "http://localhost.evil.example", "https://app.example.com.evil.io",
+                "http://tool.local.evil:80"):
+        assert not g.origin_allowed(bad), bad
+    assert Guard(ServiceConfig(origins=("*",))).origin_allowed("https://anything.example")
+
+
+def test_port_already_taken_is_a_clear_error():
+    from app.service.server import ServiceError, ServiceThread
+
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    port = blocker.getsockname()[1]
+    try:
+        with pytest.raises(ServiceError, match="already in use"):
+            ServiceThread(ServiceConfig(port=port)).start()
+    finally:
+        blocker.close()
+
+
+def test_openapi_covers_every_route():
+    from app.service.app import create_app
+    from app.service.openapi import build_openapi
+
+    app = create_app(ServiceConfig(port=0))
+    doc = build_openapi(app)
+    assert doc["openapi"].startswith("3.")
+    for route in app.router.routes():
+        if route.method == "HEAD":
+            continue
+        path = route.resource.canonical.replace("{model:.+}", "{model}")
+        methods = doc["paths"][path]
+        assert (route.method.lower() in methods) or route.method == "*", (route.method, path)
+        for op in methods.values():
+            assert op["summary"] and not op["summary"].startswith(route.method + " "), path   # described, not default
+    for needed in ("/api/generate", "/api/chat", "/v1/chat/completions", "/api/layout", "/api/events", "/metrics"):
+        assert needed in doc["paths"]
