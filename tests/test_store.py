@@ -317,3 +317,20 @@ def test_discovery_can_be_turned_off(store, other_apps, monkeypatch):
     assert [r.name for r in store.list()] == ["smollm2:135m"]
     with pytest.raises(ModelNotFound):
         store.get("tiny:q8")
+
+
+def test_import_across_filesystems_copies(store, tmp_path):
+    """/dev/shm is another filesystem than the store here: the hard link fails (EXDEV) and the file is copied."""
+    import pathlib
+
+    shm = pathlib.Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == store.models_dir.stat().st_dev:
+        pytest.skip("no second filesystem to import from")
+    src = write_minimal(shm / f"strata-test-{os.getpid()}-{tmp_path.name}.gguf")
+    try:
+        phases = []
+        rec = store.import_gguf(src, "elsewhere", progress=lambda phase, *a: phases.append(phase))
+        assert set(phases) == {"copying"}
+        assert not os.path.samefile(rec.path, src) and sha(rec.path) == sha(src)
+    finally:
+        src.unlink()
