@@ -197,17 +197,24 @@ class RunnerClient:
 
     def _read_loop(self):
         conn, loop = self._conn, self._loop
-        while True:
+        ended = False
+        while not ended:
+            burst = []
             try:
-                burst = [conn.recv()]
+                burst.append(conn.recv())
                 while len(burst) < 256 and conn.poll(0):
                     burst.append(conn.recv())
             except (EOFError, OSError, ValueError):
-                break
-            try:
-                loop.call_soon_threadsafe(self._dispatch, burst)
-            except RuntimeError:        # the loop is closed
-                return
+                ended = True            # the process closed its end; what was read before still counts
+            except Exception as e:      # a message that does not unpickle: a bug, never a silent hang
+                burst.append(P.LoadFailed(f"bad message from the runner: {e}"))
+                ended = True
+                self._proc.kill()       # the stream is out of step: end it so requests fail instead of hanging
+            if burst:
+                try:
+                    loop.call_soon_threadsafe(self._dispatch, burst)
+                except RuntimeError:    # the loop is closed
+                    return
         self._proc.join()
         try:
             loop.call_soon_threadsafe(self._on_exit, self._proc.exitcode)

@@ -1,0 +1,396 @@
+"""The inference engine end to end: a real runner process with SmolLM2 on llama.cpp (CPU, 1 thread).
+
+One runner is shared by the module (4 slots x 2048 tokens) to keep the suite fast; tests that need special
+settings (tiny context, injected failures, aborts) start their own small runner.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from app.engine import protocol as P
+from app.engine.client import LoadError, RequestError, RunnerClient, RunnerError
+from engine_util import cpu_layout
+
+_ids = itertools.count()
+
+
+def rid(prefix="r"):
+    return f"{prefix}{next(_ids)}"
+
+
+def greedy(**kw) -> P.SamplingParams:
+    return P.SamplingParams(temperature=0.0, repeat_penalty=1.0, **kw)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+@pytest.fixture(scope="module")
+def runner(loop, smollm2_path):
+    c = RunnerClient(cpu_layout(smollm2_path, num_ctx=2048, num_parallel=4, n_batch=512), n_threads=1,
+                     model_name="smollm2")
+    progress = []
+    loop.run_until_complete(c.start(progress.append))
+    c.test_progress = progress
+    yield c
+    loop.run_until_complete(c.close())
+
+
+def run(loop, coro, timeout=120):
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+async def collect(client, req):
+    events = [ev async for ev in client.generate(req)]
+    text = "".join(e.text for e in events if isinstance(e, P.TokenEvent))
+    return text, events[-1], events
+
+
+async def wait_idle(client, tries=200):
+    for _ in range(tries):
+        st = await client.stats()
+        if st.slots_busy == 0 and st.queued == 0:
+            return st
+        await asyncio.sleep(0.05)
+    return await client.stats()
+
+
+def test_load_reports_progress_and_actual_allocations(runner):
+    assert runner.alive and runner.pid
+    assert runner.test_progress and runner.test_progress[-1] == pytest.approx(1.0)
+    assert runner.test_progress == sorted(runner.test_progress)
+    loaded = runner.loaded
+    assert loaded.n_ctx_per_seq == 2048 and loaded.n_ctx == 8192 and loaded.n_vocab == 49152
+    cpu = loaded.actual["CPU"]
+    assert cpu["model"] > 90 * 2**20 and cpu["kv"] > 0 and cpu["compute"] > 0
+
+
+def test_two_sequences_together_match_each_alone(loop, runner):
+    prompts = ["The capital of France is", "def fibonacci(n):"]
+
+    def req(p):
+        return P.GenerateRequest(id=rid(), prompt=p, raw=True, sampling=greedy(), num_predict=20, ignore_eos=True)
+
+    async def go():
+        alone = [(await collect(runner, req(p)))[1].context_tokens for p in prompts]
+        together = await asyncio.gather(*(collect(runner, req(p)) for p in prompts))
+        return alone, [t[1].context_tokens for t in together]
+
+    alone, together = run(loop, go())
+    assert alone[0] != alone[1]
+    assert together == alone
+
+
+def test_long_prefill_does_not_starve_a_generating_sequence(loop, runner):
+    async def go():
+        words = " ".join(f"word{i}" for i in range(700))
+        n_long = len(await runner.tokenize(words))
+        assert n_long >= 1400
+        gen = runner.generate(P.GenerateRequest(id=rid("gen"), prompt="Count: 1, 2, 3,", raw=True, sampling=greedy(),
+                                                num_predict=400, ignore_eos=True))
+        order = []
+        await gen.__anext__()                       # the generating sequence is under way
+
+        async def consume_gen():
+            async for ev in gen:
+                order.append("A")
+                if len(order) > 200:
+                    break
+
+        async def long_prompt():
+            async for ev in runner.generate(P.GenerateRequest(id=rid("long"), prompt=words, raw=True,
+                                                              sampling=greedy(), num_predict=1)):
+                order.append("B")
+
+        t = asyncio.ensure_future(consume_gen())
+        await long_prompt()
+        t.cancel()
+        try:
+            await t
+        except asyncio.CancelledError:
+            pass
+        await gen.aclose()
+        return n_long, order
+
+    n_long, order = run(loop, go())
+    first_b = order.index("B")
+    # the 1,400+-token prompt needs at least 3 steps of 512; each step also carried a token of the generating one
+    assert order[:first_b].count("A") >= n_long // 512 - 1 >= 1
+
+
+def test_cancellation_frees_the_slot(loop, runner):
+    async def go():
+        gen = runner.generate(P.GenerateRequest(id=rid("c"), prompt="Once upon a time", raw=True,
+                                                num_predict=5000, ignore_eos=True))
+        got = 0
+        async for ev in gen:
+            got += 1
+            if got == 3:
+                break
+        await gen.aclose()
+        st_gen = await wait_idle(runner)
+        # cancel during a long prefill too (the request never produces a token)
+        words = " ".join(f"item{i}" for i in range(900))
+        agen = runner.generate(P.GenerateRequest(id=rid("c"), prompt=words, raw=True, num_predict=5))
+        task = asyncio.ensure_future(agen.__anext__())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, StopAsyncIteration):
+            pass
+        await agen.aclose()
+        return st_gen, await wait_idle(runner)
+
+    st1, st2 = run(loop, go())
+    assert (st1.slots_busy, st1.queued) == (0, 0)
+    assert (st2.slots_busy, st2.queued) == (0, 0)
+    assert runner.in_flight == 0
+
+
+def test_stop_string_spanning_tokens_is_never_streamed(loop, runner):
+    base = P.GenerateRequest(id="", prompt="The three primary colors are", raw=True, sampling=greedy(),
+                             num_predict=30, ignore_eos=True, logprobs=True)
+
+    async def go():
+        base.id = rid()
+        text, done, events = await collect(runner, base)
+        toks = [lp.token for e in events if isinstance(e, P.TokenEvent) and e.logprobs for lp in e.logprobs]
+        # a stop string made of the end of one token and the start of the next
+        for i in range(2, len(toks) - 1):
+            if len(toks[i]) >= 2 and len(toks[i + 1]) >= 2 and toks[i + 1].strip():
+                stop = toks[i][1:] + toks[i + 1][:2]
+                prefix_len = len("".join(toks[:i])) + 1
+                break
+        else:
+            pytest.fail(f"no pair of multi-character tokens in {toks}")
+        base.id, base.stop = rid(), [stop]
+        text2, done2, events2 = await collect(runner, base)
+        return text, stop, prefix_len, text2, done2, events2
+
+    text, stop, prefix_len, text2, done2, events2 = run(loop, go())
+    assert done2.reason == "stop"
+    assert text.find(stop) <= prefix_len
+    assert text2 == text[:text.find(stop)]
+    assert stop not in text2
+    streamed = "".join(e.text for e in events2 if isinstance(e, P.TokenEvent))
+    assert streamed == text2                          # nothing was streamed and then taken back
+
+
+def test_json_schema_output_parses_and_matches(loop, runner):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                               "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    req = P.GenerateRequest(id=rid(), messages=[{"role": "user", "content": "Invent a person. Reply in JSON."}],
+                            sampling=greedy(), num_predict=80, json_schema=schema)
+    text, done, _ = run(loop, collect(runner, req))
+    obj = json.loads(text)
+    assert set(obj) == {"name", "age"}
+    assert isinstance(obj["name"], str) and isinstance(obj["age"], int)
+    req = P.GenerateRequest(id=rid(), messages=[{"role": "user", "content": "Is the sky blue? Answer as JSON with a key answer."}],
+                            sampling=greedy(), num_predict=80, json_mode=True)
+    text, done, _ = run(loop, collect(runner, req))
+    assert done.reason == "stop"
+    json.loads(text)
+
+
+def test_logprobs_are_log_probabilities(loop, runner):
+    req = P.GenerateRequest(id=rid(), prompt="The capital of France is", raw=True, sampling=greedy(),
+                            num_predict=8, ignore_eos=True, logprobs=True, top_logprobs=20)
+    text, done, events = run(loop, collect(runner, req))
+    lps = [lp for e in events if isinstance(e, P.TokenEvent) and e.logprobs for lp in e.logprobs]
+    assert len(lps) == done.completion_tokens == 8
+    assert "".join(lp.token for lp in lps) == text
+    for lp in lps:
+        assert lp.logprob <= 0 and len(lp.top) == 20
+        assert lp.top[0][0] == lp.token and lp.top[0][1] == pytest.approx(lp.logprob)   # greedy = argmax
+        values = [t[1] for t in lp.top]
+        assert values == sorted(values, reverse=True)
+        assert sum(2.718281828459045 ** v for v in values) <= 1.0 + 1e-9
+        assert bytes(lp.bytes).decode("utf-8", "replace") == lp.token
+
+
+def test_seeded_sampling_is_reproducible_and_options_apply(loop, runner):
+    def req(seed, **kw):
+        return P.GenerateRequest(id=rid(), prompt="Write a word:", raw=True, num_predict=12, ignore_eos=True,
+                                 sampling=P.SamplingParams(temperature=1.0, seed=seed, **kw))
+
+    async def go():
+        a = (await collect(runner, req(7)))[0]
+        b = (await collect(runner, req(7)))[0]
+        c = (await collect(runner, req(7, mirostat=2)))[0]
+        # a huge bias on one token forces it
+        tok = (await runner.tokenize(" banana", add_special=False))[0]
+        d = (await collect(runner, req(7, logit_bias={tok: 100.0}, repeat_penalty=1.0)))[0]
+        return a, b, c, d
+
+    a, b, c, d = run(loop, go())
+    assert a == b and a
+    assert c
+    assert d == " banana" * 12
+
+
+def test_bad_requests_get_clear_errors_and_the_runner_survives(loop, runner):
+    async def go():
+        errors = []
+        for bad in (P.GenerateRequest(id=rid(), prompt="x", sampling=P.SamplingParams(temperature=-1)),
+                    P.GenerateRequest(id=rid(), prompt="x", top_logprobs=50, logprobs=True),
+                    P.GenerateRequest(id=rid()),
+                    P.GenerateRequest(id=rid(), prompt="x", sampling=P.SamplingParams(logit_bias={10**9: 1.0}))):
+            with pytest.raises(RequestError) as ei:
+                await collect(runner, bad)
+            errors.append(str(ei.value))
+        ok = await collect(runner, P.GenerateRequest(id=rid(), prompt="Hi", num_predict=3, ignore_eos=True))
+        return errors, ok
+
+    errors, ok = run(loop, go())
+    assert "temperature" in errors[0] and "top_logprobs" in errors[1] and "prompt or messages" in errors[2]
+    assert "logit_bias" in errors[3]
+    assert ok[1].reason == "length" and ok[1].completion_tokens == 3
+
+
+def test_chat_template_from_the_gguf_and_raw_mode(loop, runner):
+    async def go():
+        chat = await collect(runner, P.GenerateRequest(id=rid(), messages=[{"role": "user", "content": "Hello!"}],
+                                                       sampling=greedy(), num_predict=5, ignore_eos=True))
+        gen = await collect(runner, P.GenerateRequest(id=rid(), prompt="Hello!", sampling=greedy(), num_predict=5,
+                                                      ignore_eos=True))
+        raw = await collect(runner, P.GenerateRequest(id=rid(), prompt="Hello!", raw=True, sampling=greedy(),
+                                                      num_predict=5, ignore_eos=True))
+        return chat, gen, raw
+
+    chat, gen, raw = run(loop, go())
+    assert chat[1].prompt_tokens == gen[1].prompt_tokens > raw[1].prompt_tokens == 2
+    assert chat[0] == gen[0]                     # same rendered prompt through the template
+    assert gen[1].context_tokens[:gen[1].prompt_tokens] != raw[1].context_tokens[:2]
+
+
+def test_embeddings_are_deterministic_and_normalised(loop, runner):
+    async def go():
+        a = await runner.embed(P.EmbedRequest(id=rid(), inputs=["hello world", "the sky is blue"]))
+        b = await runner.embed(P.EmbedRequest(id=rid(), inputs=["hello world"]))
+        raw = await runner.embed(P.EmbedRequest(id=rid(), inputs=["hello world"], normalize=False))
+        long_text = "word " * 3000
+        cut = await runner.embed(P.EmbedRequest(id=rid(), inputs=[long_text]))
+        with pytest.raises(RequestError, match="truncate"):
+            await runner.embed(P.EmbedRequest(id=rid(), inputs=[long_text], truncate=False))
+        return a, b, raw, cut
+
+    a, b, raw, cut = run(loop, go())
+    import numpy as np
+
+    v0, v1 = np.array(a.embeddings[0]), np.array(a.embeddings[1])
+    assert len(v0) == 576 and a.prompt_tokens == len(v0) * 0 + a.prompt_tokens > 0
+    assert np.linalg.norm(v0) == pytest.approx(1.0) and np.linalg.norm(v1) == pytest.approx(1.0)
+    assert b.embeddings[0] == a.embeddings[0]                       # deterministic
+    assert not np.allclose(v0, v1)
+    r = np.array(raw.embeddings[0])
+    assert np.linalg.norm(r) != pytest.approx(1.0)
+    assert np.allclose(r / np.linalg.norm(r), v0)
+    assert cut.prompt_tokens == 2048                                # truncated to the embedding context
+
+
+def _tiny_runner(loop, path, monkeypatch, **env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    c = RunnerClient(cpu_layout(path, num_ctx=64, num_parallel=1, n_batch=64), n_threads=1)
+    run(loop, c.start())
+    return c
+
+
+@pytest.mark.parametrize("env", [{}, {"STRATA_TEST_NO_SHIFT": "1"}], ids=["shift", "reprocess"])
+def test_context_shift_on_a_tiny_context(loop, smollm2_path, monkeypatch, env):
+    c = _tiny_runner(loop, smollm2_path, monkeypatch, **env)
+    try:
+        n_seq = c.loaded.n_ctx_per_seq
+        req = P.GenerateRequest(id=rid(), prompt="Tell me a long story about a dragon.", sampling=greedy(),
+                                num_predict=3 * n_seq, ignore_eos=True)
+        text, done, _ = run(loop, collect(c, req))
+        assert done.reason == "length" and done.completion_tokens == 3 * n_seq
+        assert len(done.context_tokens) <= n_seq
+        st = run(loop, c.stats())
+        assert st.slots_busy == 0
+    finally:
+        run(loop, c.close())
+
+
+def test_injected_failures_return_every_slot(loop, smollm2_path, monkeypatch):
+    monkeypatch.setenv("STRATA_TEST_FAIL", "admit:2,step:6,sample:11,output:17")
+    c = RunnerClient(cpu_layout(smollm2_path, num_ctx=256, num_parallel=2, n_batch=64), n_threads=1)
+    run(loop, c.start())
+    try:
+        async def one(i):
+            try:
+                _, done, _ = await collect(c, P.GenerateRequest(id=rid(), prompt=f"Number {i}:", raw=True,
+                                                                num_predict=4, ignore_eos=True))
+                return done.reason
+            except RunnerError as e:
+                return f"error: {e}"
+
+        async def go():
+            outcomes = [await one(i) for i in range(4)]
+            outcomes += await asyncio.gather(*(one(i) for i in range(8)))
+            return outcomes, await wait_idle(c), await one(99)
+
+        outcomes, st, last = run(loop, go(), timeout=300)
+        errors = [o for o in outcomes if o.startswith("error")]
+        for stage in ("admit", "step", "sample", "output"):
+            assert any(f"injected failure at {stage}" in e for e in errors), (stage, outcomes)
+        assert all(o in ("length",) or o.startswith("error") for o in outcomes)
+        assert (st.slots_busy, st.queued) == (0, 0) and c.in_flight == 0
+        assert last == "length" and c.alive
+    finally:
+        run(loop, c.close())
+
+
+def test_runner_abort_is_survived(loop, smollm2_path, monkeypatch):
+    monkeypatch.setenv("STRATA_TEST_ABORT_MARKER", "__abort_now__")
+    layout = cpu_layout(smollm2_path, num_ctx=256, num_parallel=2)
+    c = RunnerClient(layout, n_threads=1)
+    run(loop, c.start())
+    exits = []
+    c.add_exit_callback(exits.append)
+
+    async def go():
+        gen = c.generate(P.GenerateRequest(id=rid(), prompt="Once", raw=True, num_predict=10000, ignore_eos=True))
+        await gen.__anext__()
+        with pytest.raises(RunnerError, match="ended unexpectedly"):
+            await collect(c, P.GenerateRequest(id=rid(), prompt="__abort_now__", raw=True))
+        with pytest.raises(RunnerError, match="SIGABRT"):
+            async for _ in gen:
+                pass
+
+    run(loop, go())
+    assert exits == [-6] and not c.alive and c.in_flight == 0
+    with pytest.raises(RunnerError):
+        run(loop, c.stats())
+    run(loop, c.close())                              # idempotent after a crash
+    c2 = RunnerClient(layout, n_threads=1)             # the model loads again
+    run(loop, c2.start())
+    try:
+        _, done, _ = run(loop, collect(c2, P.GenerateRequest(id=rid(), prompt="Hi", num_predict=2, ignore_eos=True)))
+        assert done.completion_tokens == 2
+    finally:
+        run(loop, c2.close())
+    assert not c2.alive
+
+
+def test_load_failure_is_a_clear_error(loop, tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    c = RunnerClient(cpu_layout(bad), n_threads=1)
+    with pytest.raises(LoadError) as ei:
+        run(loop, c.start())
+    assert str(bad) in str(ei.value) or "ended" in str(ei.value)
+    assert not c.alive
+    missing = RunnerClient(cpu_layout(tmp_path / "nope.gguf"), n_threads=1)
+    with pytest.raises(LoadError, match="not found"):
+        run(loop, missing.start())
