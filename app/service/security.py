@@ -30,6 +30,7 @@ LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"}
 APP_ORIGINS = {"app://strata", "strata://app", "null"}   # the desktop app's own (Qt file:// pages send "null")
 CORS_HEADERS = "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, X-Stainless-Lang"
 OPEN_PATHS = {"/api/version", "/"}
+CORS_KEY = web.RequestKey("cors_headers", dict)
 
 
 def _is_ip(host: str) -> bool:
@@ -143,7 +144,7 @@ def make_middlewares(config: ServiceConfig) -> list:
                 raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <STRATA_API_KEY>'",
                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         if cors:
-            request["cors_headers"] = cors     # streaming handlers add them before prepare()
+            request[CORS_KEY] = cors     # streaming handlers add them before prepare()
         resp = await handler(request)
         if cors and not resp.prepared:
             resp.headers.update(cors)
@@ -164,6 +165,6 @@ def _http_message(e: web.HTTPException, request: web.Request) -> str:
 
 def apply_cors(request: web.Request, resp: web.StreamResponse) -> None:
     """Streaming handlers call this before prepare(): the middleware cannot touch headers already sent."""
-    cors = request.get("cors_headers")
+    cors = request.get(CORS_KEY)
     if cors:
         resp.headers.update(cors)
