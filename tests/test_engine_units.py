@@ -1,0 +1,182 @@
+"""Engine parts without a runner process: stop strings, UTF-8 detokenizing, logprobs, the numpy batch,
+chat templates, grammars, sampling validation, embedding truncation. Real SmolLM2 vocab and logits where the
+behaviour depends on llama.cpp (loaded in-process: nothing here can hit a GGML_ASSERT)."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+from llama_cpp import llama_cpp as L
+
+from app.engine import protocol as P
+from app.engine.batch import NpBatch
+from app.engine.chat_template import TemplateError, render_chat
+from app.engine.embeddings import InputTooLong, fit_tokens, tokenize
+from app.engine.grammar import GrammarError, grammar_for
+from app.engine.output import Detokenizer, StopMatcher, Vocab, log_softmax, logprobs_from_logits
+from app.engine.sampling import SamplingError, build_chain, validate
+
+
+@pytest.fixture(scope="module")
+def llama(smollm2_path):
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
+    assert model
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 512, 128, 128, 2, 1, 1
+    ctx = L.llama_init_from_model(model, cp)
+    assert ctx
+    vocab = L.llama_model_get_vocab(model)
+    yield model, ctx, vocab, Vocab(vocab, L.llama_vocab_n_tokens(vocab))
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+
+
+def stream(matcher, pieces):
+    out = []
+    for p in pieces:
+        safe, stopped = matcher.push(p)
+        out.append(safe)
+        if stopped:
+            return out, True
+    out.append(matcher.flush())
+    return out, False
+
+
+def test_stop_string_across_pieces_is_held_then_cut():
+    out, stopped = stream(StopMatcher(["o Wo"]), ["Hel", "lo", " W", "orld"])
+    assert stopped and "".join(out) == "Hell"
+    assert out == ["Hel", "l", "", ""]                 # "o", then "o W" held back, never streamed
+
+
+def test_held_text_is_released_when_it_stops_matching():
+    out, stopped = stream(StopMatcher(["</end>"]), ["a</e", "nd", "x>b"])
+    assert not stopped and "".join(out) == "a</endx>b"
+    assert out[0] == "a"
+
+
+def test_earliest_of_several_stops_wins_and_flush_returns_the_tail():
+    out, stopped = stream(StopMatcher(["XYZ", "B"]), ["aaXY", "ZB"])
+    assert stopped and "".join(out) == "aa"
+    m = StopMatcher(["STOP"])
+    assert m.push("abcST") == ("abc", False)
+    assert m.flush() == "ST"
+
+
+def test_detokenizer_never_splits_a_character(llama):
+    _, _, vocab, v = llama
+    text = "naïve café 😀 世界 ok"
+    toks = tokenize(vocab, text, add_special=False)
+    d = Detokenizer(v)
+    chunks = [d.push(t) for t in toks] + [d.flush()]
+    assert "".join(chunks) == text
+    assert not any("\ufffd" in c for c in chunks)
+    assert len(toks) > len(text.split())             # multi-byte characters really were split across tokens
+
+
+def _decode_prompt(ctx, vocab, text, seq=0, batch=None):
+    toks = tokenize(vocab, text, add_special=False)
+    b = batch or NpBatch(128)
+    b.clear()
+    row = b.add_span(toks, 0, seq, logits_last=True)
+    assert L.llama_decode(ctx, b.struct) == 0
+    return toks, row
+
+
+def test_logprobs_from_raw_logits_are_normalised(llama):
+    _, ctx, vocab, v = llama
+    mem = L.llama_get_memory(ctx)
+    L.llama_memory_clear(mem, True)
+    _, row = _decode_prompt(ctx, vocab, "The capital of France is")
+    n_vocab = v.n_vocab
+    logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy()
+    lp = log_softmax(logits)
+    m = lp.max()
+    assert abs(m + np.log(np.exp(lp - m).sum())) < 1e-9        # logsumexp over the vocabulary = 0
+    best = int(np.argmax(logits))
+    tl = logprobs_from_logits(logits, best, 20, v)
+    assert tl.logprob == pytest.approx(lp[best]) and tl.token == v.text(best)
+    assert [t[1] for t in tl.top] == sorted((t[1] for t in tl.top), reverse=True) and len(tl.top) == 20
+    assert tl.top[0][1] == pytest.approx(tl.logprob)
+    assert logprobs_from_logits(logits, best, 0, v).top == []
+
+
+def test_numpy_batch_two_sequences_match_each_alone(llama):
+    _, ctx, vocab, _ = llama
+    mem = L.llama_get_memory(ctx)
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    prompts = ["Hello there, my name is", "import numpy as np\n"]
+    alone = []
+    for p in prompts:
+        L.llama_memory_clear(mem, True)
+        _, row = _decode_prompt(ctx, vocab, p, seq=0)
+        alone.append(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy())
+    L.llama_memory_clear(mem, True)
+    b = NpBatch(128)
+    rows = [b.add_span(tokenize(vocab, p, add_special=False), 0, s, logits_last=True) for s, p in enumerate(prompts)]
+    assert b.struct.n_tokens == b.n and L.llama_decode(ctx, b.struct) == 0
+    for r, ref in zip(rows, alone):
+        got = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, r), shape=(n_vocab,))
+        assert np.argmax(got) == np.argmax(ref)
+        assert np.allclose(got, ref, atol=1e-3)
+    assert list(b.seq[:b.n]) == [0] * (rows[0] + 1) + [1] * (rows[1] - rows[0])
+    with pytest.raises(OverflowError):
+        b.add_span(list(range(200)), 0, 0, logits_last=True)
+
+
+def test_chat_template_renders_smollm2_template(llama):
+    model = llama[0]
+    tpl = L.llama_model_chat_template(model, None).decode()
+    out = render_chat(tpl, [{"role": "user", "content": "Hi"}])
+    assert "<|im_start|>user\nHi<|im_end|>" in out and out.endswith("<|im_start|>assistant\n")
+    assert "You are a helpful AI assistant" in out                   # the template's default system prompt
+    out2 = render_chat(tpl, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert "Be brief." in out2 and "helpful AI assistant" not in out2
+    with pytest.raises(TemplateError):
+        render_chat(tpl, [{"content": "no role"}])
+    with pytest.raises(TemplateError, match="nope"):
+        render_chat("{{ raise_exception('nope') }}", [])
+    with pytest.raises(TemplateError):
+        render_chat("{% for %}", [])
+    assert render_chat(None, [{"role": "user", "content": "x"}]).startswith("<|im_start|>user\nx")   # ChatML fallback
+
+
+def test_grammars_for_json_and_schemas(llama):
+    _, _, vocab, v = llama
+    assert grammar_for() is None
+    assert "root" in grammar_for(json_mode=True)
+    g = grammar_for(json_schema={"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    assert "root" in g
+    chain = build_chain(P.SamplingParams(temperature=0), vocab, v.n_vocab, g)
+    L.llama_sampler_free(chain)
+    with pytest.raises(GrammarError):
+        grammar_for(json_schema=["not", "a", "schema"])
+    with pytest.raises(SamplingError, match="grammar"):
+        build_chain(P.SamplingParams(), vocab, v.n_vocab, "root ::= [unterminated")
+
+
+@pytest.mark.parametrize("field,value", [("temperature", -0.5), ("top_p", 1.5), ("top_k", -1), ("mirostat", 3),
+                                         ("typical_p", 0.0), ("repeat_penalty", 0.0), ("seed", -2),
+                                         ("min_p", float("nan")), ("logit_bias", {-1: 1.0})])
+def test_sampling_validation_names_the_option(field, value):
+    with pytest.raises(SamplingError, match=field):
+        validate(P.SamplingParams(**{field: value}), n_vocab=100)
+
+
+def test_every_sampler_option_builds_a_chain(llama):
+    _, _, vocab, v = llama
+    for p in (P.SamplingParams(), P.SamplingParams(temperature=0), P.SamplingParams(mirostat=1),
+              P.SamplingParams(mirostat=2, seed=3), P.SamplingParams(min_p=0.05, typical_p=0.9, top_k=0, top_p=1.0,
+                                                                     presence_penalty=0.5, frequency_penalty=0.5,
+                                                                     repeat_last_n=-1, logit_bias={5: -100.0})):
+        chain = build_chain(p, vocab, v.n_vocab, None, n_ctx=512)
+        assert chain and L.llama_sampler_chain_n(chain) >= 1
+        L.llama_sampler_free(chain)
+
+
+def test_embedding_truncation_rule():
+    assert fit_tokens([1, 2, 3], 5, truncate=False) == [1, 2, 3]
+    assert fit_tokens([1, 2, 3, 4, 5, 6], 4, truncate=True) == [1, 2, 3, 4]
+    with pytest.raises(InputTooLong, match="6 tokens"):
+        fit_tokens([1, 2, 3, 4, 5, 6], 4, truncate=False, index=0)
