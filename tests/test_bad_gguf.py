@@ -103,6 +103,11 @@ def test_builder_makes_a_valid_file(tmp_path):
      "not a plausible layer count"),
     ("no embedding length", build(kvs=GOOD_KV[:2]), "embedding_length"),
     ("no tensors", build(tensors=[], data=b""), "no tensors"),
+    ("kv heads do not divide heads", build(kvs=GOOD_KV + [kv_u32("llama.attention.head_count_kv", 3)]),
+     "KV heads must divide"),
+    ("more kv heads than heads", build(kvs=GOOD_KV + [kv_u32("llama.attention.head_count_kv", 8)]),
+     "KV heads must divide"),
+    ("split part", build(kvs=GOOD_KV + [s("split.count") + struct.pack("<IH", 2, 3)]), "split GGUF (3 files)"),
 ])
 def test_refused_with_reason(tmp_path, case, content, reason):
     p = write(tmp_path, content)

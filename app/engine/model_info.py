@@ -198,6 +198,10 @@ def _read_model_info(path: str) -> ModelInfo:
         raise GGUFError(f"{path}: no {arch}.block_count key (not a language model: {arch!r})")
     if not 0 < n_layer <= 4096:
         raise GGUFError(f"{path}: {arch}.block_count = {n_layer} is not a plausible layer count")
+    n_split = gf.get("split.count", 0)
+    if isinstance(n_split, int) and n_split > 1:
+        raise GGUFError(f"{path}: part of a split GGUF ({n_split} files); merge it first with "
+                        "llama-gguf-split --merge (split models are not supported yet)")
     if not gf.tensors:
         raise GGUFError(f"{path}: no tensors (a vocabulary-only file?)")
 
@@ -207,6 +211,11 @@ def _read_model_info(path: str) -> ModelInfo:
     heads = _per_layer(hp("attention.head_count"), n_layer, 0)
     n_head = max(heads) if heads else 0
     n_head_kv = _per_layer(hp("attention.head_count_kv"), n_layer, n_head)
+    for il, (h, kv) in enumerate(zip(heads, n_head_kv)):
+        # llama.cpp divides by these (n_gqa = n_head / n_head_kv); 0 KV heads marks a recurrent layer
+        if kv < 0 or h < 0 or kv > max(h, 0) or (kv and h % kv):
+            raise GGUFError(f"{path}: layer {il} has {h} attention heads and {kv} KV heads "
+                            "(KV heads must divide the heads)")
     head_dim_k = int(hp("attention.key_length", 0) or 0) or (n_embd // n_head if n_head else 0)
     head_dim_v = int(hp("attention.value_length", 0) or 0) or (n_embd // n_head if n_head else 0)
 
