@@ -13,6 +13,7 @@ margin of its available RAM. Anything the user set (num_gpu, main_gpu, tensor_sp
 """
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass
 
@@ -329,10 +330,12 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
     best: Config | None = None
     for count in range(1, len(gpus) + 1):
         chosen = by_room[:count]
-        orders = {tuple(sorted(chosen))}
-        # also try the biggest (or main) GPU as the last one: it holds the output layer and its compute buffer
-        orders.add(tuple(sorted(chosen[1:])) + (chosen[0],))
-        for order in orders:
+        # the order matters (the last GPU holds the output layer; blocks differ in size): try every order of a
+        # few GPUs, inventory order first so that ties keep it; for many GPUs, inventory order and biggest-last
+        orders = [tuple(sorted(chosen)), tuple(sorted(chosen[1:])) + (chosen[0],)]
+        if count <= 4:
+            orders += sorted(itertools.permutations(chosen))
+        for order in dict.fromkeys(orders):
             c = _best_for_order(cs, order, n, moe, fixed_k, fixed_m, None)
             if score(c, n, moe) > score(best, n, moe) or (
                     c is not None and best is not None and score(c, n, moe) == score(best, n, moe)

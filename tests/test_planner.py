@@ -1,0 +1,265 @@
+"""The layout planner against simulated devices: budgets kept, llama.cpp parameters that realise the plan exactly,
+and no better layout under the same memory model (brute force)."""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.discovery.simulated import inventory_from_dict, load_simulated
+from app.engine.layout import plan
+from app.engine.layout_types import Layout, PlanOptions
+from app.engine.model_info import read_model_info
+from layout_oracle import BruteForce, realise, score_of
+from model_shapes import dense_8b, huge_dense, qwen3_30b_a3b, tiny
+
+SIM = Path(__file__).parent / "sim_devices"
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+COMPUTE_GPU = 300 * MiB
+COMPUTE = {"CPU": 300 * MiB, "*": COMPUTE_GPU}     # fixed compute figures so the brute force uses the same ones
+
+
+def sim(name: str):
+    return load_simulated(SIM / f"{name}.json")
+
+
+def check_layout(info, inv, layout: Layout, brute_orders=None, fixed_k=None, fixed_m=None, optimal=True):
+    """Budgets, exact realisation by llama.cpp's rules, optimality against brute force. Returns the score."""
+    o = layout.options
+    gpus = {d.id: d for d in inv.gpus}
+    # 1. no device over its budget (free - margin)
+    for d in layout.devices:
+        if d.device_id == "CPU":
+            assert d.budget == inv.host_ram_available - o.margin
+        else:
+            assert d.budget == gpus[d.device_id].free - o.margin
+        if layout.fits:
+            assert d.total <= d.budget, (d.device_id, d.total, d.budget)
+    # 2. the llama.cpp parameters put exactly the planned bytes on each device
+    where, wbytes, kvb = realise(info, layout)
+    for d in layout.devices:
+        assert d.weights_total == wbytes.get(d.device_id, 0), d.device_id
+        assert d.kv == kvb.get(d.device_id, 0), d.device_id
+    assert set(wbytes) <= {d.device_id for d in layout.devices}
+    for i, dev in enumerate(layout.layer_device):
+        assert where[f"blk.{i}.attn_q.weight"] == dev
+    # 3. nothing better exists
+    got = score_of(info, where)
+    if layout.fits and optimal:
+        budgets = {g.id: g.free - o.margin for g in inv.gpus}
+        bf = BruteForce(info, o, budgets, COMPUTE_GPU)
+        best = bf.best(fixed_k=fixed_k, fixed_m=fixed_m, orders=brute_orders)
+        assert got == best, f"planner {got}, brute force {best}"
+    return got
+
+
+# ---- the cases the issue names ----------------------------------------------------------------------------------
+
+def test_smollm2_one_6gb(smollm2_path):
+    info = read_model_info(smollm2_path)
+    inv = sim("one_6gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=8192, num_parallel=4), COMPUTE)
+    assert lay.fits and lay.n_gpu_layers == info.n_layer + 1 and lay.gpu_devices == ("CUDA0",)
+    assert check_layout(info, inv, lay) == (info.n_layer, info.n_layer)
+
+
+def test_dense_8b_one_6gb_partial_offload():
+    info = dense_8b()
+    inv = sim("one_6gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=16384), COMPUTE)
+    assert lay.fits
+    k, full = check_layout(info, inv, lay)
+    assert 0 < k < info.n_layer, "an 8B Q4_K_M with a 16k context cannot fit whole on 6 GB"
+    cpu = lay.devices[0]
+    assert cpu.device_id == "CPU" and cpu.layers, "the first layers stay on the CPU"
+    assert max(cpu.layers) < min(lay.devices[1].layers), "GPU holds the LAST layers (back to front)"
+    assert lay.devices[1].weights.get("output"), "the output layer goes with the last layer"
+    assert lay.op_offload
+
+
+@pytest.mark.parametrize("model", ["smollm2", "dense_8b"])
+def test_two_24gb_fits_on_one(model, smollm2_path):
+    info = read_model_info(smollm2_path) if model == "smollm2" else dense_8b()
+    inv = sim("two_24gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=8192, num_parallel=2), COMPUTE)
+    assert lay.fits and len(lay.gpu_devices) == 1, "fewest GPUs: the model fits on one"
+    assert lay.n_gpu_layers == info.n_layer + 1
+    assert check_layout(info, inv, lay) == (info.n_layer, info.n_layer)
+
+
+def test_spread_evenly_when_one_gpu_is_not_enough():
+    info = dense_8b()
+    inv = inventory_from_dict({"devices": [{"id": "CUDA0", "total": "4 GiB"}, {"id": "CUDA1", "total": "4 GiB"}],
+                               "host_ram_total": "32 GiB", "cpu_cores": 8})
+    lay = plan(info, inv, PlanOptions(num_ctx=4096), COMPUTE)
+    assert lay.fits and len(lay.gpu_devices) == 2 and lay.n_gpu_layers == info.n_layer + 1
+    a, b = lay.tensor_split
+    assert abs(a - b) <= 3, f"spread evenly, got {lay.tensor_split}"
+    assert check_layout(info, inv, lay) == (info.n_layer, info.n_layer)
+
+
+@pytest.mark.parametrize("inv_name", ["one_8gb", "one_16gb"])
+def test_qwen3_30b_a3b_experts_on_cpu(inv_name):
+    info = qwen3_30b_a3b()
+    inv = sim(inv_name)
+    lay = plan(info, inv, PlanOptions(num_ctx=8192), COMPUTE)
+    assert lay.fits
+    k, full = check_layout(info, inv, lay)
+    assert k == info.n_layer, "every layer's attention fits on the GPU once experts go to the CPU"
+    assert 0 < full < info.n_layer
+    (pattern, dev), = [ov for ov in lay.tensor_buft_overrides if "exps" in ov[0]]
+    assert dev == "CPU" and pattern.startswith(r"blk\.(0|1|")
+    cpu = lay.devices[0]
+    assert cpu.expert_layers == tuple(range(info.n_layer - full)), "experts of the FIRST layers go to the CPU"
+    assert cpu.weights["experts"] > 0 and lay.devices[1].weights["experts"] > 0
+    assert lay.op_offload
+
+
+def test_qwen3_more_memory_more_full_layers():
+    info = qwen3_30b_a3b()
+    s8 = score_of(info, realise(info, plan(info, sim("one_8gb"), PlanOptions(num_ctx=8192), COMPUTE))[0])
+    s16 = score_of(info, realise(info, plan(info, sim("one_16gb"), PlanOptions(num_ctx=8192), COMPUTE))[0])
+    assert s16[1] > s8[1] + 15
+
+
+def test_too_big_is_refused_with_suggestions():
+    info = huge_dense()
+    inv = sim("small_box")
+    lay = plan(info, inv, PlanOptions(num_ctx=4096), COMPUTE)
+    assert not lay.fits
+    assert any("system RAM" in r for r in lay.reasons)
+    assert lay.suggestions and "smaller" in " ".join(lay.suggestions)
+    # still a coherent layout: the GPU is within budget
+    for d in lay.devices[1:]:
+        assert d.total <= d.budget
+
+
+def test_context_too_big_suggests_smaller_context():
+    info = dense_8b()
+    inv = sim("small_box")                           # 4 GB GPU, 6 GB RAM: weights fit, a 48k f16 context does not
+    lay = plan(info, inv, PlanOptions(num_ctx=49152), COMPUTE)
+    assert not lay.fits
+    assert any(s.startswith("num_ctx=") for s in lay.suggestions), lay.suggestions
+    assert any(s.startswith("kv_type=") for s in lay.suggestions), lay.suggestions
+
+
+# ---- the user's settings are kept --------------------------------------------------------------------------------
+
+def test_num_gpu_respected():
+    info = dense_8b()
+    inv = sim("two_24gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=4096, num_gpu=10), COMPUTE)
+    assert lay.n_gpu_layers == 10 and lay.fits
+    assert check_layout(info, inv, lay, fixed_k=9)[0] == 9
+
+
+def test_num_gpu_that_does_not_fit_is_kept_and_flagged():
+    info = dense_8b()
+    inv = sim("small_box")
+    lay = plan(info, inv, PlanOptions(num_ctx=4096, num_gpu=33), COMPUTE)
+    assert lay.n_gpu_layers == 33 and not lay.fits
+    assert any("does not fit in GPU memory" in r for r in lay.reasons)
+    assert any("num_gpu" in s for s in lay.suggestions)
+
+
+def test_cpu_moe_respected():
+    info = qwen3_30b_a3b()
+    inv = sim("two_24gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=4096, cpu_moe=20), COMPUTE)
+    assert lay.devices[0].expert_layers == tuple(range(20))
+    assert lay.fits and lay.n_gpu_layers == info.n_layer + 1
+
+
+def test_main_gpu_respected():
+    info = dense_8b()
+    inv = sim("two_24gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=4096, main_gpu=1), COMPUTE)
+    assert lay.gpu_devices == ("CUDA1",)
+
+
+def test_tensor_split_respected():
+    info = dense_8b()
+    inv = sim("two_24gb")
+    lay = plan(info, inv, PlanOptions(num_ctx=4096, tensor_split=(1, 3)), COMPUTE)
+    assert lay.gpu_devices == ("CUDA0", "CUDA1") and lay.fits
+    where, wbytes, _ = realise(info, lay)
+    n0 = sum(1 for i in range(info.n_layer) if where[f"blk.{i}.attn_q.weight"] == "CUDA0")
+    n1 = sum(1 for i in range(info.n_layer) if where[f"blk.{i}.attn_q.weight"] == "CUDA1")
+    assert (n0, n1) == (9, 23), "llama.cpp: positions p with p/33 < 1/4 (p = 0..8) go to the first GPU"
+    check_layout(info, inv, lay, optimal=False)   # budgets and exact realisation (the split is the user's)
+
+
+def test_layout_json_round_trip():
+    info = qwen3_30b_a3b()
+    lay = plan(info, sim("one_8gb"), PlanOptions(num_ctx=8192, tensor_split=None), COMPUTE)
+    again = Layout.from_dict(json.loads(json.dumps(lay.to_dict())))
+    assert again == lay
+
+
+# ---- brute force over many small random cases --------------------------------------------------------------------
+
+@pytest.mark.parametrize("moe", [False, True])
+@pytest.mark.parametrize("tied", [False, True])
+def test_brute_force_random_budgets(moe, tied):
+    rng = random.Random(1234 + moe * 2 + tied)
+    info = tiny(n_layer=5, moe=moe, tied=tied)
+    total = info.weight_bytes
+    checked = 0
+    for trial in range(25):
+        n_gpu = rng.choice([1, 1, 2])
+        devs = [{"id": f"CUDA{i}", "total": int(rng.uniform(0.05, 0.9) * total) + COMPUTE_GPU + 64 * MiB}
+                for i in range(n_gpu)]
+        inv = inventory_from_dict({"devices": devs, "host_ram_total": "64 GiB", "cpu_cores": 4})
+        o = PlanOptions(num_ctx=rng.choice([256, 1024, 4096]), num_parallel=rng.choice([1, 2]), margin=64 * MiB)
+        lay = plan(info, inv, o, COMPUTE)
+        check_layout(info, inv, lay)
+        checked += 1
+        # and with user-fixed settings
+        if moe:
+            m = rng.randrange(0, info.n_layer + 1)
+            lay = plan(info, inv, replace(o, cpu_moe=m), COMPUTE)
+            check_layout(info, inv, lay, fixed_m=m)
+        k = rng.randrange(0, info.n_layer + 1)
+        lay = plan(info, inv, replace(o, num_gpu=k + 1 if k else 0), COMPUTE)
+        if k and lay.fits:
+            check_layout(info, inv, lay, fixed_k=k)
+    assert checked == 25
+
+
+# ---- bad input ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opts,name", [
+    (PlanOptions(num_ctx=-1), "num_ctx"),
+    (PlanOptions(num_ctx=0), "num_ctx"),
+    (PlanOptions(num_parallel=0), "num_parallel"),
+    (PlanOptions(num_gpu=40), "num_gpu"),
+    (PlanOptions(num_gpu=-5), "num_gpu"),
+    (PlanOptions(tensor_split=(1.0,)), "tensor_split"),
+    (PlanOptions(tensor_split=(1.0, -1.0)), "tensor_split"),
+    (PlanOptions(tensor_split=(0.0, 0.0)), "tensor_split"),
+    (PlanOptions(main_gpu=2), "main_gpu"),
+    (PlanOptions(cpu_moe=3), "cpu_moe"),
+    (PlanOptions(kv_type="q3_k"), "kv_type"),
+    (PlanOptions(kv_type="q8_0", flash_attn=False), "kv_type"),
+])
+def test_bad_options_name_the_option(opts, name):
+    with pytest.raises(ValueError, match=name):
+        plan(dense_8b(), sim("two_24gb"), opts)
+
+
+def test_cpu_moe_above_layer_count():
+    with pytest.raises(ValueError, match="cpu_moe"):
+        plan(qwen3_30b_a3b(), sim("one_8gb"), PlanOptions(cpu_moe=49))
+
+
+def test_cpu_only_inventory_puts_everything_on_cpu(smollm2_path):
+    info = read_model_info(smollm2_path)
+    inv = inventory_from_dict({"devices": [], "host_ram_total": "16 GiB", "cpu_cores": 2})
+    lay = plan(info, inv, PlanOptions(num_ctx=2048, num_gpu=5))
+    assert lay.fits and lay.n_gpu_layers == 0 and lay.gpu_devices == () and not lay.op_offload
+    assert lay.devices[0].layers == tuple(range(info.n_layer))
+    assert any("num_gpu=5 ignored" in r for r in lay.reasons)
