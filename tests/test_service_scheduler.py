@@ -1,0 +1,213 @@
+"""Model scheduler on live servers with simulated memory (STRATA_DEVICES-style inventories): two models at
+once, keep_alive 0, least-recently-used eviction when the planner says the next model does not fit, a busy
+model is never unloaded under its requests, a failed load answers every waiter, a dead runner is replaced."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import httpx
+import ollama
+import pytest
+
+from app.service.config import ServiceConfig
+from app.service.server import ServiceThread
+
+MODEL = "smollm2:135m"
+NUM_CTX, SLOTS = 512, 1
+MiB = 1024 * 1024
+
+
+def _inventory(host_avail: int) -> dict:
+    return {"devices": [], "host_ram_total": 64 * 1024 * MiB, "host_ram_available": host_avail, "cpu_cores": 2,
+            "cpu_name": "simulated"}
+
+
+def _fits(info, host_avail: int) -> bool:
+    from app.discovery.simulated import inventory_from_dict
+    from app.engine.dryrun import plan_measured
+    from app.service.options import plan_options
+
+    o = plan_options({}, num_ctx_default=NUM_CTX, num_parallel=SLOTS, n_ctx_train=info.context_length)
+    return plan_measured(info, inventory_from_dict(_inventory(host_avail)), o).fits
+
+
+def _predicted(info) -> int:
+    from app.discovery.simulated import inventory_from_dict
+    from app.engine.dryrun import plan_measured
+    from app.service.options import plan_options
+
+    o = plan_options({}, num_ctx_default=NUM_CTX, num_parallel=SLOTS, n_ctx_train=info.context_length)
+    lay = plan_measured(info, inventory_from_dict(_inventory(64 * 1024 * MiB)), o)
+    return sum(d.total for d in lay.devices)
+
+
+def _start(tmp, name: str, host_avail: int) -> ServiceThread:
+    home = tmp / name
+    home.mkdir()
+    (home / "devices.json").write_text(json.dumps(_inventory(host_avail)))
+
+    def store():
+        from app.service.store import ModelStore
+
+        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
+
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=NUM_CTX, num_parallel=SLOTS, keep_alive="10m",
+                        devices_json=str(home / "devices.json"))
+    svc = ServiceThread(cfg, store_factory=store).start()
+    httpx.post(svc.url + "/api/copy", json={"source": MODEL, "destination": "second"}).raise_for_status()
+    return svc
+
+
+@pytest.fixture(scope="module")
+def info(smollm2_path):
+    from app.engine.model_info import read_model_info
+
+    return read_model_info(smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def roomy(tmp_path_factory, info):
+    svc = _start(tmp_path_factory.mktemp("sched"), "roomy", 64 * 1024 * MiB)
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def one_model_box(tmp_path_factory, info):
+    """Host RAM for exactly one copy of the model, by the planner's own prediction (margins included)."""
+    need = _predicted(info)
+    avail = next(a for a in range(need, 16 * need, need // 8) if _fits(info, a))
+    assert not _fits(info, avail - need), "two copies must not fit"
+    svc = _start(tmp_path_factory.mktemp("sched"), "one-model", avail)
+    yield svc
+    svc.stop()
+
+
+def _loaded(svc) -> dict[str, dict]:
+    return {m["name"]: m for m in httpx.get(svc.url + "/api/ps", timeout=30).json()["models"]}
+
+
+def _wait_for(cond, timeout=120.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached")
+
+
+def test_two_models_loaded_and_keep_alive_zero_unloads(roomy):
+    c = ollama.Client(host=roomy.url)
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
+    c.generate(model="second", prompt="Hi", options={"num_predict": 2})
+    loaded = _loaded(roomy)
+    assert {MODEL, "second:latest"} <= set(loaded)
+    pids = {loaded[MODEL]["strata"]["pid"], loaded["second:latest"]["strata"]["pid"]}
+    assert len(pids) == 2 and None not in pids                          # one runner process per model
+    r = c.generate(model="second", keep_alive=0)
+    assert r.done_reason == "unload"
+    _wait_for(lambda: "second:latest" not in _loaded(roomy), what="unload of second")
+    assert MODEL in _loaded(roomy)
+    # its runner process is gone (all its memory came back)
+    pid = loaded["second:latest"]["strata"]["pid"]
+    _wait_for(lambda: not _alive(pid), what="runner process exit")
+
+
+def test_keep_alive_duration_expires(roomy):
+    c = ollama.Client(host=roomy.url)
+    c.generate(model="second", prompt="Hi", options={"num_predict": 1}, keep_alive="1s")
+    _wait_for(lambda: "second:latest" not in _loaded(roomy), what="keep_alive expiry")
+    c.generate(model="second", prompt="Hi", options={"num_predict": 1}, keep_alive=-1)
+    assert _loaded(roomy)["second:latest"]["expires_at"].startswith("2318")     # forever
+
+
+def test_lru_eviction_when_the_next_model_does_not_fit(one_model_box):
+    svc = one_model_box
+    c = ollama.Client(host=svc.url)
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
+    assert set(_loaded(svc)) == {MODEL}
+    c.generate(model="second", prompt="Hi", options={"num_predict": 2})
+    assert set(_loaded(svc)) == {"second:latest"}                       # the idle one made room
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
+    assert set(_loaded(svc)) == {MODEL}
+    assert 'strata_model_loads_total{model="second:latest",result="ok"} 1' in httpx.get(svc.url + "/metrics").text
+
+
+def test_busy_model_is_not_evicted_under_its_request(one_model_box):
+    svc = one_model_box
+    c = ollama.Client(host=svc.url)
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+    parts: list = []
+    first_token = threading.Event()
+
+    def long_request():
+        for p in c.generate(model=MODEL, prompt="Tell a long story.", stream=True,
+                            options={"num_predict": 120, "ignore_eos": True}):
+            parts.append(p)
+            first_token.set()
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    assert first_token.wait(120)
+    other = c.generate(model="second", prompt="Hi", options={"num_predict": 2})   # waits for MODEL to go idle
+    t.join(120)
+    assert parts[-1].done and parts[-1].eval_count == 120                # never cut short by the eviction
+    assert other.done and set(_loaded(svc)) == {"second:latest"}
+
+
+def test_failed_load_answers_every_waiter(tmp_path, smollm2_path):
+    svc = _start(tmp_path, "tiny", 64 * MiB)                             # nothing fits in 64 MiB
+    try:
+        results: list = [None] * 3
+
+        def ask(i):
+            try:
+                ollama.Client(host=svc.url).generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+            except ollama.ResponseError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert all(isinstance(e, ollama.ResponseError) for e in results)
+        assert all(e.status_code == 507 and "does not fit" in str(e) for e in results)
+        ps = _loaded(svc)[MODEL]["strata"]
+        assert ps["state"] == "failed" and "does not fit" in ps["error"]
+    finally:
+        svc.stop()
+
+
+def test_dead_runner_is_replaced_on_next_request(roomy):
+    c = ollama.Client(host=roomy.url)
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+    pid = _loaded(roomy)[MODEL]["strata"]["pid"]
+    os.kill(pid, signal.SIGKILL)                                        # as a llama.cpp abort would
+    _wait_for(lambda: MODEL not in _loaded(roomy), what="dead runner dropped")
+    r = c.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
+    assert r.done and _loaded(roomy)[MODEL]["strata"]["pid"] != pid
+
+
+def test_unload_on_shutdown(tmp_path, smollm2_path):
+    svc = _start(tmp_path, "shutdown", 64 * 1024 * MiB)
+    ollama.Client(host=svc.url).generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+    pid = _loaded(svc)[MODEL]["strata"]["pid"]
+    svc.stop()
+    _wait_for(lambda: not _alive(pid), 30, "runner exit on shutdown")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:   # a zombie child counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
