@@ -1,0 +1,146 @@
+"""Predicted vs actual memory: plan a model, load it for real with that Layout, compare per device and kind.
+
+Runs in a CHILD process (`python -m app.engine.verify MODEL ...`), looping over option sets in one process, so a
+llama.cpp abort cannot end the caller and the matrix stays fast. Per option set: plan with estimates, measure the
+compute buffers with a no_alloc dry run of that plan, plan again with the measurement, load the model + context
+for real with the final Layout and read the non-zero `model/KV/compute/output buffer size` lines.
+
+    python -m app.engine.verify MODEL.gguf [--ctx 512,2048] [--parallel 1,4] [--kv f16,q8_0] [--devices sim.json] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+KINDS = ("model", "kv", "compute", "output")
+MiB = 1024 * 1024
+
+
+def predicted_of(layout) -> dict[str, dict[str, int]]:
+    return {d.device_id: {"model": d.weights_total, "kv": d.kv, "compute": d.compute, "output": d.output}
+            for d in layout.devices if d.weights_total or d.kv or d.compute or d.output}
+
+
+def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
+                n_threads: int = 1) -> list[dict]:
+    """In THIS process: for each (num_ctx, num_parallel, kv_type) plan, dry-run, plan, load for real, compare."""
+    import time
+
+    from llama_cpp import llama_cpp as L
+
+    from app.discovery import discover
+    from app.discovery.simulated import inventory_from_dict
+    from app.engine import alloc_report, llama_log, load_params
+    from app.engine.dryrun import dry_run_here
+    from app.engine.layout import plan
+    from app.engine.layout_types import PlanOptions
+    from app.engine.model_info import read_model_info
+
+    llama_log.install()
+    info = read_model_info(path)
+    inv = inventory_from_dict(inventory_dict) if inventory_dict else discover()
+    rows = []
+    for num_ctx, par, kv in combos:
+        opts = PlanOptions(num_ctx=num_ctx, num_parallel=par, kv_type=kv)
+        first = plan(info, inv, opts)
+        dry = dry_run_here(first, n_threads)
+        layout = plan(info, inv, opts, compute=dry["compute"])
+        mp, keep = load_params.model_params(layout)
+        cp = load_params.context_params(layout, n_threads=n_threads)
+        t0 = time.perf_counter()
+        with llama_log.capture_log() as lines:
+            model = L.llama_model_load_from_file(path.encode(), mp)
+            ctx = L.llama_init_from_model(model, cp) if model else None
+        load_s = time.perf_counter() - t0
+        del keep
+        if not model or not ctx:
+            rows.append({"num_ctx": num_ctx, "parallel": par, "kv": kv, "error": "load failed: " + " | ".join(
+                ln for ln in lines if "error" in ln.lower())[-400:]})
+            if model:
+                L.llama_model_free(model)
+            continue
+        actual = alloc_report.parse_buffer_lines(lines, layout.gpu_devices)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+        rows.append({"num_ctx": num_ctx, "parallel": par, "kv": kv, "fits": layout.fits,
+                     "predicted": predicted_of(layout), "actual": actual, "load_s": round(load_s, 3)})
+    return rows
+
+
+def compare(row: dict) -> dict[str, dict]:
+    """Per device: predicted/actual totals, relative error of the total and of each kind."""
+    out = {}
+    devs = set(row["predicted"]) | set(row["actual"])
+    for d in sorted(devs):
+        p = row["predicted"].get(d, {k: 0 for k in KINDS})
+        a = row["actual"].get(d, {k: 0 for k in KINDS})
+        pt, at = sum(p.values()), sum(a.values())
+        kinds = {}
+        for k in KINDS:
+            kinds[k] = (p[k] - a[k]) / a[k] if a[k] else (0.0 if p[k] == 0 else float("inf"))
+        out[d] = {"predicted": pt, "actual": at, "total_err": (pt - at) / at if at else 0.0, "kind_err": kinds}
+    return out
+
+
+def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
+               timeout: float = 600) -> list[dict]:
+    """verify_here in a child process; raises RuntimeError with the child's stderr tail if it dies."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    req = json.dumps({"path": str(path), "combos": combos, "inventory": inventory_dict})
+    p = subprocess.run([sys.executable, "-m", "app.engine.verify", "--child"], input=req, capture_output=True,
+                       text=True, timeout=timeout, env=env)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("["):
+            return json.loads(line)
+    raise RuntimeError(f"verify child died (exit {p.returncode}): " + " | ".join(p.stderr.strip().splitlines()[-5:]))
+
+
+def format_table(name: str, rows: list[dict]) -> str:
+    lines = [f"{'model':<22} {'ctx':>5} {'par':>3} {'kv':<5} {'device':<7} {'pred MiB':>9} {'actual MiB':>10} "
+             f"{'total':>7} {'model':>7} {'kv':>7} {'compute':>7} {'output':>7}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{name:<22} {r['num_ctx']:>5} {r['parallel']:>3} {r['kv']:<5} ERROR {r['error']}")
+            continue
+        for d, c in compare(r).items():
+            ke = c["kind_err"]
+            lines.append(f"{name:<22} {r['num_ctx']:>5} {r['parallel']:>3} {r['kv']:<5} {d:<7} "
+                         f"{c['predicted'] / MiB:>9.2f} {c['actual'] / MiB:>10.2f} {c['total_err']:>+7.2%} "
+                         + " ".join(f"{ke[k]:>+7.2%}" for k in KINDS))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m app.engine.verify")
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--ctx", default="512,2048,8192")
+    ap.add_argument("--parallel", default="1,4")
+    ap.add_argument("--kv", default="f16,q8_0")
+    ap.add_argument("--devices", help="simulated inventory JSON (plans for it; the load still uses this machine)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        req = json.loads(sys.stdin.read())
+        rows = verify_here(req["path"], [tuple(c) for c in req["combos"]], req.get("inventory"))
+        print(json.dumps(rows), flush=True)
+        return 0
+    if not a.model:
+        ap.error("MODEL is required")
+    combos = [(int(c), int(p), k) for c in a.ctx.split(",") for p in a.parallel.split(",") for k in a.kv.split(",")]
+    inv = json.load(open(a.devices)) if a.devices else None
+    rows = run_verify(a.model, combos, inv)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(format_table(os.path.basename(a.model)[:22], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
