@@ -67,6 +67,7 @@ def test_list_and_show_with_ollama_client(oc):
     assert MODEL in names
     m = next(m for m in oc.list().models if m.model == MODEL)
     assert m.details.family == "llama" and m.details.quantization_level == "Q4_1" and m.size > 50_000_000
+    assert len(m.digest) == 64 and int(m.digest, 16) >= 0                 # sha256 of the GGUF
     show = oc.show(MODEL)
     assert show.modelinfo["general.architecture"] == "llama"
     assert show.modelinfo["llama.context_length"] == 8192
@@ -321,6 +322,8 @@ def test_server_still_answers_after_bad_input(oc):
 def test_origins_and_host_header(http):
     r = http.get("/api/tags", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403 and "origin" in r.json()["error"]
+    r = http.get("/api/tags", headers={"Origin": "null"})                 # sandboxed iframes send this
+    assert r.status_code == 403
     r = http.get("/api/tags", headers={"Origin": "http://localhost:3000"})
     assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
     r = http.options("/api/chat", headers={"Origin": "http://127.0.0.1:5173", "Access-Control-Request-Method": "POST"})

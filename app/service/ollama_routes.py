@@ -19,7 +19,7 @@ from .ollama_schema import (details, digest_of, done_reason, iso_time, logprobs_
                             parse_embed_input, parse_generate, tag_entry, timing_fields)
 from .options import parse_ollama_options
 from .scheduler import parse_keep_alive
-from .store_proxy import store_error
+from .store_proxy import store_error, with_digest
 
 FAR_FUTURE = "2318-01-01T00:00:00Z"     # expires_at of a model kept forever (Ollama does the same)
 
@@ -51,6 +51,7 @@ async def tags(request):
     records = await store.call("list")
     out = []
     for r in records:
+        r = await with_digest(store, r)
         out.append(tag_entry(r, await _info_or_none(scheduler, r)))
     return web.json_response({"models": out})
 
@@ -80,7 +81,7 @@ async def show(request):
     scheduler, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
-    record = await scheduler.resolve(name)
+    record = await with_digest(store, await scheduler.resolve(name))
     info = await _info_or_none(scheduler, record)
     template = record.template or (info.chat_template if info else None) or ""
     caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
@@ -221,16 +222,17 @@ async def ps(request):
 
 # ---- generation -----------------------------------------------------------------------------------------
 
-async def _load_or_unload(request, scheduler, name: str, keep_alive, chat: bool):
+async def _load_or_unload(request, scheduler, name: str, keep_alive, chat: bool, options):
     """Empty prompt / no messages: load the model (or unload it with keep_alive 0), like Ollama."""
     ka = parse_keep_alive(keep_alive, scheduler.config.keep_alive)
     record = await scheduler.resolve(name)
+    ro = parse_ollama_options(options, record.parameters)     # load-time options (num_ctx...) apply to the load
     base = {"model": name, "created_at": now_iso()}
     if ka == 0:
         scheduler.request_unload(record.name)
         reason = "unload"
     else:
-        async with scheduler.lease(record.name, None, keep_alive):
+        async with scheduler.lease(record.name, ro, keep_alive):
             pass
         reason = "load"
     if chat:
@@ -289,7 +291,7 @@ async def generate(request):
     scheduler, _, _ = _ctx(request)
     p = parse_generate(await read_json(request))
     if not p.prompt:
-        return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=False)
+        return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=False, options=p.options)
     record = await scheduler.resolve(p.model)
     ro = parse_ollama_options(p.options, record.parameters)
     parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)     # a bad value is a 400 before any work
@@ -304,7 +306,7 @@ async def chat(request):
     scheduler, _, _ = _ctx(request)
     p = parse_chat(await read_json(request))
     if not p.messages:
-        return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=True)
+        return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=True, options=p.options)
     record = await scheduler.resolve(p.model)
     ro = parse_ollama_options(p.options, record.parameters)
     parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)

@@ -326,6 +326,8 @@ class Scheduler:
 
                 loaded = await asyncio.wait_for(client.start(on_progress), self.config.load_timeout_s)
             model.actual = dict(getattr(loaded, "actual", {}) or {})
+            from .store_proxy import with_digest
+            model.record = await with_digest(self.store, model.record)
             model.load_seconds = time.monotonic() - model.load_started
             model.state = "loaded"
             model.progress = 1.0

@@ -27,7 +27,8 @@ from .errors import ApiError, error_body
 log = logging.getLogger("strata.service")
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"}
-APP_ORIGINS = {"app://strata", "strata://app", "null"}   # the desktop app's own (Qt file:// pages send "null")
+# The desktop app's own origins. Not "null": sandboxed iframes on any web site send Origin: null.
+APP_ORIGINS = {"app://strata", "strata://app"}
 CORS_HEADERS = "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, X-Stainless-Lang"
 OPEN_PATHS = {"/api/version", "/"}
 CORS_KEY = web.RequestKey("cors_headers", dict)

@@ -54,3 +54,15 @@ def store_error(e: Exception, name: str = "") -> ApiError:
     if isinstance(e, ValueError):
         return ApiError(400, str(e))
     return ApiError(500, f"model store error: {type(e).__name__}: {e}")
+
+
+HASH_LIMIT = 2 * 1024 ** 3     # files up to this size get their sha256 computed (once, cached) for `digest`
+
+
+async def with_digest(store, record):
+    if getattr(record, "sha256", None) or (record.size or 0) > HASH_LIMIT:
+        return record
+    try:
+        return await store.call("with_sha256", record)
+    except Exception:  # noqa: BLE001 - a digest is a nicety; the file may have gone
+        return record
