@@ -107,6 +107,15 @@ def test_builder_makes_a_valid_file(tmp_path):
      "KV heads must divide"),
     ("more kv heads than heads", build(kvs=GOOD_KV + [kv_u32("llama.attention.head_count_kv", 8)]),
      "KV heads must divide"),
+    ("more experts used than exist", build(kvs=GOOD_KV + [kv_u32("llama.expert_count", 4),
+                                                           kv_u32("llama.expert_used_count", 8)]),
+     "8 experts used per token but only 4"),
+    ("experts but none used", build(kvs=GOOD_KV + [kv_u32("llama.expert_count", 4)]), "expert_used_count is 0"),
+    ("too many experts", build(kvs=GOOD_KV + [kv_u32("llama.expert_count", 5000),
+                                               kv_u32("llama.expert_used_count", 2)]), "at most 1024"),
+    ("rope dims differ from head size", build(kvs=GOOD_KV + [kv_u32("llama.rope.dimension_count", 7)]),
+     "rope.dimension_count 7 differs from the head size 8"),
+    ("513 layers", build(kvs=[GOOD_KV[0], kv_u32("llama.block_count", 513)] + GOOD_KV[2:]), "1..512"),
     ("split part", build(kvs=GOOD_KV + [s("split.count") + struct.pack("<IH", 2, 3)]), "split GGUF (3 files)"),
 ])
 def test_refused_with_reason(tmp_path, case, content, reason):

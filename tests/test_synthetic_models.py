@@ -123,3 +123,20 @@ print(json.dumps({"n_layer": L.llama_model_n_layer(m), "n_embd": L.llama_model_n
     assert got["n_ctx_train"] == info.context_length
     assert got["n_params"] == info.n_params
     assert got["size"] == info.weight_bytes
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    ({"n_expert": 4, "n_expert_used": 5}, "5 experts used per token but only 4"),
+])
+def test_files_refused_by_model_info_would_abort_llama_cpp(synthetic_dir, kwargs, reason):
+    """Why read_model_info checks these: llama.cpp GGML_ASSERTs on them, killing the process that loads."""
+    from gguf_factory import write_moe_qwen3
+
+    from app.engine.model_info import GGUFError, read_model_info
+
+    path = write_moe_qwen3(synthetic_dir / "moe-bad.gguf", qtype="Q4_0", **kwargs)
+    with pytest.raises(GGUFError, match=reason):
+        read_model_info(path)
+    r = subprocess.run([sys.executable, "-c", CHILD, str(path), "generate"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "GGML_ASSERT" in r.stderr

@@ -162,6 +162,42 @@ def _per_layer(v, n_layer: int, default: int) -> tuple[int, ...]:
     return (v,) * n_layer
 
 
+MAX_EXPERTS = 1024      # LLAMA_MAX_EXPERTS
+MAX_LAYERS = 512        # LLAMA_MAX_LAYERS
+# Architectures whose graph builder asserts n_embd_head == n_rot (GGML_ASSERT in src/models/*.cpp).
+_ROPE_EQUALS_HEAD = {
+    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
+    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "exaone4", "falcon", "granite",
+    "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3", "internlm2", "jais2",
+    "llada", "llada-moe", "llama", "llama4", "maincoder", "mellum", "minimax-01", "minimax-m2", "mistral3",
+    "nemotron", "olmo", "olmo2", "olmoe", "orion", "paddleocr", "plamo", "qwen2", "qwen2moe", "qwen2vl", "qwen3",
+    "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss", "smallthinker", "smollm3", "starcoder2", "xverse",
+}
+
+
+def _check_llama_asserts(path: str, arch: str, hp, head_dim_k: int) -> None:
+    """Hyper-parameters that make llama.cpp GGML_ASSERT (kill the process) instead of failing the load."""
+    n_expert = int(hp("expert_count", 0) or 0)
+    used = hp("expert_used_count", 0) or 0
+    used = max(used) if isinstance(used, list) else int(used)
+    if n_expert > MAX_EXPERTS:
+        raise GGUFError(f"{path}: {n_expert} experts (llama.cpp supports at most {MAX_EXPERTS})")
+    if used > n_expert:
+        raise GGUFError(f"{path}: {used} experts used per token but only {n_expert} experts")
+    if n_expert and not used:
+        raise GGUFError(f"{path}: {n_expert} experts but expert_used_count is 0")
+    groups = int(hp("expert_group_count", 0) or 0)
+    if n_expert and groups:
+        group_used = int(hp("expert_group_used_count", 0) or 0)
+        if groups >= n_expert or n_expert % groups or (groups > 1 and not 0 < group_used < groups):
+            raise GGUFError(f"{path}: inconsistent expert groups ({groups} groups, {group_used} used, "
+                            f"{n_expert} experts)")
+    n_rot = hp("rope.dimension_count")
+    if arch in _ROPE_EQUALS_HEAD and isinstance(n_rot, int) and head_dim_k and n_rot != head_dim_k:
+        raise GGUFError(f"{path}: rope.dimension_count {n_rot} differs from the head size {head_dim_k} "
+                        f"({arch} requires them equal)")
+
+
 def read_model_info(path) -> ModelInfo:
     """Model facts from a GGUF file, validated; raises GGUFError naming the problem. Cached per file version."""
     p = _os.path.realpath(_os.fspath(path))
@@ -196,8 +232,9 @@ def _read_model_info(path: str) -> ModelInfo:
     n_layer = hp("block_count")
     if not isinstance(n_layer, int) or isinstance(n_layer, bool):
         raise GGUFError(f"{path}: no {arch}.block_count key (not a language model: {arch!r})")
-    if not 0 < n_layer <= 4096:
-        raise GGUFError(f"{path}: {arch}.block_count = {n_layer} is not a plausible layer count")
+    if not 0 < n_layer <= MAX_LAYERS:
+        raise GGUFError(f"{path}: {arch}.block_count = {n_layer} is not a plausible layer count "
+                        f"(llama.cpp allows 1..{MAX_LAYERS})")
     n_split = gf.get("split.count", 0)
     if isinstance(n_split, int) and n_split > 1:
         raise GGUFError(f"{path}: part of a split GGUF ({n_split} files); merge it first with "
@@ -218,6 +255,8 @@ def _read_model_info(path: str) -> ModelInfo:
                             "(KV heads must divide the heads)")
     head_dim_k = int(hp("attention.key_length", 0) or 0) or (n_embd // n_head if n_head else 0)
     head_dim_v = int(hp("attention.value_length", 0) or 0) or (n_embd // n_head if n_head else 0)
+
+    _check_llama_asserts(path, arch, hp, head_dim_k)
 
     sliding_window = int(hp("attention.sliding_window", 0) or 0)
     pattern = hp("attention.sliding_window_pattern")
