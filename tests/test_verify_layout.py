@@ -54,3 +54,26 @@ def test_quantized_kv_with_head_size_llama_refuses(dense_gguf):
     inv = inventory_from_dict({"devices": [], "host_ram_total": "8 GiB", "cpu_cores": 2})
     with pytest.raises(ValueError, match="kv_type: q8_0 needs head sizes"):
         plan(read_model_info(dense_gguf), inv, PlanOptions(kv_type="q8_0"))
+
+
+def test_dry_run_measures_and_caches(smollm2_path, strata_home):
+    """plan_measured: a no_alloc dry run in a child gives the compute buffer; the second call hits the disk cache;
+    GPU options with a simulated inventory do not disturb the CPU-only measurement."""
+    from app.discovery.simulated import inventory_from_dict
+    from app.engine.dryrun import measure_compute, plan_measured
+    from app.engine.layout_types import PlanOptions
+    from app.engine.model_info import read_model_info
+
+    info = read_model_info(smollm2_path)
+    inv = inventory_from_dict({"devices": [{"id": "CUDA0", "total": "6 GiB"}, {"id": "CUDA1", "total": "6 GiB"}],
+                               "host_ram_total": "16 GiB", "cpu_cores": 4})
+    opts = PlanOptions(num_ctx=1024, num_parallel=4, tensor_split=(1, 1))
+    c = measure_compute(info, inv, opts)
+    assert c["CPU"] == round(98.25 * 1024 * 1024) and c["*"] == c["CPU"]     # llama.cpp's figure for this model
+    cached = list((strata_home / "cache" / "dryrun").glob("*.json"))
+    assert len(cached) == 1
+    lay = plan_measured(info, inv, opts)
+    assert lay.fits and lay.gpu_devices == ("CUDA0", "CUDA1")
+    assert all(d.compute == c["CPU"] for d in lay.devices)
+    assert any("measured" in r for r in lay.reasons)
+    assert len(list((strata_home / "cache" / "dryrun").glob("*.json"))) == 1, "same measurement reused"

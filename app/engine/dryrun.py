@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 
 from app.discovery.inventory import Inventory
@@ -124,7 +125,7 @@ def cached_dry_run(layout: Layout) -> dict:
         except (OSError, json.JSONDecodeError):
             pass
     res = run_dry_run(layout)
-    tmp = f.with_suffix(".tmp")
+    tmp = f.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")   # concurrent planners: no shared tmp
     tmp.write_text(json.dumps(res))
     os.replace(tmp, f)
     return res
@@ -142,8 +143,10 @@ def measure_compute(info: ModelInfo, inventory: Inventory, options: PlanOptions,
     from app.engine.layout import plan
 
     if inventory.simulated or not inventory.gpus:
+        # GPU-specific options mean nothing to the CPU-only measurement (and would not validate without GPUs)
+        cpu_opts = replace(options, num_gpu=None, main_gpu=None, tensor_split=None, cpu_moe=None)
         lay = plan(info, _cpu_only(replace(inventory, host_ram_available=max(inventory.host_ram_available, 1 << 50))),
-                   options)
+                   cpu_opts)
         res = cached_dry_run(lay)
         cpu = int(res["compute"].get("CPU", 0))
         out = {"CPU": cpu}
