@@ -148,3 +148,17 @@ def test_cli_plan(smollm2_path):
     assert p.returncode == 2 and "num_ctx" in p.stderr
     p = _cli("plan", "/nonexistent/model.gguf")
     assert p.returncode == 2 and "model.gguf" in p.stderr
+
+
+def test_probe_that_hangs_is_reported_not_raised():
+    res, why = probe_ggml(timeout=0.01)
+    assert res is None and "did not finish" in why
+
+
+def test_cli_plan_refuses_a_truncated_gguf(smollm2_path, tmp_path):
+    """A GGUF whose tensor data is not where the header says (cut short) is refused before llama.cpp sees it."""
+    bad = tmp_path / "cut.gguf"
+    with open(smollm2_path, "rb") as f:
+        bad.write_bytes(f.read(5_000_000))
+    p = _cli("plan", str(bad))
+    assert p.returncode == 2 and "cut.gguf" in p.stderr, p.stderr
