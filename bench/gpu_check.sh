@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine without network: build llama-cpp-python 0.3.36 with CUDA from a stripped copy of its sdist
-# (bench/_build/gpu/src.tar.gz, made from the sdist bench/build_llama_server.sh downloads) into
-# bench/_build/gpu/pylib, then run the engine's GPU test on a carried GGUF. Needs nvcc, cmake, ninja,
+# (bench/_build/gpu/src.tar.gz, made from the sdist bench/build_llama_server.sh downloads) into bench/_build/gpulib,
+# then run the engine's GPU test on a carried GGUF. Needs nvcc, cmake, ninja,
 # scikit-build-core, numpy, jinja2 on the machine. Usage: bench/gpu_check.sh build | test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +11,10 @@ case "${1:-}" in
     rm -rf /tmp/strata-src && mkdir -p /tmp/strata-src && tar -xzf $G/src.tar.gz -C /tmp/strata-src
     CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DLLAVA_BUILD=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -q --no-build-isolation --no-deps \
-      --target $G/pylib /tmp/strata-src/src
-    ls $G/pylib/llama_cpp/lib ;;
+      --target bench/_build/gpulib /tmp/strata-src/src
+    ls bench/_build/gpulib/llama_cpp/lib ;;
   test)
-    PYTHONPATH=$G/pylib:. STRATA_GPU_TEST_MODEL=$G/dense.gguf python3 -m pytest -q -s -p no:cacheprovider \
+    PYTHONPATH=bench/_build/gpulib:. STRATA_GPU_TEST_MODEL=$G/dense.gguf python3 -m pytest -q -s -p no:cacheprovider \
       tests/test_engine_gpu.py ;;
   *) echo "usage: $0 build|test"; exit 2 ;;
 esac
