@@ -175,3 +175,45 @@ def test_random_corruption_never_escapes_as_another_exception(tmp_path):
         except GGUFError:
             refused += 1
     assert refused > 100     # most corruptions of a small header are caught
+
+
+def test_every_key_retyped_is_read_or_refused(tmp_path):
+    """Change each metadata key's declared type to every other type: a GGUFError or a clean read, nothing else
+    (e.g. a string where a layer count should be)."""
+    w = GGUFWriter(str(tmp_path / "base.gguf"), "qwen3moe")
+    for k, v in (("block_count", 2), ("embedding_length", 32), ("attention.head_count", 4),
+                 ("attention.head_count_kv", 2), ("context_length", 512), ("expert_count", 4),
+                 ("expert_used_count", 2), ("attention.key_length", 8), ("rope.dimension_count", 8),
+                 ("attention.sliding_window", 64), ("pooling_type", 1), ("vocab_size", 3)):
+        w.add_key_value(f"qwen3moe.{k}", v, GGUFValueType.UINT32)
+    w.add_key_value("qwen3moe.attention.sliding_window_pattern", [True, False], GGUFValueType.ARRAY,
+                    sub_type=GGUFValueType.BOOL)
+    w.add_key_value("tokenizer.ggml.tokens", ["a", "b", "c"], GGUFValueType.ARRAY, sub_type=GGUFValueType.STRING)
+    w.add_key_value("tokenizer.ggml.model", "gpt2", GGUFValueType.STRING)
+    w.add_key_value("tokenizer.chat_template", "{{ x }}", GGUFValueType.STRING)
+    w.add_tensor("token_embd.weight", np.ones((3, 32), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    good = (tmp_path / "base.gguf").read_bytes()
+    assert read_model_info(tmp_path / "base.gguf").n_expert == 4
+    keys = [b"general.architecture"] + [k for k in (b"qwen3moe.block_count", b"qwen3moe.embedding_length",
+            b"qwen3moe.attention.head_count", b"qwen3moe.attention.head_count_kv", b"qwen3moe.context_length",
+            b"qwen3moe.expert_count", b"qwen3moe.expert_used_count", b"qwen3moe.attention.key_length",
+            b"qwen3moe.rope.dimension_count", b"qwen3moe.attention.sliding_window", b"qwen3moe.pooling_type",
+            b"qwen3moe.vocab_size", b"qwen3moe.attention.sliding_window_pattern", b"tokenizer.ggml.tokens",
+            b"tokenizer.ggml.model", b"tokenizer.chat_template")]
+    outcomes = {"read": 0, "refused": 0}
+    for key in keys:
+        at = good.index(s(key)) + 8 + len(key)          # the 4-byte value type after the key
+        for vtype in range(13):
+            b = bytearray(good)
+            b[at:at + 4] = struct.pack("<I", vtype)
+            p = write(tmp_path, bytes(b), "retyped.gguf")
+            try:
+                read_model_info(p)
+                outcomes["read"] += 1
+            except GGUFError:
+                outcomes["refused"] += 1
+    assert outcomes["refused"] > len(keys) * 6

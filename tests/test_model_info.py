@@ -191,11 +191,17 @@ def test_sliding_window_patterns(tmp_path):
 
 
 def test_cached_until_the_file_changes(tmp_path):
+    import os
+    import time
+
     p = tmp_path / "m.gguf"
     _write_tiny(p, "llama", 2, {})
+    assert read_model_info(p) is not read_model_info(p)    # just written: not cached (mtime may be coarse)
+    old = time.time() - 60
+    os.utime(p, (old, old))
     a = read_model_info(p)
-    assert read_model_info(p) is a
-    _write_tiny(p, "llama", 5, {})
+    assert read_model_info(p) is a                          # settled file: cached
+    _write_tiny(p, "llama", 5, {})                          # same size, new content
     assert read_model_info(p).n_layer == 5
 
 

@@ -87,6 +87,7 @@ class ModelInfo:
 # Reader. The parsing and validation live in gguf_parse (bounds-checked, fast); this turns that into facts.
 
 import os as _os
+import time as _time
 import re as _re
 from collections import Counter as _Counter
 from functools import lru_cache as _lru_cache
@@ -141,29 +142,23 @@ def _swa_pattern(n_layer: int, n_pattern: int, dense_first: bool) -> tuple[bool,
     return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer))
 
 
-def _int_or_list(v) -> list[int] | int | None:
-    from app.engine.gguf_parse import ArraySummary
-
-    if v is None or isinstance(v, ArraySummary):
-        return None
-    if isinstance(v, list):
-        return [int(x) for x in v]
-    return int(v)
-
-
-def _per_layer(v, n_layer: int, default: int) -> tuple[int, ...]:
-    v = _int_or_list(v)
+def _per_layer(path: str, key: str, v, n_layer: int, default: int) -> tuple[int, ...]:
+    """A hyper-parameter that is one integer or one per layer (e.g. head_count_kv), as a per-layer tuple."""
     if v is None:
         return (default,) * n_layer
+    vals = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in vals):
+        raise GGUFError(f"{path}: {key} must be a non-negative integer or one per layer, got {str(v)[:60]}")
     if isinstance(v, list):
         if len(v) < n_layer:
-            raise GGUFError(f"per-layer array has {len(v)} entries for {n_layer} layers")
+            raise GGUFError(f"{path}: {key} has {len(v)} entries for {n_layer} layers")
         return tuple(v[:n_layer])
     return (v,) * n_layer
 
 
 MAX_EXPERTS = 1024      # LLAMA_MAX_EXPERTS
 MAX_LAYERS = 512        # LLAMA_MAX_LAYERS
+RACY_SECONDS = 2.0      # files modified more recently than this are not cached
 # Architectures whose graph builder asserts n_embd_head == n_rot (GGML_ASSERT in src/models/*.cpp).
 _ROPE_EQUALS_HEAD = {
     "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
@@ -175,20 +170,19 @@ _ROPE_EQUALS_HEAD = {
 }
 
 
-def _check_llama_asserts(path: str, arch: str, hp, head_dim_k: int) -> None:
+def _check_llama_asserts(path: str, arch: str, hp, hpi, head_dim_k: int) -> None:
     """Hyper-parameters that make llama.cpp GGML_ASSERT (kill the process) instead of failing the load."""
-    n_expert = int(hp("expert_count", 0) or 0)
-    used = hp("expert_used_count", 0) or 0
-    used = max(used) if isinstance(used, list) else int(used)
+    n_expert = hpi("expert_count")
+    used = hpi("expert_used_count")
     if n_expert > MAX_EXPERTS:
         raise GGUFError(f"{path}: {n_expert} experts (llama.cpp supports at most {MAX_EXPERTS})")
     if used > n_expert:
         raise GGUFError(f"{path}: {used} experts used per token but only {n_expert} experts")
     if n_expert and not used:
         raise GGUFError(f"{path}: {n_expert} experts but expert_used_count is 0")
-    groups = int(hp("expert_group_count", 0) or 0)
+    groups = hpi("expert_group_count")
     if n_expert and groups:
-        group_used = int(hp("expert_group_used_count", 0) or 0)
+        group_used = hpi("expert_group_used_count")
         if groups >= n_expert or n_expert % groups or (groups > 1 and not 0 < group_used < groups):
             raise GGUFError(f"{path}: inconsistent expert groups ({groups} groups, {group_used} used, "
                             f"{n_expert} experts)")
@@ -205,10 +199,11 @@ def read_model_info(path) -> ModelInfo:
         st = _os.stat(p)
     except OSError:
         st = None
-    key = (st.st_size, st.st_mtime_ns, st.st_ino) if st else None
-    if key is None:
-        return _read_model_info(p)   # raises the proper "no such file" GGUFError
-    return _read_model_info_cached(p, key)
+    # File timestamps are only as fine as the kernel's clock tick: a file rewritten (same size) within a few ms
+    # keeps its mtime. So only files untouched for a while are cached (git's "racy timestamp" rule).
+    if st is None or _time.time() - st.st_mtime < RACY_SECONDS:
+        return _read_model_info(p)   # (raises the proper "no such file" GGUFError when missing)
+    return _read_model_info_cached(p, (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns))
 
 
 @_lru_cache(maxsize=64)
@@ -229,6 +224,14 @@ def _read_model_info(path: str) -> ModelInfo:
     def hp(suffix, default=None):
         return gf.get(f"{arch}.{suffix}", default)
 
+    def hpi(suffix, default=0) -> int:
+        """An integer hyper-parameter (a per-layer array gives its maximum); anything else is refused."""
+        v = hp(suffix, default)
+        vals = v if isinstance(v, list) else [v]
+        if not vals or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in vals):
+            raise GGUFError(f"{path}: {arch}.{suffix} must be a non-negative integer, got {str(v)[:60]}")
+        return max(vals)
+
     n_layer = hp("block_count")
     if not isinstance(n_layer, int) or isinstance(n_layer, bool):
         raise GGUFError(f"{path}: no {arch}.block_count key (not a language model: {arch!r})")
@@ -242,23 +245,24 @@ def _read_model_info(path: str) -> ModelInfo:
     if not gf.tensors:
         raise GGUFError(f"{path}: no tensors (a vocabulary-only file?)")
 
-    n_embd = int(hp("embedding_length", 0) or 0)
+    n_embd = hpi("embedding_length")
     if not 0 < n_embd <= 1 << 20:
         raise GGUFError(f"{path}: {arch}.embedding_length = {n_embd} is not plausible")
-    heads = _per_layer(hp("attention.head_count"), n_layer, 0)
+    heads = _per_layer(path, f"{arch}.attention.head_count", hp("attention.head_count"), n_layer, 0)
     n_head = max(heads) if heads else 0
-    n_head_kv = _per_layer(hp("attention.head_count_kv"), n_layer, n_head)
+    n_head_kv = _per_layer(path, f"{arch}.attention.head_count_kv", hp("attention.head_count_kv"), n_layer,
+                           n_head)
     for il, (h, kv) in enumerate(zip(heads, n_head_kv)):
         # llama.cpp divides by these (n_gqa = n_head / n_head_kv); 0 KV heads marks a recurrent layer
         if kv < 0 or h < 0 or kv > max(h, 0) or (kv and h % kv):
             raise GGUFError(f"{path}: layer {il} has {h} attention heads and {kv} KV heads "
                             "(KV heads must divide the heads)")
-    head_dim_k = int(hp("attention.key_length", 0) or 0) or (n_embd // n_head if n_head else 0)
-    head_dim_v = int(hp("attention.value_length", 0) or 0) or (n_embd // n_head if n_head else 0)
+    head_dim_k = hpi("attention.key_length") or (n_embd // n_head if n_head else 0)
+    head_dim_v = hpi("attention.value_length") or (n_embd // n_head if n_head else 0)
 
-    _check_llama_asserts(path, arch, hp, head_dim_k)
+    _check_llama_asserts(path, arch, hp, hpi, head_dim_k)
 
-    sliding_window = int(hp("attention.sliding_window", 0) or 0)
+    sliding_window = hpi("attention.sliding_window")
     pattern = hp("attention.sliding_window_pattern")
     if isinstance(pattern, list):
         swa_layers = tuple(bool(x) for x in pattern[:n_layer]) + (False,) * max(0, n_layer - len(pattern))
@@ -271,7 +275,7 @@ def _read_model_info(path: str) -> ModelInfo:
         swa_layers = (False,) * n_layer
 
     tokens = gf.get("tokenizer.ggml.tokens")
-    n_vocab = int(hp("vocab_size", 0) or 0)
+    n_vocab = hpi("vocab_size")
     if not n_vocab and isinstance(tokens, ArraySummary):
         n_vocab = tokens.length
     elif not n_vocab and isinstance(tokens, list):
@@ -322,7 +326,7 @@ def _read_model_info(path: str) -> ModelInfo:
         data_offset=gf.data_offset,
         n_params=n_params,
         quantization=quant,
-        context_length=int(hp("context_length", 0) or 0),
+        context_length=hpi("context_length"),
         n_layer=n_layer,
         n_embd=n_embd,
         n_head=n_head,
@@ -332,8 +336,8 @@ def _read_model_info(path: str) -> ModelInfo:
         n_vocab=n_vocab,
         sliding_window=sliding_window,
         swa_layers=swa_layers,
-        n_expert=int(hp("expert_count", 0) or 0),
-        n_expert_used=int(hp("expert_used_count", 0) or 0),
+        n_expert=hpi("expert_count"),
+        n_expert_used=hpi("expert_used_count"),
         chat_template=template if isinstance(template, str) else None,
         tokenizer_model=tok_model if isinstance(tok_model, str) else None,
         pooling_type=pooling,
