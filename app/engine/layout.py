@@ -326,7 +326,10 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
     if o.main_gpu is not None:
         by_room.remove(o.main_gpu)
         by_room.insert(0, o.main_gpu)
-    n_full = n                                   # "holds the model": every block full on the GPUs
+    # "holds the model": every block it may place (num_gpu) full on the GPUs, but for the experts kept by cpu_moe
+    n_full = fixed_k if fixed_k is not None else n
+    if fixed_m:
+        n_full = min(n_full, n - fixed_m)
     best: Config | None = None
     for count in range(1, len(gpus) + 1):
         chosen = by_room[:count]
@@ -341,7 +344,8 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
                     c is not None and best is not None and score(c, n, moe) == score(best, n, moe)
                     and len(c.order) < len(best.order)):
                 best = c
-        if best is not None and score(best, n, moe)[1] >= (fixed_k if fixed_k is not None else n_full):
+        want_k = fixed_k if fixed_k is not None else n
+        if best is not None and best.k >= want_k and score(best, n, moe)[1] >= n_full:
             if count > 1:
                 reasons.append(f"the model needs {count} GPUs; layers spread evenly over them")
             elif len(gpus) > 1:
