@@ -263,3 +263,25 @@ def test_cpu_only_inventory_puts_everything_on_cpu(smollm2_path):
     assert lay.fits and lay.n_gpu_layers == 0 and lay.gpu_devices == () and not lay.op_offload
     assert lay.devices[0].layers == tuple(range(info.n_layer))
     assert any("num_gpu=5 ignored" in r for r in lay.reasons)
+
+
+def test_brute_force_sweep_with_user_settings():
+    """300 random small cases: 1-3 GPUs, dense/MoE, tied or not, with and without num_gpu / cpu_moe set."""
+    for seed in range(300):
+        rng = random.Random(seed)
+        moe, tied = rng.random() < 0.5, rng.random() < 0.5
+        info = tiny(n_layer=rng.choice([3, 4, 5, 6]), moe=moe, tied=tied)
+        devs = [{"id": f"CUDA{i}", "total": int(rng.uniform(0.02, 0.9) * info.weight_bytes) + COMPUTE_GPU + 64 * MiB}
+                for i in range(rng.choice([1, 2, 2, 3]))]
+        inv = inventory_from_dict({"devices": devs, "host_ram_total": "64 GiB", "cpu_cores": 4})
+        o = PlanOptions(num_ctx=rng.choice([256, 1024, 4096, 16384]), num_parallel=rng.choice([1, 2, 4]),
+                        margin=64 * MiB)
+        fixed_m = fixed_k = None
+        if moe and rng.random() < 0.3:
+            fixed_m = rng.randrange(0, info.n_layer + 1)
+            o = replace(o, cpu_moe=fixed_m)
+        if rng.random() < 0.3:
+            fixed_k = rng.randrange(1, info.n_layer + 1)
+            o = replace(o, num_gpu=fixed_k + 1)
+        lay = plan(info, inv, o, COMPUTE)
+        check_layout(info, inv, lay, fixed_k=fixed_k, fixed_m=fixed_m)
