@@ -28,7 +28,7 @@ MAX_DIMS = 4                         # GGML_MAX_DIMS
 MAX_TENSOR_NAME = 63                 # GGML_MAX_NAME is 64 including the NUL
 MAX_COUNT = 1 << 24                  # tensors or keys; real models have < 100k tensors and < 1k keys
 MAX_KEY_LEN = 1 << 16
-ARRAY_KEEP_DEFAULT = 1 << 16         # arrays longer than this are summarised unless the caller wants them
+ARRAY_KEEP_DEFAULT = 4096         # longer arrays (vocabularies) are summarised unless the caller wants them
 
 # value type -> (struct format, size) for fixed-size scalars
 _SCALAR = {
