@@ -48,8 +48,8 @@ def test_columns_for_a_plan_stack_ours_on_top_of_what_is_used():
     assert gpu.get(COMPUTE) == 256 * MiB
     assert gpu.get(OTHERS) == 2 * GiB                       # 8 total - 6 free, before our load
     assert gpu.get(FREE) == 6 * GiB - (3 * GiB + 768 * MiB)
-    assert gpu.get(OVER) == 0 and gpu.fits
-    assert sum(s.bytes for s in gpu.segments) == gpu.total == 8 * GiB
+    assert gpu.over == 0 and gpu.fits
+    assert sum(s.bytes for s in gpu.segments) == gpu.total == gpu.capacity == 8 * GiB
     cpu = cols[0]
     assert cpu.get(COMPUTE) == 33 * MiB                      # compute + host output buffer
     assert cpu.get(WEIGHTS) == 600 * MiB
@@ -70,8 +70,10 @@ def test_a_plan_that_does_not_fit_shows_the_overflow():
     lay = make_layout(gpu_weights=7 * GiB, fits=False).to_dict()
     gpu = device_columns(make_inventory().to_dict(), lay)[1]
     assert not gpu.fits
-    assert gpu.get(OVER) == 7 * GiB + 768 * MiB - 6 * GiB
+    assert gpu.over == gpu.get(OVER) == 7 * GiB + 768 * MiB - 6 * GiB
     assert gpu.get(FREE) == 0
+    assert gpu.total == 2 * GiB + 7 * GiB + 768 * MiB     # the bar grows to hold it; capacity stays 8 GiB
+    assert gpu.capacity == 8 * GiB
 
 
 def test_layer_cells_and_moe_split():
@@ -145,6 +147,24 @@ def test_layer_strip_colours_layers_by_device_and_splits_moe(qtbot):
     assert _color_at(strip, gpu_cell.center().x(), gpu_cell.top() + 3) == colors["CUDA0"]
     assert _color_at(strip, gpu_cell.center().x(), gpu_cell.bottom() - 3) == colors["CPU"]
     assert strip.cell_at(gpu_cell.center().x()).index == 7
+
+
+def test_bars_mark_what_lies_above_capacity(qtbot):
+    from app.gui.memory_view import MemoryBars
+
+    bars = MemoryBars()
+    qtbot.addWidget(bars)
+    bars.resize(400, 360)
+    bars.set_columns(device_columns(make_inventory().to_dict(), make_layout(gpu_weights=7 * GiB).to_dict()))
+    over = bars.over_rect(1)
+    assert over is not None and bars.over_rect(0) is None
+    assert over.top() == bars.column_rect(1).top()
+    assert over.height() == pytest.approx(bars.column_rect(1).height() * bars.columns[1].over / bars.columns[1].total)
+    kind = bars.hit(over.center().x(), over.center().y())[1]
+    assert kind == OVER
+    # hatched red over whatever segment lies there: the pixel is reddish
+    c = bars.grab().toImage().pixelColor(int(over.center().x()), int(over.center().y() + 2))
+    assert c.red() > c.blue()
 
 
 def test_layout_view_summary_says_when_it_will_not_fit(qtbot):

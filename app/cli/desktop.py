@@ -32,16 +32,16 @@ def _answers(url: str, api_key: str | None) -> bool:
 
 def start_service(config):
     """Start the hosted service; returns (service or None, url). None when another server already answers."""
-    from app.service.server import ServiceThread
+    from app.service.server import ServiceError, ServiceThread
 
     service = ServiceThread(config)
     try:
         service.start()
-    except OSError as e:
+    except (ServiceError, OSError) as e:
         if _answers(config.base_url, config.api_key):
-            print(f"strata: {config.base_url} is already served ({e.strerror or e}); attaching to it", file=sys.stderr)
+            print(f"strata: {config.base_url} is already served; attaching to it", file=sys.stderr)
             return None, config.base_url
-        raise SystemExit(f"strata: cannot listen on {config.base_url}: {e}") from None
+        raise SystemExit(f"strata: {e}") from None
     return service, service.url
 
 

@@ -115,11 +115,13 @@ class ApiClient:
             raise ApiError(f"connection to the service lost: {e}") from e
 
     async def events(self) -> AsyncIterator[tuple[str, dict]]:
-        """GET /api/events (server-sent events); yields (type, data). Comment lines (`: ping`) are skipped."""
+        """GET /api/events (server-sent events); yields ("connected", {}) once the stream is open, then each
+        (type, data). Comment lines (`: ping`) are skipped."""
         try:
             async with self.session().get(self.base_url + "/api/events", timeout=NO_TOTAL) as resp:
                 if resp.status >= 400:
                     raise await _error_from(resp)
+                yield "connected", {}            # the stream is open (the server may stay silent a while)
                 async for ev in parse_sse(resp.content):
                     yield ev
         except aiohttp.ClientError as e:

@@ -71,6 +71,11 @@ class Call(QObject):
 class ServiceBridge(QObject):
     event = Signal(str, object)        # server-sent event: (type, data)
     connection = Signal(bool)          # event stream up / down
+    # Loop thread -> GUI thread relay. The loop thread never emits a Call's own signals: a fast reply could be
+    # emitted before the caller (back in the GUI thread) has connected to them, and a queued signal with no
+    # connection is dropped. This relay is connected from the start; its slot runs in the GUI thread, after
+    # the caller's code, and re-emits on the Call.
+    _deliver = Signal(object, str, object)
 
     def __init__(self, base_url: str, api_key: str | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -80,6 +85,7 @@ class ServiceBridge(QObject):
         self._pending: set[Call] = set()
         self._events_future = None
         self.closed = False
+        self._deliver.connect(self._on_deliver)
 
     # one-shot and streamed calls -----------------------------------------------------------------------------
     def call(self, make: Callable[[ApiClient], Awaitable[Any]]) -> Call:
@@ -101,6 +107,18 @@ class ServiceBridge(QObject):
         c.future = self.loop_thread.submit(self._run(c, make, stream))
         return c
 
+    def _on_deliver(self, c: Call, kind: str, payload) -> None:
+        if c.done:
+            return
+        if kind == "item":
+            c.item.emit(payload)
+        elif kind == "finished":
+            c.finished.emit(payload)
+        elif kind == "failed":
+            c.failed.emit(payload)
+        else:
+            c.cancelled.emit()
+
     def _settled(self, c: Call) -> None:
         c.done = True
         self._pending.discard(c)
@@ -112,19 +130,19 @@ class ServiceBridge(QObject):
                 agen = make(self.client)
                 try:
                     async for obj in agen:
-                        c.item.emit(obj)
+                        self._deliver.emit(c, "item", obj)
                 finally:
                     await agen.aclose()
-                c.finished.emit(None)
+                self._deliver.emit(c, "finished", None)
             else:
-                c.finished.emit(await make(self.client))
+                self._deliver.emit(c, "finished", await make(self.client))
         except asyncio.CancelledError:
-            c.cancelled.emit()
+            self._deliver.emit(c, "cancelled", None)
             raise
         except ApiError as e:
-            c.failed.emit(str(e))
+            self._deliver.emit(c, "failed", str(e))
         except Exception as e:  # a bug or an odd reply: show it, never kill the loop
-            c.failed.emit(f"{type(e).__name__}: {e}")
+            self._deliver.emit(c, "failed", f"{type(e).__name__}: {e}")
 
     # server-sent events ------------------------------------------------------------------------------------------
     def start_events(self, retry_s: float = 1.0) -> None:
@@ -134,12 +152,11 @@ class ServiceBridge(QObject):
     async def _watch_events(self, retry_s: float) -> None:
         while True:
             try:
-                first = True
                 async for etype, data in self.client.events():
-                    if first:
+                    if etype == "connected":
                         self.connection.emit(True)
-                        first = False
-                    self.event.emit(etype, data)
+                    else:
+                        self.event.emit(etype, data)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -7,7 +7,9 @@ import html
 import math
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFontDatabase, QTextCharFormat, QTextCursor, QTextOption
+from PySide6.QtGui import (
+    QColor, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat, QTextOption,
+)
 from PySide6.QtWidgets import (
     QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QTextBrowser, QToolTip, QVBoxLayout, QWidget,
 )
@@ -58,6 +60,30 @@ def probability_color(logprob: float) -> QColor:
     c = QColor("#ffd8a8")
     c.setAlphaF(max(0.0, min(1.0, 1.0 - p)) * 0.9)
     return c
+
+
+CODE_BACKGROUND = QColor("#f1f3f5")
+
+
+def shade_code_blocks(doc: QTextDocument) -> None:
+    """Give fenced/indented code blocks a background and a monospace font (the Markdown importer marks them
+    with BlockCodeFence / fixed-pitch formats)."""
+    mono = QFontDatabase.systemFont(QFontDatabase.FixedFont)
+    block = doc.begin()
+    cur = QTextCursor(doc)
+    while block.isValid():
+        fmt = block.blockFormat()
+        if fmt.hasProperty(QTextFormat.BlockCodeFence) or fmt.hasProperty(QTextFormat.BlockCodeLanguage) \
+                or block.charFormat().fontFixedPitch():
+            cur.setPosition(block.position())
+            bf = QTextBlockFormat()
+            bf.setBackground(CODE_BACKGROUND)
+            cur.mergeBlockFormat(bf)
+            cur.setPosition(block.position() + max(0, block.length() - 1), QTextCursor.KeepAnchor)
+            cf = QTextCharFormat()
+            cf.setFontFamilies([mono.family()])
+            cur.mergeCharFormat(cf)
+        block = block.next()
 
 
 class AutoHeightBrowser(QTextBrowser):
@@ -117,6 +143,7 @@ class AutoHeightBrowser(QTextBrowser):
     def show_markdown(self, text: str) -> None:
         self.token_offsets, self.token_logprobs = [], []
         self.setMarkdown(text)
+        shade_code_blocks(self.document())
 
 
 class MessageWidget(QFrame):

@@ -64,6 +64,7 @@ class ChatWindow(QMainWindow):
         self.conversation: Conversation | None = None
         self.call: Call | None = None
         self._reply = None
+        self.extra_options: dict = {}     # more Ollama options for every request (num_predict, seed...)
         self.setWindowTitle("Strata — Chat")
         self.resize(1100, 720)
         self._build()
@@ -82,6 +83,8 @@ class ChatWindow(QMainWindow):
         self.conv_view = QListView()
         self.conv_view.setObjectName("conversationList")
         self.conv_view.setModel(self.conversations)
+        self.conv_view.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.conv_view.setTextElideMode(Qt.ElideRight)
         self.conv_view.setEditTriggers(QAbstractItemView.EditKeyPressed | QAbstractItemView.DoubleClicked)
         self.conv_view.selectionModel().currentChanged.connect(self._on_conversation_clicked)
         self.new_button = QPushButton("New chat")
@@ -227,8 +230,9 @@ class ChatWindow(QMainWindow):
     # conversations ---------------------------------------------------------------------------------------------
     def new_chat(self) -> Conversation:
         self.stop()
-        conv = self.history.create(model=self.selected_model(), temperature=self.temperature.value(),
-                                   num_ctx=self.num_ctx.value())
+        # a new chat starts from the settings on screen (model, system prompt, temperature, context)
+        conv = self.history.create(model=self.selected_model(), system=self.system_prompt.toPlainText(),
+                                   temperature=self.temperature.value(), num_ctx=self.num_ctx.value())
         self.conversations.reload()
         self.select_conversation(conv.id)
         self.input.setFocus()
@@ -334,7 +338,7 @@ class ChatWindow(QMainWindow):
             if m.role in ("user", "assistant"):
                 messages.append({"role": m.role, "content": m.content})
         body = {"model": self.selected_model(), "messages": messages,
-                "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx}}
+                "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **self.extra_options}}
         if self.alternatives.isChecked():
             body["logprobs"] = True
             body["top_logprobs"] = TOP_LOGPROBS

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Segment kinds in the order they stack, bottom to top.
+# Segment kinds in the order they stack, bottom to top. OVER is not a segment: it marks what lies above capacity.
 WEIGHTS, KV, COMPUTE, OTHERS, FREE, OVER = "weights", "kv", "compute", "others", "free", "over"
-SEGMENT_ORDER = (WEIGHTS, KV, COMPUTE, OTHERS, FREE, OVER)
+SEGMENT_ORDER = (WEIGHTS, KV, COMPUTE, OTHERS, FREE)
 SEGMENT_LABELS = {
     WEIGHTS: "Model weights", KV: "KV cache", COMPUTE: "Compute graph", OTHERS: "Used by others",
     FREE: "Free", OVER: "Does not fit",
@@ -49,15 +49,27 @@ class Segment:
 class Column:
     device_id: str
     name: str
-    total: int                      # height of the bar (device capacity, or more when a plan overflows)
-    segments: list[Segment] = field(default_factory=list)
+    capacity: int                   # the device's memory
+    segments: list[Segment] = field(default_factory=list)   # stacked bottom to top (OVER is not stacked)
 
     def get(self, kind: str) -> int:
+        if kind == OVER:
+            return self.over
         return sum(s.bytes for s in self.segments if s.kind == kind)
 
     @property
+    def total(self) -> int:
+        """Height of the bar: the capacity, or what is stacked when a plan needs more than there is."""
+        return max(self.capacity, sum(s.bytes for s in self.segments))
+
+    @property
+    def over(self) -> int:
+        """Bytes above the device's capacity (a plan that does not fit)."""
+        return max(0, sum(s.bytes for s in self.segments) - self.capacity)
+
+    @property
     def fits(self) -> bool:
-        return self.get(OVER) == 0
+        return self.over == 0
 
 
 def _plan_parts(dp: dict) -> dict[str, int]:
@@ -95,17 +107,11 @@ def device_columns(inventory: dict | None, layout: dict | None, resident: bool =
         parts = plans.get(dev_id, {WEIGHTS: 0, KV: 0, COMPUTE: 0})
         ours = sum(parts.values())
         used = max(0, total - free)
-        if resident:
-            others = max(0, used - ours)
-            free_after = max(0, total - others - ours)
-            over = max(0, others + ours - total)
-        else:
-            others = used
-            free_after = max(0, free - ours)
-            over = max(0, ours - free)
+        others = max(0, used - ours) if resident else used
+        free_after = max(0, total - others - ours)
         segs = [Segment(k, parts[k]) for k in (WEIGHTS, KV, COMPUTE)]
-        segs += [Segment(OTHERS, others), Segment(FREE, free_after), Segment(OVER, over)]
-        columns.append(Column(dev_id, name, max(total, others + ours), segs))
+        segs += [Segment(OTHERS, others), Segment(FREE, free_after)]
+        columns.append(Column(dev_id, name, total, segs))
     return columns
 
 

@@ -3,11 +3,11 @@ coloured by device, and a legend. `LayoutView` puts them together for one (inven
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.gui.memory_data import (
-    FREE, OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, Column, LayerCell, device_colors, device_columns,
+    OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, Column, LayerCell, device_colors, device_columns,
     exact_bytes, format_bytes, layer_cells, layout_device_ids,
 )
 
@@ -54,14 +54,24 @@ class MemoryBars(QWidget):
             if b <= 0:
                 continue
             h = bar.height() * b / total
-            if kind == OVER:       # overflow is drawn above the bar, same scale, capped at the header
-                h = min(h, bar.top() - 4)
             out.append((kind, b, QRectF(bar.left(), y - h, bar.width(), h)))
             y -= h
         return out
 
+    def over_rect(self, i: int) -> QRectF | None:
+        """The part of column i above the device's capacity, when a plan does not fit."""
+        col = self.columns[i]
+        if col.fits:
+            return None
+        bar = self.column_rect(i)
+        h = bar.height() * col.over / max(1, col.total)
+        return QRectF(bar.left(), bar.top(), bar.width(), h)
+
     def hit(self, x: float, y: float) -> tuple[int, str, int] | None:
         for i in range(len(self.columns)):
+            r = self.over_rect(i)
+            if r is not None and r.contains(x, y):
+                return i, OVER, self.columns[i].over
             for kind, b, r in self.segment_rects(i):
                 if r.contains(x, y):
                     return i, kind, b
@@ -81,6 +91,14 @@ class MemoryBars(QWidget):
             bar = self.column_rect(i)
             for kind, _b, r in self.segment_rects(i):
                 p.fillRect(r, QColor(SEGMENT_COLORS[kind]))
+            over = self.over_rect(i)
+            if over is not None:       # hatch what exceeds the device and draw its capacity line
+                p.fillRect(over, QBrush(QColor(SEGMENT_COLORS[OVER]), Qt.BDiagPattern))
+                tint = QColor(SEGMENT_COLORS[OVER])
+                tint.setAlpha(90)
+                p.fillRect(over, tint)
+                p.setPen(QPen(QColor(SEGMENT_COLORS[OVER]), 2))
+                p.drawLine(over.bottomLeft(), over.bottomRight())
             p.setPen(QPen(QColor("#6c757d"), 1))
             p.drawRect(bar)
             slot = QRectF(self.width() / max(1, len(self.columns)) * i, 0,
@@ -93,7 +111,7 @@ class MemoryBars(QWidget):
                        self.fontMetrics().elidedText(col.name, Qt.ElideRight, int(slot.width()) - 4))
             ours = sum(col.get(k) for k in ("weights", "kv", "compute"))
             foot = QRectF(slot.left(), bar.bottom() + 2, slot.width(), FOOTER_H - 2)
-            p.drawText(foot, Qt.AlignCenter, f"{format_bytes(ours)} / {format_bytes(col.total)}")
+            p.drawText(foot, Qt.AlignCenter, f"{format_bytes(ours)} / {format_bytes(col.capacity)}")
         p.end()
 
     def event(self, e) -> bool:
@@ -109,7 +127,9 @@ class MemoryBars(QWidget):
 
     def tooltip_text(self, i: int, kind: str, b: int) -> str:
         col = self.columns[i]
-        return f"{col.device_id} — {SEGMENT_LABELS[kind]}\n{exact_bytes(b)}\nof {exact_bytes(col.total)}"
+        if kind == OVER:
+            return f"{col.device_id} — needs {exact_bytes(b)} more than it has"
+        return f"{col.device_id} — {SEGMENT_LABELS[kind]}\n{exact_bytes(b)}\nof {exact_bytes(col.capacity)}"
 
 
 class LayerStrip(QWidget):
@@ -216,8 +236,8 @@ class LayoutView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.bars, 1)
-        lay.addWidget(_legend_row([(SEGMENT_COLORS[k], SEGMENT_LABELS[k]) for k in SEGMENT_ORDER if k != OVER]
-                                  + [(SEGMENT_COLORS[OVER], SEGMENT_LABELS[OVER])]))
+        lay.addWidget(_legend_row([(SEGMENT_COLORS[k], SEGMENT_LABELS[k]) for k in SEGMENT_ORDER]
+                                  + [(SEGMENT_COLORS[OVER], "Above capacity (does not fit)")]))
         strip_title = QLabel("Layers (left = first block; split cells: attention above, experts below)")
         strip_title.setObjectName("sectionTitle")
         lay.addWidget(strip_title)
