@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import re
 import socket
 from urllib.parse import urlsplit
 
@@ -30,7 +31,7 @@ LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"}
 # The desktop app's own origins. Not "null": sandboxed iframes on any web site send Origin: null.
 APP_ORIGINS = {"app://strata", "strata://app"}
 CORS_HEADERS = "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, X-Stainless-Lang"
-OPEN_PATHS = {"/api/version", "/"}
+OPEN_PATHS = {"/api/version"}       # as documented: everything else needs STRATA_API_KEY when it is set
 CORS_KEY = web.RequestKey("cors_headers", dict)
 
 
@@ -42,12 +43,18 @@ def _is_ip(host: str) -> bool:
         return False
 
 
+# host or [IPv6], then an optional :port (":*" only appears in STRATA_ORIGINS patterns). Strict on purpose:
+# urlsplit() is lenient ("[::1].evil.example" gives hostname "::1"), and a Host/Origin it would misread must
+# be refused, not mapped to loopback.
+_NETLOC = re.compile(r"^(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::(?:\d{1,5}|\*))?$")
+
+
 def _host_of(netloc: str) -> str:
-    """'example.com:8080' -> 'example.com'; '[::1]:80' -> '::1'."""
-    try:
-        return (urlsplit("//" + netloc).hostname or "").lower()
-    except ValueError:
+    """'example.com:8080' -> 'example.com'; '[::1]:80' -> '::1'; anything malformed -> ''."""
+    m = _NETLOC.match(netloc.strip().lower())
+    if not m:
         return ""
+    return m.group("v6") or m.group("name")
 
 
 def _is_local(host: str) -> bool:
@@ -86,7 +93,7 @@ class Guard:
             return True
         parts = urlsplit(o)
         if parts.scheme in ("http", "https"):
-            host = parts.hostname or ""
+            host = _host_of(parts.netloc)
             if _is_local(host):
                 return True
             # STRATA_ORIGINS may name "http://host:*" to allow any port on that host
