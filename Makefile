@@ -32,5 +32,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 
+# Render the desktop app's windows to docs/screenshots/*.png under a virtual X display (real service, SmolLM2).
+# Needs: apt-get install xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x900x24" $(BIN)/python -m app.gui.screenshots docs/screenshots
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info

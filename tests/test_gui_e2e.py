@@ -222,8 +222,13 @@ def test_tray_actions_call_the_api(qtbot, desk, service):
     # no tray on the offscreen platform: the chat window carries the same menu
     assert tray.tray is None
     assert tray.menu.menuAction() in desk.chat.menuBar().actions()
-    notes = []
+    notes, progress, bar_values = [], [], []
     tray.notified.connect(lambda title, msg: notes.append((title, msg)))
+    desk.state.load_progress.connect(lambda m, p: progress.append((m, p)))
+    mem = desk.open_memory()               # open before the load: its progress bar follows /api/events
+    qtbot.addWidget(mem)
+    live = mem.live
+    live.progress.valueChanged.connect(bar_values.append)
     tray.populate()
     load = tray.find_action(f"load:{MODEL}")
     assert load is not None and load.isEnabled()
@@ -231,11 +236,12 @@ def test_tray_actions_call_the_api(qtbot, desk, service):
     qtbot.waitUntil(lambda: desk.state.model_state(MODEL) == "loaded", timeout=WAIT)
     assert [m["name"] for m in running(service)] == [MODEL]
     qtbot.waitUntil(lambda: ("Model loaded", f"{MODEL} is ready") in notes, timeout=WAIT)
+    # load progress came through the event stream into the progress bar, which hides when the load is done
+    assert progress and all(m == MODEL and 0.0 <= p <= 1.0 for m, p in progress)
+    assert bar_values and max(bar_values) <= 100
+    assert live.progress.isHidden()
     # the live memory view shows where it sits, predicted vs actual side by side
-    mem = desk.open_memory()
-    qtbot.addWidget(mem)
     qtbot.waitUntil(lambda: desk.state.inventory is not None, timeout=WAIT)
-    live = mem.live
     live.model_combo.setCurrentText(MODEL)
     live.render()
     assert len(live.view.strip.cells) == 30 and {c.device for c in live.view.strip.cells} == {"CPU"}

@@ -176,3 +176,20 @@ def test_layout_view_summary_says_when_it_will_not_fit(qtbot):
     assert view.summary.text().startswith("Will not fit.")
     assert not view.bars.columns[1].fits
     assert len(view.strip.cells) == 8
+
+
+def test_zoom_shows_only_the_model_on_one_scale(qtbot):
+    from app.gui.memory_view import MemoryBars
+
+    bars = MemoryBars()
+    qtbot.addWidget(bars)
+    bars.resize(400, 360)
+    bars.set_columns(device_columns(make_inventory().to_dict(), make_layout().to_dict()))
+    bars.set_zoom(True)
+    kinds = [k for k, _b, _r in bars.segment_rects(1)]
+    assert kinds == [WEIGHTS, KV, COMPUTE]
+    # the GPU holds the bigger footprint: it fills its bar exactly; the CPU's is drawn on the same scale
+    gpu_h = sum(r.height() for _k, _b, r in bars.segment_rects(1))
+    cpu_h = sum(r.height() for _k, _b, r in bars.segment_rects(0))
+    assert gpu_h == pytest.approx(bars.column_rect(1).height())
+    assert cpu_h == pytest.approx(gpu_h * (697 * MiB) / (3 * GiB + 768 * MiB), rel=1e-6)

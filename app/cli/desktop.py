@@ -70,8 +70,23 @@ def run(args) -> int:
     if desk.tray.tray is None:
         app.setQuitOnLastWindowClosed(True)  # no tray to come back from: closing the window quits
     app.aboutToQuit.connect(desk.shutdown)
+    _quit_on_signals(desk)
     desk.open_chat()
     return app.exec()
+
+
+def _quit_on_signals(desk) -> None:
+    """Ctrl+C / SIGTERM quit cleanly (service stopped, runners ended). Python runs signal handlers only when it
+    gets control, so a cheap timer hands it control a few times a second while Qt's loop waits."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: desk.quit())
+    timer = QTimer(desk)
+    timer.timeout.connect(lambda: None)
+    timer.start(250)
 
 
 def run_headless(config) -> int:

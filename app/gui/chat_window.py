@@ -217,7 +217,7 @@ class ChatWindow(QMainWindow):
         if st == "loading":
             self.model_status.setText(f"loading {int(100 * self.state.progress.get(name, 0))}%")
         elif st == "loaded":
-            self.model_status.setText("loaded")
+            self.model_status.setText("")          # the picker already says "loaded"
         elif st == "failed":
             self.model_status.setText("failed to load")
         else:

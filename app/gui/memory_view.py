@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.gui.memory_data import (
-    OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, Column, LayerCell, device_colors, device_columns,
+    COMPUTE, FREE, KV, OTHERS, OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS, Column, LayerCell,
+    device_colors, device_columns,
     exact_bytes, format_bytes, layer_cells, layout_device_ids,
 )
 
@@ -22,6 +23,7 @@ class MemoryBars(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.columns: list[Column] = []
+        self.zoom = False        # True: show only the model's own bytes, one scale for all columns
         self.setMinimumHeight(220)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
         self.setMouseTracking(True)
@@ -30,6 +32,19 @@ class MemoryBars(QWidget):
         self.columns = columns
         self.updateGeometry()
         self.update()
+
+    def set_zoom(self, on: bool) -> None:
+        self.zoom = bool(on)
+        self.update()
+
+    def visible_kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in SEGMENT_ORDER if k not in (OTHERS, FREE)) if self.zoom else SEGMENT_ORDER
+
+    def scale_of(self, i: int) -> int:
+        """Bytes that fill the bar of column i: its own total, or (zoomed) the largest model footprint."""
+        if self.zoom:
+            return max(1, max(sum(c.get(k) for k in (WEIGHTS, KV, COMPUTE)) for c in self.columns))
+        return max(1, self.columns[i].total)
 
     def sizeHint(self) -> QSize:
         return QSize(max(240, len(self.columns) * (BAR_WIDTH + 60)), 300)
@@ -46,10 +61,10 @@ class MemoryBars(QWidget):
         """(kind, bytes, rect) bottom to top for column i; zero-byte segments are left out."""
         col = self.columns[i]
         bar = self.column_rect(i)
-        total = max(1, col.total)
+        total = self.scale_of(i)
         y = bar.bottom()
         out = []
-        for kind in SEGMENT_ORDER:
+        for kind in self.visible_kinds():
             b = col.get(kind)
             if b <= 0:
                 continue
@@ -61,7 +76,7 @@ class MemoryBars(QWidget):
     def over_rect(self, i: int) -> QRectF | None:
         """The part of column i above the device's capacity, when a plan does not fit."""
         col = self.columns[i]
-        if col.fits:
+        if col.fits or self.zoom:
             return None
         bar = self.column_rect(i)
         h = bar.height() * col.over / max(1, col.total)
@@ -111,7 +126,8 @@ class MemoryBars(QWidget):
                        self.fontMetrics().elidedText(col.name, Qt.ElideRight, int(slot.width()) - 4))
             ours = sum(col.get(k) for k in ("weights", "kv", "compute"))
             foot = QRectF(slot.left(), bar.bottom() + 2, slot.width(), FOOTER_H - 2)
-            p.drawText(foot, Qt.AlignCenter, f"{format_bytes(ours)} / {format_bytes(col.capacity)}")
+            scale = f" (bar = {format_bytes(self.scale_of(i))})" if self.zoom else ""
+            p.drawText(foot, Qt.AlignCenter, f"{format_bytes(ours)} / {format_bytes(col.capacity)}{scale}")
         p.end()
 
     def event(self, e) -> bool:
@@ -226,6 +242,8 @@ class LayoutView(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.bars = MemoryBars()
+        self.zoom = QCheckBox("Zoom to the model (hide free and others' memory)")
+        self.zoom.toggled.connect(self.bars.set_zoom)
         self.strip = LayerStrip()
         self.summary = QLabel()
         self.summary.setWordWrap(True)
@@ -235,6 +253,7 @@ class LayoutView(QWidget):
         self._device_legend_lay.setContentsMargins(0, 0, 0, 0)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.zoom)
         lay.addWidget(self.bars, 1)
         lay.addWidget(_legend_row([(SEGMENT_COLORS[k], SEGMENT_LABELS[k]) for k in SEGMENT_ORDER]
                                   + [(SEGMENT_COLORS[OVER], "Above capacity (does not fit)")]))
@@ -270,8 +289,9 @@ class LayoutView(QWidget):
         if not layout:
             return ""
         opts = layout.get("options") or {}
-        gpu = layout.get("n_gpu_layers", 0)
-        n = len(layout.get("layer_device") or [])
+        blocks = layout.get("layer_device") or []
+        n = len(blocks)
+        gpu = sum(1 for d in blocks if d != "CPU")
         text = (f"n_ctx {layout.get('n_ctx')} ({opts.get('num_ctx')} per sequence × {layout.get('n_parallel')}), "
                 f"KV {layout.get('type_k')}, {gpu} of {n} layers on GPU.")
         if not layout.get("fits", True):

@@ -24,7 +24,7 @@ def _table(model) -> QTableView:
     t.verticalHeader().setVisible(False)
     t.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
     t.setSelectionMode(QTableView.NoSelection)
-    t.setMaximumHeight(150)
+    t.setMaximumHeight(120)
     return t
 
 

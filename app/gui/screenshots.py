@@ -54,6 +54,31 @@ def save(widget, path: Path) -> None:
     print(f"wrote {path} ({pm.width()}x{pm.height()})")
 
 
+def save_screen(app, window, path: Path) -> None:
+    g = window.frameGeometry()
+    pm = app.primaryScreen().grabWindow(0, g.x(), g.y(), g.width(), g.height())
+    if pm.isNull() or not pm.save(str(path)):
+        save(window, path)          # no real screen (offscreen platform): the window alone
+        return
+    print(f"wrote {path} ({pm.width()}x{pm.height()}, screen)")
+
+
+def hover_unsure_token(reply) -> None:
+    """Move the mouse over the least certain token (of the first 40) so its alternatives tooltip shows."""
+    from PySide6.QtGui import QTextCursor
+    from PySide6.QtTest import QTest
+
+    body = reply.body
+    lps = reply.logprobs[:40]
+    if not lps or not body.token_offsets:
+        return
+    i = min(range(len(lps)), key=lambda k: lps[k].get("logprob", 0.0) if lps[k].get("token", "").strip() else 0)
+    cur = QTextCursor(body.document())
+    cur.setPosition(body.token_offsets[i] + 1)
+    r = body.cursorRect(cur)
+    QTest.mouseMove(body.viewport(), r.center())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.gui.screenshots")
     ap.add_argument("outdir", type=Path)
@@ -92,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         if reply.logprobs:
             reply.tokens_button.setChecked(True)
             settle(app)
-            save(chat, args.outdir / "chat-tokens.png")
+            hover_unsure_token(reply)
+            settle(app, 0.8)
+            save_screen(app, chat, args.outdir / "chat-tokens.png")   # the screen: the tooltip is its own window
             reply.tokens_button.setChecked(False)
 
         mem = desk.open_memory()
@@ -102,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         wait(app, lambda: any((m.get("strata") or {}).get("layout") for m in desk.state.ps), 60, "a loaded layout")
         wait(app, lambda: desk.state.inventory is not None, 30, "the device inventory")
         mem.live.render()
+        mem.live.view.zoom.setChecked(True)     # a small model in a big RAM: show its own bytes
         settle(app)
         save(mem, args.outdir / "memory-live.png")
 
