@@ -1,0 +1,90 @@
+"""`strata serve` / `run` / `ps` / `stop` as real processes: the README's commands."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+MODEL = "smollm2:135m"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _strata(*args, env, timeout=180, input=None):
+    return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, input=input)
+
+
+@pytest.fixture()
+def serve(strata_home, smollm2_path, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{port}", "STRATA_NUM_THREADS": "1", "STRATA_NUM_CTX": "1024",
+           "STRATA_NUM_PARALLEL": "1", "STRATA_EXTERNAL_MODELS": "0"}
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 120
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            if httpx.get(url + "/api/version", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        log.seek(0)
+        pytest.fail("strata serve did not start: " + log.read())
+    yield url, env, proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    log.close()
+
+
+def test_serve_run_ps_stop(serve):
+    url, env, proc = serve
+    r = _strata("run", MODEL, "Say hi in one word.", "--verbose", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "eval count:" in r.stderr
+    ps = _strata("ps", env=env)
+    assert ps.returncode == 0 and MODEL in ps.stdout and "100% CPU" in ps.stdout
+    assert _strata("stop", MODEL, env=env).returncode == 0
+    end = time.monotonic() + 60
+    while MODEL in _strata("ps", env=env).stdout:
+        assert time.monotonic() < end, "model still loaded after strata stop"
+        time.sleep(0.2)
+    # piped stdin is a one-shot prompt, like `echo ... | ollama run`
+    r = _strata("run", MODEL, env=env, input="Say hello.")
+    assert r.returncode == 0 and r.stdout.strip()
+    r = _strata("run", "no-such-model", "hi", env=env)
+    assert r.returncode == 1 and "not found" in r.stderr
+
+
+def test_serve_on_a_taken_port_exits_nonzero(serve):
+    url, env, proc = serve
+    r = _strata("serve", env=env, timeout=60)
+    assert r.returncode == 1
+    assert "already in use" in r.stderr
+
+
+def test_serve_stops_cleanly_on_sigint(serve):
+    url, env, proc = serve
+    httpx.post(url + "/api/generate", json={"model": MODEL}, timeout=120)
+    pid = httpx.get(url + "/api/ps").json()["models"][0]["strata"]["pid"]
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 0
+    end = time.monotonic() + 30
+    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+        assert time.monotonic() < end, "runner outlived the service"
+        time.sleep(0.1)
