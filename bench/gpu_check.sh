@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine without network: build llama-cpp-python 0.3.36 with CUDA from a stripped copy of its sdist
-# (bench/_build/gpu/src.tar.gz, made from the sdist bench/build_llama_server.sh downloads) into bench/_build/gpulib,
+# (bench/_build/gpu-engine/src.tar.gz, made from the sdist bench/build_llama_server.sh downloads) into bench/_build/gpulib,
 # then run the engine's GPU test on a carried GGUF. Needs nvcc, cmake, ninja,
 # scikit-build-core, numpy, jinja2 on the machine. Usage: bench/gpu_check.sh build | test
 set -euo pipefail
 cd "$(dirname "$0")/.."
-G=bench/_build/gpu
+G=bench/_build/gpu-engine
 case "${1:-}" in
   build)
     rm -rf /tmp/strata-src && mkdir -p /tmp/strata-src && tar -xzf $G/src.tar.gz -C /tmp/strata-src
