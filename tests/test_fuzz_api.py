@@ -1,0 +1,160 @@
+"""API fuzzing with schemathesis against the service's own OpenAPI document (/api/openapi.json), every
+operation, valid-by-schema (positive) and invalid-by-schema (negative) requests. Checks on every answer:
+
+- no 5xx (501 only where the document says the route is not supported: pull, push, blobs),
+- no hang: every request answers within REQUEST_TIMEOUT (a generation is capped to a few tokens),
+- every error (>= 400) has a JSON body with an "error" member,
+and at the end: the service still answers, no slot is left busy, the runner never died.
+
+About half the generated requests that carry a model name get the real SmolLM2 name instead of a random
+string, so the fuzzed options, prompts, formats and messages reach the scheduler and the runner too.
+Bounded: STRATA_FUZZ_EXAMPLES examples per operation and mode (default 25: about 30-60 s on 2 cores)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
+from app.service.config import ServiceConfig
+from app.service.server import ServiceThread
+
+MODEL = "smollm2:135m"
+EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "25"))
+REQUEST_TIMEOUT = 90.0
+NOT_SUPPORTED = ("/api/pull", "/api/push", "/api/blobs/")       # answer 501 by design (documented)
+SKIP = {("GET", "/api/events")}      # a stream that never ends by design; it takes no input (checked below)
+
+
+def _store_factory(home):
+    def make():
+        from app.service.store import ModelStore
+
+        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
+    return make
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, smollm2_path):
+    home = tmp_path_factory.mktemp("svc-fuzz")
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=2, keep_alive="10m", max_body=256 * 1024,
+                        max_queue=16)
+    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
+    yield svc
+    svc.stop()
+
+
+def _cap_generation(path: str, body: dict) -> dict:
+    """Use the real model and keep its work tiny (the fuzzer would otherwise ask for unbounded output)."""
+    body = dict(body)
+    for key in ("model", "name", "source"):
+        if key in body:
+            body[key] = MODEL
+    opts = body.get("options")
+    if isinstance(opts, dict) or "options" not in body:
+        opts = dict(opts or {})
+        opts["num_predict"] = 2
+        opts.pop("num_ctx", None)          # a random num_ctx would reload the model on every request
+        opts.pop("num_thread", None)
+        body["options"] = opts
+    if path.startswith("/v1/"):
+        body["max_tokens"] = 2
+        body.pop("max_completion_tokens", None)
+    if body.get("keep_alive") is not None:
+        body["keep_alive"] = "10m"         # an unload per request would turn the fuzz into a load benchmark
+    return body
+
+
+def _check(case, response: requests.Response, elapsed: float, failures: list[str]) -> None:
+    method, path = case.operation.method.upper(), case.operation.path
+    where = f"{method} {case.formatted_path if hasattr(case, 'formatted_path') else path}"
+    status = response.status_code
+    body_text = response.text[:300]
+    if status >= 500 and not (status == 501 and path.startswith(NOT_SUPPORTED)):
+        failures.append(f"{where}: {status} for body {json.dumps(case.body, default=str)[:300]} -> {body_text}")
+    if status >= 400:
+        try:
+            doc = response.json()
+        except ValueError:
+            failures.append(f"{where}: {status} without a JSON body: {body_text!r}")
+            return
+        if not isinstance(doc, dict) or not doc.get("error"):
+            failures.append(f"{where}: {status} JSON body without 'error': {body_text!r}")
+
+
+def _fuzz_operation(server, op, mode: GenerationMode, failures: list[str], counts: dict) -> None:
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=op.as_strategy(generation_mode=mode), real=st.booleans())
+    def run(case, real):
+        if real and isinstance(case.body, dict):
+            case.body = _cap_generation(op.path, case.body)
+        t0 = time.monotonic()
+        try:
+            response = case.call(base_url=server.url, timeout=REQUEST_TIMEOUT)
+        except requests.exceptions.Timeout:
+            failures.append(f"{op.method.upper()} {op.path}: no answer within {REQUEST_TIMEOUT:.0f} s for "
+                            f"{json.dumps(case.body, default=str)[:300]}")
+            return
+        except requests.exceptions.ConnectionError as e:
+            failures.append(f"{op.method.upper()} {op.path}: connection failed ({e}) for "
+                            f"{json.dumps(case.body, default=str)[:300]}")
+            return
+        counts[response.status_code] = counts.get(response.status_code, 0) + 1
+        _check(case, response, time.monotonic() - t0, failures)
+
+    try:
+        run()
+    except Unsatisfiable:
+        # negative mode on an operation with no inputs (GET /api/tags): there is nothing to make invalid
+        if mode != GenerationMode.NEGATIVE:
+            raise
+
+
+def test_every_operation_holds_under_fuzzing(server):
+    schema = schemathesis.openapi.from_url(server.url + "/api/openapi.json")
+    ops = [r.ok() for r in schema.get_all_operations()]
+    seen = {(op.method.upper(), op.path) for op in ops}
+    assert {("POST", "/api/generate"), ("POST", "/v1/chat/completions"), ("POST", "/api/layout"),
+            ("GET", "/v1/models/{model}"), ("DELETE", "/api/delete")} <= seen
+    failures: list[str] = []
+    counts: dict[int, int] = {}
+    t0 = time.monotonic()
+    for op in ops:
+        if (op.method.upper(), op.path) in SKIP:
+            continue
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _fuzz_operation(server, op, mode, failures, counts)
+    print(f"fuzzed {len(ops)} operations in {time.monotonic() - t0:.0f} s; answers by status: "
+          f"{dict(sorted(counts.items()))}")
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(dict.fromkeys(failures))
+    assert sum(counts.values()) >= len(ops) * EXAMPLES       # the fuzzer really sent requests
+    assert counts.get(200, 0) > 0 and sum(n for s, n in counts.items() if 400 <= s < 500) > 0
+
+    # the service is alive, nothing is left busy, and the model's runner was never replaced
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.get("/api/version").status_code == 200
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
+                                          "options": {"num_predict": 2}})
+        assert r.status_code == 200 and r.json()["done"]
+        entry = next(m for m in c.get("/api/ps").json()["models"] if m["name"] == MODEL)
+        assert entry["strata"]["slots_busy"] == 0 and entry["strata"]["queued"] == 0
+        metrics = c.get("/metrics").text
+    assert 'strata_model_loads_total{model="smollm2:135m",result="failed"}' not in metrics
+
+
+def test_events_stream_answers_and_can_be_left(server):
+    """The one operation the fuzzer skips: it opens, sends its greeting, and a client that leaves is fine."""
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        with c.stream("GET", "/api/events", params={"x": "\u0000\uffff", "refresh": "2"}) as r:
+            assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+            assert next(r.iter_lines()).startswith(": connected")
+        assert c.get("/api/version").status_code == 200
