@@ -366,6 +366,8 @@ def test_devices_and_layout(http):
 
 
 def test_events_stream_reports_load_and_unload(server, http):
+    http.post("/api/copy", json={"source": MODEL, "destination": "evt"}).raise_for_status()
+
     async def watch() -> list[str]:
         seen: list[str] = []
         import aiohttp
@@ -376,8 +378,8 @@ def test_events_stream_reports_load_and_unload(server, http):
                 await resp.content.readline()                   # ": connected"
                 loop = asyncio.get_running_loop()
                 fut = loop.run_in_executor(None, lambda: (
-                    http.post("/api/generate", json={"model": "mf", "keep_alive": "10m"}),
-                    http.post("/api/generate", json={"model": "mf", "keep_alive": 0})))
+                    http.post("/api/generate", json={"model": "evt", "keep_alive": "10m"}).raise_for_status(),
+                    http.post("/api/generate", json={"model": "evt", "keep_alive": 0}).raise_for_status()))
                 async for raw in resp.content:
                     line = raw.decode().strip()
                     if line.startswith("event: "):
@@ -389,7 +391,7 @@ def test_events_stream_reports_load_and_unload(server, http):
 
     seen = asyncio.run(asyncio.wait_for(watch(), 120))
     assert seen.index("load_started") < seen.index("loaded") < seen.index("unloaded")
-    assert "memory" in seen
+    assert "memory" in seen and "load_progress" in seen
 
 
 def test_metrics(oc, http):

@@ -211,3 +211,52 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def _loads_ok(svc, name: str) -> int:
+    prefix = f'strata_model_loads_total{{model="{name}",result="ok"}} '
+    line = next((l for l in httpx.get(svc.url + "/metrics").text.splitlines() if l.startswith(prefix)), None)
+    return int(line.split()[-1]) if line else 0
+
+
+def test_requests_for_a_loading_model_wait_for_one_load(roomy):
+    c = ollama.Client(host=roomy.url)
+    c.generate(model=MODEL, keep_alive=0)
+    _wait_for(lambda: MODEL not in _loaded(roomy), what="unload")
+    before = _loads_ok(roomy, MODEL)
+    results: list = [None] * 3
+
+    def ask(i):
+        results[i] = c.generate(model=MODEL, prompt=f"Hi {i}", options={"num_predict": 2})
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(r is not None and r.done for r in results)
+    assert _loads_ok(roomy, MODEL) == before + 1                      # one load served all three
+
+
+def test_new_load_options_reload_an_idle_model(roomy):
+    c = ollama.Client(host=roomy.url)
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+    assert _loaded(roomy)[MODEL]["context_length"] == NUM_CTX
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1, "num_ctx": 256})
+    m = _loaded(roomy)[MODEL]
+    assert m["context_length"] == 256 and m["strata"]["layout"]["n_ctx"] == 256 * SLOTS
+
+
+def test_max_loaded_models(tmp_path, smollm2_path):
+    from dataclasses import replace
+
+    svc = _start(tmp_path, "max1", 64 * 1024 * MiB)
+    svc.stop()
+    svc = ServiceThread(replace(svc.config, port=0, max_loaded_models=1), store_factory=svc._store_factory).start()
+    try:
+        c = ollama.Client(host=svc.url)
+        c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+        c.generate(model="second", prompt="Hi", options={"num_predict": 1})
+        assert set(_loaded(svc)) == {"second:latest"}
+    finally:
+        svc.stop()
