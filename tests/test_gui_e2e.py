@@ -23,17 +23,19 @@ def service(tmp_path_factory, smollm2_path):
     from app.service.server import ServiceThread
 
     home = tmp_path_factory.mktemp("service-home")
-    old = os.environ.get("STRATA_HOME")
+    saved = {k: os.environ.get(k) for k in ("STRATA_HOME", "STRATA_USER_HOME")}
     os.environ["STRATA_HOME"] = str(home)
+    os.environ["STRATA_USER_HOME"] = str(home / "user-home")    # never scan the real ~/.ollama etc.
     try:
         svc = ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0, n_threads=2, num_parallel=2,
                                                    num_ctx=2048))
         svc.start()
     finally:
-        if old is None:
-            os.environ.pop("STRATA_HOME", None)
-        else:
-            os.environ["STRATA_HOME"] = old
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     yield svc
     svc.stop()
 
@@ -131,6 +133,27 @@ def test_stop_cancels_the_request(qtbot, desk, service):
     saved = desk.history.messages(desk.history.conversations()[0].id)
     assert [m.role for m in saved] == ["user", "assistant"]
     assert not saved[-1].stats.get("stopped")
+
+
+def test_switching_or_deleting_a_chat_while_it_streams(qtbot, desk):
+    chat = desk.chat
+    chat.extra_options = {"num_predict": 4000}
+    chat.send("Tell me a long story about the sea.")
+    first = chat.conversation.id
+    qtbot.waitUntil(lambda: len(chat._reply_parts) >= 2, timeout=WAIT)
+    second = chat.new_chat()                 # stops the stream; the partial reply goes to the first chat
+    qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
+    assert chat.conversation.id == second.id and chat.transcript.messages == []
+    saved = desk.history.messages(first)
+    assert [m.role for m in saved] == ["user", "assistant"] and saved[1].stats["stopped"] is True
+    assert desk.history.messages(second.id) == []
+    # deleting the chat that is streaming: the stream stops, nothing is saved anywhere, no error
+    chat.send("Another long story, please.")
+    qtbot.waitUntil(lambda: len(chat._reply_parts) >= 2, timeout=WAIT)
+    chat.delete_conversation(second.id)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
+    assert [c.id for c in desk.history.conversations()] == [first]
+    assert len(desk.history.messages(first)) == 2
 
 
 def test_a_chat_survives_a_restart(qtbot, service, desk):
@@ -275,7 +298,7 @@ def test_gui_thread_never_stalls_while_a_long_reply_streams(qtbot, desk):
 
     chat = desk.open_chat()
     chat.resize(1100, 720)
-    chat.extra_options = {"num_predict": 400, "seed": 3}
+    chat.extra_options = {"num_predict": 300, "seed": 3}
     chat.send("Say ok.")             # warm up: model loaded, first render done
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
     wall_gaps, busy, last = [], [], [None, None]
@@ -322,3 +345,22 @@ def test_bridge_delivers_a_reply_that_arrives_before_the_caller_connects(qtbot, 
         assert "version" in got[0]
     finally:
         bridge.close()
+
+
+def test_quitting_while_a_reply_streams_keeps_what_arrived(qtbot, service, strata_home):
+    from app.gui.desktop import Desktop
+    from app.gui.history import ChatHistory
+
+    d = Desktop(service.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
+    d.chat.num_ctx.setValue(2048)
+    d.chat.extra_options = {"num_predict": 4000}
+    d.chat.send("Tell me a long story about mountains.")
+    qtbot.waitUntil(lambda: len(d.chat._reply_parts) >= 2, timeout=WAIT)
+    d.shutdown()
+    qtbot.wait(200)            # late deliveries from the closed bridge must not touch the closed database
+    h = ChatHistory()
+    [conv] = h.conversations()
+    msgs = h.messages(conv.id)
+    assert [m.role for m in msgs] == ["user", "assistant"] and msgs[1].stats["stopped"] is True and msgs[1].content

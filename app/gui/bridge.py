@@ -108,7 +108,7 @@ class ServiceBridge(QObject):
         return c
 
     def _on_deliver(self, c: Call, kind: str, payload) -> None:
-        if c.done:
+        if c.done or self.closed:      # after close() the windows are going away: nothing more to tell them
             return
         if kind == "item":
             c.item.emit(payload)

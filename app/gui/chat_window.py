@@ -352,6 +352,7 @@ class ChatWindow(QMainWindow):
         body = self.request_body()
         self._reply = self.transcript.add("assistant", "")
         self._reply_conv = self.conversation.id
+        self._reply_model = model
         self._reply_parts: list[str] = []
         self._reply_logprobs: list[dict] = []
         self._reply_final: dict = {}
@@ -388,20 +389,30 @@ class ChatWindow(QMainWindow):
         self._update_buttons()
 
     def _save_reply(self, reply, stopped: bool) -> None:
-        self.transcript.flush()
+        """Save what arrived to the chat it belongs to. The user may have switched chats meanwhile (the widget
+        is gone: save only) or deleted that chat (nothing to save to)."""
+        shown = reply in self.transcript.messages
+        if shown:
+            self.transcript.flush()
         text = "".join(self._reply_parts)
         stats = chat_stats(self._reply_final, self._ttft_ms, self._reply_chunks, time.monotonic() - self._t0)
-        stats["model"] = self.selected_model()
+        stats["model"] = self._reply_model
         if stopped:
             stats["stopped"] = True
         if not text:
-            self.transcript.remove(reply)    # nothing arrived: no empty bubble
+            if shown:
+                self.transcript.remove(reply)    # nothing arrived: no empty bubble
+            return
+        try:
+            self.history.get(self._reply_conv)
+        except KeyError:
             return
         msg = self.history.add_message(self._reply_conv, "assistant", text, stats, self._reply_logprobs)
-        reply.message_id = msg.id
-        reply.set_content(text)
-        reply.set_logprobs(self._reply_logprobs)
-        reply.set_stats(stats)
+        if shown:
+            reply.message_id = msg.id
+            reply.set_content(text)
+            reply.set_logprobs(self._reply_logprobs)
+            reply.set_stats(stats)
         self.statusBar().showMessage(format_stats(stats), 8000)
 
     def _on_failed(self, error: str) -> None:
@@ -420,6 +431,13 @@ class ChatWindow(QMainWindow):
     def stop(self) -> None:
         if self.call is not None:
             self.call.cancel()
+
+    def abandon_reply(self) -> None:
+        """At quit: save what has arrived now (the bridge will not deliver the cancellation any more)."""
+        if self.call is not None:
+            call = self.call
+            self._end_reply(stopped=True)
+            call.cancel()
 
     def regenerate(self) -> None:
         """Drop the replies after the last user message and ask again."""

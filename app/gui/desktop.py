@@ -98,7 +98,7 @@ class Desktop(QObject):
         if self._shut:
             return
         self._shut = True
-        self.chat.stop()
+        self.chat.abandon_reply()
         self.tray.hide()
         self.bridge.close()
         for w in (self.chat, self.memory):

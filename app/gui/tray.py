@@ -6,7 +6,7 @@ without the extension), the chat window carries the same menu ("Models") and not
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
@@ -42,7 +42,8 @@ class TrayController(QObject):
             fallback_window.menuBar().addMenu(self.menu)
         state.models_changed.connect(self.populate)
         state.load_finished.connect(lambda m, _d: self.notify("Model loaded", f"{m} is ready"))
-        state.load_failed.connect(lambda m, err: self.notify("Load failed", f"{m}: {err}", error=True))
+        state.load_failed.connect(self._on_load_failed)
+        self._failed_models: set[str] = set()    # load_failed events seen: the HTTP error need not notify again
         self.populate()
 
     def _on_activated(self, reason) -> None:
@@ -119,11 +120,21 @@ class TrayController(QObject):
         call.finished.connect(lambda _r: self.state.refresh())
         call.failed.connect(lambda err: self._failed(f"Could not unload {name}", err, name))
 
+    def _on_load_failed(self, model: str, err: str) -> None:
+        self._failed_models.add(model)
+        self.notify("Load failed", f"{model}: {err}", error=True)
+
     def _failed(self, title: str, err: str, name: str) -> None:
         self.state.progress.pop(name, None)
         self.state.refresh()
         self.action_failed.emit(f"{title}: {err}")
-        self.notify(title, err, error=True)
+
+        def later():   # the service's load_failed event may come just after the HTTP error: one notice only
+            if name in self._failed_models:
+                self._failed_models.discard(name)
+            else:
+                self.notify(title, err, error=True)
+        QTimer.singleShot(1000, later)
 
     def copy_address(self) -> None:
         QGuiApplication.clipboard().setText(self.bridge.base_url)
