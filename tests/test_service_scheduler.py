@@ -260,3 +260,24 @@ def test_max_loaded_models(tmp_path, smollm2_path):
         assert set(_loaded(svc)) == {"second:latest"}
     finally:
         svc.stop()
+
+
+def test_unload_request_on_a_busy_model_waits_for_its_requests(roomy):
+    c = ollama.Client(host=roomy.url)
+    c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+    parts: list = []
+    first_token = threading.Event()
+
+    def long_request():
+        for p in c.generate(model=MODEL, prompt="Tell a long story.", stream=True, keep_alive="10m",
+                            options={"num_predict": 80, "ignore_eos": True}):
+            parts.append(p)
+            first_token.set()
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    assert first_token.wait(120)
+    assert c.generate(model=MODEL, keep_alive=0).done_reason == "unload"
+    t.join(120)
+    assert parts[-1].done and parts[-1].eval_count == 80                 # the running request finished
+    _wait_for(lambda: MODEL not in _loaded(roomy), what="unload once idle")

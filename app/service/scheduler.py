@@ -108,6 +108,7 @@ class LoadedModel:
         self.load_started = time.monotonic()
         self.load_seconds = 0.0
         self.closing = False
+        self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
 
     @property
     def predicted(self) -> dict[str, int]:
@@ -302,6 +303,7 @@ class Scheduler:
                            headers={"Retry-After": str(self.config.retry_after_s)}, code="queue_full")
         model.pending += 1
         model.queued += 1
+        model.unload_requested = False
         self._cancel_expiry(model)
         return model
 
@@ -432,6 +434,7 @@ class Scheduler:
         if model is None:
             return False
         model.keep_alive = 0
+        model.unload_requested = True
         if model.pending == 0:
             self._schedule_expiry(model)
         return True
@@ -444,12 +447,17 @@ class Scheduler:
         self._cancel_expiry(model)
         self.events.publish("unloaded", {"model": model.name, "reason": f"runner exited with code {code}"})
         self._publish_memory()
+        asyncio.get_running_loop().create_task(self._notify_idle())     # a load waiting for memory may go on
+
+    async def _notify_idle(self) -> None:
+        async with self._idle:
+            self._idle.notify_all()
 
     def _schedule_expiry(self, model: LoadedModel) -> None:
         self._cancel_expiry(model)
         if model.state != "loaded" or self.models.get(model.name) is not model:
             return
-        ka = model.keep_alive
+        ka = 0 if model.unload_requested else model.keep_alive
         loop = asyncio.get_running_loop()
         if ka is FOREVER:
             model.expires_at = None
