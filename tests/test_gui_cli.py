@@ -40,3 +40,16 @@ def test_gui_is_a_registered_command():
 
     args = build_parser().parse_args(["gui", "--url", "http://127.0.0.1:9", "--no-tray"])
     assert args.url == "http://127.0.0.1:9" and args.no_tray
+
+
+def test_gui_without_a_display_says_when_a_service_already_listens(strata_home):
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+
+    with ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0)) as svc:
+        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+        env["STRATA_HOST"] = f"127.0.0.1:{svc.port}"
+        out = subprocess.run([sys.executable, "-m", "app", "gui"], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert f"already listens at {svc.url}" in out.stdout

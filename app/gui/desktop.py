@@ -23,13 +23,17 @@ RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 
 
 def app_icon() -> QIcon:
+    # Every rendered size (resources/icons/hicolor/NxN/apps/strata.png) so trays and title bars pick a sharp one.
+    icon = QIcon()
+    for f in sorted((RESOURCES / "icons" / "hicolor").glob("*/apps/strata.png")):
+        icon.addFile(str(f))
+    if not icon.isNull():
+        return icon
     svg = RESOURCES / "strata.svg"
-    png = RESOURCES / "strata.png"
-    for f in (png, svg):
-        if f.is_file():
-            icon = QIcon(str(f))
-            if not icon.isNull():
-                return icon
+    if svg.is_file():
+        icon = QIcon(str(svg))
+        if not icon.isNull():
+            return icon
     # Installed without the resources folder: paint the same stacked-layers mark.
     pm = QPixmap(64, 64)
     pm.fill(Qt.transparent)
