@@ -1,0 +1,203 @@
+"""Runner faults seen through the service: a runner killed with SIGKILL in the middle of streams, and a runner
+that aborts (as a GGML_ASSERT would; tests/test_engine_runner.py checks the same hook at the client level).
+Requests in flight get an error (an error line in the NDJSON stream, an error event in the SSE stream, a 500
+JSON for a non-streamed call), the next request loads the model again in a new process, nothing hangs
+(every call has a deadline), and no slot stays busy."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from app.service.config import ServiceConfig
+from app.service.server import ServiceThread
+
+MODEL = "smollm2:135m"
+ABORT_MARKER = "__strata_test_abort__"
+LONG = {"num_predict": 2000, "ignore_eos": True, "temperature": 0.8}
+DEADLINE = 120.0        # seconds any single call may take before the test calls it a hang
+
+
+def _store_factory(home):
+    def make():
+        from app.service.store import ModelStore
+
+        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
+    return make
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, smollm2_path):
+    # read by the runner when it is spawned (multiprocessing passes the parent's environment)
+    old = os.environ.get("STRATA_TEST_ABORT_MARKER")
+    os.environ["STRATA_TEST_ABORT_MARKER"] = ABORT_MARKER
+    home = tmp_path_factory.mktemp("svc-faults")
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=2048, num_parallel=3, keep_alive="10m")
+    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
+    yield svc
+    svc.stop()
+    if old is None:
+        os.environ.pop("STRATA_TEST_ABORT_MARKER", None)
+    else:
+        os.environ["STRATA_TEST_ABORT_MARKER"] = old
+
+
+def _entry(c: httpx.Client) -> dict | None:
+    return next((m for m in c.get("/api/ps").json()["models"] if m["name"] == MODEL), None)
+
+
+def _loaded_pid(c: httpx.Client) -> int:
+    r = c.post("/api/generate", json={"model": MODEL, "keep_alive": "10m"})
+    assert r.status_code == 200 and r.json()["done_reason"] == "load", r.text
+    e = _entry(c)
+    assert e["strata"]["state"] == "loaded"
+    return e["strata"]["pid"]
+
+
+def _wait(cond, what: str, timeout: float = DEADLINE) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+class Stream(threading.Thread):
+    """One streaming request read line by line in a thread; keeps every line and how it ended."""
+
+    def __init__(self, url: str, path: str, body: dict):
+        super().__init__(daemon=True)
+        self.url, self.path, self.body = url, path, body
+        self.lines: list[str] = []
+        self.status: int | None = None
+        self.ended: str | None = None            # "eof" or the exception
+
+    def run(self):
+        try:
+            with httpx.Client(base_url=self.url, timeout=httpx.Timeout(DEADLINE)) as c:
+                with c.stream("POST", self.path, json=self.body) as r:
+                    self.status = r.status_code
+                    for line in r.iter_lines():
+                        if line.strip():
+                            self.lines.append(line)
+            self.ended = "eof"
+        except Exception as e:  # noqa: BLE001 - recorded for the assertions
+            self.ended = f"{type(e).__name__}: {e}"
+
+    def tokens(self) -> int:
+        return sum(1 for l in self.lines if '"done":false' in l.replace(" ", "") or '"delta"' in l)
+
+
+def _assert_idle(c: httpx.Client) -> None:
+    _wait(lambda: (e := _entry(c)) is None or (e["strata"]["slots_busy"] == 0 and e["strata"]["queued"] == 0),
+          "slots free")
+
+
+def test_sigkill_mid_stream(server):
+    with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
+        pid = _loaded_pid(c)
+        ollama_stream = Stream(server.url, "/api/generate", {"model": MODEL, "prompt": "Tell a long story.",
+                                                              "options": LONG})
+        chat_stream = Stream(server.url, "/api/chat", {"model": MODEL, "options": LONG,
+                                                        "messages": [{"role": "user", "content": "Go on forever."}]})
+        openai_stream = Stream(server.url, "/v1/chat/completions", {
+            "model": MODEL, "stream": True, "max_tokens": 2000, "messages": [{"role": "user", "content": "Talk."}]})
+        streams = [ollama_stream, chat_stream, openai_stream]
+        for s in streams:
+            s.start()
+        _wait(lambda: all(s.tokens() >= 2 for s in streams), "all three streams under way")
+        # a non-streamed request in flight too (it takes the queue's place behind the three slots)
+        blocking: dict = {}
+
+        def call():
+            try:
+                blocking["r"] = httpx.post(server.url + "/api/generate", timeout=DEADLINE, json={
+                    "model": MODEL, "prompt": "Write.", "stream": False, "options": LONG})
+            except Exception as e:  # noqa: BLE001
+                blocking["r"] = e
+
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        _wait(lambda: _entry(c)["strata"]["queued"] == 1, "fourth request queued")
+        os.kill(pid, signal.SIGKILL)
+        for s in streams:
+            s.join(DEADLINE)
+            assert not s.is_alive(), f"{s.path}: still streaming after the runner died"
+        t.join(DEADLINE)
+        assert not t.is_alive()
+
+        for s in (ollama_stream, chat_stream):
+            assert s.status == 200 and s.ended == "eof", (s.path, s.ended)
+            last = json.loads(s.lines[-1])
+            assert "error" in last and "SIGKILL" in last["error"], (s.path, s.lines[-1])
+            assert not any('"done":true' in l.replace(" ", "") for l in s.lines)
+        assert openai_stream.status == 200 and openai_stream.ended == "eof"
+        events = [l[6:] for l in openai_stream.lines if l.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        err = json.loads(events[-2])["error"]
+        assert "SIGKILL" in err["message"] and err["type"] == "server_error"
+
+        # the queued request: it either got the dead runner's error or ran on the reloaded model
+        r = blocking["r"]
+        assert isinstance(r, httpx.Response), r
+        assert r.status_code in (200, 500), r.text
+        if r.status_code == 500:
+            assert "ended unexpectedly" in r.json()["error"] or "runner" in r.json()["error"]
+
+        # the next request loads the model again, in a new process
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
+                                          "options": {"num_predict": 3}})
+        assert r.status_code == 200 and r.json()["done"], r.text
+        new_pid = _entry(c)["strata"]["pid"]
+        assert new_pid and new_pid != pid
+        _assert_idle(c)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)                                   # the old runner is gone (reaped)
+
+
+def test_sigkill_between_requests(server):
+    """A runner that dies while idle is noticed: the next request reloads instead of failing."""
+    with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
+        pid = _loaded_pid(c)
+        os.kill(pid, signal.SIGKILL)
+        _wait(lambda: (e := _entry(c)) is None or e["strata"]["pid"] != pid, "dead runner dropped")
+        r = c.post("/api/chat", json={"model": MODEL, "stream": False, "options": {"num_predict": 2},
+                                      "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 200, r.text
+        r = c.post("/api/embed", json={"model": MODEL, "input": ["one", "two"]})
+        assert r.status_code == 200 and len(r.json()["embeddings"]) == 2
+        _assert_idle(c)
+
+
+def test_runner_abort_mid_stream(server):
+    with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
+        pid = _loaded_pid(c)
+        victim = Stream(server.url, "/api/generate", {"model": MODEL, "prompt": "Count slowly.", "options": LONG})
+        victim.start()
+        _wait(lambda: victim.tokens() >= 2, "stream under way")
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": ABORT_MARKER, "raw": True, "stream": False,
+                                          "options": {"num_predict": 4}})
+        assert r.status_code == 500, r.text
+        assert "SIGABRT" in r.json()["error"] or "ended unexpectedly" in r.json()["error"], r.text
+        victim.join(DEADLINE)
+        assert not victim.is_alive() and victim.ended == "eof"
+        last = json.loads(victim.lines[-1])
+        assert "SIGABRT" in last.get("error", ""), victim.lines[-1]
+
+        # OpenAI dialect: an abort before the first token is an HTTP error with an OpenAI-shaped body
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": ABORT_MARKER, "max_tokens": 4})
+        assert r.status_code == 500 and r.json()["error"]["type"] == "server_error", r.text
+
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
+                                          "options": {"num_predict": 2}})
+        assert r.status_code == 200, r.text
+        assert _entry(c)["strata"]["pid"] not in (None, pid)
+        _assert_idle(c)
+        metrics = c.get("/metrics").text
+        assert 'strata_model_loads_total{model="smollm2:135m",result="ok"}' in metrics
