@@ -111,3 +111,23 @@ def test_token_tooltip_lists_alternatives():
           "top_logprobs": [{"token": " Paris", "logprob": -0.1}, {"token": " Lyon", "logprob": -2.5}]}
     html = token_tooltip(lp)
     assert "Paris" in html and "Lyon" in html and "90.5%" in html and "8.2%" in html
+
+
+def test_device_and_comparison_table_models(qtbot):
+    from PySide6.QtCore import Qt
+
+    from app.gui.memory_data import predicted_vs_actual
+    from app.gui.models import ComparisonTableModel, DeviceTableModel
+
+    inv = {"devices": [{"id": "CUDA0", "name": "RTX", "kind": "gpu", "total": 8 << 30, "free": 6 << 30}],
+           "host_ram_total": 32 << 30, "host_ram_available": 20 << 30}
+    m = DeviceTableModel()
+    m.set_inventory(inv)
+    assert (m.rowCount(), m.columnCount()) == (2, 4)
+    assert m.data(m.index(0, 0)) == "System RAM"
+    assert m.data(m.index(1, 0)) == "CUDA0: RTX"
+    assert m.data(m.index(1, 2)) == "8.0 GiB"
+    assert m.data(m.index(1, 3), Qt.ToolTipRole) == f"{6 << 30:,} bytes"
+    c = ComparisonTableModel()
+    c.set_rows(predicted_vs_actual({"CUDA0": 1000}, {"CUDA0": {"model": 900, "kv": 200}}))
+    assert [c.data(c.index(0, i)) for i in range(4)] == ["CUDA0", "1000 B", "1.1 KiB", "+100 B"]

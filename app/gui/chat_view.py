@@ -276,6 +276,3 @@ class Transcript(QScrollArea):
         if self._stick_to_bottom:
             self.verticalScrollBar().setValue(hi)
 
-
-def monospace_family() -> str:
-    return QFontDatabase.systemFont(QFontDatabase.FixedFont).family()
