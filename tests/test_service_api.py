@@ -113,6 +113,10 @@ def test_generate_not_streamed(oc):
     assert r.total_duration >= r.eval_duration > 0 and r.prompt_eval_duration > 0
     again = oc.generate(model=MODEL, prompt="Why is the sky blue?", options=TINY)
     assert again.response == r.response        # temperature 0, same seed: same text
+    assert r.context and all(isinstance(t, int) for t in r.context)
+    raw = oc.generate(model=MODEL, prompt="<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", raw=True,
+                      options=TINY)
+    assert raw.response and raw.context is None                          # raw mode returns no context
 
 
 def test_generate_streamed(oc):
@@ -284,6 +288,10 @@ def test_openai_errors_have_openai_shape(ai, http):
     ("/api/chat", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
     ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 400,
      "images"),
+    ("/api/chat", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                   "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                              "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
     ("/api/embed", {"model": MODEL, "input": [1, 2]}, 400, "input"),
     ("/api/show", {"model": "/etc/passwd"}, 400, "name"),
     ("/api/copy", {"source": MODEL, "destination": "../evil"}, 400, "name"),
@@ -296,7 +304,8 @@ def test_bad_requests_get_4xx_json_naming_the_problem(http, path, body, status, 
     else:
         r = http.post(path, json=body)
     assert r.status_code == status, r.text
-    assert word.lower() in r.json()["error"].lower()
+    err = r.json()["error"]
+    assert word.lower() in (err["message"] if isinstance(err, dict) else err).lower()
 
 
 def test_oversized_body_is_413(http):

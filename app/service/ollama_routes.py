@@ -243,7 +243,7 @@ async def _load_or_unload(request, scheduler, name: str, keep_alive, chat: bool,
     return web.json_response(base)
 
 
-async def _run(request, *, name, ro, keep_alive, req, stream, chat, top_logprobs):
+async def _run(request, *, name, ro, keep_alive, req, stream, chat, top_logprobs, want_context=False):
     scheduler, _, metrics = _ctx(request)
     outcome = generation.Outcome()
     gen = generation.events(scheduler, metrics, name, ro, keep_alive, req, outcome)
@@ -277,7 +277,7 @@ async def _run(request, *, name, ro, keep_alive, req, stream, chat, top_logprobs
     final["done"] = True
     final["done_reason"] = done_reason(done.reason) if done else "stop"
     final.update(timing_fields(done, outcome.elapsed, outcome.load_wait))
-    if done is not None and done.context_tokens and not chat:
+    if done is not None and done.context_tokens and want_context:
         final["context"] = list(done.context_tokens)
     if not stream:
         if req.logprobs:
@@ -299,7 +299,7 @@ async def generate(request):
                                    json_mode=p.json_mode, json_schema=p.json_schema, logprobs=p.logprobs,
                                    top_logprobs=p.top_logprobs)
     return await _run(request, name=record.name, ro=ro, keep_alive=p.keep_alive, req=req, stream=p.stream,
-                      chat=False, top_logprobs=p.top_logprobs)
+                      chat=False, top_logprobs=p.top_logprobs, want_context=not p.raw)
 
 
 async def chat(request):

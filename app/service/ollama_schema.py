@@ -139,7 +139,8 @@ def parse_chat(body: dict) -> ChatParams:
     p.json_mode, p.json_schema = parse_format(body.get("format"))
     p.logprobs, p.top_logprobs = parse_top_logprobs(body)
     field(body, "think", (bool, str))     # accepted, ignored
-    field(body, "tools", list)            # accepted; tool calling is not implemented
+    if field(body, "tools", list):
+        raise ApiError(400, f"{p.model} does not support tools", param="tools")
     return p
 
 

@@ -107,6 +107,8 @@ def parse_chat(body: dict) -> ChatParams:
     p.stream, p.include_usage = _stream_opts(body)
     check_n(body)
     p.json_mode, p.json_schema = parse_response_format(body.get("response_format"))
+    if field(body, "tools", list) or field(body, "functions", list):
+        raise ApiError(400, f"{p.model} does not support tools", param="tools")
     p.logprobs = field(body, "logprobs", bool, False)
     p.top_logprobs = field(body, "top_logprobs", int, 0)
     if not 0 <= p.top_logprobs <= 20:
