@@ -57,7 +57,7 @@ class Metrics:
         family("strata_model_loads_total", "counter", "Model loads, by result.",
                [({"model": m, "result": r}, n) for (m, r), n in sorted(self.loads.items())])
         if scheduler is not None:
-            models = scheduler.snapshot()
+            models = [m for m in scheduler.snapshot() if m.state != "failed"]
             family("strata_models_loaded", "gauge", "Models loaded (or loading).", [({}, len(models))])
             family("strata_slots_busy", "gauge", "Slots generating now, per model.",
                    [({"model": m.name}, m.slots_busy) for m in models])

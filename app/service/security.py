@@ -69,8 +69,9 @@ class Guard:
         self.extra_origins = {o.lower() for o in config.origins}
         self.allow_any_origin = "*" in self.extra_origins
         names = {config.host.lower()}
-        try:
-            names.add(socket.gethostname().lower())
+        try:   # this machine's own names, for a service bound to the LAN (STRATA_HOST=0.0.0.0)
+            host = socket.gethostname().lower()
+            names |= {host, f"{host}.local", socket.getfqdn().lower()}
         except OSError:
             pass
         for o in self.extra_origins:
