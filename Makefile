@@ -37,5 +37,11 @@ bench: $(STAMP)
 screenshots: $(STAMP)
 	QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x900x24" $(BIN)/python -m app.gui.screenshots docs/screenshots
 
+# One-folder bundle dist/strata/ (PyInstaller; needs binutils and the shared libpython: see README "Packaging").
+# make package PACKAGE_ARGS=--with-default-model   bundles SmolLM2 (+94 MiB) so the bundle runs with no model import.
+package: $(STAMP)
+	$(BIN)/pip install -q -e '.[package]'
+	QT_QPA_PLATFORM=offscreen $(BIN)/python installers/build.py $(PACKAGE_ARGS)
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -56,7 +56,9 @@ def build(dist: Path, work: Path, with_default_model: bool = False, quiet: bool 
 
     if render_icons.missing():
         render_icons.render()
-    cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--clean", "--distpath", str(dist),
+    # A fresh analysis every time; not PyInstaller's --clean, which also wipes its cache shared by other builds.
+    shutil.rmtree(work / "strata", ignore_errors=True)
+    cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--distpath", str(dist),
            "--workpath", str(work), "--log-level", "WARN" if quiet else "INFO", str(SPEC)]
     if with_default_model:
         cmd += ["--", "--with-default-model"]
