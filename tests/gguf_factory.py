@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType, quants
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType, quants
 
 from app.engine.gguf_parse import ArraySummary, parse_gguf
 
@@ -20,7 +20,14 @@ QTYPES = {
     "F16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
     "Q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
     "Q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
+    # no quantizer in gguf-py for these: blocks are random bytes with small finite f16 scales (see _raw_blocks)
+    "Q4_K": (GGMLQuantizationType.Q4_K, LlamaFileType.MOSTLY_Q4_K_M),
+    "IQ4_NL": (GGMLQuantizationType.IQ4_NL, LlamaFileType.MOSTLY_IQ4_NL),
+    "Q2_K": (GGMLQuantizationType.Q2_K, LlamaFileType.MOSTLY_Q2_K),
 }
+# byte ranges of the f16 scale fields in one block of the raw-written types (ggml-common.h block layouts)
+_F16_FIELDS = {GGMLQuantizationType.Q4_K: (0, 4), GGMLQuantizationType.IQ4_NL: (0, 2),
+               GGMLQuantizationType.Q2_K: (80, 84)}
 
 
 def smollm2_gguf_path() -> Path:
@@ -76,10 +83,24 @@ class _ModelWriter:
         if quantize and self.qtype is not None and len(shape) >= 2:
             if self.qtype == GGMLQuantizationType.F16:
                 self.w.add_tensor(name, data.astype(np.float16))
+            elif self.qtype in _F16_FIELDS:
+                self.w.add_tensor(name, self._raw_blocks(shape), raw_dtype=self.qtype)
             else:
                 self.w.add_tensor(name, quants.quantize(data, self.qtype), raw_dtype=self.qtype)
         else:
             self.w.add_tensor(name, data)
+
+    def _raw_blocks(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Quantized rows as raw bytes: random quants, every f16 scale set to 0.002 (finite, so the model decodes
+        to noise, not NaN). The row length must be a multiple of the type's block size."""
+        blck, size = GGML_QUANT_SIZES[self.qtype]
+        if shape[-1] % blck:
+            raise ValueError(f"{self.qtype.name} needs rows that are multiples of {blck}, got {shape[-1]}")
+        n_blocks = int(np.prod(shape[:-1])) * (shape[-1] // blck)
+        raw = self.rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+        lo, hi = _F16_FIELDS[self.qtype]
+        raw[:, lo:hi] = np.full((n_blocks, (hi - lo) // 2), 0.002, dtype=np.float16).view(np.uint8)
+        return raw.reshape(*shape[:-1], shape[-1] // blck * size)
 
     def norm(self, name: str, n: int) -> None:
         self.w.add_tensor(name, np.ones(n, dtype=np.float32))
