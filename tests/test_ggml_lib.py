@@ -100,9 +100,11 @@ def test_parse_buffer_lines():
     ]
     MiB = 1024 * 1024
     r = alloc_report.parse_buffer_lines(lines, ["CUDA0"])
-    assert r["CPU"] == {"model": round(102.10 * MiB), "kv": 0, "compute": round(12.01 * MiB),
-                        "output": round(0.75 * MiB)}
-    assert r["CUDA0"] == {"model": 4000 * MiB, "kv": 512 * MiB, "compute": round(300.5 * MiB), "output": 0}
+    # CPU_REPACK (weights the CPU backend repacked at load) is its own kind, next to the mapping
+    assert r["CPU"] == {"model": round(92.10 * MiB), "kv": 0, "compute": round(12.01 * MiB),
+                        "output": round(0.75 * MiB), "repack": 10 * MiB}
+    assert r["CUDA0"] == {"model": 4000 * MiB, "kv": 512 * MiB, "compute": round(300.5 * MiB), "output": 0,
+                          "repack": 0}
     assert alloc_report.compute_sizes(lines, ["CUDA0"]) == {"CPU": round(12.01 * MiB), "CUDA0": round(300.5 * MiB)}
     assert alloc_report.buffer_device("Vulkan1") == "Vulkan1" and alloc_report.buffer_device("Vulkan_Host") == "CPU"
     assert alloc_report.buffer_device("CUDA0_Split", ["CUDA0"]) == "CUDA0"

@@ -7,6 +7,8 @@ A real (not `no_alloc`) load prints one line per backend buffer, e.g.
     sched_reserve:      CUDA0 compute buffer size =    98.25 MiB
 The buffer name is a buffer-type name; it maps to a device id: "CPU", "CPU_Mapped", "CPU_REPACK" and any
 "<backend>_Host" (pinned host memory) are system RAM ("CPU"); "CUDA0", "Vulkan1", "CUDA0_Split"... are that GPU.
+Model buffers of the CPU backend's extra buffer types (weights repacked into an interleaved layout at load:
+"CPU_REPACK", "AMX", "CPU_KLEIDIAI", ...) are their own kind, "repack" (app.engine.repack).
 Under `no_alloc` the model and KV lines print 0.00 (ENGINE-NOTES section 3): zero lines are skipped.
 """
 from __future__ import annotations
@@ -15,14 +17,17 @@ import re
 from typing import Iterable
 
 MiB = 1024 * 1024
-KINDS = ("model", "kv", "compute", "output")
+KINDS = ("model", "kv", "compute", "output", "repack")
+# the CPU backend's extra (repacking) buffer types: ggml-cpu's repack, AMX, KleidiAI, SpacemiT buffers
+EXTRA_BUFFER = re.compile(r"_REPACK$|^AMX$|^CPU_KLEIDIAI$|^CPU_RISCV64_SPACEMIT$")
 
 BUFFER_LINE = re.compile(r"(\w+):\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
 
 
 def buffer_device(buffer_name: str, device_ids: Iterable[str] | None = None) -> str:
     """Device id ("CPU" or a ggml device name) that owns a buffer of this buffer-type name."""
-    if buffer_name.upper().startswith("CPU") or buffer_name.endswith("_Host") or "_Host" in buffer_name:
+    if (buffer_name.upper().startswith("CPU") or buffer_name.endswith("_Host") or "_Host" in buffer_name
+            or EXTRA_BUFFER.search(buffer_name)):
         return "CPU"
     ids = set(device_ids or ())
     if buffer_name in ids:
@@ -34,7 +39,7 @@ def buffer_device(buffer_name: str, device_ids: Iterable[str] | None = None) -> 
 
 
 def parse_buffer_lines(lines: Iterable[str], device_ids: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
-    """{device_id: {"model","kv","compute","output"}} in bytes, summed over the non-zero buffer lines.
+    """{device_id: {"model","kv","compute","output","repack"}} in bytes, summed over the non-zero buffer lines.
     Precision: the log prints MiB with 2 decimals (about 5 KiB)."""
     ids = list(device_ids or ())
     out: dict[str, dict[str, int]] = {}
@@ -48,7 +53,10 @@ def parse_buffer_lines(lines: Iterable[str], device_ids: Iterable[str] | None = 
             continue
         dev = buffer_device(buf, ids)
         slot = out.setdefault(dev, {k: 0 for k in KINDS})
-        slot[kind.lower()] += n
+        kind = kind.lower()
+        if kind == "model" and EXTRA_BUFFER.search(buf):
+            kind = "repack"
+        slot[kind] += n
     return out
 
 

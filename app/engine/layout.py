@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from app.discovery.inventory import Device, Inventory
 from app.engine.layout_types import DevicePlan, Layout, PlanOptions
+from app.engine import repack
 from app.engine.memory import EXPERTS_RE, FFN_RE, KV_TYPES, MemoryModel, estimate_compute, memory_model
 from app.engine.model_info import ModelInfo
 
@@ -121,7 +122,8 @@ class Costs:
         self.budget = [max(0, d.free - o.margin) for d in gpus]
         self.host_budget = host_budget
         self.out_gpu = mm.output_bytes(on_gpu=True)
-        self.out_cpu = mm.output_bytes(on_gpu=False)
+        # on the CPU the output layer is only with no GPU in `devices`: a tied one then gets a repacked copy
+        self.out_cpu = mm.output_bytes(on_gpu=False) + mm.output_repack
         compute = compute or {}
         est_out = estimate_compute(info, o.num_ctx, o.num_parallel, o.num_batch, o.num_ubatch, o.flash_attn, True)
         est_mid = estimate_compute(info, o.num_ctx, o.num_parallel, o.num_batch, o.num_ubatch, o.flash_attn, False)
@@ -436,11 +438,32 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
     if mm.other:
         addw(out_dev, {"other": mm.other})
 
+    # the CPU's weights: which of them the CPU backend repacks, and how far llama.cpp's file mapping reaches
+    active = repack.repack_active(mm.cpu_features, tuple(gpus[g].backend for g in c.order) if c.k else ())
+    pb = first if (c.partial and c.k) else -1
+
+    def device_of(t) -> str:
+        if t.block < 0:
+            return "CPU" if t.part == "token_embd" else out_dev
+        if t.part == "attn":
+            return dev_of_block[t.block]
+        if t.part == "ffn":
+            return "CPU" if t.block == pb else dev_of_block[t.block]
+        return exp_dev[t.block] or dev_of_block[t.block]
+
+    moved, n_repack, mapped = repack.cpu_file_use(mm.spans, device_of, active)
+    cpu_w = acc["CPU"]["weights"]
+    for k2, v in moved.items():
+        cpu_w[k2] = cpu_w.get(k2, 0) - v
+    n_repack += mm.output_repack if (active and out_dev == "CPU") else 0
+    if n_repack:
+        cpu_w["repack"] = n_repack
+
     plans = []
     cpu = acc["CPU"]
     plans.append(DevicePlan("CPU", "CPU", tuple(cpu["layers"]), tuple(cpu["experts"]),
                             {k2: v for k2, v in cpu["weights"].items() if v}, cpu["kv"], cs.compute_cpu,
-                            output=mm.output_buffer, budget=cs.host_budget))
+                            output=mm.output_buffer, budget=cs.host_budget, mapped=mapped))
     last = len(c.order) - 1
     for j, g in enumerate(c.order):
         d = gpus[g]
@@ -455,7 +478,8 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
 def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[str, int] | None) -> Layout:
     n = info.n_layer
     moe = info.is_moe
-    mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch, o.embedding)
+    mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch, o.embedding,
+                      cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()))
     gpus = usable_gpus(inventory)
     host_budget = max(0, inventory.host_ram_available - o.margin)
     cs = Costs(info, mm, gpus, o, host_budget, compute)
@@ -487,6 +511,10 @@ def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
         reasons.append("op_offload on (all layers on GPU; no effect)")
 
     devices, layer_dev, exp_dev = _device_plans(cs, c, gpus, o, mm)
+    if devices[0].weights.get("repack"):
+        reasons.append(f"the CPU backend repacks {devices[0].weights['repack'] / MiB:.0f} MiB of CPU weights for "
+                       f"{'/'.join(f for f in ('AVX512', 'AVX2', 'NEON') if f in mm.cpu_features) or 'this CPU'} "
+                       f"(llama.cpp also reports their mapped originals, page cache the kernel can drop)")
     ngl = c.k + 1 if c.k else 0
     counts = list(c.counts)
     if c.k:

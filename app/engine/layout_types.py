@@ -32,11 +32,15 @@ class DevicePlan:
     name: str
     layers: tuple[int, ...]          # block indices whose (non-expert) weights sit here
     expert_layers: tuple[int, ...]   # block indices whose MoE expert tensors sit here
-    weights: dict[str, int]          # bytes by class: attention, ffn, experts, norm, other, token_embd, output
+    weights: dict[str, int]          # bytes by class: attention, ffn, experts, norm, other, token_embd, output,
+                                     # repack (CPU: weights the CPU backend repacks; their bytes leave their class)
     kv: int                          # KV cache bytes
     compute: int                     # compute buffer bytes (measured by dry run, or estimated)
     output: int = 0                  # host output buffer (CPU only)
     budget: int = 0                  # free bytes minus margin (what the plan may use); 0 for unbounded
+    mapped: int = 0                  # CPU: file pages llama.cpp maps beyond the weights it reads from the mapping
+                                     # (repacked originals, GPU tensors in between): in its CPU_Mapped figure,
+                                     # droppable page cache, so NOT in `total`
 
     @property
     def weights_total(self) -> int:

@@ -8,12 +8,15 @@ using the SAME regular expressions the Layout hands to llama.cpp as `tensor_buft
 KV cache bytes mirror llama.cpp (src/llama-context.cpp, llama-kv-cache*.cpp): n_ctx padded to 256, one stream of
 n_ctx_seq cells per sequence, sliding-window layers sized PAD(min(n_ctx_seq, n_swa + n_ubatch), 256).
 The compute buffer is measured by a dry run (app.engine.dryrun); `estimate_compute` is only the fallback.
+Weight repacking by the CPU backend (app.engine.repack) needs each part's file extent and what of it repacks on this
+CPU: `MemoryModel.spans`; llama.cpp's mapped span is computed from it once the placement is known.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from app.engine import repack
 from app.engine.model_info import ModelInfo
 
 MiB = 1024 * 1024
@@ -172,6 +175,61 @@ def estimate_compute(info: ModelInfo, num_ctx: int, num_parallel: int, num_batch
 
 
 @dataclass(frozen=True)
+class SpanGroup:
+    """The tensors of one movable part (a block's attn/ffn/experts, or token_embd/output/other) for the CPU mapping
+    and repack split: their file extent and bytes, all of them and without the ones the CPU backend repacks."""
+    block: int                          # blk.N -> N; -1 outside the blocks
+    part: str                           # "attn" | "ffn" | "experts" in a block; "token_embd" | "output" | "other"
+    extent_all: tuple[int, int, int]    # (first offset, end, bytes) of every tensor
+    extent_kept: tuple[int, int, int]   # the same without repacking tensors ((-1, 0, 0) when none are left)
+    moved: tuple[tuple[str, int], ...]  # repacking tensors' bytes by key (weight class; part outside the blocks)
+    n_repack: int                       # their size in the repack buffer (32-byte aligned each)
+
+
+_spans_cache: list = []                 # [(info.tensors, features, groups)]: plan() runs memory_model often
+
+
+def span_groups(info: ModelInfo, cpu_features: tuple[str, ...] = ()) -> tuple[SpanGroup, ...]:
+    for tensors, feats, groups in _spans_cache:
+        if tensors is info.tensors and feats == cpu_features:
+            return groups
+    acc: dict[tuple[int, str], list] = {}
+    for t in info.tensors:
+        m = _BLK.match(t.name)
+        if m:
+            il = int(m.group(1))
+            if il >= info.n_layer:
+                continue
+            part = "experts" if _EXPERTS.match(t.name) else "ffn" if _FFN.match(t.name) else "attn"
+        else:
+            il, part = -1, t.weight_class if t.weight_class in ("token_embd", "output") else "other"
+        g = acc.setdefault((il, part), [[-1, 0, 0], [-1, 0, 0], {}, 0])
+        rp = bool(cpu_features) and repack.tensor_repacks(t.name, t.shape, t.ggml_type, cpu_features)
+        for ext in (g[0],) if rp else (g[0], g[1]):
+            ext[0] = t.offset if ext[0] < 0 else min(ext[0], t.offset)
+            ext[1] = max(ext[1], t.offset + t.n_bytes)
+            ext[2] += t.n_bytes
+        if rp:
+            key = t.weight_class if il >= 0 else part
+            g[2][key] = g[2].get(key, 0) + t.n_bytes
+            g[3] += repack.pad(t.n_bytes)
+    groups = tuple(SpanGroup(il, part, tuple(g[0]), tuple(g[1]), tuple(g[2].items()), g[3])
+                   for (il, part), g in acc.items())
+    _spans_cache[:] = [(info.tensors, cpu_features, groups)] + _spans_cache[:7]
+    return groups
+
+
+def tied_output_repack(info: ModelInfo, cpu_features: tuple[str, ...] = ()) -> int:
+    """Bytes of the repacked copy of token_embd that a tied output layer gets when it is on the CPU (else 0)."""
+    if info.output_bytes or not cpu_features:
+        return 0
+    for t in info.tensors:
+        if t.name == "token_embd.weight" and repack.output_copy_repacks(t.shape, t.ggml_type, cpu_features):
+            return repack.pad(t.n_bytes)
+    return 0
+
+
+@dataclass(frozen=True)
 class MemoryModel:
     """Everything plan() needs, precomputed once per (model, context options): plain numbers, no I/O."""
     n_layer: int
@@ -183,6 +241,9 @@ class MemoryModel:
     other: int                          # output_norm etc. (go with the output layer)
     output_buffer: int                  # host output buffer (CPU)
     n_tensors_other: int = 2
+    spans: tuple[SpanGroup, ...] = ()   # for llama.cpp's mapped span and the repack split (app.engine.repack)
+    output_repack: int = 0              # a tied output on the CPU: its repacked copy of token_embd (real, extra)
+    cpu_features: tuple[str, ...] = ()
 
     def part_bytes(self, il: int, part: str, gpu: bool = False) -> int:
         p = self.parts[il]
@@ -200,7 +261,8 @@ class MemoryModel:
 
 
 def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16", num_batch: int = 512,
-                 num_ubatch: int = 512, embedding: bool = False) -> MemoryModel:
+                 num_ubatch: int = 512, embedding: bool = False, cpu_features: tuple[str, ...] = ()) -> MemoryModel:
+    """`cpu_features`: the inventory's (ggml names, "REPACK" when the build repacks); () = no repacking."""
     tied = info.output_bytes == 0
     return MemoryModel(
         n_layer=info.n_layer,
@@ -211,4 +273,7 @@ def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str 
         output_tied=tied,
         other=info.other_bytes,
         output_buffer=output_buffer_bytes(info, num_parallel, embedding),
+        spans=span_groups(info, tuple(cpu_features)),
+        output_repack=tied_output_repack(info, tuple(cpu_features)),
+        cpu_features=tuple(cpu_features),
     )

@@ -88,7 +88,7 @@ class LoadProgress:
 
 @dataclass
 class Loaded:
-    actual: dict[str, dict[str, int]]       # device_id -> {"model","kv","compute","output"} bytes, from the real load
+    actual: dict[str, dict[str, int]]       # device_id -> {"model","kv","compute","output","repack"} bytes, from the real load
     n_ctx: int
     n_ctx_per_seq: int
     n_vocab: int

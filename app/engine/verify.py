@@ -15,13 +15,23 @@ import os
 import subprocess
 import sys
 
-KINDS = ("model", "kv", "compute", "output")
+from app.engine.alloc_report import KINDS
+
 MiB = 1024 * 1024
 
 
 def predicted_of(layout) -> dict[str, dict[str, int]]:
-    return {d.device_id: {"model": d.weights_total, "kv": d.kv, "compute": d.compute, "output": d.output}
-            for d in layout.devices if d.weights_total or d.kv or d.compute or d.output}
+    """What llama.cpp's buffer lines should say for this Layout. "model" is what it maps or allocates for the
+    weights: the weights that stay in the mapping plus the mapped slack (repacked originals, other devices'
+    tensors in between) that the Layout keeps out of its totals; "repack" the CPU backend's repacked copies."""
+    out = {}
+    for d in layout.devices:
+        rp = d.weights.get("repack", 0)
+        mapped = getattr(d, "mapped", 0)
+        if d.weights_total or d.kv or d.compute or d.output:
+            out[d.device_id] = {"model": d.weights_total - rp + mapped, "kv": d.kv, "compute": d.compute,
+                                "output": d.output, "repack": rp}
+    return out
 
 
 def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
@@ -80,7 +90,8 @@ def compare(row: dict) -> dict[str, dict]:
         pt, at = sum(p.values()), sum(a.values())
         kinds = {}
         for k in KINDS:
-            kinds[k] = (p[k] - a[k]) / a[k] if a[k] else (0.0 if p[k] == 0 else float("inf"))
+            pk, ak = p.get(k, 0), a.get(k, 0)
+            kinds[k] = (pk - ak) / ak if ak else (0.0 if pk == 0 else float("inf"))
         out[d] = {"predicted": pt, "actual": at, "total_err": (pt - at) / at if at else 0.0, "kind_err": kinds}
     return out
 
@@ -102,7 +113,7 @@ def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: di
 
 def format_table(name: str, rows: list[dict]) -> str:
     lines = [f"{'model':<22} {'ctx':>5} {'par':>3} {'kv':<5} {'device':<7} {'pred MiB':>9} {'actual MiB':>10} "
-             f"{'total':>7} {'model':>7} {'kv':>7} {'compute':>7} {'output':>7}"]
+             f"{'total':>7} {'model':>7} {'kv':>7} {'compute':>7} {'output':>7} {'repack':>7}"]
     for r in rows:
         if "error" in r:
             lines.append(f"{name:<22} {r['num_ctx']:>5} {r['parallel']:>3} {r['kv']:<5} ERROR {r['error']}")
