@@ -24,9 +24,9 @@ def _backend_of(name: str, reported: str) -> str:
 
 
 def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cores: int, cpu_name: str,
-          notes: list[str]) -> Inventory:
+          notes: list[str], cpu_features: tuple[str, ...] = ()) -> Inventory:
     """Pure merge of the three sources. GPUs are matched to NVML by PCI bus id, then UUID, then name (in order);
-    NVML's free memory wins and both figures are kept."""
+    NVML's free memory wins and both figures are kept. `cpu_features`: ggml's CPU backend features."""
     from app.discovery.nvml import normalize_pci
 
     used_nvml: set[int] = set()
@@ -70,7 +70,8 @@ def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cor
                          f"(CPU-only build, or hidden by CUDA_VISIBLE_DEVICES)")
     ram_total, ram_avail = host
     return Inventory(devices=tuple(devices), host_ram_total=ram_total, host_ram_available=ram_avail,
-                     cpu_cores=cores, cpu_name=cpu_name, simulated=False, notes=tuple(notes))
+                     cpu_cores=cores, cpu_name=cpu_name, simulated=False, notes=tuple(notes),
+                     cpu_features=tuple(cpu_features))
 
 
 def discover(sim_path: str | None = None) -> Inventory:
@@ -85,9 +86,12 @@ def discover(sim_path: str | None = None) -> Inventory:
     from app.discovery.host import cpu_cores, cpu_name, host_memory
     from app.discovery.nvml import nvml_gpus
 
+    from app.engine.repack import cpuinfo_features
+
     notes: list[str] = []
     probe, why = probe_ggml()
     ggml_devices = []
+    features = tuple(probe.get("cpu_features") or ()) if probe else ()
     if probe is None:
         notes.append(f"{why}; planning for the CPU only")
     else:
@@ -97,4 +101,5 @@ def discover(sim_path: str | None = None) -> Inventory:
     nv, nv_note = nvml_gpus()
     if nv_note:
         notes.append(nv_note)
-    return merge(ggml_devices, nv, host_memory(), cpu_cores(), cpu_name(), notes)
+    return merge(ggml_devices, nv, host_memory(), cpu_cores(), cpu_name(), notes,
+                 features or cpuinfo_features())

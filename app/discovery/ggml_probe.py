@@ -22,7 +22,9 @@ def probe_here() -> dict:
     devs = ggml_lib.list_devices()
     for d in devs:
         d.pop("handle", None)
-    return {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload()}
+    from app.engine.repack import ggml_cpu_features
+
+    return {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload(), "cpu_features": ggml_cpu_features()}
 
 
 def probe_ggml(timeout: float = TIMEOUT_S) -> tuple[dict | None, str | None]:

@@ -3,7 +3,8 @@
 Schema (sizes are bytes, or strings with a unit: "24 GiB", "512MiB", "8GB"):
     {"devices": [{"id": "CUDA0", "name": "RTX 4090", "total": "24 GiB", "free": "23 GiB",
                   "kind": "gpu", "backend": "CUDA"}],            # kind/backend/free optional (gpu, SIM, = total)
-     "host_ram_total": "64 GiB", "host_ram_available": "48 GiB", "cpu_cores": 16, "cpu_name": "..."}
+     "host_ram_total": "64 GiB", "host_ram_available": "48 GiB", "cpu_cores": 16, "cpu_name": "...",
+     "cpu_features": ["AVX2", "REPACK"]}     # optional: ggml CPU features (which weights llama.cpp repacks)
 A missing or wrong field raises ValueError naming it (e.g. `devices[1].total`).
 """
 from __future__ import annotations
@@ -70,9 +71,12 @@ def inventory_from_dict(data: dict) -> Inventory:
     cores = _req(data, "cpu_cores", "")
     if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
         raise ValueError(f"simulated inventory: cpu_cores must be a positive integer, got {cores!r}")
+    feats = data.get("cpu_features", [])
+    if not isinstance(feats, list) or not all(isinstance(f, str) and f for f in feats):
+        raise ValueError(f"simulated inventory: cpu_features must be a list of names like \"AVX2\", got {feats!r}")
     return Inventory(devices=tuple(out), host_ram_total=ram_total, host_ram_available=ram_avail, cpu_cores=cores,
                      cpu_name=str(data.get("cpu_name", "simulated CPU")), simulated=True,
-                     notes=("simulated inventory",))
+                     notes=("simulated inventory",), cpu_features=tuple(feats))
 
 
 def load_simulated(path) -> Inventory:
