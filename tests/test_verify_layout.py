@@ -1,7 +1,8 @@
 """Verify after load: what the planner predicts per device and kind against what a real llama.cpp load allocates
 (the non-zero `model/KV/compute/output buffer size` lines), for SmolLM2 and the synthetic dense and MoE models at
-num_ctx 512/2048/8192, 1 and 4 parallel sequences, KV f16 and q8_0. One child process per model runs its whole
-matrix (app.engine.verify)."""
+num_ctx 512/2048/8192, 1 and 4 parallel sequences, KV f16 and q8_0; and for weight types the CPU backend repacks
+on this CPU (Q4_0 MoE, Q4_K dense with a tied output: CPU_Mapped + CPU_REPACK lines) at a few option sets.
+One child process per model runs its whole matrix (app.engine.verify)."""
 from __future__ import annotations
 
 import pytest
@@ -23,13 +24,25 @@ def dense_hd32_gguf(synthetic_dir):
                              n_ff=256, qtype="Q8_0")
 
 
-@pytest.mark.parametrize("model", ["smollm2", "dense", "moe"])
-def test_predicted_matches_actual(model, request):
-    path = request.getfixturevalue({"smollm2": "smollm2_path", "dense": "dense_hd32_gguf", "moe": "moe_gguf"}[model])
-    rows = run_verify(str(path), COMBOS)
-    print()
-    print(format_table(model, rows))
-    assert len(rows) == len(COMBOS)
+@pytest.fixture(scope="session")
+def moe_q4_0_gguf(synthetic_dir):
+    """The lead's Q4_0 qwen3moe: every matrix but token_embd is repacked on AVX2 (q4_0_8x8), experts included."""
+    from gguf_factory import write_moe_qwen3
+
+    return write_moe_qwen3(synthetic_dir / "moe-qwen3-8L-32E-q4_0.gguf", n_layer=8, n_expert=32, n_expert_used=4,
+                           n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff_exp=256, qtype="Q4_0")
+
+
+@pytest.fixture(scope="session")
+def dense_q4_k_tied_gguf(synthetic_dir):
+    """A Q4_K dense llama without output.weight: the output layer on the CPU is a repacked copy of token_embd."""
+    from gguf_factory import write_dense_llama
+
+    return write_dense_llama(synthetic_dir / "dense-llama-q4_k-tied.gguf", n_layer=4, n_embd=256, n_head=4,
+                             n_head_kv=2, n_ff=512, qtype="Q4_K", tie_output=True)
+
+
+def _assert_within_bounds(model: str, rows: list[dict]) -> None:
     for r in rows:
         assert "error" not in r, r
         assert set(r["predicted"]) == set(r["actual"]), r
@@ -38,13 +51,47 @@ def test_predicted_matches_actual(model, request):
             p, a = r["predicted"][dev], r["actual"][dev]
             for k in KINDS:
                 assert abs(p[k] - a[k]) <= max(0.05 * a[k], ROUNDING), (model, r["num_ctx"], r["parallel"], r["kv"], dev, k, p[k], a[k])
+
+
+@pytest.mark.parametrize("model", ["smollm2", "dense", "moe"])
+def test_predicted_matches_actual(model, request):
+    path = request.getfixturevalue({"smollm2": "smollm2_path", "dense": "dense_hd32_gguf", "moe": "moe_gguf"}[model])
+    rows = run_verify(str(path), COMBOS)
+    print()
+    print(format_table(model, rows))
+    assert len(rows) == len(COMBOS)
+    _assert_within_bounds(model, rows)
     # the matrix really exercises the cache: q8_0 is smaller than f16, and KV grows with context x sequences
     kv = {(r["num_ctx"], r["parallel"], r["kv"]): r["actual"]["CPU"]["kv"] for r in rows}
     assert kv[(8192, 4, "q8_0")] < kv[(8192, 4, "f16")]
     assert abs(kv[(8192, 4, "f16")] - 64 * kv[(512, 1, "f16")]) <= 64 * ROUNDING
 
 
+REPACK_COMBOS = [(512, 1, "f16"), (2048, 4, "q8_0"), (4096, 2, "f16")]
+
+
+@pytest.mark.parametrize("model", ["moe_q4_0", "dense_q4_k_tied"])
+def test_repacked_weights_predicted(model, request):
+    """CPU_REPACK is real: on a CPU that repacks these types (AVX2, NEON...) the prediction has it as its own kind
+    and llama.cpp's CPU_Mapped figure (which still spans the originals) as "model"; both within the bounds."""
+    from app.discovery import discover
+
+    path = request.getfixturevalue(model + "_gguf")
+    features = discover().cpu_features
+    if "REPACK" not in features or not any(f in features for f in ("AVX2", "NEON")):
+        pytest.skip("this CPU/build does not repack Q4_0/Q4_K weights")
+    rows = run_verify(str(path), REPACK_COMBOS)
+    print()
+    print(format_table(model, rows))
+    assert len(rows) == len(REPACK_COMBOS)
+    _assert_within_bounds(model, rows)
+    for r in rows:
+        cpu = r["actual"]["CPU"]
+        assert cpu["repack"] > cpu["model"] * 0.5, cpu      # most weights are repacked: the case is exercised
+
+
 def test_quantized_kv_with_head_size_llama_refuses(dense_gguf):
+
     """head size 16 with a q8_0 cache: llama.cpp would refuse the context; the planner says so first."""
     from app.discovery.simulated import inventory_from_dict
     from app.engine.layout import plan
