@@ -298,7 +298,7 @@ def test_gui_thread_never_stalls_while_a_long_reply_streams(qtbot, desk):
 
     chat = desk.open_chat()
     chat.resize(1100, 720)
-    chat.extra_options = {"num_predict": 300, "seed": 3}
+    chat.extra_options = {"num_predict": 200, "seed": 3}
     chat.send("Say ok.")             # warm up: model loaded, first render done
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
     wall_gaps, busy, last = [], [], [None, None]

@@ -375,7 +375,8 @@ class ChatWindow(QMainWindow):
                 self._ttft_ms = (time.monotonic() - self._t0) * 1000
             self._reply_parts.append(piece)
             self._reply_chunks += 1
-            self.transcript.stream_text(self._reply, "".join(self._reply_parts))
+            if self._reply in self.transcript.messages:   # not when the user has switched to another chat
+                self.transcript.stream_text(self._reply, "".join(self._reply_parts))
         if obj.get("logprobs"):
             self._reply_logprobs.extend(obj["logprobs"])
         if obj.get("done"):
