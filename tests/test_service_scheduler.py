@@ -193,9 +193,16 @@ def test_dead_runner_is_replaced_on_next_request(roomy):
     assert r.done and _loaded(roomy)[MODEL]["strata"]["pid"] != pid
 
 
-def test_unload_on_shutdown(tmp_path, smollm2_path):
-    svc = _start(tmp_path, "shutdown", 64 * 1024 * MiB)
-    ollama.Client(host=svc.url).generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+def test_cold_start_concurrent_requests_and_unload_on_shutdown(tmp_path, smollm2_path):
+    svc = _start(tmp_path, "shutdown", 64 * 1024 * MiB)       # fresh server: nothing cached, nothing loaded
+    c = ollama.Client(host=svc.url)
+    threads = [threading.Thread(target=c.generate, kwargs=dict(model=MODEL, prompt="Hi", options={"num_predict": 1}))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert _loads_ok(svc, MODEL) == 1                                    # one load, however the requests raced
     pid = _loaded(svc)[MODEL]["strata"]["pid"]
     svc.stop()
     _wait_for(lambda: not _alive(pid), 30, "runner exit on shutdown")

@@ -291,11 +291,13 @@ class Scheduler:
             except Exception as e:  # GGUFError, missing file
                 raise ApiError(400 if type(e).__name__ == "GGUFError" else 500,
                                f"cannot read model {name!r} ({record.path}): {e}", param="model") from None
-            opts = self.plan_options_for(record, info, ro)
-            model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
-            self.models[name] = model
-            self.failed.pop(name, None)
-            asyncio.get_running_loop().create_task(self._load(model), name=f"load {name}")
+            model = self.models.get(name)      # another request may have started the load during the awaits
+            if model is None:
+                opts = self.plan_options_for(record, info, ro)
+                model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
+                self.models[name] = model
+                self.failed.pop(name, None)
+                asyncio.get_running_loop().create_task(self._load(model), name=f"load {name}")
         if model.pending >= model.slots_total + self.config.max_queue:
             self.metrics.rejected[name] += 1
             raise ApiError(503, f"model {name!r} is busy: {model.slots_total} slots in use and "
