@@ -105,6 +105,8 @@ def test_send_a_message_and_see_the_streamed_reply(qtbot, desk, strata_home):
 
 
 def test_stop_cancels_the_request(qtbot, desk, service):
+    from PySide6.QtCore import Qt
+
     chat = desk.chat
     chat.extra_options = {"num_predict": 4000}
     chat.send("Write a very long story about a lighthouse keeper, in many chapters.")
@@ -113,7 +115,7 @@ def test_stop_cancels_the_request(qtbot, desk, service):
     call.cancelled.connect(lambda: cancelled.append(True))
     qtbot.waitUntil(lambda: len(chat._reply_parts) >= 3, timeout=WAIT)
     assert chat.stop_button.isEnabled()
-    qtbot.mouseClick(chat.stop_button, __import__("PySide6.QtCore", fromlist=["Qt"]).Qt.LeftButton)
+    qtbot.mouseClick(chat.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
     assert cancelled == [True]
     reply = reply_of(chat)
