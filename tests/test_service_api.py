@@ -335,6 +335,8 @@ def test_origins_and_host_header(http):
     assert r.status_code == 403
     r = http.get("/api/tags", headers={"Origin": "http://localhost:3000"})
     assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
+    r = http.post("/api/show", json={"model": "nope"}, headers={"Origin": "http://localhost:3000"})
+    assert r.status_code == 404 and r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
     r = http.options("/api/chat", headers={"Origin": "http://127.0.0.1:5173", "Access-Control-Request-Method": "POST"})
     assert r.status_code == 204 and "POST" in r.headers["Access-Control-Allow-Methods"]
     r = http.options("/api/chat", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})

@@ -108,6 +108,13 @@ def make_middlewares(config: ServiceConfig) -> list:
 
     @web.middleware
     async def errors_middleware(request: web.Request, handler):
+        resp = await _errors_as_json(request, handler)
+        cors = request.get(CORS_KEY)
+        if cors and not resp.prepared:      # an allowed page must be able to read the error too
+            resp.headers.update(cors)
+        return resp
+
+    async def _errors_as_json(request: web.Request, handler):
         try:
             return await handler(request)
         except ApiError as e:
