@@ -70,7 +70,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
             try:
                 await scheduler.get_inventory()
             except Exception as e:  # noqa: BLE001 - planning will try again and report it
-                log.warning("device discovery failed: %s", e)
+                log.warning("%s", e)
 
         task = asyncio.get_running_loop().create_task(discover())
         yield

@@ -180,7 +180,11 @@ class Scheduler:
             from app.discovery import discover
         except ImportError:        # discovery not installed in this build: host RAM only
             discover = _host_only_inventory
-        self.inventory = await asyncio.to_thread(discover, self.config.devices_json)
+        try:
+            self.inventory = await asyncio.to_thread(discover, self.config.devices_json)
+        except Exception as e:  # noqa: BLE001 - e.g. a malformed STRATA_DEVICES file: say which and why
+            where = f" (STRATA_DEVICES={self.config.devices_json})" if self.config.devices_json else ""
+            raise ApiError(500, f"device discovery failed{where}: {e}", code="discovery_failed") from None
         return self.inventory
 
     async def get_inventory(self) -> Inventory:
