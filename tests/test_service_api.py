@@ -119,6 +119,17 @@ def test_generate_not_streamed(oc):
     assert raw.response and raw.context is None                          # raw mode returns no context
 
 
+def test_generate_with_go_template(oc, http):
+    t = "<|im_start|>system\n{{ .System }}<|im_end|>\n<|im_start|>user\n{{ .Prompt }}<|im_end|>\n<|im_start|>assistant\n"
+    r = oc.generate(model=MODEL, prompt="Hi", system="Be brief.", template=t, options=TINY)
+    assert r.response and r.context is not None
+    # the rendered template is the whole prompt: SmolLM2 tokenizes it to the same ids as the GGUF template would
+    plain = oc.generate(model=MODEL, prompt="Hi", system="Be brief.", options=TINY)
+    assert r.prompt_eval_count in (plain.prompt_eval_count, plain.prompt_eval_count + 1, plain.prompt_eval_count - 1)
+    bad = http.post("/api/generate", json={"model": MODEL, "prompt": "x", "template": "{{ range .Messages }}{{ end }}"})
+    assert bad.status_code == 400 and "not supported" in bad.json()["error"]
+
+
 def test_generate_streamed(oc):
     parts = list(oc.generate(model=MODEL, prompt="Count: one, two,", options=TINY, stream=True))
     assert len(parts) >= 2 and all(not p.done for p in parts[:-1])

@@ -175,3 +175,15 @@ def test_openapi_covers_every_route():
             assert op["summary"] and not op["summary"].startswith(route.method + " "), path   # described, not default
     for needed in ("/api/generate", "/api/chat", "/v1/chat/completions", "/api/layout", "/api/events", "/metrics"):
         assert needed in doc["paths"]
+
+
+def test_go_template_subset():
+    from app.service.gotemplate import TemplateError, render
+
+    t = "{{ if .System }}<s>{{ .System }}</s>\n{{ end }}USER: {{ .Prompt }}\nASSISTANT: {{- .Response }}"
+    assert render(t, {"System": "be brief", "Prompt": "hi"}) == "<s>be brief</s>\nUSER: hi\nASSISTANT:"
+    assert render(t, {"System": "", "Prompt": "hi"}) == "USER: hi\nASSISTANT:"
+    assert render("{{ if .System }}A{{ else }}B{{ end }}", {}) == "B"
+    for bad in ("{{ range .Messages }}x{{ end }}", "{{ if .System }}x", "{{ end }}", "{{ .Tools }}"):
+        with pytest.raises(TemplateError):
+            render(bad, {"Prompt": "p"})

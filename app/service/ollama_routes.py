@@ -13,6 +13,7 @@ from app import __version__
 
 from . import generation
 from .errors import ApiError
+from .gotemplate import TemplateError, render as render_template
 from .http_util import NDJSONWriter, field, model_name, read_json
 from .modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
 from .ollama_schema import (details, digest_of, done_reason, iso_time, logprobs_json, now_iso, parse_chat,
@@ -295,9 +296,18 @@ async def generate(request):
     record = await scheduler.resolve(p.model)
     ro = parse_ollama_options(p.options, record.parameters)
     parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)     # a bad value is a 400 before any work
-    req = generation.build_request(ro, prompt=p.prompt, system=p.system or record.system, raw=p.raw,
-                                   json_mode=p.json_mode, json_schema=p.json_schema, logprobs=p.logprobs,
-                                   top_logprobs=p.top_logprobs)
+    prompt, system, raw = p.prompt, p.system or record.system, p.raw
+    template = p.template or record.template
+    if template and not raw:
+        try:   # an Ollama (Go) prompt template: render it here and send the result raw
+            prompt = render_template(template, {"System": system or "", "Prompt": p.prompt, "Response": ""})
+            system, raw = None, True
+        except TemplateError as e:
+            if p.template:
+                raise ApiError(400, f"template: {e}", param="template") from None
+            # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
+    req = generation.build_request(ro, prompt=prompt, system=system, raw=raw, json_mode=p.json_mode,
+                                   json_schema=p.json_schema, logprobs=p.logprobs, top_logprobs=p.top_logprobs)
     return await _run(request, name=record.name, ro=ro, keep_alive=p.keep_alive, req=req, stream=p.stream,
                       chat=False, top_logprobs=p.top_logprobs, want_context=not p.raw)
 
