@@ -68,6 +68,7 @@ class Tally:
     errors: Counter = field(default_factory=Counter)          # "what" -> count
     allowed: Counter = field(default_factory=Counter)         # tolerated answers (503 busy)
     tokens: int = 0
+    latency: dict = field(default_factory=dict)               # kind -> [seconds of each completed request]
 
     def merge(self, other: "Tally") -> None:
         self.done.update(other.done)
@@ -75,6 +76,12 @@ class Tally:
         self.errors.update(other.errors)
         self.allowed.update(other.allowed)
         self.tokens += other.tokens
+        for k, v in other.latency.items():
+            self.latency.setdefault(k, []).extend(v)
+
+    def finished(self, kind: str, seconds: float) -> None:
+        self.done[kind] += 1
+        self.latency.setdefault(kind, []).append(seconds)
 
 
 # ---- the service process -----------------------------------------------------------------------------------
@@ -211,6 +218,7 @@ async def one_request(session, url: str, kind: str, rng: random.Random, tally: T
                       timeout: float) -> None:
     path, body, streamed = make_request(kind, rng)
     cut_after_lines = rng.randint(1, 6)
+    t0 = time.monotonic()
 
     async def go():
         async with session.post(url + path, json=body) as resp:
@@ -222,6 +230,9 @@ async def one_request(session, url: str, kind: str, rng: random.Random, tally: T
                     msg = f"non-JSON error body {text[:60]!r}"
                 if resp.status == 503 and "busy" in msg:
                     tally.allowed["503 queue full"] += 1
+                    # a polite client waits as Retry-After says (scaled down, jittered) before the next try
+                    retry = float(resp.headers.get("Retry-After", "1") or 1)
+                    await asyncio.sleep(rng.uniform(0.1, min(retry, 2.0)))
                 else:
                     tally.errors[f"{kind}: HTTP {resp.status}: {msg[:100]}"] += 1
                 return
@@ -235,7 +246,7 @@ async def one_request(session, url: str, kind: str, rng: random.Random, tally: T
                     tally.errors[f"{kind}: wrong number of embeddings"] += 1
                     return
                 tally.tokens += int(obj.get("eval_count", 0) or 0)
-                tally.done[kind] += 1
+                tally.finished(kind, time.monotonic() - t0)
                 return
             lines = 0
             finished = False
@@ -262,7 +273,7 @@ async def one_request(session, url: str, kind: str, rng: random.Random, tally: T
                     resp.close()                   # drop the connection with the answer half read
                     return
             if finished:
-                tally.done[kind] += 1
+                tally.finished(kind, time.monotonic() - t0)
             else:
                 tally.errors[f"{kind}: stream ended without done/[DONE]"] += 1
 
@@ -378,6 +389,7 @@ async def soak_against(url: str, service_pid: int, cfg: SoakConfig, log=print) -
         "errors": dict(tally.errors),
         "errors_total": sum(tally.errors.values()),
         "allowed": dict(tally.allowed),
+        "latency_s": {k: percentiles(v) for k, v in sorted(tally.latency.items())},
         "warmup_requests_done": sum(warm.done.values()),
         "warmup_errors": dict(warm.errors),
         "slots_busy_end_ps": st1.get("slots_busy"),
@@ -397,6 +409,14 @@ async def soak_against(url: str, service_pid: int, cfg: SoakConfig, log=print) -
     }
     summary["failures"] = check(summary, cfg)
     return summary
+
+
+def percentiles(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    if not xs:
+        return {}
+    pick = lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 2)      # noqa: E731
+    return {"n": len(xs), "p50": pick(0.5), "p95": pick(0.95), "max": round(xs[-1], 2)}
 
 
 def check(s: dict, cfg: SoakConfig) -> list[str]:
@@ -452,6 +472,7 @@ def report(s: dict) -> str:
         f" disconnecting) for {s['seconds']} s on {MODEL}",
         f"requests done      {s['requests_done']} ({s['requests_per_second']}/s; {s['completion_tokens']} completion "
         f"tokens) by kind {s['done_by_kind']}",
+        "latency (s)        " + ", ".join(f"{k} p50 {v['p50']} p95 {v['p95']}" for k, v in s["latency_s"].items()),
         f"disconnects        {s['disconnects_total']} {s['disconnects']}",
         f"errors             {s['errors_total']} {s['errors'] or ''}",
         f"allowed            {s['allowed'] or 'none'}",
