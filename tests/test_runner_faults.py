@@ -201,3 +201,52 @@ def test_runner_abort_mid_stream(server):
         _assert_idle(c)
         metrics = c.get("/metrics").text
         assert 'strata_model_loads_total{model="smollm2:135m",result="ok"}' in metrics
+
+
+def test_sigkill_while_loading(server):
+    """A runner killed before it finishes loading: every request waiting for the load gets the failure (no
+    hang), /api/ps shows it failed, and the next request loads the model from scratch."""
+    with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
+        c.post("/api/generate", json={"model": MODEL, "keep_alive": 0})          # unload
+        _wait(lambda: _entry(c) is None, "model unloaded")
+        results: list = []
+
+        def ask(i):
+            try:
+                results.append(httpx.post(server.url + "/api/chat", timeout=DEADLINE, json={
+                    "model": MODEL, "stream": False, "options": {"num_predict": 2},
+                    "messages": [{"role": "user", "content": f"Hi {i}"}]}))
+            except Exception as e:  # noqa: BLE001
+                results.append(e)
+
+        waiters = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(3)]
+        for t in waiters:
+            t.start()
+        killed: list[int] = []
+
+        def kill_while_loading() -> bool:
+            e = _entry(c)
+            if e and e["strata"]["state"] == "loading" and e["strata"]["pid"]:
+                os.kill(e["strata"]["pid"], signal.SIGKILL)
+                killed.append(e["strata"]["pid"])
+                return True
+            return bool(e and e["strata"]["state"] == "loaded")     # too late: the load won the race
+
+        _wait(kill_while_loading, "runner seen loading")
+        for t in waiters:
+            t.join(DEADLINE)
+            assert not t.is_alive(), "a request waiting for the killed load hung"
+        assert all(isinstance(r, httpx.Response) for r in results), results
+        if not killed:
+            pytest.skip("the load finished before the runner could be killed (very fast machine)")
+        statuses = sorted(r.status_code for r in results)
+        failed = [r for r in results if r.status_code != 200]
+        assert failed, statuses           # the waiters of the killed load were answered with its failure
+        for r in failed:
+            assert r.status_code == 500 and "load" in r.json()["error"] and "SIGKILL" in r.json()["error"], r.text
+        # the next request loads again, in a new process
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
+                                          "options": {"num_predict": 2}})
+        assert r.status_code == 200, r.text
+        assert _entry(c)["strata"]["pid"] != killed[0]
+        _assert_idle(c)
