@@ -401,3 +401,71 @@ def test_valid_header_with_missing_tensors(server, home, missing_tensor_files, t
         r = c.post("/api/generate", json={"model": "victim", "prompt": "hi", "stream": False,
                                           "options": {"num_predict": 2}})
         assert r.status_code == 200, r.text
+
+
+def _structural_spans(good: bytes) -> list[tuple[int, int]]:
+    """Byte ranges of the header that are structure (counts, keys, scalar values, the tensor table), not the
+    bulk of the vocabulary strings, so random corruption lands where parsers and llama.cpp can trip."""
+    lay = walk(good)
+    spans, prev = [], 0
+    for _, end in lay.boundaries:
+        if end - prev <= 4096:
+            spans.append((prev, end))
+        else:                    # a big array: its key, type and length fields only
+            spans.append((prev, prev + 64))
+        prev = end
+    return spans
+
+
+def test_random_header_corruption_through_create_and_load(server, home, good_model, tmp_path):
+    """Seeded random corruption (hypothesis) of the structural header bytes: /api/create accepts the file or
+    refuses it with a 400 naming the problem; an accepted file is loaded too, and the load either works or
+    fails with a JSON error (llama.cpp runs in a child process: an abort there must not reach the service)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    good = good_model.read_bytes()
+    spans = _structural_spans(good)
+    position = st.sampled_from(spans).flatmap(lambda s: st.integers(s[0], s[1] - 1))
+    before = _store_state(home)
+    seen = {"refused": 0, "accepted": 0, "loaded": 0, "load_failed": 0}
+    counter = [0]
+    max_loads = int(os.environ.get("STRATA_GGUF_FUZZ_LOADS", "6"))
+
+    with httpx.Client(base_url=server.url, timeout=180) as c:
+        @settings(max_examples=int(os.environ.get("STRATA_GGUF_FUZZ_EXAMPLES", "80")), deadline=None,
+                  database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(st.lists(st.tuples(position, st.sampled_from([0, 1, 0x7F, 0x80, 0xFF]) | st.integers(0, 255)),
+                        min_size=1, max_size=4))
+        def one(mutations):
+            counter[0] += 1
+            b = bytearray(good)
+            for pos, value in mutations:
+                b[pos] = value
+            p = tmp_path / f"fuzz-{counter[0]}.gguf"      # a new file each time: the store hard-links it
+            p.write_bytes(bytes(b))
+            r = c.post("/api/create", json={"model": "fuzzed", "from": str(p), "stream": False})
+            assert r.status_code in (200, 400), (mutations, r.status_code, r.text)
+            if r.status_code == 400:
+                seen["refused"] += 1
+                assert _clear(r.json()["error"]), r.text
+                return
+            seen["accepted"] += 1
+            if seen["loaded"] + seen["load_failed"] < max_loads:      # loads are slow: a few are enough
+                g = c.post("/api/generate", json={"model": "fuzzed", "prompt": "hi", "stream": False,
+                                                  "options": {"num_predict": 1}})
+                assert g.headers["content-type"].startswith("application/json"), g.text
+                if g.status_code == 200:
+                    seen["loaded"] += 1
+                else:
+                    seen["load_failed"] += 1
+                    assert g.status_code in (400, 500, 507) and g.json()["error"], g.text
+                    sys.__stderr__.write(f"load of a corrupted file: {g.status_code} {g.json()['error'][-160:]}\n")
+            assert c.request("DELETE", "/api/delete", json={"model": "fuzzed"}).status_code == 200
+            p.unlink()
+
+        one()
+        assert c.get("/api/version").status_code == 200
+    sys.__stderr__.write(f"random header corruption: {seen}\n")
+    assert seen["refused"] > 10                 # most structural corruption is caught up front
+    assert _store_state(home) == before
