@@ -48,7 +48,8 @@ def parse_messages(raw) -> list[dict]:
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
             raise ApiError(400, f"messages[{i}] must be an object", param="messages")
-        role = ROLE_MAP.get(m.get("role"))
+        role = m.get("role")
+        role = ROLE_MAP.get(role) if isinstance(role, str) else None     # a list/object role is not a dict key
         if role is None:
             raise ApiError(400, f"messages[{i}].role must be one of system, developer, user, assistant, tool; "
                                 f"got {m.get('role')!r}", param="messages")
