@@ -33,6 +33,7 @@ log = logging.getLogger("strata.scheduler")
 
 FOREVER = None
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+MAX_KEEP_ALIVE_S = 100 * 365 * 86400.0
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -45,7 +46,10 @@ def parse_keep_alive(value, default="5m") -> float | None:
         raise ApiError(400, f"keep_alive must be a duration like \"5m\" or a number of seconds, got {value!r}",
                        param="keep_alive")
     if isinstance(value, (int, float)):
-        secs = float(value)
+        try:
+            secs = float(value)
+        except OverflowError:              # an integer beyond float range: "for ever" either way
+            secs = float("inf") if value > 0 else float("-inf")
     elif isinstance(value, str):
         s = value.strip()
         try:
@@ -68,7 +72,8 @@ def parse_keep_alive(value, default="5m") -> float | None:
                        param="keep_alive")
     if secs != secs:  # NaN
         raise ApiError(400, "keep_alive must be a number", param="keep_alive")
-    return FOREVER if secs < 0 else secs
+    # beyond a century (or inf, 1e308, 2**63) the expiry time would overflow datetime/timedelta: it means for ever
+    return FOREVER if secs < 0 or secs >= MAX_KEEP_ALIVE_S else secs
 
 
 @dataclass
