@@ -158,3 +158,109 @@ def test_events_stream_answers_and_can_be_left(server):
             assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
             assert next(r.iter_lines()).startswith(": connected")
         assert c.get("/api/version").status_code == 200
+
+
+# ---- type confusion: every field of every body, every JSON type -------------------------------------------
+
+ODD_VALUES = [None, True, 0, -1, 1.5, 2**63, -(2**63) - 1, 1e308, float("nan"), float("inf"), "", "x" * 3,
+              "\u0000", [], [1, "a"], {}, {"a": [1]}]
+OPTION_KEYS = ("num_ctx", "num_predict", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
+               "repeat_penalty", "num_gpu", "main_gpu", "num_thread", "num_batch", "tensor_split", "kv_type")
+MESSAGES = [{"role": "user", "content": "hi"}]
+BASE_BODIES = [
+    ("POST", "/api/generate", {"model": MODEL, "prompt": "hi", "stream": False, "options": {"num_predict": 1}}),
+    ("POST", "/api/chat", {"model": MODEL, "messages": MESSAGES, "stream": False, "options": {"num_predict": 1}}),
+    ("POST", "/api/embed", {"model": MODEL, "input": ["hi"]}),
+    ("POST", "/api/embeddings", {"model": MODEL, "prompt": "hi"}),
+    ("POST", "/api/show", {"model": MODEL}),
+    ("POST", "/api/create", {"model": "confused", "from": MODEL, "stream": False}),
+    ("POST", "/api/copy", {"source": MODEL, "destination": "confused-copy"}),
+    ("DELETE", "/api/delete", {"model": "not-there"}),
+    ("POST", "/api/layout", {"model": MODEL, "options": {}}),
+    ("POST", "/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "max_tokens": 1}),
+    ("POST", "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1}),
+    ("POST", "/v1/embeddings", {"model": MODEL, "input": "hi"}),
+]
+
+
+def _paths(method: str, path: str, body: dict, doc: dict) -> list[tuple]:
+    """Every place in the body to put an odd value: each documented top-level field, plus nested ones."""
+    op = doc["paths"][path][method.lower()]
+    props = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    keys = set(props.get("properties", {})) | set(body)
+    out = [(k,) for k in sorted(keys)]
+    if "messages" in body:
+        out += [("messages", 0, "role"), ("messages", 0, "content"), ("messages", 0, "images"),
+                ("messages", 0, "tool_calls"), ("messages", 0)]
+    if "options" in keys:
+        out += [("options", k) for k in OPTION_KEYS]
+    if "format" in keys:
+        out += [("format", "type"), ("format", "properties")]
+    if path == "/v1/chat/completions":
+        out += [("response_format", "type"), ("response_format", "json_schema"), ("stream_options", "include_usage"),
+                ("n",), ("top_logprobs",), ("logit_bias",), ("max_completion_tokens",)]
+    if "input" in body:
+        out += [("input", 0)]
+    return out
+
+
+def _put(body: dict, where: tuple, value):
+    body = json.loads(json.dumps(body))
+    node = body
+    for step in where[:-1]:
+        if isinstance(step, int):
+            node = node[step]
+        else:
+            if not isinstance(node.get(step), (dict, list)):
+                node[step] = {}
+            node = node[step]
+    last = where[-1]
+    if isinstance(node, list):
+        node[last] = value
+    else:
+        node[last] = value
+    return body
+
+
+def test_type_confusion_in_every_field(server):
+    """Each field of each request body, replaced by each JSON type (and NaN, Infinity, 2**63...): a 2xx or a
+    4xx with a JSON error, never a 5xx. Deterministic and exhaustive where random fuzzing is sparse."""
+    failures = []
+    n = 0
+    slow: dict = {}
+    with httpx.Client(base_url=server.url, timeout=REQUEST_TIMEOUT) as c:
+        doc = c.get("/api/openapi.json").json()
+        for method, path, base in BASE_BODIES:
+            for where in _paths(method, path, base, doc):
+                for value in ODD_VALUES:
+                    body = _put(base, where, value)
+                    if path.startswith(("/api/generate", "/api/chat")) and where != ("options",):
+                        body.setdefault("options", {})
+                        if isinstance(body["options"], dict) and where != ("options", "num_predict"):
+                            body["options"]["num_predict"] = 1
+                    if body.get("keep_alive") not in (None, "") and where != ("keep_alive",):
+                        body.pop("keep_alive")
+                    raw = json.dumps(body)           # NaN/Infinity as Python writes them (JSON5-ish, as some clients do)
+                    n += 1
+                    t_req = time.monotonic()
+                    try:
+                        r = c.request(method, path, content=raw, headers={"Content-Type": "application/json"})
+                        slow[(path, where)] = slow.get((path, where), 0.0) + time.monotonic() - t_req
+                    except httpx.TimeoutException:
+                        failures.append(f"{method} {path} {where}={value!r}: no answer (hang)")
+                        continue
+                    if r.status_code >= 500 and r.status_code != 507:
+                        failures.append(f"{method} {path} {where}={value!r}: {r.status_code} {r.text[:200]}")
+                    elif r.status_code >= 400:
+                        try:
+                            assert r.json()["error"]
+                        except Exception:  # noqa: BLE001
+                            failures.append(f"{method} {path} {where}={value!r}: {r.status_code} non-JSON {r.text[:100]!r}")
+                    if path == "/api/create" and r.status_code == 200:
+                        c.request("DELETE", "/api/delete", json={"model": body.get("model")})
+                    if path == "/api/copy" and r.status_code == 200:
+                        c.request("DELETE", "/api/delete", json={"model": body.get("destination")})
+        assert c.get("/api/version").status_code == 200
+    top = sorted(slow.items(), key=lambda kv: -kv[1])[:12]
+    print(f"type confusion: {n} requests; slowest fields: " + ", ".join(f"{p}{w} {t:.1f}s" for (p, w), t in top))
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
