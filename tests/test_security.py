@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client as httpclient
 import json
+import os
 
 import httpx
 import pytest
@@ -294,3 +295,24 @@ def test_api_key_is_needed_everywhere_but_version(tmp_path, smollm2_path):
             assert r.status_code == 200
         with c.stream("GET", "/api/events") as r:
             assert r.status_code == 401
+
+
+# ---- /api/create `from` special files ------------------------------------------------------------------------
+
+def test_create_from_special_files_is_refused_without_hanging(server, http, tmp_path):
+    """`from` may name a GGUF on this machine; anything else is refused quickly, without reading forever from
+    a device or blocking on a FIFO, and without copying anything into the store."""
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    (tmp_path / "dir.gguf").mkdir()
+    link = tmp_path / "zero.gguf"
+    link.symlink_to("/dev/zero")
+    before = _names(http)
+    blobs = sorted(p.name for p in (server.home / "models").iterdir())
+    for src in ("/dev/zero", "/dev/urandom", str(fifo), str(tmp_path / "dir.gguf"), str(link),
+                "/proc/self/environ", "/etc/hostname", str(tmp_path)):
+        r = http.post("/api/create", json={"model": "special", "from": src, "stream": False}, timeout=30)
+        assert r.status_code in (400, 404), (src, r.status_code, r.text)
+        assert r.json()["error"], src
+    assert _names(http) == before
+    assert sorted(p.name for p in (server.home / "models").iterdir()) == blobs
