@@ -238,6 +238,32 @@ def test_seeded_sampling_is_reproducible_and_options_apply(loop, runner):
     assert d == " banana" * 12
 
 
+def test_repeat_penalty_covers_the_prompt(loop, runner):
+    # greedy continues the pattern with " blue", a token of the prompt; llama-server and Ollama feed the prompt to
+    # the penalties sampler, so a strong repeat penalty must steer the very first token away from the prompt
+    prompt = "red, green, blue, red, green, blue, red, green,"
+
+    def req(**kw):
+        return P.GenerateRequest(id=rid(), prompt=prompt, raw=True, num_predict=1, ignore_eos=True,
+                                 sampling=P.SamplingParams(temperature=0.0, **kw))
+
+    async def go():
+        toks = await runner.tokenize(prompt)
+        plain = (await collect(runner, req(repeat_penalty=1.0)))[0]
+        penalised = (await collect(runner, req(repeat_penalty=3.0)))[0]
+        # a window of 4 prompt tokens (" red", ",", " green", ",") does not reach back to " blue"
+        short_window = (await collect(runner, req(repeat_penalty=3.0, repeat_last_n=4)))[0]
+        presence = (await collect(runner, req(repeat_penalty=1.0, presence_penalty=20.0)))[0]
+        pieces = {t: (await runner.tokenize(t, add_special=False)) for t in (plain, penalised, presence)}
+        return toks, plain, penalised, short_window, presence, pieces
+
+    toks, plain, penalised, short_window, presence, pieces = run(loop, go())
+    assert plain == " blue" and pieces[plain][0] in toks
+    assert pieces[penalised][0] not in toks, penalised
+    assert pieces[presence][0] not in toks, presence
+    assert short_window == " blue"
+
+
 def test_bad_requests_get_clear_errors_and_the_runner_survives(loop, runner):
     async def go():
         errors = []

@@ -14,7 +14,7 @@ from app.engine.chat_template import TemplateError, render_chat
 from app.engine.embeddings import InputTooLong, fit_tokens, tokenize
 from app.engine.grammar import GrammarError, grammar_for
 from app.engine.output import Detokenizer, StopMatcher, Vocab, log_softmax, logprobs_from_logits
-from app.engine.sampling import SamplingError, build_chain, validate
+from app.engine.sampling import SamplingError, accept_prompt, build_chain, penalty_window, validate
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +154,29 @@ def test_grammars_for_json_and_schemas(llama):
         grammar_for(json_schema=["not", "a", "schema"])
     with pytest.raises(SamplingError, match="grammar"):
         build_chain(P.SamplingParams(), vocab, v.n_vocab, "root ::= [unterminated")
+
+
+def test_prompt_tokens_feed_the_penalties_but_never_the_grammar(llama):
+    _, ctx, vocab, v = llama
+    mem = L.llama_get_memory(ctx)
+    prompt = "Words that are not JSON at all: red, green, blue."
+    toks = tokenize(vocab, prompt, add_special=False)
+    p = P.SamplingParams(temperature=0, repeat_penalty=1.5, repeat_last_n=8)
+    assert penalty_window(p, 512) == 8 and penalty_window(P.SamplingParams(repeat_last_n=-1), 512) == 512
+    chain = build_chain(p, vocab, v.n_vocab, grammar_for(json_mode=True), n_ctx=512)
+    try:
+        assert accept_prompt(chain, toks, penalty_window(p, 512)) == 8          # only the window's worth
+        L.llama_memory_clear(mem, True)
+        _, row = _decode_prompt(ctx, vocab, prompt, seq=0)
+        first = v.text(L.llama_sampler_sample(chain, ctx, row))
+        # had the grammar seen the prose above, it would be past its start (or broken); it still wants an object
+        assert first.lstrip().startswith("{"), first
+    finally:
+        L.llama_sampler_free(chain)
+        L.llama_memory_clear(mem, True)
+    neutral = build_chain(P.SamplingParams(temperature=0, repeat_penalty=1.0), vocab, v.n_vocab)
+    assert accept_prompt(neutral, toks, 64) == 0                                 # nothing to feed
+    L.llama_sampler_free(neutral)
 
 
 @pytest.mark.parametrize("field,value", [("temperature", -0.5), ("top_p", 1.5), ("top_k", -1), ("mirostat", 3),

@@ -154,6 +154,7 @@ def make_admit(model, n_ctx_seq: int, vocab_out):
         seq.n_prompt = len(toks)
         gbnf = grammar.grammar_for(req.json_mode, req.json_schema)
         seq.chain = sampling.build_chain(req.sampling, vocab, n_vocab, gbnf, n_ctx_seq)
+        sampling.accept_prompt(seq.chain, seq.prompt, sampling.penalty_window(req.sampling, n_ctx_seq))
         seq.detok = Detokenizer(vocab_out)
         seq.stop = StopMatcher(list(req.stop))
 

@@ -55,6 +55,11 @@ def validate(p: SamplingParams, n_vocab: int) -> None:
             bad("logit_bias", f"bias for token {tok} must be a number")
 
 
+def penalty_window(p: SamplingParams, n_ctx: int = 0) -> int:
+    """How many recent tokens the repeat/presence/frequency penalties look at (repeat_last_n; -1 = the context)."""
+    return p.repeat_last_n if p.repeat_last_n != -1 else max(n_ctx, 64)
+
+
 def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = None, n_ctx: int = 0) -> int:
     """Returns a llama_sampler* (an int handle); free it with `free_chain`."""
     validate(p, n_vocab)
@@ -67,7 +72,7 @@ def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = No
             for i, (tok, bias) in enumerate(p.logit_bias.items()):
                 arr[i].token, arr[i].bias = int(tok), max(-1e30, min(1e30, float(bias)))
             add(L.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
-        last_n = p.repeat_last_n if p.repeat_last_n != -1 else max(n_ctx, 64)
+        last_n = penalty_window(p, n_ctx)
         if last_n and (p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):
             add(L.llama_sampler_init_penalties(n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
         if grammar is not None:
@@ -98,6 +103,30 @@ def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = No
         L.llama_sampler_free(chain)
         raise
     return chain
+
+
+def accept_prompt(chain, tokens, window: int) -> int:
+    """Feed the prompt's last `window` tokens to the chain's penalties sampler; returns how many were fed.
+
+    llama-server does the same when a slot starts (`init_sampler`: common_sampler_accept(.., is_generated=false)
+    for every prompt token), and so does Ollama, so that a repeat penalty also covers what the prompt said.
+    Only the penalties sampler sees them: the grammar sampler must see generated tokens only (a prompt token
+    would advance or break its parse), and no other sampler in our chains keeps per-token state.
+    """
+    if not chain or window <= 0 or len(tokens) == 0:
+        return 0
+    penalties = None
+    for i in range(L.llama_sampler_chain_n(chain)):
+        s = L.llama_sampler_chain_get(chain, i)
+        if L.llama_sampler_name(s) == b"penalties":     # a neutral one is named "?penalties" and keeps nothing
+            penalties = s
+            break
+    if penalties is None:
+        return 0
+    tail = tokens[-window:]
+    for t in tail:
+        L.llama_sampler_accept(penalties, int(t))
+    return len(tail)
 
 
 def free_chain(chain) -> None:
