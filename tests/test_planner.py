@@ -14,7 +14,7 @@ from app.engine.layout import plan
 from app.engine.layout_types import Layout, PlanOptions
 from app.engine.model_info import read_model_info
 from layout_oracle import BruteForce, realise, score_of
-from model_shapes import dense_8b, huge_dense, qwen3_30b_a3b, tiny
+from model_shapes import build_info, dense_8b, huge_dense, qwen3_30b_a3b, tiny
 
 SIM = Path(__file__).parent / "sim_devices"
 MiB = 1024 ** 2
@@ -145,6 +145,89 @@ def test_context_too_big_suggests_smaller_context():
     assert not lay.fits
     assert any(s.startswith("num_ctx=") for s in lay.suggestions), lay.suggestions
     assert any(s.startswith("kv_type=") for s in lay.suggestions), lay.suggestions
+
+
+def _applied(o: PlanOptions, suggestion: str) -> PlanOptions:
+    """The options a suggestion stands for: its `key=value, ...:` prefix applied to o."""
+    head, sep, _ = suggestion.partition(": ")
+    assert sep and "=" in head, f"suggestion does not start with the option changes: {suggestion!r}"
+    conv = {"num_ctx": int, "num_parallel": int, "kv_type": str, "flash_attn": lambda v: v == "true",
+            "num_gpu": lambda v: None if v == "auto" else int(v)}
+    changes = dict(kv.split("=", 1) for kv in head.split(", "))
+    return replace(o, **{k: conv[k](v) for k, v in changes.items()})
+
+
+def _cpu_only(ram: str):
+    return inventory_from_dict({"devices": [], "host_ram_total": ram, "cpu_cores": 2})
+
+
+@pytest.mark.parametrize("ram,margin", [("712 MiB", 0), ("900 MiB", 512 * MiB), ("900 MiB", 0)])
+def test_kv_bound_suggestions_are_concrete_and_each_fits(smollm2_path, ram, margin):
+    """SmolLM2 at 8192 x 4 (720 MiB of f16 KV) on a small CPU-only machine: every suggestion is a concrete option
+    change that the planner itself says fits; the context is the LARGEST multiple of 256 that fits; no "smaller
+    model" while an option change fits."""
+    info = read_model_info(smollm2_path)
+    inv = _cpu_only(ram)
+    o = PlanOptions(num_ctx=8192, num_parallel=4, margin=margin)
+    lay = plan(info, inv, o)
+    assert not lay.fits and lay.suggestions
+    for s in lay.suggestions:
+        assert plan(info, inv, _applied(o, s)).fits, s
+    ctx = [s for s in lay.suggestions if s.startswith("num_ctx=")]
+    assert len(ctx) == 1, lay.suggestions
+    n = _applied(o, ctx[0]).num_ctx
+    assert n % 256 == 0 and n < 8192
+    assert not plan(info, inv, replace(o, num_ctx=n + 256)).fits, "the largest context that fits"
+    assert any(s.startswith("kv_type=q8_0") for s in lay.suggestions), lay.suggestions
+    assert not any("smaller model" in s for s in lay.suggestions)
+    if margin == 0:        # here q8_0 holds the whole 8192 context, and fewer sequences fit too
+        assert _applied(o, next(s for s in lay.suggestions if s.startswith("kv_type="))).num_ctx == 8192
+        par = [s for s in lay.suggestions if s.startswith("num_parallel=")]
+        p = _applied(o, par[0]).num_parallel
+        assert 1 <= p < 4 and not plan(info, inv, replace(o, num_parallel=p + 1)).fits
+
+
+def test_quantized_kv_suggestion_turns_flash_attention_on(smollm2_path):
+    info = read_model_info(smollm2_path)
+    inv = _cpu_only("712 MiB")
+    o = PlanOptions(num_ctx=8192, num_parallel=4, flash_attn=False, margin=0)
+    lay = plan(info, inv, o)
+    kv = [s for s in lay.suggestions if s.startswith("kv_type=")]
+    assert kv and kv[0].startswith("kv_type=q8_0, flash_attn=true"), lay.suggestions
+    assert "flash attention" in kv[0]
+    assert plan(info, inv, _applied(o, kv[0])).fits
+
+
+def test_no_quantized_kv_suggestion_when_head_size_forbids_it():
+    """llama.cpp refuses a q8_0/q4_0 KV cache when the head size is not a multiple of 32 (here 80)."""
+    info = build_info(arch="llama", name="head-80", n_layer=8, n_embd=640, n_head=8, n_head_kv=8, head_dim=80,
+                      n_ff=1024, n_vocab=4096, wtype="Q8_0", more_bits_type="Q8_0", out_type="Q8_0",
+                      embd_type="Q8_0")
+    inv = _cpu_only("2 GiB")
+    o = PlanOptions(num_ctx=32768, num_parallel=4)
+    lay = plan(info, inv, o)
+    assert not lay.fits
+    assert not any(s.startswith("kv_type=") for s in lay.suggestions), lay.suggestions
+    assert any("multiples of 32" in s and "80/80" in s for s in lay.suggestions), lay.suggestions
+    for s in lay.suggestions:
+        if "=" in s.partition(": ")[0]:
+            assert plan(info, inv, _applied(o, s)).fits, s
+
+
+def test_nothing_fits_quotes_the_budget_after_the_margin(smollm2_path):
+    """200 MiB of RAM with the 512 MiB margin leaves no budget: the text must say 0 MiB (not "0.2 GiB available",
+    which reads as if the 0.1 GiB of weights should fit) and what the least demanding plan needs."""
+    info = read_model_info(smollm2_path)
+    inv = _cpu_only("200 MiB")
+    lay = plan(info, inv, PlanOptions(num_ctx=8192, num_parallel=4))
+    assert not lay.fits
+    assert any("the budget is 0 MiB (200 MiB available minus a 512 MiB margin)" in r for r in lay.reasons), lay.reasons
+    (s,) = lay.suggestions
+    assert "smaller model" in s and "budget is 0 MiB" in s and "200 MiB available minus the 512 MiB margin" in s, s
+    import re
+    need = int(re.search(r"needs (\d+) MiB", s).group(1))
+    assert need > 0
+    assert not plan(info, inv, PlanOptions(num_ctx=256, num_parallel=1, kv_type="q4_0")).fits
 
 
 # ---- the user's settings are kept --------------------------------------------------------------------------------

@@ -373,6 +373,11 @@ def _forced(cs: Costs, order: tuple[int, ...], n: int, moe: bool, fixed_k: int |
 # ---------------------------------------------------------------------------------------------------------------
 # Layout
 
+def _size(n: int) -> str:
+    """MiB below a GiB (small machines read better), GiB above."""
+    return f"{n / MiB:.0f} MiB" if abs(n) < GiB else f"{n / GiB:.2f} GiB"
+
+
 def _alternation(blocks: list[int]) -> str:
     return "|".join(str(b) for b in blocks)
 
@@ -501,8 +506,8 @@ def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
     if not gpu_ok:
         reasons.append("the placement asked for does not fit in GPU memory")
     if cpu_need > host_budget:
-        reasons.append(f"needs {cpu_need / GiB:.2f} GiB of system RAM, {host_budget / GiB:.2f} GiB available "
-                       f"(after a {o.margin / MiB:.0f} MiB margin)")
+        reasons.append(f"needs {_size(cpu_need)} of system RAM; the budget is {_size(host_budget)} "
+                       f"({_size(inventory.host_ram_available)} available minus a {_size(o.margin)} margin)")
     weights_on_cpu = any(cs.exp[i] or cs.ffn[i] or cs.attn[i] for i in range(n - c.k)) or (c.k and (c.partial or c.m > n - c.k))
     op_offload = bool(c.k) and bool(gpus)
     if op_offload and weights_on_cpu:
@@ -532,36 +537,6 @@ def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
         fits=fits, reasons=tuple(reasons))
 
 
-def _suggestions(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute) -> tuple[str, ...]:
-    from dataclasses import replace
-
-    out = []
-    ctx = o.num_ctx
-    while ctx > 256:
-        ctx //= 2
-        if _core(info, inventory, replace(o, num_ctx=ctx), compute).fits:
-            out.append(f"num_ctx={ctx} fits (context per sequence)")
-            break
-    if o.kv_type == "f16":
-        for t in ("q8_0", "q4_0"):
-            try:
-                if _core(info, inventory, replace(o, kv_type=t, flash_attn=None if o.flash_attn is False else o.flash_attn), compute).fits:
-                    out.append(f"kv_type={t} (quantized KV cache, flash attention on) fits")
-                    break
-            except ValueError:
-                break
-    if o.num_parallel > 1 and _core(info, inventory, replace(o, num_parallel=1), compute).fits:
-        out.append("num_parallel=1 fits")
-    if o.num_gpu is not None and _core(info, inventory, replace(o, num_gpu=None), compute).fits:
-        out.append("leaving num_gpu unset lets the planner find a layout that fits")
-    if not out:
-        need = info.weight_bytes
-        have = inventory.host_ram_available + sum(d.free for d in usable_gpus(inventory))
-        out.append(f"the weights alone need {need / GiB:.1f} GiB; GPU memory plus RAM available is "
-                   f"{have / GiB:.1f} GiB: use a smaller quantization or a smaller model")
-    return tuple(out)
-
-
 def plan(info: ModelInfo, inventory: Inventory, options: PlanOptions, compute: dict[str, int] | None = None) -> Layout:
     """Plan where everything goes. `compute`: measured compute-buffer bytes per device id (from a dry run;
     key "*" = any GPU not listed); missing devices use an estimate. Raises ValueError naming a bad option."""
@@ -570,5 +545,7 @@ def plan(info: ModelInfo, inventory: Inventory, options: PlanOptions, compute: d
     if not layout.fits:
         from dataclasses import replace
 
-        layout = replace(layout, suggestions=_suggestions(info, inventory, options, compute))
+        from app.engine.layout_suggest import suggestions
+
+        layout = replace(layout, suggestions=suggestions(info, inventory, options, compute))
     return layout

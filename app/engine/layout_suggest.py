@@ -1,0 +1,168 @@
+"""What would fit when a plan does not: concrete option changes, each verified by planning again with it.
+
+Every suggestion starts with the option changes it stands for (`num_ctx=3840: ...`, `kv_type=q8_0, num_ctx=6144:
+...`), so a client can apply it; the rest says why. The changes are tried in the order the issue asks for, the
+least intrusive first: a smaller context (the largest that fits, a multiple of 256), a quantized KV cache at the
+requested context (q8_0, then q4_0; llama.cpp needs flash attention for a quantized V cache and head sizes that are
+multiples of the quant block), fewer parallel sequences, leaving num_gpu to the planner; and only when none of them
+fits alone, one sequence with the lightest KV cache at the largest context, and last a smaller model.
+
+Each candidate is checked with the planner's own memory model (`validate` + `_core`, i.e. `plan()` without the
+recursion into suggestions): about a millisecond each, a few dozen at most (binary searches). Measured compute
+buffers (`compute`), taken at the requested options, are kept for the candidates: smaller contexts and fewer
+sequences need no more compute than that, so a suggestion never claims more room than there is.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from app.engine import layout as L
+from app.engine.layout_types import PlanOptions
+from app.engine.memory import KV_TYPES
+from app.engine.model_info import ModelInfo
+from app.discovery.inventory import Inventory
+
+CTX_STEP = 256
+# lighter KV cache types, least lossy first, for each type a user may have asked for
+LIGHTER_KV = {"f16": ("q8_0", "q4_0"), "q8_0": ("q4_0",), "q4_0": ()}
+
+
+fmt_bytes = L._size
+
+
+def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
+    """Largest x in [lo, hi] with ok(x) (ok is monotone: true up to some point), None when not even ok(lo)."""
+    if hi < lo or not ok(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _kv(t: str) -> str:
+    return f"{'an' if t[0] in 'f' else 'a'} {t} KV cache"
+
+
+def _with_kv(o: PlanOptions, kv_type: str) -> PlanOptions:
+    """o with this KV type; a quantized V cache needs flash attention, so flash_attn=false becomes true."""
+    fa = True if (kv_type in L.QUANTIZED_KV and o.flash_attn is False) else o.flash_attn
+    return replace(o, kv_type=kv_type, flash_attn=fa)
+
+
+def _changes(o: PlanOptions, new: PlanOptions) -> str:
+    """`key=value, ...` for the options that differ (the prefix a client can apply)."""
+    out = []
+    for name in ("kv_type", "flash_attn", "num_parallel", "num_ctx", "num_gpu"):
+        a, b = getattr(o, name), getattr(new, name)
+        if a != b:
+            out.append(f"{name}={'auto' if b is None else str(b).lower() if isinstance(b, bool) else b}")
+    return ", ".join(out)
+
+
+def _kv_refusal(info: ModelInfo, kv_type: str) -> str | None:
+    """Why llama.cpp would refuse this KV type for this model (head size not a multiple of the quant block)."""
+    blck = KV_TYPES[kv_type][0]
+    if info.head_dim_k % blck or info.head_dim_v % blck:
+        return (f"a {kv_type} KV cache is not possible: llama.cpp needs head sizes that are multiples of {blck} "
+                f"(this model: {info.head_dim_k}/{info.head_dim_v})")
+    return None
+
+
+def _fa_note(o: PlanOptions, new: PlanOptions) -> str:
+    if new.kv_type in L.QUANTIZED_KV and o.kv_type not in L.QUANTIZED_KV:
+        return "; a quantized V cache needs flash attention" + (", so it is turned on" if o.flash_attn is False
+                                                                  else " (on by default with it)")
+    return ""
+
+
+def suggestions(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute) -> tuple[str, ...]:
+    def fits(opts: PlanOptions) -> bool:
+        try:
+            L.validate(info, inventory, opts)
+        except ValueError:
+            return False
+        return L._core(info, inventory, opts, compute).fits
+
+    def largest_ctx(base: PlanOptions, below: int) -> int | None:
+        """Largest num_ctx < `below`, a multiple of 256, that fits with `base`'s other options."""
+        n = _largest(1, (below - 1) // CTX_STEP, lambda s: fits(replace(base, num_ctx=s * CTX_STEP)))
+        return None if n is None else n * CTX_STEP
+
+    seqs = "1 sequence" if o.num_parallel == 1 else f"{o.num_parallel} sequences"
+    out: list[str] = []
+    notes: list[str] = []      # why an obvious change is not offered (not a change to apply)
+
+    # 1. a smaller context with the KV type asked for
+    ctx = largest_ctx(o, o.num_ctx)
+    if ctx:
+        out.append(f"num_ctx={ctx}: the largest context per sequence that fits with {seqs} and {_kv(o.kv_type)} "
+                   f"(asked for {o.num_ctx})")
+
+    # 2. a quantized KV cache at the requested context (or, if none fits there, a larger context than step 1)
+    usable = []
+    for t in LIGHTER_KV.get(o.kv_type, ()):
+        why_not = _kv_refusal(info, t)
+        if why_not:
+            if not notes:
+                notes.append(why_not)
+            continue
+        usable.append(t)
+    kv_ok = next((t for t in usable if fits(_with_kv(o, t))), None)
+    if kv_ok:
+        new = _with_kv(o, kv_ok)
+        out.append(f"{_changes(o, new)}: {_kv(kv_ok)} fits at the requested num_ctx={o.num_ctx} with {seqs}"
+                   f"{_fa_note(o, new)}")
+    elif usable:
+        for t in usable:
+            new = _with_kv(o, t)
+            c = largest_ctx(new, o.num_ctx)
+            if c and c > (ctx or 0):
+                new = replace(new, num_ctx=c)
+                out.append(f"{_changes(o, new)}: {_kv(t)} fits a larger context than {o.kv_type} "
+                           f"({c} per sequence with {seqs}){_fa_note(o, new)}")
+                break
+
+    # 3. fewer parallel sequences, each with the context asked for
+    if o.num_parallel > 1:
+        p = _largest(1, o.num_parallel - 1, lambda n: fits(replace(o, num_parallel=n)))
+        if p:
+            out.append(f"num_parallel={p}: {p} sequence{'s fit' if p > 1 else ' fits'} at once with num_ctx={o.num_ctx} "
+                       f"and {_kv(o.kv_type)} (asked for {o.num_parallel})")
+
+    # 4. a user-fixed num_gpu that does not fit
+    if o.num_gpu is not None and fits(replace(o, num_gpu=None)):
+        out.append("num_gpu=auto: leaving num_gpu unset lets the planner find a layout that fits")
+
+    if out:
+        return tuple(out + notes)
+
+    # 5. no single change fits: one sequence, the lightest KV cache that works, the largest context
+    for t in (o.kv_type, *usable):
+        base = _with_kv(replace(o, num_parallel=1), t)
+        c = largest_ctx(base, o.num_ctx + 1)
+        if c:
+            new = replace(base, num_ctx=c)
+            out.append(f"{_changes(o, new)}: nothing fits with one change; this combination does "
+                       f"(the largest context with one sequence{' and ' + _kv(t) if t != o.kv_type else ''})")
+            return tuple(out + notes)
+
+    # 6. a smaller model: not even the least demanding options fit
+    least = _with_kv(replace(o, num_parallel=1, num_ctx=CTX_STEP, num_gpu=None), (usable or [o.kv_type])[-1])
+    lay = L._core(info, inventory, least, compute)
+    need = sum(d.total for d in lay.devices)
+    gpus = L.usable_gpus(inventory)
+    host_budget = max(0, inventory.host_ram_available - o.margin)
+    budget = host_budget + sum(max(0, d.free - o.margin) for d in gpus)
+    where = (f"RAM: {fmt_bytes(inventory.host_ram_available)} available minus the {fmt_bytes(o.margin)} margin "
+             f"= {fmt_bytes(host_budget)}")
+    if gpus:
+        where += "; GPUs: " + ", ".join(f"{d.id} {fmt_bytes(max(0, d.free - o.margin))}" for d in gpus)
+    out.append(f"use a smaller quantization or a smaller model: even num_ctx={CTX_STEP} with one sequence and "
+               f"{_kv(least.kv_type)} needs {fmt_bytes(need)} (the weights alone {fmt_bytes(info.weight_bytes)}); "
+               f"the planner's budget is {fmt_bytes(budget)} ({where})")
+    return tuple(out + notes)
