@@ -186,6 +186,16 @@ def test_ps_shows_strata_layout(oc, http):
     assert s["predicted"]["CPU"] > 50_000_000
     assert s["layout"]["n_parallel"] == 2 and s["layout"]["options"]["num_ctx"] == 1024
     assert "CPU" in s["actual"] and s["actual"]["CPU"]["model"] > 0
+    # like with like: the prediction in llama.cpp's own kinds (mapped file pages in "model", repacked copies in
+    # "repack"), per device, next to what the load reported
+    pk = s["predicted_kinds"]
+    assert set(pk) == set(s["actual"])
+    for dev, act in s["actual"].items():
+        assert set(pk[dev]) == set(act) == {"model", "repack", "kv", "compute", "output"}
+        for kind in ("model", "repack", "kv", "compute", "output"):   # compute: measured by the dry run
+            assert abs(pk[dev][kind] - act[kind]) <= 0.02 * act[kind] + 64 * 1024, (dev, kind, pk[dev], act)
+    cpu = next(d for d in s["layout"]["devices"] if d["device_id"] == "CPU")
+    assert sum(pk["CPU"].values()) == s["predicted"]["CPU"] + cpu["mapped"], "old field: totals without mapped"
 
 
 def test_empty_prompt_loads_and_keep_alive_zero_unloads(http):

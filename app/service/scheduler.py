@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 from app.discovery.inventory import Inventory
 from app.engine.layout_types import Layout, PlanOptions
+from app.engine.verify import predicted_of
 
 from .config import ServiceConfig
 from .errors import ApiError
@@ -122,6 +123,14 @@ class LoadedModel:
         return {d.device_id: d.total for d in self.layout.devices if d.total}
 
     @property
+    def predicted_kinds(self) -> dict[str, dict[str, int]]:
+        """Per device, what llama.cpp's buffer lines will say, in the same kinds as `actual` (model, repack, kv,
+        compute, output): "model" includes the mapped file pages beyond what the CPU reads (DevicePlan.mapped,
+        reclaimable page cache) because llama.cpp counts them in CPU_Mapped. `predicted` (totals without those
+        pages) stays what the memory accounting and the metrics use."""
+        return predicted_of(self.layout) if self.layout is not None else {}
+
+    @property
     def size(self) -> int:
         return sum(self.predicted.values())
 
@@ -135,6 +144,7 @@ class LoadedModel:
             "progress": round(self.progress, 4),
             "layout": self.layout.to_dict() if self.layout else None,
             "predicted": self.predicted,
+            "predicted_kinds": self.predicted_kinds,
             "actual": self.actual,
             "error": self.error,
             "slots_busy": self.slots_busy,
