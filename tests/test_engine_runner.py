@@ -156,6 +156,49 @@ def test_cancellation_frees_the_slot(loop, runner):
     assert runner.in_flight == 0
 
 
+def test_a_cancelled_decode_logs_no_error(loop, smollm2_path, monkeypatch, tmp_path):
+    # a client's Stop aborts the running llama_decode; llama.cpp reports that at ERROR, the runner must not
+    monkeypatch.setenv("STRATA_RUNNER_LOG", "DEBUG")
+    c = RunnerClient(cpu_layout(smollm2_path, num_ctx=2048, num_parallel=1, n_batch=512), n_threads=1,
+                     log_dir=tmp_path)
+    run(loop, c.start())
+    log_file = tmp_path / f"runner-{c.pid}.log"
+    words = " ".join(f"item{i}" for i in range(900))          # > 2,000 tokens: four 512-token decodes
+
+    async def cancel_mid_prefill():
+        agen = c.generate(P.GenerateRequest(id=rid("c"), prompt=words, raw=True, num_predict=5))
+        task = asyncio.ensure_future(agen.__anext__())
+        for _ in range(500):                                  # admitted: the prompt is being decoded
+            if (await c.stats()).slots_busy:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, StopAsyncIteration):
+            pass
+        await agen.aclose()
+        return await wait_idle(c)
+
+    try:
+        for _ in range(3):                                    # a cancel landing between two decodes aborts nothing
+            st = run(loop, cancel_mid_prefill())
+            assert (st.slots_busy, st.queued) == (0, 0)
+            if "failed to decode, ret = 2" in log_file.read_text():
+                break
+        text = log_file.read_text()
+        _, done, _ = run(loop, collect(c, P.GenerateRequest(id=rid(), prompt="Hi", num_predict=2, ignore_eos=True)))
+        assert done.completion_tokens == 2                    # and the runner serves on
+    finally:
+        run(loop, c.close())
+    assert "llama_decode: failed to decode, ret = 2" in text                          # the abort did happen
+    loud = [ln for ln in text.splitlines() if " ERROR " in ln or " CRITICAL " in ln
+            or ("WARNING strata.llama" in ln and "removing memory module entries" in ln)]
+    assert loud == []
+    assert "DEBUG strata.llama: llama_decode: failed to decode, ret = 2" in text     # kept, at DEBUG
+
+
 def test_stop_string_spanning_tokens_is_never_streamed(loop, runner):
     base = P.GenerateRequest(id="", prompt="The three primary colors are", raw=True, sampling=greedy(),
                              num_predict=30, ignore_eos=True, logprobs=True)

@@ -4,16 +4,21 @@ behaviour depends on llama.cpp (loaded in-process: nothing here can hit a GGML_A
 from __future__ import annotations
 
 
+import ctypes
+import logging
+
 import numpy as np
 import pytest
 from llama_cpp import llama_cpp as L
 
+from app.engine import llama_log
 from app.engine import protocol as P
 from app.engine.batch import NpBatch
 from app.engine.chat_template import TemplateError, render_chat
 from app.engine.embeddings import InputTooLong, fit_tokens, tokenize
 from app.engine.grammar import GrammarError, grammar_for
 from app.engine.output import Detokenizer, StopMatcher, Vocab, log_softmax, logprobs_from_logits
+from app.engine.scheduler import Engine
 from app.engine.sampling import SamplingError, accept_prompt, build_chain, penalty_window, validate
 
 
@@ -203,3 +208,41 @@ def test_embedding_truncation_rule():
     assert fit_tokens([1, 2, 3, 4, 5, 6], 4, truncate=True) == [1, 2, 3, 4]
     with pytest.raises(InputTooLong, match="6 tokens"):
         fit_tokens([1, 2, 3, 4, 5, 6], 4, truncate=False, index=0)
+
+
+def test_an_abort_we_asked_for_is_not_an_error_but_real_failures_are(llama, caplog):
+    model, _, vocab, v = llama
+    llama_log.install()                              # the runner's routing of llama.cpp lines into logging
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 256, 64, 32, 1, 1, 1
+    ctx = L.llama_init_from_model(model, cp)       # its own context: the engine installs an abort callback on it
+    assert ctx
+    eng = Engine(model, ctx, lambda msg: None, vocab_out=v)    # threads not started: the test drives the context
+    caplog.set_level(logging.DEBUG, logger="strata.llama")
+    b = eng.batches[0]
+
+    def decode(tokens):
+        b.clear()
+        b.add_span(np.asarray(tokens, dtype=np.int32), 0, 0, logits_last=True)
+        caplog.clear()
+        rc = L.llama_decode(ctx, b.struct)
+        return rc, [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "strata.llama"]
+
+    try:
+        eng.request_abort()                          # what cancel() does when the request is in the running batch
+        rc, lines = decode(range(100, 164))
+        assert rc == 2
+        assert any("ret = 2" in m for _, m in lines), lines              # llama.cpp did report the abort ...
+        assert [m for lvl, m in lines if lvl > logging.DEBUG] == []      # ... at DEBUG only
+        rc, lines = decode([v.n_vocab + 5])          # a real failure while the abort flag is still up
+        assert rc == -1
+        assert any(lvl == logging.ERROR and "ret = -1" in m for lvl, m in lines), lines
+        eng._flag[0] = b"\x00"                       # what the context thread does before its next step
+        eng.stop()                                   # unregisters the rule: llama.cpp's own levels come back
+        L.llama_set_abort_callback(ctx, eng._abort_cb, ctypes.cast(eng._flag, ctypes.c_void_p))
+        eng._flag[0] = b"\x01"
+        rc, lines = decode(range(100, 164))
+        assert rc == 2 and any(lvl == logging.ERROR and "ret = 2" in m for lvl, m in lines), lines
+    finally:
+        eng.stop()
+        L.llama_free(ctx)

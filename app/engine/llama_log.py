@@ -28,10 +28,13 @@ _callback = None                 # the CFUNCTYPE object; must stay referenced wh
 _partial = ""                    # text of the line being assembled
 _last_level = 2
 _captures: list[list[str]] = []
+_level_rules: list = []          # fn(python_level, line) -> python_level, applied in order (see add_level_rule)
 
 
 def _emit(level: int, line: str) -> None:
     py_level = GGML_LEVELS.get(level, logging.INFO)
+    for rule in _level_rules:
+        py_level = rule(py_level, line)
     for cap in _captures:
         cap.append(line)
     if logger.isEnabledFor(py_level):
@@ -69,6 +72,20 @@ def install() -> None:
 
         _callback = L.llama_log_callback(_on_log)
         L.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+def add_level_rule(rule) -> None:
+    """Let `rule(python_level, line) -> python_level` re-level lines before they reach logging, e.g. the runner
+    turns the error lines of a decode it aborted itself into DEBUG. Called on the logging thread with the GIL;
+    keep it cheap."""
+    with _lock:
+        _level_rules.append(rule)
+
+
+def remove_level_rule(rule) -> None:
+    with _lock:
+        if rule in _level_rules:
+            _level_rules.remove(rule)
 
 
 def installed() -> bool:

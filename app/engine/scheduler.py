@@ -30,6 +30,7 @@ from collections import deque
 import numpy as np
 from llama_cpp import llama_cpp as L
 
+from app.engine import llama_log
 from app.engine import protocol as P
 from app.engine.batch import NpBatch
 from app.engine.output import logprobs_from_logits
@@ -39,6 +40,12 @@ log = logging.getLogger("strata.engine")
 
 PREFILL, GEN = "prefill", "gen"
 N_KEEP = 4                      # tokens kept at the start of a sequence on context shift (Ollama's num_keep)
+# What llama.cpp logs (ERROR/WARN) when a decode ends because our abort callback said so: ggml status 1 is
+# GGML_STATUS_ABORTED and llama_decode's 2 is "aborted". While the runner itself has asked for an abort these are
+# the expected result of a client's Stop/disconnect, not errors, so they go to DEBUG; a real failure (any other
+# status or return code) keeps its level even then.
+ABORT_LOG_LINES = ("failed with error 1", "compute status: 1", "removing memory module entries",
+                   "failed to decode, ret = 2")
 
 
 class Seq:
@@ -103,6 +110,7 @@ class Engine:
         self._flag = ctypes.create_string_buffer(2)
         self._abort_cb = ctypes.cast(ctypes.CDLL(None).strlen, L.ggml_abort_callback)
         L.llama_set_abort_callback(ctx, self._abort_cb, ctypes.cast(self._flag, ctypes.c_void_p))
+        llama_log.add_level_rule(self._relevel_abort_lines)
         self.threads = [threading.Thread(target=self._context_loop, name="strata-context", daemon=True),
                         threading.Thread(target=self._output_loop, name="strata-output", daemon=True)]
 
@@ -128,8 +136,18 @@ class Engine:
             return
         seq.cancelled = True
         if req_id in self.in_batch:
-            self._flag[0] = b"\x01"          # stop the decode now (CPU backends poll this per graph node)
+            self.request_abort()
         self.wake.set()
+
+    def request_abort(self) -> None:
+        """Stop the running decode now (CPU backends poll the flag per graph node); the context thread clears
+        the flag before its next step, so the flag being set means 'an abort we asked for is in flight'."""
+        self._flag[0] = b"\x01"
+
+    def _relevel_abort_lines(self, level: int, line: str) -> int:
+        if level > logging.DEBUG and self._flag.raw[0] and any(k in line for k in ABORT_LOG_LINES):
+            return logging.DEBUG
+        return level
 
     def stats(self, req_id: str = "") -> P.Stats:
         t = list(self._timing)
@@ -139,11 +157,13 @@ class Engine:
                        id=req_id, steps=self.steps)
 
     def stop(self, timeout: float = 10.0) -> None:
+        llama_log.remove_level_rule(self._relevel_abort_lines)
         self.stopping = True
         self.wake.set()
         self.out_q.put(("quit", None))
         for t in self.threads:
-            t.join(timeout)
+            if t.is_alive():
+                t.join(timeout)
 
     # ---- context thread -----------------------------------------------------------------------------------
     def _context_loop(self):
