@@ -273,6 +273,9 @@ def test_tray_actions_call_the_api(qtbot, desk, service):
     assert live.view.bars.columns[0].get("weights") > 0
     [row] = [r for r in live.comparison.rows if r.device_id == "CPU"]
     assert row.predicted > 0 and row.actual and row.actual > 0
+    # like with like (llama.cpp's kinds, mapped file pages in "model"): the real load is within 2% of the plan
+    assert {p.kind for p in row.parts} >= {"model", "kv", "compute"}
+    assert abs(row.diff) <= 0.02 * row.actual, [(p.kind, p.predicted, p.actual) for p in row.parts]
     # unload from the menu
     tray.populate()
     unload = tray.find_action(f"unload:{MODEL}")

@@ -131,3 +131,15 @@ def test_device_and_comparison_table_models(qtbot):
     c = ComparisonTableModel()
     c.set_rows(predicted_vs_actual({"CUDA0": 1000}, {"CUDA0": {"model": 900, "kv": 200}}))
     assert [c.data(c.index(0, i)) for i in range(4)] == ["CUDA0", "1000 B", "1.1 KiB", "+100 B"]
+    assert c.rowCount() == 1, "an older service's totals: no kinds to compare"
+    # with the plan: each device's total, then its kinds as llama.cpp reports them (mapped file pages in "model")
+    layout = {"devices": [{"device_id": "CPU", "weights": {"ffn": 800, "repack": 100}, "kv": 200, "compute": 50,
+                           "output": 0, "mapped": 100}]}
+    c.set_rows(predicted_vs_actual(None, {"CPU": {"model": 900, "repack": 100, "kv": 200, "compute": 60,
+                                                  "output": 0}}, layout))
+    table = [[c.data(c.index(r, i)) for i in range(4)] for r in range(c.rowCount())]
+    assert table == [["CPU", "1.2 KiB", "1.2 KiB", "+10 B"], ["  model (file mapping)", "900 B", "900 B", "0 B"],
+                     ["  repacked weights", "100 B", "100 B", "0 B"], ["  KV cache", "200 B", "200 B", "0 B"],
+                     ["  compute graph", "50 B", "60 B", "+10 B"]]
+    assert "100 B" in c.data(c.index(1, 1), Qt.ToolTipRole) and "reclaimable" in c.data(c.index(1, 1), Qt.ToolTipRole)
+    assert c.data(c.index(0, 0), Qt.ForegroundRole) is None and c.data(c.index(1, 0), Qt.ForegroundRole) is not None

@@ -6,8 +6,8 @@ import pytest
 from app.discovery.inventory import Device, Inventory
 from app.engine.layout_types import DevicePlan, Layout, PlanOptions
 from app.gui.memory_data import (
-    COMPUTE, FREE, KV, OTHERS, OVER, SEGMENT_COLORS, WEIGHTS, device_colors, device_columns, format_bytes,
-    layer_cells, predicted_vs_actual,
+    COMPUTE, FREE, KV, MAPPED, OTHERS, OVER, SEGMENT_COLORS, WEIGHTS, device_colors, device_columns, format_bytes,
+    layer_cells, predicted_kinds_of, predicted_vs_actual,
 )
 
 GiB = 1 << 30
@@ -96,6 +96,62 @@ def test_predicted_vs_actual_rows():
     assert rows[1].predicted == 3 * GiB + 768 * MiB
 
 
+def repack_layout(mapped=40 * MiB):
+    """make_layout with a CPU that repacks 50 MiB of its weights and maps `mapped` bytes of file pages beyond
+    what it reads from the mapping (as the planner writes them: DevicePlan.weights["repack"], DevicePlan.mapped)."""
+    from dataclasses import replace
+
+    lay = make_layout()
+    cpu = lay.devices[0]
+    w = dict(cpu.weights, ffn=250 * MiB, repack=50 * MiB)
+    return replace(lay, devices=(replace(cpu, weights=w, mapped=mapped), *lay.devices[1:]))
+
+
+def test_predicted_vs_actual_compares_like_with_like():
+    """llama.cpp reports the CPU weights as CPU_Mapped (the mapping, mapped file pages included) + CPU_REPACK: the
+    prediction is put in the same kinds, so a load that went exactly as planned shows no difference."""
+    from app.engine.verify import predicted_of
+
+    lay = repack_layout()
+    d = lay.to_dict()
+    kinds = predicted_kinds_of(d)
+    assert kinds == predicted_of(lay), "the GUI and verify / the service use one rule"
+    cpu_total = lay.devices[0].total
+    assert kinds["CPU"] == {"model": 550 * MiB + 40 * MiB, "repack": 50 * MiB, "kv": 64 * MiB,
+                            "compute": 32 * MiB, "output": 1 * MiB}
+    actual = {dev: dict(k) for dev, k in kinds.items()}         # llama.cpp's lines for a load that went as planned
+    for predicted in (None, {"CPU": cpu_total, "CUDA0": lay.devices[1].total}):   # old field present or not
+        cpu, gpu = predicted_vs_actual(predicted, actual, d)
+        assert (cpu.device_id, cpu.predicted, cpu.actual, cpu.diff) == ("CPU", cpu_total + 40 * MiB,
+                                                                       cpu_total + 40 * MiB, 0)
+        assert cpu.mapped == 40 * MiB and "reclaimable" in cpu.tooltip(1)
+        assert [(p.kind, p.predicted, p.diff) for p in cpu.parts] == [
+            ("model", 590 * MiB, 0), ("repack", 50 * MiB, 0), ("kv", 64 * MiB, 0), ("compute", 32 * MiB, 0),
+            ("output", 1 * MiB, 0)]
+        assert cpu.parts[0].mapped == 40 * MiB and cpu.parts[1].mapped == 0
+        assert gpu.diff == 0 and [p.kind for p in gpu.parts] == ["model", "kv", "compute"]
+    # /api/ps "predicted_kinds" wins over the layout (the service computed it from the same plan)
+    rows = predicted_vs_actual(None, actual, d, {"CPU": dict(kinds["CPU"], kv=60 * MiB)})
+    assert rows[0].parts[2].diff == 4 * MiB and rows[0].diff == 4 * MiB
+    # a kind llama.cpp reported that the plan did not predict still shows
+    rows = predicted_vs_actual(None, {"CPU": dict(kinds["CPU"], repack=0)}, make_layout().to_dict())
+    assert rows[0].parts[0].kind == "model" and all(p.kind != "repack" for p in rows[0].parts)
+
+
+def test_mapped_pages_take_free_room_not_the_budget():
+    inv = make_inventory().to_dict()
+    plain = device_columns(inv, make_layout().to_dict())[0]
+    col = device_columns(inv, repack_layout().to_dict())[0]
+    assert col.mapped == 40 * MiB and col.get(MAPPED) == 40 * MiB
+    assert col.get(FREE) == plain.get(FREE) - 40 * MiB, "carved out of the free part"
+    assert col.get(WEIGHTS) == plain.get(WEIGHTS) and col.over == 0
+    assert sum(sg.bytes for sg in col.segments) == col.capacity
+    # a plan with no free room left: the mapped pages never push it over
+    tight = device_columns(dict(inv, host_ram_available=100 * MiB), repack_layout().to_dict())[0]
+    assert tight.get(MAPPED) == 0 and tight.mapped == 40 * MiB
+    assert tight.over == device_columns(dict(inv, host_ram_available=100 * MiB), make_layout().to_dict())[0].over
+
+
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536 * MiB) == "1.5 GiB"
@@ -130,6 +186,24 @@ def test_bars_paint_each_segment_in_its_colour(qtbot):
     hit = bars.hit(rects[KV].center().x(), rects[KV].center().y())
     assert hit == (1, KV, 512 * MiB)
     assert "536,870,912 bytes" in bars.tooltip_text(*hit)
+
+
+def test_bars_show_mapped_pages_as_a_light_segment(qtbot):
+    from app.gui.memory_view import MemoryBars
+
+    bars = MemoryBars()
+    qtbot.addWidget(bars)
+    bars.resize(400, 360)
+    bars.set_columns(device_columns(make_inventory().to_dict(), repack_layout(mapped=4 * GiB).to_dict()))
+    rects = {kind: r for kind, _b, r in bars.segment_rects(0)}
+    assert rects[WEIGHTS].bottom() > rects[MAPPED].bottom() > rects[KV].bottom(), "next to the weights"
+    c = rects[MAPPED].center()
+    assert _color_at(bars, c.x(), c.y()) == SEGMENT_COLORS[MAPPED]
+    hit = bars.hit(c.x(), c.y())
+    assert hit == (0, MAPPED, 4 * GiB)
+    assert "reclaimable" in bars.tooltip_text(*hit)
+    w = rects[WEIGHTS].center()
+    assert "mapped file pages" in bars.tooltip_text(*bars.hit(w.x(), w.y()))
 
 
 def test_layer_strip_colours_layers_by_device_and_splits_moe(qtbot):

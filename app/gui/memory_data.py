@@ -8,15 +8,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Segment kinds in the order they stack, bottom to top. OVER is not a segment: it marks what lies above capacity.
-WEIGHTS, KV, COMPUTE, OTHERS, FREE, OVER = "weights", "kv", "compute", "others", "free", "over"
-SEGMENT_ORDER = (WEIGHTS, KV, COMPUTE, OTHERS, FREE)
+# MAPPED: file pages llama.cpp maps beyond the weights the CPU reads from the mapping (originals of repacked
+# weights, GPU tensors lying in between; DevicePlan.mapped). llama.cpp counts them in its CPU_Mapped figure, but
+# they are page cache the kernel can drop, so they are carved out of the free part, never out of the budget.
+WEIGHTS, MAPPED, KV, COMPUTE, OTHERS, FREE, OVER = "weights", "mapped", "kv", "compute", "others", "free", "over"
+SEGMENT_ORDER = (WEIGHTS, MAPPED, KV, COMPUTE, OTHERS, FREE)
 SEGMENT_LABELS = {
-    WEIGHTS: "Model weights", KV: "KV cache", COMPUTE: "Compute graph", OTHERS: "Used by others",
-    FREE: "Free", OVER: "Does not fit",
+    WEIGHTS: "Model weights", MAPPED: "Mapped file pages (reclaimable)", KV: "KV cache", COMPUTE: "Compute graph",
+    OTHERS: "Used by others", FREE: "Free", OVER: "Does not fit",
 }
 SEGMENT_COLORS = {
-    WEIGHTS: "#4c78a8", KV: "#f58518", COMPUTE: "#b279a2", OTHERS: "#9d9d9d", FREE: "#e9ecef", OVER: "#e45756",
+    WEIGHTS: "#4c78a8", MAPPED: "#c6dbef", KV: "#f58518", COMPUTE: "#b279a2", OTHERS: "#9d9d9d", FREE: "#e9ecef",
+    OVER: "#e45756",
 }
+MAPPED_NOTE = "mapped file pages, reclaimable (llama.cpp counts them in CPU_Mapped; the kernel can drop them)"
 # Layer-strip colours, one per device: CPU is always the first (teal); GPUs take the rest in order.
 CPU_COLOR = "#72b7b2"
 GPU_COLORS = ("#4c78a8", "#54a24b", "#eeca3b", "#ff9da6", "#9d755d", "#bab0ac", "#f58518", "#b279a2")
@@ -51,6 +56,7 @@ class Column:
     name: str
     capacity: int                   # the device's memory
     segments: list[Segment] = field(default_factory=list)   # stacked bottom to top (OVER is not stacked)
+    mapped: int = 0                 # all of the plan's mapped file pages (the MAPPED segment shows what free room holds)
 
     def get(self, kind: str) -> int:
         if kind == OVER:
@@ -87,6 +93,7 @@ def device_columns(inventory: dict | None, layout: dict | None, resident: bool =
     """
     inventory = inventory or {}
     plans = {dp["device_id"]: _plan_parts(dp) for dp in (layout or {}).get("devices", [])}
+    mapped_of = {dp["device_id"]: int(dp.get("mapped") or 0) for dp in (layout or {}).get("devices", [])}
     devices: list[tuple[str, str, int, int]] = []
     host_total = int(inventory.get("host_ram_total") or 0)
     if host_total or "CPU" in plans:
@@ -109,9 +116,11 @@ def device_columns(inventory: dict | None, layout: dict | None, resident: bool =
         used = max(0, total - free)
         others = max(0, used - ours) if resident else used
         free_after = max(0, total - others - ours)
+        mapped = mapped_of.get(dev_id, 0)
+        shown = min(mapped, free_after)      # reclaimable page cache: it takes free room, never causes "over"
         segs = [Segment(k, parts[k]) for k in (WEIGHTS, KV, COMPUTE)]
-        segs += [Segment(OTHERS, others), Segment(FREE, free_after)]
-        columns.append(Column(dev_id, name, total, segs))
+        segs += [Segment(MAPPED, shown), Segment(OTHERS, others), Segment(FREE, free_after - shown)]
+        columns.append(Column(dev_id, name, total, segs, mapped=mapped))
     return columns
 
 
@@ -165,23 +174,82 @@ def layout_device_ids(layout: dict | None, inventory: dict | None = None) -> lis
     return ids
 
 
+# llama.cpp's buffer kinds (app.engine.alloc_report.KINDS), in the order the table lists them
+REPORT_KINDS = ("model", "repack", "kv", "compute", "output")
+REPORT_LABELS = {"model": "model (file mapping)", "repack": "repacked weights", "kv": "KV cache",
+                 "compute": "compute graph", "output": "output buffer"}
+
+
+def predicted_kinds_of(layout: dict | None) -> dict[str, dict[str, int]]:
+    """Per device, what llama.cpp's buffer lines will say for this plan (`Layout.to_dict()`), in its own kinds:
+    "model" = the weights it keeps in the file mapping (all weights but the repacked ones) + the mapped file
+    pages around them (`mapped`); "repack" = the CPU backend's repacked copies. The same rule as
+    app.engine.verify.predicted_of and /api/ps "predicted_kinds", for plain dicts."""
+    out = {}
+    for dp in (layout or {}).get("devices", []):
+        weights = {k: int(v) for k, v in (dp.get("weights") or {}).items()}
+        rp = weights.get("repack", 0)
+        kv, comp, outb = int(dp.get("kv") or 0), int(dp.get("compute") or 0), int(dp.get("output") or 0)
+        if sum(weights.values()) or kv or comp or outb:
+            out[dp["device_id"]] = {"model": sum(weights.values()) - rp + int(dp.get("mapped") or 0),
+                                    "repack": rp, "kv": kv, "compute": comp, "output": outb}
+    return out
+
+
 @dataclass
 class Comparison:
     device_id: str
     predicted: int
     actual: int | None
+    kind: str = ""                   # "" = the device's total; else one of REPORT_KINDS
+    mapped: int = 0                  # of `predicted`: mapped file pages (reclaimable), counted by llama.cpp
+    parts: list["Comparison"] = field(default_factory=list)   # per kind (device rows, when kinds are known)
 
     @property
     def diff(self) -> int | None:
         return None if self.actual is None else self.actual - self.predicted
 
+    @property
+    def label(self) -> str:
+        return self.device_id if not self.kind else "  " + REPORT_LABELS.get(self.kind, self.kind)
 
-def predicted_vs_actual(predicted: dict | None, actual: dict | None, layout: dict | None = None) -> list[Comparison]:
-    """Rows for the side-by-side table. `predicted` is {device: bytes} ("strata.predicted"); when absent it is
-    taken from the layout's device plans. `actual` is {device: {"model","kv","compute","output"}}."""
-    pred = {k: int(v) for k, v in (predicted or {}).items()}
-    if not pred and layout:
-        pred = {dp["device_id"]: sum(_plan_parts(dp).values()) for dp in layout.get("devices", [])}
+    def tooltip(self, column: int) -> str | None:
+        """Exact bytes of a cell (1 predicted, 2 actual, 3 difference), and what "model" holds."""
+        value = (None, self.predicted, self.actual, self.diff)[column]
+        if value is None:
+            return None
+        lines = [f"{value:,} bytes"]
+        if column == 1 and self.mapped:
+            lines.append(f"includes {exact_bytes(self.mapped)} of {MAPPED_NOTE}")
+        if column == 1 and not self.kind and self.parts:
+            lines.append("as llama.cpp reports it: " + ", ".join(
+                f"{p.kind} {format_bytes(p.predicted)}" for p in self.parts))
+        return "\n".join(lines)
+
+
+def predicted_vs_actual(predicted: dict | None, actual: dict | None, layout: dict | None = None,
+                        predicted_kinds: dict | None = None) -> list[Comparison]:
+    """Rows for the side-by-side table, one per device, each with its per-kind `parts`; like with like: the
+    prediction as llama.cpp will report it (`predicted_kinds`, "strata.predicted_kinds" of /api/ps, else derived
+    from the layout: totals + mapped file pages) against `actual` {device: {"model","repack","kv","compute",
+    "output"}}. Only when neither is there (an older service) the totals of `predicted` {device: bytes}."""
+    kinds = {d: {k: int(v) for k, v in ks.items()} for d, ks in (predicted_kinds or {}).items()}
+    if not kinds and layout:
+        kinds = predicted_kinds_of(layout)
+    mapped = {dp["device_id"]: int(dp.get("mapped") or 0) for dp in (layout or {}).get("devices", [])}
+    pred = {d: sum(ks.values()) for d, ks in kinds.items()} or {k: int(v) for k, v in (predicted or {}).items()}
+    act_kinds = {k: ({kk: int(x) for kk, x in v.items()} if isinstance(v, dict) else None)
+                 for k, v in (actual or {}).items()}
     act = {k: sum(int(x) for x in v.values()) if isinstance(v, dict) else int(v) for k, v in (actual or {}).items()}
     ids = list(pred) + [k for k in act if k not in pred]
-    return [Comparison(d, pred.get(d, 0), act.get(d)) for d in ids]
+    rows = []
+    for d in ids:
+        row = Comparison(d, pred.get(d, 0), act.get(d), mapped=mapped.get(d, 0) if d in kinds else 0)
+        if d in kinds:
+            ak = act_kinds.get(d)
+            for k in REPORT_KINDS:
+                p, a = kinds[d].get(k, 0), (ak.get(k, 0) if ak is not None else None)
+                if p or a:
+                    row.parts.append(Comparison(d, p, a, kind=k, mapped=row.mapped if k == "model" else 0))
+        rows.append(row)
+    return rows

@@ -7,7 +7,8 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.gui.memory_data import (
-    COMPUTE, FREE, KV, OTHERS, OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS, Column, LayerCell,
+    COMPUTE, FREE, KV, MAPPED, MAPPED_NOTE, OTHERS, OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS,
+    Column, LayerCell,
     device_colors, device_columns,
     exact_bytes, format_bytes, layer_cells, layout_device_ids,
 )
@@ -43,7 +44,7 @@ class MemoryBars(QWidget):
     def scale_of(self, i: int) -> int:
         """Bytes that fill the bar of column i: its own total, or (zoomed) the largest model footprint."""
         if self.zoom:
-            return max(1, max(sum(c.get(k) for k in (WEIGHTS, KV, COMPUTE)) for c in self.columns))
+            return max(1, max(sum(c.get(k) for k in (WEIGHTS, MAPPED, KV, COMPUTE)) for c in self.columns))
         return max(1, self.columns[i].total)
 
     def sizeHint(self) -> QSize:
@@ -145,7 +146,12 @@ class MemoryBars(QWidget):
         col = self.columns[i]
         if kind == OVER:
             return f"{col.device_id} — needs {exact_bytes(b)} more than it has"
-        return f"{col.device_id} — {SEGMENT_LABELS[kind]}\n{exact_bytes(b)}\nof {exact_bytes(col.capacity)}"
+        text = f"{col.device_id} — {SEGMENT_LABELS[kind]}\n{exact_bytes(b)}\nof {exact_bytes(col.capacity)}"
+        if kind == MAPPED:
+            text += f"\n{MAPPED_NOTE}" + (f"; all of them: {exact_bytes(col.mapped)}" if col.mapped > b else "")
+        elif kind == WEIGHTS and col.mapped:
+            text += f"\n+ {exact_bytes(col.mapped)} of {MAPPED_NOTE}"
+        return text
 
 
 class LayerStrip(QWidget):

@@ -100,8 +100,8 @@ class LiveTab(QWidget):
         st = (entry or {}).get("strata") or {}
         layout = st.get("layout")
         self.view.show_layout(self.state.inventory, layout, resident=st.get("state") == "loaded")
-        self.comparison.set_rows(predicted_vs_actual(st.get("predicted"), st.get("actual"), layout)
-                                 if layout else [])
+        self.comparison.set_rows(predicted_vs_actual(st.get("predicted"), st.get("actual"), layout,
+                                                     st.get("predicted_kinds")) if layout else [])
         if entry is None:
             self.status.setText("No model loaded." if not self.state.ps else "")
         elif st.get("error"):

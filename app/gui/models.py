@@ -3,6 +3,7 @@ predicted-vs-actual memory. Views bind to these; the data comes from `ChatHistor
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractListModel, QAbstractTableModel, QModelIndex, Qt
+from PySide6.QtGui import QColor
 
 from app.gui.history import ChatHistory, Conversation
 from app.gui.memory_data import Comparison, format_bytes
@@ -172,14 +173,17 @@ class ComparisonTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.rows: list[Comparison] = []
+        self.lines: list[Comparison] = []      # what the table shows: device rows and their kinds
 
     def set_rows(self, rows: list[Comparison]) -> None:
+        """`rows`: one per device (predicted_vs_actual); each is followed on screen by its per-kind parts."""
         self.beginResetModel()
         self.rows = list(rows)
+        self.lines = [x for r in self.rows for x in (r, *r.parts)]
         self.endResetModel()
 
     def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
+        return 0 if parent.isValid() else len(self.lines)
 
     def columnCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.HEADERS)
@@ -192,9 +196,9 @@ class ComparisonTableModel(QAbstractTableModel):
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid():
             return None
-        r = self.rows[index.row()]
+        r = self.lines[index.row()]
         col = index.column()
-        value = (r.device_id, r.predicted, r.actual, r.diff)[col]
+        value = (r.label, r.predicted, r.actual, r.diff)[col]
         if role == Qt.DisplayRole:
             if col == 0:
                 return value
@@ -202,8 +206,10 @@ class ComparisonTableModel(QAbstractTableModel):
                 return "—"
             sign = "+" if col == 3 and value > 0 else ""
             return sign + format_bytes(value)
-        if role == Qt.ToolTipRole and col > 0 and value is not None:
-            return f"{value:,} bytes"
+        if role == Qt.ToolTipRole and col > 0:
+            return r.tooltip(col)
+        if role == Qt.ForegroundRole and r.kind:
+            return QColor("#6c757d")          # kind rows: lighter than the device totals
         if role == Qt.TextAlignmentRole and col > 0:
             return int(Qt.AlignRight | Qt.AlignVCenter)
         return None
