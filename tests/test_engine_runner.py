@@ -228,6 +228,27 @@ def test_stop_string_spanning_tokens_is_never_streamed(loop, runner):
     assert streamed == text2                          # nothing was streamed and then taken back
 
 
+def test_a_stop_string_ends_the_sequence_without_an_extra_decode(loop, runner):
+    async def go():
+        first = await collect(runner, P.GenerateRequest(id=rid(), prompt="The three primary colors are", raw=True,
+                                                        sampling=greedy(), num_predict=12, ignore_eos=True))
+        text = first[0]
+        stop = text[len(text) // 2:len(text) // 2 + 3]       # three characters from the middle of the reply
+        st0 = await wait_idle(runner)
+        text2, done, _ = await collect(runner, P.GenerateRequest(
+            id=rid(), prompt="The three primary colors are", raw=True, sampling=greedy(), num_predict=12,
+            ignore_eos=True, stop=[stop]))
+        st1 = await wait_idle(runner)
+        return text, stop, text2, done, st1.steps - st0.steps
+
+    text, stop, text2, done, steps = run(loop, go())
+    assert stop.strip() and done.reason == "stop" and text2 == text[:text.find(stop)]
+    assert done.completion_tokens < 12
+    # one decode for the short prompt (it samples the first token), then one per later token: the token that
+    # completed the stop string is never decoded
+    assert steps == done.completion_tokens, (steps, done.completion_tokens)
+
+
 def test_json_schema_output_parses_and_matches(loop, runner):
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                                "age": {"type": "integer"}},

@@ -17,7 +17,7 @@ from app.engine.batch import NpBatch
 from app.engine.chat_template import TemplateError, render_chat
 from app.engine.embeddings import InputTooLong, fit_tokens, tokenize
 from app.engine.grammar import GrammarError, grammar_for
-from app.engine.output import Detokenizer, StopMatcher, Vocab, log_softmax, logprobs_from_logits
+from app.engine.output import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
 from app.engine.scheduler import Engine
 from app.engine.sampling import SamplingError, accept_prompt, build_chain, penalty_window, validate
 
@@ -67,6 +67,35 @@ def test_earliest_of_several_stops_wins_and_flush_returns_the_tail():
     m = StopMatcher(["STOP"])
     assert m.push("abcST") == ("abc", False)
     assert m.flush() == "ST"
+
+
+def test_stop_bytes_fire_on_the_same_piece_as_the_text_matcher():
+    # the context thread's byte check must agree with the output thread's text check, including characters
+    # split across pieces and stop strings that span pieces
+    import codecs
+    import random
+
+    rng = random.Random(1234)
+    alphabet = ["a", "b", " ", "é", "中", "😀", "\n"]
+    checked = 0
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+        data = text.encode()
+        cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 12)))) if len(data) > 1 else []
+        pieces = [data[i:j] for i, j in zip([0] + cuts, cuts + [len(data)])]
+        i = rng.randrange(len(text))
+        stops = [text[i:i + rng.randint(1, 4)], rng.choice(["zz", "😀a", "中 "])]
+        dec, matcher, sb = codecs.getincrementaldecoder("utf-8")("replace"), StopMatcher(stops), StopBytes(stops)
+        at_text = at_bytes = None
+        for k, piece in enumerate(pieces):
+            if at_text is None and matcher.push(dec.decode(piece))[1]:
+                at_text = k
+            if at_bytes is None and sb.push(piece):
+                at_bytes = k
+        assert at_text is not None and at_bytes == at_text, (pieces, stops)
+        checked += 1
+    assert checked == 400
+    assert StopBytes([]).push(b"anything") is False and StopBytes([""]).push(b"x") is False
 
 
 def test_detokenizer_never_splits_a_character(llama):

@@ -112,7 +112,7 @@ def make_admit(model, n_ctx_seq: int, vocab_out):
 
     from app.engine import chat_template, grammar, sampling
     from app.engine.embeddings import tokenize
-    from app.engine.output import MAX_TOP_LOGPROBS, Detokenizer, StopMatcher
+    from app.engine.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher
     from app.engine.scheduler import N_KEEP
 
     vocab = L.llama_model_get_vocab(model)
@@ -157,6 +157,7 @@ def make_admit(model, n_ctx_seq: int, vocab_out):
         sampling.accept_prompt(seq.chain, seq.prompt, sampling.penalty_window(req.sampling, n_ctx_seq))
         seq.detok = Detokenizer(vocab_out)
         seq.stop = StopMatcher(list(req.stop))
+        seq.stop_bytes = StopBytes(list(req.stop)) if any(req.stop) else None
 
     return admit
 

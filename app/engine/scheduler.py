@@ -74,6 +74,7 @@ class Seq:
         # output-thread state
         self.detok = None
         self.stop = None
+        self.stop_bytes = None          # output.StopBytes, read by the context thread after sampling
         self.n_unsent = 0
         self.n_out = 0
         self.pending_lp: list = []
@@ -333,6 +334,8 @@ class Engine:
             results.append((seq, tok, logits, eog))
             if eog and not seq.req.ignore_eos:
                 finished.append((seq, "stop"))
+            elif seq.stop_bytes is not None and not eog and seq.stop_bytes.push(self._vocab_out.piece(tok)):
+                finished.append((seq, "stop"))           # a stop string: no need to decode this token
             elif 0 < seq.req.num_predict <= seq.n_gen:
                 finished.append((seq, "length"))
         if results:
