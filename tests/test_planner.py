@@ -216,18 +216,22 @@ def test_no_quantized_kv_suggestion_when_head_size_forbids_it():
 
 def test_nothing_fits_quotes_the_budget_after_the_margin(smollm2_path):
     """200 MiB of RAM with the 512 MiB margin leaves no budget: the text must say 0 MiB (not "0.2 GiB available",
-    which reads as if the 0.1 GiB of weights should fit) and what the least demanding plan needs."""
+    which reads as if the 0.1 GiB of weights should fit), that no model fits in that, and what the least
+    demanding plan needs; with some budget but too little, a smaller model."""
     info = read_model_info(smollm2_path)
     inv = _cpu_only("200 MiB")
     lay = plan(info, inv, PlanOptions(num_ctx=8192, num_parallel=4))
     assert not lay.fits
     assert any("the budget is 0 MiB (200 MiB available minus a 512 MiB margin)" in r for r in lay.reasons), lay.reasons
     (s,) = lay.suggestions
-    assert "smaller model" in s and "budget is 0 MiB" in s and "200 MiB available minus the 512 MiB margin" in s, s
+    assert "no model fits" in s and "budget is 0 MiB" in s and "200 MiB available minus the 512 MiB margin" in s, s
     import re
     need = int(re.search(r"needs (\d+) MiB", s).group(1))
     assert need > 0
     assert not plan(info, inv, PlanOptions(num_ctx=256, num_parallel=1, kv_type="q4_0")).fits
+    # 600 MiB available: an 88 MiB budget, below the 92 MiB of weights
+    (s,) = plan(info, _cpu_only("600 MiB"), PlanOptions(num_ctx=8192, num_parallel=4)).suggestions
+    assert s.startswith("use a smaller quantization or a smaller model") and "budget is 88 MiB" in s, s
 
 
 # ---- the user's settings are kept --------------------------------------------------------------------------------
