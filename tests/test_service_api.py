@@ -119,6 +119,16 @@ def test_generate_not_streamed(oc):
     assert raw.response and raw.context is None                          # raw mode returns no context
 
 
+def test_num_predict_zero_generates_nothing(oc):
+    """num_predict 0 means no new token (llama-server's n_predict 0), not "unlimited": the fuzzer found a chat
+    with num_predict 0 generating until its client gave up."""
+    for r in (oc.generate(model=MODEL, prompt="Why is the sky blue?", options={**TINY, "num_predict": 0}),
+              oc.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], options={**TINY, "num_predict": 0})):
+        assert r.done and r.done_reason == "length"
+        assert r.eval_count == 0 and r.prompt_eval_count > 0
+    assert oc.generate(model=MODEL, prompt="Why is the sky blue?", options={**TINY, "num_predict": 0}).response == ""
+
+
 def test_generate_with_go_template(oc, http):
     t = "<|im_start|>system\n{{ .System }}<|im_end|>\n<|im_start|>user\n{{ .Prompt }}<|im_end|>\n<|im_start|>assistant\n"
     r = oc.generate(model=MODEL, prompt="Hi", system="Be brief.", template=t, options=TINY)

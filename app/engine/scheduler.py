@@ -314,6 +314,9 @@ class Engine:
         results = []
         finished = []
         for seq, row in outs:
+            if seq.req.num_predict == 0:                 # prompt only (like llama-server's n_predict 0): no token
+                finished.append((seq, "length"))
+                continue
             try:
                 self.hooks.hit("sample")
                 tok = L.llama_sampler_sample(seq.chain, self.ctx, row)
