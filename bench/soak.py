@@ -23,12 +23,14 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import random
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -100,24 +102,35 @@ class Service:
             env.pop(k, None)
         self.log_path = home / "serve.log"
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([cfg.python, "-c", "import sys; from app.cli import main; sys.exit(main(sys.argv[1:]))",
-                                      "serve", "--host", "127.0.0.1:0",
-                                      "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=self._log, start_new_session=True)
+        serve = [cfg.python, "-c", "import sys; from app.cli import main; sys.exit(main(sys.argv[1:]))",
+                 "serve", "--host", "127.0.0.1:0", "--log-level", "warning"]
+        self.proc = subprocess.Popen(serve, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self._log,
+                                     start_new_session=True)
+        # a thread reads stdout (so a chatty service never blocks on a full pipe, and the wait has a deadline)
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
         self.url = self._read_url(timeout=120)
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            self._lines.put(raw.decode(errors="replace"))
+        self._lines.put(None)
 
     def _read_url(self, timeout: float) -> str:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            line = self.proc.stdout.readline().decode(errors="replace")
-            if not line:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"strata serve exited with {self.proc.returncode}; see {self.log_path}")
-                continue
+            try:
+                line = self._lines.get(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                self.proc.wait(10)
+                raise RuntimeError(f"strata serve exited with {self.proc.returncode}; see {self.log_path}")
             m = re.search(r"listening on (http://\S+)", line)
             if m:
                 return m.group(1)
-        raise RuntimeError("strata serve did not say where it listens")
+        self.stop()
+        raise RuntimeError(f"strata serve did not say where it listens within {timeout:.0f} s")
 
     @property
     def pid(self) -> int:
@@ -129,7 +142,8 @@ class Service:
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                # the service and its runners are in the session this script started: end them all
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self._log.close()
         return self.proc.returncode
