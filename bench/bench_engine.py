@@ -1,7 +1,7 @@
 """Strata's engine (through RunnerClient) against llama.cpp's llama-server on the same model, threads and context.
 
     bench/build_llama_server.sh          # once: builds llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
-    .venv/bin/python bench/bench_engine.py [--threads N] [--reps 3] [--model PATH]
+    .venv/bin/python bench/bench_engine.py [--threads N] [--reps 3] [--model PATH] [--metrics prompt]
 
 Both engines are loaded side by side and measured alternately (A/B then B/A each repetition), each with the same
 n_threads, 4 slots of 2048 tokens (n_ctx 8192, per-sequence KV streams), n_batch = n_ubatch = 512, flash
@@ -178,6 +178,8 @@ async def m_ttft(engine, rep):
 
 
 METRICS = (m_gen, m_prompt, m_streams, m_ttft)
+METRIC_KEYS = {"gen": (m_gen, "gen tok/s"), "prompt": (m_prompt, "prompt tok/s"),
+               "streams": (m_streams, "4-stream tok/s"), "ttft": (m_ttft, "TTFT ms")}
 
 
 async def main(args):
@@ -188,6 +190,12 @@ async def main(args):
         model = str(builtin_model_path())
     if not SERVER.exists():
         sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
+    chosen = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in METRIC_KEYS]
+    if unknown or not chosen:
+        sys.exit(f"--metrics: unknown {unknown or chosen}; choose from {','.join(METRIC_KEYS)}")
+    metrics = [METRIC_KEYS[m][0] for m in chosen]
+    keys = [METRIC_KEYS[m][1] for m in chosen]
     engines = [StrataEngine(model, args.threads), ServerEngine(model, args.threads)]
     for e in engines:
         await e.start()
@@ -200,7 +208,7 @@ async def main(args):
         for rep in range(args.reps):
             order = engines if rep % 2 == 0 else engines[::-1]
             row = {e.name: {} for e in engines}
-            for metric in METRICS:
+            for metric in metrics:
                 for e in order:
                     row[e.name].update(await metric(e, rep))
                     if e.name == "strata" and metric is m_gen:
@@ -210,9 +218,8 @@ async def main(args):
     finally:
         for e in engines:
             await e.stop()
-    keys = ["gen tok/s", "prompt tok/s", "4-stream tok/s", "TTFT ms"]
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in results.items()}
-    n_prompt = results["strata"][0]["prompt tokens"]
+    n_prompt = results["strata"][0].get("prompt tokens", "-")
     print(f"\nmodel {Path(model).name}, threads {args.threads}, {N_PAR} slots x {NUM_CTX} ctx, batch {N_BATCH}, "
           f"{args.reps} alternating reps (medians), prompt {n_prompt} tokens, gen {N_GEN} tokens greedy\n")
     print(f"| metric | Strata | llama-server | ratio |")
@@ -221,8 +228,13 @@ async def main(args):
         s, l = med["strata"][k], med["llama-server"][k]
         ratio = (l / s) if k == "TTFT ms" else (s / l)
         print(f"| {k} | {s:.1f} | {l:.1f} | {ratio:.3f}{' (inverted)' if k == 'TTFT ms' else ''} |")
-    print(f"\nStrata decode-time fraction (share of the context thread's step time inside llama_decode, "
-          f"single-stream generation): {statistics.median(fractions):.3f}")
+    if args.reps_table:
+        for k in keys:
+            print(f"{k} per rep: " + "; ".join(f"{n} " + "/".join(f"{r[k]:.1f}" for r in rs)
+                                               for n, rs in results.items()))
+    if fractions:
+        print(f"\nStrata decode-time fraction (share of the context thread's step time inside llama_decode, "
+              f"single-stream generation): {statistics.median(fractions):.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "medians": med, "decode_fraction": fractions}))
 
@@ -233,4 +245,7 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write raw results here")
+    ap.add_argument("--metrics", default="gen,prompt,streams,ttft",
+                    help="comma-separated subset of gen,prompt,streams,ttft (default: all)")
+    ap.add_argument("--reps-table", action="store_true", help="also print every repetition's value")
     asyncio.run(main(ap.parse_args()))
