@@ -338,6 +338,10 @@ class Scheduler:
                 if self._closed:
                     raise ApiError(503, "the service is shutting down")
                 model.layout = await self._place(model)
+                if model.closing or self._closed:
+                    # unloaded (deleted, keep_alive 0, shutdown) while it was being planned: unload() found no
+                    # client to close, so a runner started now would belong to nobody and hold the memory
+                    raise ApiError(503, f"model {name!r} was unloaded while loading")
                 self.events.publish("load_started", {"model": name, "layout": model.layout.to_dict()})
                 from app.engine.client import RunnerClient
 
@@ -371,7 +375,8 @@ class Scheduler:
             model.state, model.error = "failed", msg
             if self.models.get(name) is model:
                 del self.models[name]
-            self.failed[name] = model
+            if not model.closing:        # an unloaded model is gone, not "failed" in /api/ps
+                self.failed[name] = model
             self.metrics.loads[(name, "failed")] += 1
             self.events.publish("load_failed", {"model": name, "error": msg})
             if model.client is not None:
