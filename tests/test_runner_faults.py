@@ -250,3 +250,53 @@ def test_sigkill_while_loading(server):
         assert r.status_code == 200, r.text
         assert _entry(c)["strata"]["pid"] != killed[0]
         _assert_idle(c)
+
+
+def _runner_children() -> set[int]:
+    """Runner processes started by this test process (multiprocessing spawn children, not its helpers)."""
+    me, out = os.getpid(), set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me and b"spawn_main" in cmd:
+            out.add(int(d))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_delete_while_planning_leaves_no_runner_behind(server):
+    """A model removed while its load is still being planned (dry run in a child process) must not get a runner
+    started afterwards that nobody owns (it would hold the model's memory until the service exits)."""
+    with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
+        assert c.post("/api/create", json={"model": "short-lived", "from": MODEL, "stream": False}).status_code == 200
+        _loaded_pid(c)                                # the fixture's model, so the count below is stable
+        time.sleep(0.5)
+        before = _runner_children()
+        out: dict = {}
+
+        def load():
+            out["r"] = httpx.post(server.url + "/api/generate", timeout=DEADLINE, json={
+                "model": "short-lived", "options": {"num_ctx": 1000 + int(time.time()) % 500}})   # a new dry run
+
+        t = threading.Thread(target=load, daemon=True)
+        t.start()
+        _wait(lambda: any(m["name"] == "short-lived:latest" and m["strata"]["state"] == "loading"
+                          for m in c.get("/api/ps").json()["models"]), "load under way")
+        planning = next(m for m in c.get("/api/ps").json()["models"] if m["name"] == "short-lived:latest")
+        r = c.request("DELETE", "/api/delete", json={"model": "short-lived"})
+        assert r.status_code == 200, r.text
+        t.join(DEADLINE)
+        assert not t.is_alive()
+        assert out["r"].status_code in (200, 503) and out["r"].json(), out["r"].text
+        time.sleep(1.0)
+        if planning["strata"]["pid"] is not None:
+            pytest.skip("the runner had already started when the model was deleted (fast machine)")
+        assert "short-lived:latest" not in [m["name"] for m in c.get("/api/ps").json()["models"]]
+        _wait(lambda: _runner_children() == before, "no runner left behind for the deleted model", timeout=30)
