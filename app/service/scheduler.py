@@ -187,6 +187,14 @@ class Scheduler:
         self._idle = asyncio.Condition()
         self._info_cache: dict[tuple[str, float], object] = {}
         self._closed = False
+        self._tasks: set[asyncio.Task] = set()     # loads and keep-alive unloads running in the background
+
+    def _background(self, coro, name: str) -> asyncio.Task:
+        """A task close() waits for: one still running when the loop stops would be destroyed half-way."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     # ---- inventory and planning --------------------------------------------------------------------------
 
@@ -316,7 +324,7 @@ class Scheduler:
                 model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
                 self.models[name] = model
                 self.failed.pop(name, None)
-                asyncio.get_running_loop().create_task(self._load(model), name=f"load {name}")
+                self._background(self._load(model), f"load {name}")
         if model.pending >= model.slots_total + self.config.max_queue:
             self.metrics.rejected[name] += 1
             raise ApiError(503, f"model {name!r} is busy: {model.slots_total} slots in use and "
@@ -492,7 +500,7 @@ class Scheduler:
 
         def expire(m=model):
             if m.pending == 0 and self.models.get(m.name) is m:
-                loop.create_task(self.unload(m.name, reason="keep_alive expired"))
+                self._background(self.unload(m.name, reason="keep_alive expired"), f"unload {m.name}")
 
         if ka <= 0:
             loop.call_soon(expire)
@@ -518,3 +526,5 @@ class Scheduler:
         self._closed = True
         for name in list(self.models):
             await self.unload(name, reason="shutdown")
+        if self._tasks:      # a keep-alive unload or a load in flight: let it finish (its runner is closed)
+            await asyncio.wait(list(self._tasks), timeout=30)
