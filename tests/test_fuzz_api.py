@@ -264,3 +264,36 @@ def test_type_confusion_in_every_field(server):
     top = sorted(slow.items(), key=lambda kv: -kv[1])[:12]
     print(f"type confusion: {n} requests; slowest fields: " + ", ".join(f"{p}{w} {t:.1f}s" for (p, w), t in top))
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+
+
+def test_undocumented_methods_and_paths_get_json_errors(server):
+    """Methods the document does not list, on every documented path, and paths near the real ones: a 4xx with
+    a JSON body (never a 5xx, never aiohttp's plain-text page)."""
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        doc = c.get("/api/openapi.json").json()
+        problems = []
+        for path, ops in doc["paths"].items():
+            concrete = path.replace("{model}", MODEL).replace("{digest}", "sha256-00")
+            for method in ("PUT", "PATCH", "DELETE", "POST", "GET", "PROPFIND"):
+                if method.lower() in ops or (path == "/api/events" and method == "GET"):
+                    continue
+                r = c.request(method, concrete, content=b"{}")
+                documented_501 = r.status_code == 501 and concrete.startswith(NOT_SUPPORTED)
+                if (r.status_code >= 500 and not documented_501) or r.status_code < 400:
+                    problems.append(f"{method} {concrete}: {r.status_code}")
+                    continue
+                try:
+                    assert r.json()["error"]
+                except Exception:  # noqa: BLE001
+                    problems.append(f"{method} {concrete}: {r.status_code} non-JSON {r.text[:80]!r}")
+        for path in ("/api", "/api/", "/api/generate/", "/API/GENERATE", "/v1", "/v1/", "/v1/models/",
+                     "/api/tags/../version/x", "/%00", "/api/%2e%2e/%2e%2e/etc/passwd", "/" + "a" * 2000):
+            r = c.get(path)
+            if r.status_code >= 500 or r.status_code == 200 and path != "/v1/models/":
+                problems.append(f"GET {path[:60]}: {r.status_code}")
+            elif r.status_code >= 400:
+                try:
+                    assert r.json()["error"]
+                except Exception:  # noqa: BLE001
+                    problems.append(f"GET {path[:60]}: {r.status_code} non-JSON {r.text[:80]!r}")
+        assert not problems, "\n".join(problems)
