@@ -297,3 +297,24 @@ def test_undocumented_methods_and_paths_get_json_errors(server):
                 except Exception:  # noqa: BLE001
                     problems.append(f"GET {path[:60]}: {r.status_code} non-JSON {r.text[:80]!r}")
         assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("raw", [
+    b"GET /api/tags HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
+    b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: -5\r\n\r\n",
+    b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\nContent-Length: 20\r\n\r\n{}",
+    b"GARBAGE\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64),          # a TLS ClientHello
+], ids=["long header", "long URL", "negative length", "bad chunk", "two lengths", "no HTTP", "TLS"])
+def test_malformed_http_framing_is_refused_and_survived(server, raw):
+    """Bytes that are not valid HTTP/1.1 are refused by the HTTP parser (aiohttp answers a plain-text 400: such a
+    request never reaches the app, so this is the one error that is not JSON) and the service keeps serving."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(raw)
+        head = s.recv(200)
+    assert head.startswith(b"HTTP/1.") and b" 400 " in head.split(b"\r\n")[0], head
+    assert httpx.get(server.url + "/api/version", timeout=30).status_code == 200
