@@ -21,6 +21,8 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"invalid JSON in request body: {e}") from None
+    except RecursionError:      # [[[[... thousands deep: the parser recurses per level
+        raise ApiError(400, "invalid JSON in request body: nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
     return body
