@@ -194,6 +194,8 @@ class RunnerClient:
             self._conn.send(msg)
         except (OSError, ValueError) as e:
             raise RunnerError(f"the runner is not reachable: {e}") from e
+        except RecursionError:       # pickling a JSON schema hundreds of levels deep; nothing was written
+            raise RequestError("the request is nested too deeply (a JSON schema hundreds of levels deep?)") from None
 
     def _read_loop(self):
         conn, loop = self._conn, self._loop
