@@ -318,3 +318,45 @@ def test_malformed_http_framing_is_refused_and_survived(server, raw):
         head = s.recv(200)
     assert head.startswith(b"HTTP/1.") and b" 400 " in head.split(b"\r\n")[0], head
     assert httpx.get(server.url + "/api/version", timeout=30).status_code == 200
+
+
+def _nested(depth: int) -> dict:
+    node: dict = {"type": "string"}
+    for _ in range(depth):
+        node = {"type": "object", "properties": {"a": node}, "required": ["a"]}
+    return node
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "minLength": 10**9},                           # hung the runner (a 5 GB grammar string)
+    {"type": "string", "maxLength": 20000},                           # SIGSEGV in llama.cpp's grammar parser
+    {"type": "array", "items": {"type": "integer"}, "minItems": 10**7},
+    {"type": "array", "items": {"type": "integer"}, "maxItems": 20000},
+    {"type": "string", "pattern": "^a{1,20000}$"},
+    {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 900} for i in range(40)}},
+    _nested(400),
+], ids=["minLength 1e9", "maxLength 2e4", "minItems 1e7", "maxItems 2e4", "pattern {1,20000}", "40 x maxLength 900",
+        "nested 400"])
+def test_schemas_too_big_for_a_grammar_are_400_and_the_runner_lives(server, schema):
+    with httpx.Client(base_url=server.url, timeout=REQUEST_TIMEOUT) as c:
+        c.post("/api/generate", json={"model": MODEL})
+        pid = next(m for m in c.get("/api/ps").json()["models"] if m["name"] == MODEL)["strata"]["pid"]
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "x", "stream": False, "format": schema,
+                                          "options": {"num_predict": 2}})
+        assert r.status_code == 400 and "schema" in r.json()["error"], r.text[:300]
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 2, "messages": MESSAGES,
+                                                 "response_format": {"type": "json_schema",
+                                                                     "json_schema": {"name": "x", "schema": schema}}})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text[:300]
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "x", "stream": False, "options": {"num_predict": 2},
+                                          "format": {"type": "string", "maxLength": 20}})
+        assert r.status_code == 200
+        assert next(m for m in c.get("/api/ps").json()["models"] if m["name"] == MODEL)["strata"]["pid"] == pid
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000,
+                                  b'{"model": "m", "format": ' + b'{"a":' * 20_000 + b"1" + b"}" * 20_001])
+def test_bodies_nested_too_deeply_are_400(server, body):
+    r = httpx.post(server.url + "/api/generate", content=body, headers={"Content-Type": "application/json"},
+                   timeout=REQUEST_TIMEOUT)
+    assert r.status_code == 400 and "deeply" in r.json()["error"], r.text[:200]
