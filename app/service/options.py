@@ -160,8 +160,10 @@ def plan_options(overrides: dict, *, num_ctx_default: int, num_parallel: int, n_
     if n_ctx_train and n_ctx_train > 0:
         num_ctx = min(num_ctx, n_ctx_train)
     num_ctx = max(num_ctx, 64)
-    batch = o.num_batch
-    return replace(o, num_ctx=num_ctx, num_batch=batch, num_ubatch=min(o.num_ubatch, batch))
+    # llama.cpp reserves a decode step with one output per sequence: a batch smaller than num_parallel aborts the
+    # load (GGML_ASSERT n_outputs_max <= cparams.n_outputs_max), so the batch is at least num_parallel
+    batch = max(o.num_batch, o.num_parallel)
+    return replace(o, num_ctx=num_ctx, num_batch=batch, num_ubatch=max(min(o.num_ubatch, batch), o.num_parallel))
 
 
 # ---- OpenAI request parameters -------------------------------------------------------------------------------
