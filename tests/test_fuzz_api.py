@@ -360,3 +360,15 @@ def test_bodies_nested_too_deeply_are_400(server, body):
     r = httpx.post(server.url + "/api/generate", content=body, headers={"Content-Type": "application/json"},
                    timeout=REQUEST_TIMEOUT)
     assert r.status_code == 400 and "deeply" in r.json()["error"], r.text[:200]
+
+
+@pytest.mark.parametrize("num_batch", [1, 2])
+def test_batch_smaller_than_the_slots_still_loads(server, num_batch):
+    """num_batch below num_parallel made llama.cpp abort the load (GGML_ASSERT n_outputs_max): a 500 that also
+    unloaded the working model. The batch is raised to the slot count instead."""
+    with httpx.Client(base_url=server.url, timeout=REQUEST_TIMEOUT) as c:
+        failed_before = c.get("/metrics").text.count('result="failed"')
+        r = c.post("/api/generate", json={"model": MODEL, "prompt": "hi", "stream": False,
+                                          "options": {"num_predict": 2, "num_batch": num_batch}})
+        assert r.status_code == 200, r.text[:300]
+        assert c.get("/metrics").text.count('result="failed"') == failed_before
