@@ -122,7 +122,26 @@ class ModelListModel(QAbstractListModel):
         return -1
 
 
-class DeviceTableModel(QAbstractTableModel):
+class _TableModel(QAbstractTableModel):
+    """A flat table with fixed column titles: subclasses set HEADERS and say which list the rows come from."""
+    HEADERS: tuple[str, ...] = ()
+
+    def _rows(self) -> list:
+        raise NotImplementedError
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self._rows())
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return self.HEADERS[section]
+        return None
+
+
+class DeviceTableModel(_TableModel):
     """Rows: system RAM, then each GPU. Columns: device, kind, total, free."""
     HEADERS = ("Device", "Kind", "Total", "Free")
 
@@ -142,16 +161,8 @@ class DeviceTableModel(QAbstractTableModel):
         self.rows = rows
         self.endResetModel()
 
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    def headerData(self, section, orientation, role=Qt.DisplayRole):
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
-            return self.HEADERS[section]
-        return None
+    def _rows(self) -> list:
+        return self.rows
 
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid():
@@ -166,7 +177,7 @@ class DeviceTableModel(QAbstractTableModel):
         return None
 
 
-class ComparisonTableModel(QAbstractTableModel):
+class ComparisonTableModel(_TableModel):
     """Predicted vs actual bytes per device after a load."""
     HEADERS = ("Device", "Predicted", "Actual", "Difference")
 
@@ -182,16 +193,8 @@ class ComparisonTableModel(QAbstractTableModel):
         self.lines = [x for r in self.rows for x in (r, *r.parts)]
         self.endResetModel()
 
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.lines)
-
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    def headerData(self, section, orientation, role=Qt.DisplayRole):
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
-            return self.HEADERS[section]
-        return None
+    def _rows(self) -> list:
+        return self.lines
 
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid():

@@ -79,6 +79,19 @@ def hover_unsure_token(reply) -> None:
     QTest.mouseMove(body.viewport(), r.center())
 
 
+def save_whatif(app, mem, devices: dict, num_ctx: int, what: str, path: Path) -> None:
+    """Plan `num_ctx` on the simulated `devices` in the what-if tab and save the memory window once the plan
+    (or its refusal warning) shows."""
+    w = mem.whatif
+    w.num_ctx.setValue(num_ctx)
+    w.devices_json.setPlainText(json.dumps(devices, indent=1))
+    w.last_result = None
+    w.plan()
+    wait(app, lambda: w.last_result is not None or w.warning.isVisible(), 120, what)
+    settle(app)
+    save(mem, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.gui.screenshots")
     ap.add_argument("outdir", type=Path)
@@ -133,24 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         settle(app)
         save(mem, args.outdir / "memory-live.png")
 
-        w = mem.whatif
-        mem.tabs.setCurrentWidget(w)
-        w.num_ctx.setValue(8192)
-        w.num_parallel.setValue(4)
-        w.devices_json.setPlainText(json.dumps(SIM_GPU, indent=1))
-        w.last_result = None
-        w.plan()
-        wait(app, lambda: w.last_result is not None or w.warning.isVisible(), 120, "a what-if plan")
-        settle(app)
-        save(mem, args.outdir / "memory-whatif.png")
-
-        w.num_ctx.setValue(131072)
-        w.devices_json.setPlainText(json.dumps(SIM_TINY, indent=1))
-        w.last_result = None
-        w.plan()
-        wait(app, lambda: w.last_result is not None or w.warning.isVisible(), 120, "a refused plan")
-        settle(app)
-        save(mem, args.outdir / "memory-whatif-refused.png")
+        mem.tabs.setCurrentWidget(mem.whatif)
+        mem.whatif.num_parallel.setValue(4)
+        save_whatif(app, mem, SIM_GPU, 8192, "a what-if plan", args.outdir / "memory-whatif.png")
+        save_whatif(app, mem, SIM_TINY, 131072, "a refused plan", args.outdir / "memory-whatif-refused.png")
 
         # the Models menu (the tray's menu; in the window when the desktop has no tray)
         menu = desk.tray.menu
