@@ -165,7 +165,7 @@ def suggestions(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute) 
     if budget <= 0:      # no model fits in nothing: the memory (or the margin) is the problem, not the model
         out.append(f"free some memory: the planner's budget is 0 MiB ({where}), so no model fits; the least "
                    f"demanding plan for this one (num_ctx={CTX_STEP}, one sequence, {_kv(least.kv_type)}) needs "
-                   f"{fmt_bytes(need)} (the weights alone {fmt_bytes(info.weight_bytes)}); `strata layout "
+                   f"{fmt_bytes(need)} (the weights alone {fmt_bytes(info.weight_bytes)}); `strata plan "
                    f"--margin-mib` plans with a smaller margin")
         return tuple(out + notes)
     out.append(f"use a smaller quantization or a smaller model: even num_ctx={CTX_STEP} with one sequence and "
