@@ -316,3 +316,14 @@ def test_create_from_special_files_is_refused_without_hanging(server, http, tmp_
         assert r.json()["error"], src
     assert _names(http) == before
     assert sorted(p.name for p in (server.home / "models").iterdir()) == blobs
+
+
+def test_create_from_a_private_file_does_not_echo_its_content(http, tmp_path):
+    """Refusing a non-GGUF `from` must not leak the file's first bytes to the caller (Ollama's CVE-2024-39719 class:
+    a create error that disclosed file contents)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"SECRET-TOKEN-1234\n" * 4)
+    r = http.post("/api/create", json={"model": "leak", "from": str(secret), "stream": False}, timeout=30)
+    assert r.status_code == 400, r.text
+    assert "not a GGUF file" in r.json()["error"]
+    assert "SECR" not in r.text and "SECRET" not in r.text

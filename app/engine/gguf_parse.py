@@ -201,7 +201,7 @@ def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
     cur = _Cursor(buf, size)
     magic = bytes(buf[0:4])
     if magic != GGUF_MAGIC:
-        raise GGUFError(f"not a GGUF file (starts with {magic!r}, expected b'GGUF')")
+        raise GGUFError("not a GGUF file (bad magic: expected b'GGUF')")   # never echo the bytes: /api/create takes paths
     cur.pos = 4
     version = cur.u32("version")
     if version not in SUPPORTED_VERSIONS:
