@@ -230,6 +230,13 @@ def test_what_if_shows_a_refusal_for_an_impossible_plan(qtbot, desk):
     assert w.last_result["suggestions"][0] in w.warning.text()
     assert not w.view.bars.columns[0].fits
     assert w.view.summary.text().startswith("Will not fit.")
+    assert "clamped" not in w.view.summary.text()           # 8192 is SmolLM2's own training context
+    # a context above the model's training context is clamped, and the summary says so
+    w.last_result = None
+    w.num_ctx.setValue(131072)
+    w.plan()
+    qtbot.waitUntil(lambda: w.last_result is not None, timeout=WAIT)
+    assert "Context clamped from 131072 to 8192" in w.view.summary.text()
     # bad JSON is a plain message, not a request
     w.devices_json.setPlainText("{not json")
     w.plan()

@@ -216,6 +216,12 @@ class WhatIfTab(QWidget):
         self.last_result = result
         layout = result.get("layout")
         self.view.show_layout(result.get("inventory") or self.state.inventory, layout, resident=False)
+        planned = ((layout or {}).get("options") or {}).get("num_ctx")
+        if planned and planned < self.num_ctx.value():
+            # the service clamps num_ctx to the model's training context (as Ollama does): say so, or the
+            # summary's smaller figure looks like a mistake
+            self.view.summary.setText(self.view.summary.text() + f" Context clamped from {self.num_ctx.value()} "
+                                      f"to {planned} per sequence: the model was trained for {planned}.")
         if result.get("fits", (layout or {}).get("fits", True)):
             self.warning.setVisible(False)
         else:
