@@ -14,6 +14,7 @@ import pytest
 
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
+from service_util import wait_for as _wait_for
 
 MODEL = "smollm2:135m"
 SLOTS, MAX_QUEUE = 4, 12
@@ -40,15 +41,6 @@ def _strata(url: str) -> dict:
     models = httpx.get(url + "/api/ps", timeout=30).json()["models"]
     m = next((m for m in models if m["name"] == MODEL), None)
     return m["strata"] if m else {}
-
-
-def _wait_for(cond, timeout=120.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached")
 
 
 def test_sixteen_clients_on_four_slots_all_complete(server):

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import threading
-import time
 
 import httpx
 import ollama
@@ -15,6 +14,7 @@ import pytest
 
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
+from service_util import wait_for as _wait_for
 
 MODEL = "smollm2:135m"
 NUM_CTX, SLOTS = 512, 1
@@ -89,15 +89,6 @@ def one_model_box(tmp_path_factory, info):
 
 def _loaded(svc) -> dict[str, dict]:
     return {m["name"]: m for m in httpx.get(svc.url + "/api/ps", timeout=30).json()["models"]}
-
-
-def _wait_for(cond, timeout=120.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached")
 
 
 def test_two_models_loaded_and_keep_alive_zero_unloads(roomy):

@@ -17,6 +17,13 @@ def new_id(prefix: str = "req") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:20]}"
 
 
+def with_default_system(messages: list[dict], system: str | None) -> list[dict]:
+    """Put the model's Modelfile SYSTEM first unless the request brings its own system message."""
+    if system and not any(m["role"] == "system" for m in messages):
+        return [{"role": "system", "content": system}] + messages
+    return messages
+
+
 def build_request(ro: RequestOptions, *, prompt=None, messages=None, system=None, raw=False, json_mode=False,
                   json_schema=None, logprobs=False, top_logprobs=0, id: str | None = None) -> protocol.GenerateRequest:
     return protocol.GenerateRequest(

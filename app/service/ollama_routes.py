@@ -288,14 +288,21 @@ async def _run(request, *, name, ro, keep_alive, req, stream, chat, top_logprobs
     return await w.finish()
 
 
+async def _resolve(scheduler, p):
+    """The model record and its request options for a generate/chat body; a bad keep_alive is a 400 here,
+    before any work."""
+    record = await scheduler.resolve(p.model)
+    ro = parse_ollama_options(p.options, record.parameters)
+    parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)
+    return record, ro
+
+
 async def generate(request):
     scheduler, _, _ = _ctx(request)
     p = parse_generate(await read_json(request))
     if not p.prompt:
         return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=False, options=p.options)
-    record = await scheduler.resolve(p.model)
-    ro = parse_ollama_options(p.options, record.parameters)
-    parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)     # a bad value is a 400 before any work
+    record, ro = await _resolve(scheduler, p)
     prompt, system, raw = p.prompt, p.system or record.system, p.raw
     template = p.template or record.template
     if template and not raw:
@@ -317,12 +324,8 @@ async def chat(request):
     p = parse_chat(await read_json(request))
     if not p.messages:
         return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=True, options=p.options)
-    record = await scheduler.resolve(p.model)
-    ro = parse_ollama_options(p.options, record.parameters)
-    parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)
-    messages = p.messages
-    if record.system and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": record.system}] + messages
+    record, ro = await _resolve(scheduler, p)
+    messages = generation.with_default_system(p.messages, record.system)
     req = generation.build_request(ro, messages=messages, json_mode=p.json_mode, json_schema=p.json_schema,
                                    logprobs=p.logprobs, top_logprobs=p.top_logprobs)
     return await _run(request, name=record.name, ro=ro, keep_alive=p.keep_alive, req=req, stream=p.stream,

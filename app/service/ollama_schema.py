@@ -49,14 +49,10 @@ def _images(obj: dict, where: str) -> None:
         raise ApiError(400, f"{where}: images are not supported (the model has no vision encoder)", param="images")
 
 
-@dataclass
-class GenerateParams:
-    model: str
-    prompt: str
-    suffix: str | None = None
-    system: str | None = None
-    template: str | None = None
-    raw: bool = False
+@dataclass(kw_only=True)
+class _GenerationCommon:
+    """The request fields /api/generate and /api/chat share (parsed by _parse_common_fields). kw_only so the
+    subclasses can put their required fields (model, prompt) first."""
     stream: bool = True
     keep_alive: object = None
     options: dict | None = None
@@ -64,6 +60,24 @@ class GenerateParams:
     json_schema: dict | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+
+
+def _parse_common_fields(p: _GenerationCommon, body: dict) -> None:
+    p.stream = field(body, "stream", bool, True)
+    p.keep_alive = body.get("keep_alive")
+    p.options = field(body, "options", dict)
+    p.json_mode, p.json_schema = parse_format(body.get("format"))
+    p.logprobs, p.top_logprobs = parse_top_logprobs(body)
+
+
+@dataclass
+class GenerateParams(_GenerationCommon):
+    model: str
+    prompt: str
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    raw: bool = False
     context: list[int] | None = None
 
 
@@ -73,11 +87,7 @@ def parse_generate(body: dict) -> GenerateParams:
     p.system = field(body, "system", str)
     p.template = field(body, "template", str)
     p.raw = field(body, "raw", bool, False)
-    p.stream = field(body, "stream", bool, True)
-    p.keep_alive = body.get("keep_alive")
-    p.options = field(body, "options", dict)
-    p.json_mode, p.json_schema = parse_format(body.get("format"))
-    p.logprobs, p.top_logprobs = parse_top_logprobs(body)
+    _parse_common_fields(p, body)
     ctx = field(body, "context", list)
     if ctx is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in ctx):
         raise ApiError(400, "'context' must be a list of token ids", param="context")
@@ -91,16 +101,9 @@ def parse_generate(body: dict) -> GenerateParams:
 
 
 @dataclass
-class ChatParams:
+class ChatParams(_GenerationCommon):
     model: str
     messages: list[dict] = dc_field(default_factory=list)
-    stream: bool = True
-    keep_alive: object = None
-    options: dict | None = None
-    json_mode: bool = False
-    json_schema: dict | None = None
-    logprobs: bool = False
-    top_logprobs: int = 0
 
 
 def parse_messages(raw, key: str = "messages") -> list[dict]:
@@ -133,11 +136,7 @@ def parse_messages(raw, key: str = "messages") -> list[dict]:
 def parse_chat(body: dict) -> ChatParams:
     p = ChatParams(model=model_name(body))
     p.messages = parse_messages(body.get("messages"))
-    p.stream = field(body, "stream", bool, True)
-    p.keep_alive = body.get("keep_alive")
-    p.options = field(body, "options", dict)
-    p.json_mode, p.json_schema = parse_format(body.get("format"))
-    p.logprobs, p.top_logprobs = parse_top_logprobs(body)
+    _parse_common_fields(p, body)
     field(body, "think", (bool, str))     # accepted, ignored
     if field(body, "tools", list):
         raise ApiError(400, f"{p.model} does not support tools", param="tools")

@@ -21,6 +21,21 @@ def _ctx(request):
     return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
 
 
+def _start(scheduler, metrics, name, ro, req):
+    """A generation's event stream and the Outcome it fills in (text, logprobs, done) as it runs."""
+    outcome = generation.Outcome()
+    return outcome, generation.events(scheduler, metrics, name, ro, None, req, outcome)
+
+
+async def _drain(gen) -> None:
+    """Run a generation to its end for a non-streaming reply: the Outcome gathers what the reply needs."""
+    try:
+        async for _ in gen:
+            pass
+    finally:
+        await gen.aclose()
+
+
 async def _stream(request, gen, on_token, on_end) -> web.StreamResponse:
     """Drive a generation as SSE. Errors before the first byte are HTTP errors; after it, an error event."""
     w = SSEWriter(request)
@@ -49,21 +64,14 @@ async def chat_completions(request):
     p = parse_chat(body)
     record = await scheduler.resolve(p.model)
     ro = parse_openai_sampling(body, record.parameters)
-    messages = p.messages
-    if record.system and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": record.system}] + messages
+    messages = generation.with_default_system(p.messages, record.system)
     req = generation.build_request(ro, messages=messages, json_mode=p.json_mode, json_schema=p.json_schema,
                                    logprobs=p.logprobs, top_logprobs=p.top_logprobs)
-    outcome = generation.Outcome()
-    gen = generation.events(scheduler, metrics, record.name, ro, None, req, outcome)
+    outcome, gen = _start(scheduler, metrics, record.name, ro, req)
     cid, created = generation.new_id("chatcmpl"), int(time.time())
 
     if not p.stream:
-        try:
-            async for _ in gen:
-                pass
-        finally:
-            await gen.aclose()
+        await _drain(gen)
         lp = chat_logprobs(outcome.logprobs, p.top_logprobs) if p.logprobs else None
         return web.json_response(chat_completion(cid, p.model, created, "".join(outcome.text), outcome.done, lp))
 
@@ -96,17 +104,12 @@ async def completions(request):
     top = p.logprobs or 0
     req = generation.build_request(ro, prompt=p.prompt, raw=True, logprobs=p.logprobs is not None,
                                    top_logprobs=top)
-    outcome = generation.Outcome()
-    gen = generation.events(scheduler, metrics, record.name, ro, None, req, outcome)
+    outcome, gen = _start(scheduler, metrics, record.name, ro, req)
     cid, created = generation.new_id("cmpl"), int(time.time())
     prefix = p.prompt if p.echo else ""
 
     if not p.stream:
-        try:
-            async for _ in gen:
-                pass
-        finally:
-            await gen.aclose()
+        await _drain(gen)
         lp = completion_logprobs(outcome.logprobs, top, len(prefix)) if p.logprobs is not None else None
         return web.json_response(text_completion(cid, p.model, created, prefix + "".join(outcome.text),
                                                  outcome.done, lp))
