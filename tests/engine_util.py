@@ -16,3 +16,16 @@ def cpu_layout(path, *, num_ctx: int = 512, num_parallel: int = 2, n_batch: int 
                   gpu_devices=(), tensor_buft_overrides=(), op_offload=True, n_ctx=num_ctx * num_parallel,
                   n_parallel=num_parallel, n_batch=n_batch, n_ubatch=n_ubatch, type_k="f16", type_v="f16",
                   flash_attn=None, fits=True)
+
+
+async def cancel_stream(agen, task) -> None:
+    """What a client that goes away does: cancel the task waiting on the stream's next event, then close the
+    stream (closing it cancels the request in the runner)."""
+    import asyncio
+
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, StopAsyncIteration):
+        pass
+    await agen.aclose()

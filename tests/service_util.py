@@ -12,3 +12,13 @@ def wait_for(cond, timeout=120.0, what="condition"):
             return
         time.sleep(0.05)
     raise AssertionError(f"{what} not reached")
+
+
+def store_factory(home):
+    """A ModelStore maker for ServiceThread: the store lives under `home` and never scans the user's home for
+    other apps' models, so each test module's server starts from a known store."""
+    def make():
+        from app.service.store import ModelStore
+
+        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
+    return make

@@ -13,6 +13,7 @@ import pytest
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.layout_types import DevicePlan, Layout, PlanOptions
+from engine_util import cancel_stream
 
 pytestmark = pytest.mark.gpu
 
@@ -82,12 +83,7 @@ def test_engine_on_gpu(gpu, model_path):
             agen = c.generate(P.GenerateRequest(id="long", prompt="word " * 900, raw=True, num_predict=4))
             task = asyncio.ensure_future(agen.__anext__())
             await asyncio.sleep(0.01)
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, StopAsyncIteration):
-                pass
-            await agen.aclose()
+            await cancel_stream(agen, task)
             for _ in range(100):
                 st = await c.stats()
                 if st.slots_busy == 0:

@@ -13,7 +13,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import LoadError, RequestError, RunnerClient, RunnerError
-from engine_util import cpu_layout
+from engine_util import cancel_stream, cpu_layout
 
 _ids = itertools.count()
 
@@ -142,12 +142,7 @@ def test_cancellation_frees_the_slot(loop, runner):
         agen = runner.generate(P.GenerateRequest(id=rid("c"), prompt=words, raw=True, num_predict=5))
         task = asyncio.ensure_future(agen.__anext__())
         await asyncio.sleep(0.05)
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, StopAsyncIteration):
-            pass
-        await agen.aclose()
+        await cancel_stream(agen, task)
         return st_gen, await wait_idle(runner)
 
     st1, st2 = run(loop, go())
@@ -173,12 +168,7 @@ def test_a_cancelled_decode_logs_no_error(loop, smollm2_path, monkeypatch, tmp_p
                 break
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)
-        task.cancel()
-        try:
-            await task
-        except (asyncio.CancelledError, StopAsyncIteration):
-            pass
-        await agen.aclose()
+        await cancel_stream(agen, task)
         return await wait_idle(c)
 
     try:

@@ -26,20 +26,13 @@ from schemathesis import GenerationMode
 
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
+from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "25"))
 REQUEST_TIMEOUT = 90.0
 NOT_SUPPORTED = ("/api/pull", "/api/push", "/api/blobs/")       # answer 501 by design (documented)
 SKIP = {("GET", "/api/events")}      # a stream that never ends by design; it takes no input (checked below)
-
-
-def _store_factory(home):
-    def make():
-        from app.service.store import ModelStore
-
-        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
-    return make
 
 
 @pytest.fixture(scope="module")

@@ -16,19 +16,12 @@ import pytest
 
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
+from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 ABORT_MARKER = "__strata_test_abort__"
 LONG = {"num_predict": 2000, "ignore_eos": True, "temperature": 0.8}
 DEADLINE = 120.0        # seconds any single call may take before the test calls it a hang
-
-
-def _store_factory(home):
-    def make():
-        from app.service.store import ModelStore
-
-        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
-    return make
 
 
 @pytest.fixture(scope="module")

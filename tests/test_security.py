@@ -14,16 +14,9 @@ import pytest
 
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
+from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
-
-
-def _store_factory(home):
-    def make():
-        from app.service.store import ModelStore
-
-        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
-    return make
 
 
 @pytest.fixture(scope="module")
