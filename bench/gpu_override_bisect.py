@@ -9,7 +9,7 @@ process, so a crash is a row (rc -11), not the end of the run. Run by hand on a 
 Toggles (a variant is a '+'-joined set; 'base' = the probe: simple regex, no tensor_split, n_gpu_layers -1,
 llama-cpp-python's own log callback, llama_cpp imported first):
   np_first   import numpy BEFORE llama_cpp (gpu_layout_check.py does; every working path imports llama_cpp first)
-  log        install app.engine.llama_log's callback (every log line, override DEBUG lines included, goes through it)
+  log        install app.ggml.llama_log's callback (every log line, override DEBUG lines included, goes through it)
   discover   run app.discovery.discover() in this process first (NVML init/shutdown + the ggml probe child)
   regex      the planner's pattern blk\\.(0|..|N-1)\\.ffn_(up|down|gate|gate_up)_(ch|)exps instead of \\d+ / 3 names
   split      tensor_split = [n_layer+1, 0, ...] (llama_max_devices floats) and n_gpu_layers = n_layer+1
@@ -41,8 +41,9 @@ def child(model: str, toggles: set[str]) -> None:
 
     from llama_cpp import llama_cpp as L
 
-    from app.engine import ggml_lib, llama_log, load_params
-    from app.engine.model_info import read_model_info
+    from app.ggml import ggml_lib, llama_log
+    from app.engine.planner import llama_params as load_params
+    from app.engine.gguf.model_info import read_model_info
 
     if "log" in toggles:
         llama_log.install()
@@ -58,8 +59,8 @@ def child(model: str, toggles: set[str]) -> None:
              if "regex" in toggles else r"blk\.\d+\.ffn_(up|down|gate)_exps")
     load_mode = load_params.LOAD_MODE_NONE if "nommap" in toggles else None
     if "layout" in toggles:
-        from app.engine.layout import plan
-        from app.engine.layout_types import PlanOptions
+        from app.engine.planner.search import plan
+        from app.engine.planner.types import PlanOptions
 
         lay = plan(info, inv, PlanOptions(num_ctx=2048, num_parallel=1, cpu_moe=n, num_batch=512, num_ubatch=512))
         if not lay.tensor_buft_overrides:      # no GPU here: force the same override into the CPU plan

@@ -2,7 +2,7 @@
 buffer type, with/without a devices list. Usage on a CUDA build: python bench/gpu_override_probe.py none|devs|ov|ov+devs"""
 import ctypes, sys
 from llama_cpp import llama_cpp as L
-from app.engine import ggml_lib
+from app.ggml import ggml_lib
 L.llama_backend_init()
 class OV(ctypes.Structure):
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]

@@ -3,7 +3,7 @@
 Besides the normal command line (`app.cli.main`) the executable has to stand in for the Python interpreter,
 because the app starts children with `sys.executable`, which in a bundle is this program:
   - multiprocessing 'spawn' children (the model runner): `freeze_support()` diverts them, first thing;
-  - `sys.executable -m app.discovery.ggml_probe` / `-m app.engine.dryrun` / `-m app.engine.verify`: `-m` runs
+  - `sys.executable -m app.discovery.ggml_probe` / `-m app.engine.planner.dryrun` / `-m app.engine.planner.verify`: `-m` runs
     that module from the bundle like `python -m` would.
 `--selftest` checks the bundle for real (installers/strata_selftest.py) and exits 0 when everything worked.
 """

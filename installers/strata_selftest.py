@@ -82,7 +82,7 @@ def selftest(argv: list[str]) -> int:
     service = None
     try:
         from app import __version__
-        from app.engine.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
+        from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
         from app.service.config import ServiceConfig
         from app.service.server import ServiceThread
 

@@ -22,7 +22,7 @@ def strata_home(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def smollm2_path():
-    from app.engine.builtin_model import builtin_model_path
+    from app.engine.gguf.builtin_model import builtin_model_path
 
     p = builtin_model_path()
     if p is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, LlamaFileType, quants
 
-from app.engine.gguf_parse import ArraySummary, parse_gguf
+from app.engine.gguf.parser import ArraySummary, parse_gguf
 
 QTYPES = {
     None: (None, LlamaFileType.ALL_F32),
@@ -31,7 +31,7 @@ _F16_FIELDS = {GGMLQuantizationType.Q4_K: (0, 4), GGMLQuantizationType.IQ4_NL: (
 
 
 def smollm2_gguf_path() -> Path:
-    from app.engine.builtin_model import builtin_model_path
+    from app.engine.gguf.builtin_model import builtin_model_path
 
     p = builtin_model_path()
     if p is None:

@@ -7,7 +7,7 @@ import itertools
 import re
 import struct
 
-from app.engine.memory import kv_bytes_per_layer, output_buffer_bytes
+from app.engine.planner.memory import kv_bytes_per_layer, output_buffer_bytes
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from app.engine.model_info import LayerWeights, ModelInfo, TensorInfo, classify_tensor
+from app.engine.gguf.model_info import LayerWeights, ModelInfo, TensorInfo, classify_tensor
 
 GiB = 1024 ** 3
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType, GGUFWriter
 
-from app.engine.model_info import GGUFError, read_model_info
+from app.engine.gguf.model_info import GGUFError, read_model_info
 
 U32, I32, F32, BOOL, STR, ARR, U64 = 4, 5, 6, 7, 8, 9, 10
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
-from app.engine.layout_types import DevicePlan, Layout, PlanOptions
+from app.engine.planner.types import DevicePlan, Layout, PlanOptions
 from engine_util import cancel_stream
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +23,7 @@ def _gpu_name() -> str | None:
 
     if not L.llama_supports_gpu_offload():
         return None
-    from app.engine import ggml_lib
+    from app.ggml import ggml_lib
 
     for d in ggml_lib.list_devices():
         if d["type"] == "gpu":
@@ -47,7 +47,7 @@ def model_path():
     p = os.environ.get("STRATA_GPU_TEST_MODEL")
     if p:
         return p
-    from app.engine.builtin_model import builtin_model_path
+    from app.engine.gguf.builtin_model import builtin_model_path
 
     b = builtin_model_path()
     if b is None:

@@ -1,4 +1,4 @@
-"""Engine parts without a runner process: stop strings, UTF-8 detokenizing, logprobs, the numpy batch,
+"""Batcher parts without a runner process: stop strings, UTF-8 detokenizing, logprobs, the numpy batch,
 chat templates, grammars, sampling validation, embedding truncation. Real SmolLM2 vocab and logits where the
 behaviour depends on llama.cpp (loaded in-process: nothing here can hit a GGML_ASSERT)."""
 from __future__ import annotations
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as L
 
-from app.engine import llama_log
+from app.ggml import llama_log
 from app.engine import protocol as P
-from app.engine.batch import NpBatch
-from app.engine.chat_template import TemplateError, render_chat
-from app.engine.embeddings import InputTooLong, fit_tokens, tokenize
-from app.engine.grammar import GrammarError, grammar_for
-from app.engine.output import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
-from app.engine.scheduler import Engine
-from app.engine.sampling import SamplingError, accept_prompt, build_chain, penalty_window, validate
+from app.engine.runner.batch import NpBatch
+from app.engine.runner.chat_template import TemplateError, render_chat
+from app.engine.runner.embeddings import InputTooLong, fit_tokens, tokenize
+from app.engine.runner.grammar import GrammarError, grammar_for
+from app.engine.runner.output import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
+from app.engine.runner.batcher import Batcher
+from app.engine.runner.sampling import SamplingError, accept_prompt, build_chain, penalty_window, validate
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +246,7 @@ def test_an_abort_we_asked_for_is_not_an_error_but_real_failures_are(llama, capl
     cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 256, 64, 32, 1, 1, 1
     ctx = L.llama_init_from_model(model, cp)       # its own context: the engine installs an abort callback on it
     assert ctx
-    eng = Engine(model, ctx, lambda msg: None, vocab_out=v)    # threads not started: the test drives the context
+    eng = Batcher(model, ctx, lambda msg: None, vocab_out=v)    # threads not started: the test drives the context
     caplog.set_level(logging.DEBUG, logger="strata.llama")
     b = eng.batches[0]
 

@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from app.engine import alloc_report, ggml_lib, llama_log, load_params
-from app.engine.layout import plan
-from app.engine.layout_types import PlanOptions
-from app.engine.model_info import read_model_info
+from app.ggml import alloc_report, ggml_lib, llama_log
+from app.engine.planner import llama_params as load_params
+from app.engine.planner.search import plan
+from app.engine.planner.types import PlanOptions
+from app.engine.gguf.model_info import read_model_info
 from app.discovery.simulated import inventory_from_dict
 
 CPU_ONLY = inventory_from_dict({"devices": [], "host_ram_total": "16 GiB", "cpu_cores": 2})

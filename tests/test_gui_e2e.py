@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from app.engine.builtin_model import DEFAULT_MODEL_NAME as MODEL
+from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
 
 WAIT = 180_000     # ms: generous bounds for a loaded CI machine; tests finish far sooner
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app.discovery.inventory import Device, Inventory
-from app.engine.layout_types import DevicePlan, Layout, PlanOptions
+from app.engine.planner.types import DevicePlan, Layout, PlanOptions
 from app.gui.memory_data import (
     COMPUTE, FREE, KV, MAPPED, OTHERS, OVER, SEGMENT_COLORS, WEIGHTS, device_colors, device_columns, format_bytes,
     layer_cells, predicted_kinds_of, predicted_vs_actual,
@@ -110,7 +110,7 @@ def repack_layout(mapped=40 * MiB):
 def test_predicted_vs_actual_compares_like_with_like():
     """llama.cpp reports the CPU weights as CPU_Mapped (the mapping, mapped file pages included) + CPU_REPACK: the
     prediction is put in the same kinds, so a load that went exactly as planned shows no difference."""
-    from app.engine.verify import predicted_of
+    from app.engine.planner.verify import predicted_of
 
     lay = repack_layout()
     d = lay.to_dict()

@@ -300,7 +300,7 @@ def test_generator_covers_the_layout(good_model, variants):
     lay = walk(good_model.read_bytes())
     assert len(lay.boundaries) > 50 and len(lay.tensor_names) >= 20
     assert len(variants) > 150
-    from app.engine.model_info import read_model_info
+    from app.engine.gguf.model_info import read_model_info
 
     assert read_model_info(good_model).n_layer == 3        # the base itself is good
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.memory import (MiB, block_parts, context_shape, kv_bytes_per_layer, memory_model,
+from app.engine.planner.memory import (MiB, block_parts, context_shape, kv_bytes_per_layer, memory_model,
                                output_buffer_bytes, row_size)
-from app.engine.model_info import read_model_info
+from app.engine.gguf.model_info import read_model_info
 from model_shapes import build_info, dense_8b, qwen3_30b_a3b
 
 

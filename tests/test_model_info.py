@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType, GGUFWriter
 
-from app.engine.model_info import GGUFError, WEIGHT_CLASSES, classify_tensor, read_model_info
+from app.engine.gguf.model_info import GGUFError, WEIGHT_CLASSES, classify_tensor, read_model_info
 
 
 def q(n_elements: int, block: int, block_bytes: int) -> int:

@@ -124,7 +124,7 @@ def test_bundle_contents(bundle):
     # Python modules in the archive: the whole app, none of the test/build tools
     pyz = ast.literal_eval((work / "PYZ-00.toc").read_text())
     modules = {entry[0] for entry in pyz[1]}                                 # (archive path, [(name, src, kind)])
-    assert {"app.engine.runner", "app.engine.dryrun", "app.discovery.ggml_probe", "app.cli.desktop",
+    assert {"app.engine.runner.main", "app.engine.planner.dryrun", "app.discovery.ggml_probe", "app.cli.desktop",
             "app.service.server", "strata_selftest"} <= modules
     unwanted = ("pytest", "_pytest", "pip", "setuptools", "tkinter", "llama_cpp.server", "PySide6.QtNetwork",
                 "pydantic", "requests", "openai", "ollama")

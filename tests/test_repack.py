@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from app.discovery.simulated import inventory_from_dict
-from app.engine import alloc_report, repack
-from app.engine.layout import plan
-from app.engine.layout_types import Layout, PlanOptions
-from app.engine.model_info import read_model_info
-from app.engine.verify import predicted_of
+from app.ggml import alloc_report
+from app.discovery.cpu_features import cpuinfo_features
+from app.engine.planner import repack
+from app.engine.planner.search import plan
+from app.engine.planner.types import Layout, PlanOptions
+from app.engine.gguf.model_info import read_model_info
+from app.engine.planner.verify import predicted_of
 
 AVX2 = ["SSE3", "AVX", "AVX2", "FMA", "REPACK"]
 
@@ -142,6 +144,6 @@ def test_discovery_records_this_cpus_features(tmp_path):
         assert "AVX2" in feats
     # the /proc/cpuinfo fallback names the same flags
     (tmp_path / "cpuinfo").write_text("processor: 0\nflags\t: fpu sse avx2 avx512f\n")
-    assert repack.cpuinfo_features(str(tmp_path / "cpuinfo")) == ("AVX2", "AVX512", "REPACK")
+    assert cpuinfo_features(str(tmp_path / "cpuinfo")) == ("AVX2", "AVX512", "REPACK")
     (tmp_path / "arm").write_text("Features\t: fp asimd asimddp i8mm\n")
-    assert repack.cpuinfo_features(str(tmp_path / "arm")) == ("DOTPROD", "MATMUL_INT8", "NEON", "REPACK")
+    assert cpuinfo_features(str(tmp_path / "arm")) == ("DOTPROD", "MATMUL_INT8", "NEON", "REPACK")

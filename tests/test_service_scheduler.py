@@ -28,7 +28,7 @@ def _inventory(host_avail: int) -> dict:
 
 def _fits(info, host_avail: int) -> bool:
     from app.discovery.simulated import inventory_from_dict
-    from app.engine.dryrun import plan_measured
+    from app.engine.planner.dryrun import plan_measured
     from app.service.options import plan_options
 
     o = plan_options({}, num_ctx_default=NUM_CTX, num_parallel=SLOTS, n_ctx_train=info.context_length)
@@ -37,7 +37,7 @@ def _fits(info, host_avail: int) -> bool:
 
 def _predicted(info) -> int:
     from app.discovery.simulated import inventory_from_dict
-    from app.engine.dryrun import plan_measured
+    from app.engine.planner.dryrun import plan_measured
     from app.service.options import plan_options
 
     o = plan_options({}, num_ctx_default=NUM_CTX, num_parallel=SLOTS, n_ctx_train=info.context_length)
@@ -64,7 +64,7 @@ def _start(tmp, name: str, host_avail: int) -> ServiceThread:
 
 @pytest.fixture(scope="module")
 def info(smollm2_path):
-    from app.engine.model_info import read_model_info
+    from app.engine.gguf.model_info import read_model_info
 
     return read_model_info(smollm2_path)
 

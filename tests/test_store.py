@@ -12,7 +12,7 @@ import pytest
 from gguf_factory import write_minimal
 
 from app import paths
-from app.engine.model_info import GGUFError
+from app.engine.gguf.model_info import GGUFError
 from app.service.names import InvalidName, normalize_name, parse_name, sanitize_name
 from app.service.store import ModelNotFound, ModelStore, ReadOnlyModel, StoreError
 

@@ -100,7 +100,7 @@ def test_synthetic_embedding_model(embed_gguf):
 
 def test_llama_cpp_agrees_with_model_info(dense_gguf):
     """What llama.cpp reports about the loaded model matches read_model_info."""
-    from app.engine.model_info import read_model_info
+    from app.engine.gguf.model_info import read_model_info
 
     child = r"""
 import json, sys
@@ -132,7 +132,7 @@ def test_files_refused_by_model_info_would_abort_llama_cpp(synthetic_dir, kwargs
     """Why read_model_info checks these: llama.cpp GGML_ASSERTs on them, killing the process that loads."""
     from gguf_factory import write_moe_qwen3
 
-    from app.engine.model_info import GGUFError, read_model_info
+    from app.engine.gguf.model_info import GGUFError, read_model_info
 
     path = write_moe_qwen3(synthetic_dir / "moe-bad.gguf", qtype="Q4_0", **kwargs)
     with pytest.raises(GGUFError, match=reason):

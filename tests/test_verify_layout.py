@@ -2,12 +2,12 @@
 (the non-zero `model/KV/compute/output buffer size` lines), for SmolLM2 and the synthetic dense and MoE models at
 num_ctx 512/2048/8192, 1 and 4 parallel sequences, KV f16 and q8_0; and for weight types the CPU backend repacks
 on this CPU (Q4_0 MoE, Q4_K dense with a tied output: CPU_Mapped + CPU_REPACK lines) at a few option sets.
-One child process per model runs its whole matrix (app.engine.verify)."""
+One child process per model runs its whole matrix (app.engine.planner.verify)."""
 from __future__ import annotations
 
 import pytest
 
-from app.engine.verify import KINDS, compare, format_table, run_verify
+from app.engine.planner.verify import KINDS, compare, format_table, run_verify
 
 COMBOS = [(c, p, k) for c in (512, 2048, 8192) for p in (1, 4) for k in ("f16", "q8_0")]
 # the log prints MiB with two decimals: a kind under ~1 MiB can be off by up to 0.005 MiB from rounding alone
@@ -94,9 +94,9 @@ def test_quantized_kv_with_head_size_llama_refuses(dense_gguf):
 
     """head size 16 with a q8_0 cache: llama.cpp would refuse the context; the planner says so first."""
     from app.discovery.simulated import inventory_from_dict
-    from app.engine.layout import plan
-    from app.engine.layout_types import PlanOptions
-    from app.engine.model_info import read_model_info
+    from app.engine.planner.search import plan
+    from app.engine.planner.types import PlanOptions
+    from app.engine.gguf.model_info import read_model_info
 
     inv = inventory_from_dict({"devices": [], "host_ram_total": "8 GiB", "cpu_cores": 2})
     with pytest.raises(ValueError, match="kv_type: q8_0 needs head sizes"):
@@ -107,9 +107,9 @@ def test_dry_run_measures_and_caches(smollm2_path, strata_home):
     """plan_measured: a no_alloc dry run in a child gives the compute buffer; the second call hits the disk cache;
     GPU options with a simulated inventory do not disturb the CPU-only measurement."""
     from app.discovery.simulated import inventory_from_dict
-    from app.engine.dryrun import measure_compute, plan_measured
-    from app.engine.layout_types import PlanOptions
-    from app.engine.model_info import read_model_info
+    from app.engine.planner.dryrun import measure_compute, plan_measured
+    from app.engine.planner.types import PlanOptions
+    from app.engine.gguf.model_info import read_model_info
 
     info = read_model_info(smollm2_path)
     inv = inventory_from_dict({"devices": [{"id": "CUDA0", "total": "6 GiB"}, {"id": "CUDA1", "total": "6 GiB"}],

@@ -69,8 +69,8 @@ def _ranges(xs) -> str:
 
 def cmd_plan(args) -> int:
     from app.discovery import discover
-    from app.engine.layout_types import PlanOptions
-    from app.engine.model_info import GGUFError, read_model_info
+    from app.engine.planner.types import PlanOptions
+    from app.engine.gguf.model_info import GGUFError, read_model_info
 
     try:
         path = resolve_model(args.model)
@@ -86,11 +86,11 @@ def cmd_plan(args) -> int:
                            tensor_split=split, cpu_moe=args.cpu_moe, kv_type=args.kv_type,
                            margin=max(0, args.margin_mib) * MiB)
         if args.no_measure:
-            from app.engine.layout import plan
+            from app.engine.planner.search import plan
 
             layout = plan(info, inv, opts)
         else:
-            from app.engine.dryrun import plan_measured
+            from app.engine.planner.dryrun import plan_measured
 
             layout = plan_measured(info, inv, opts)
     except (FileNotFoundError, GGUFError, ValueError) as e:

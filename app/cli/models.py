@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from app.engine.model_info import GGUFError, ModelInfo
+from app.engine.gguf.model_info import GGUFError, ModelInfo
 from app.service.names import InvalidName
 
 

@@ -86,7 +86,7 @@ def discover(sim_path: str | None = None) -> Inventory:
     from app.discovery.host import cpu_cores, cpu_name, host_memory
     from app.discovery.nvml import nvml_gpus
 
-    from app.engine.repack import cpuinfo_features
+    from app.discovery.cpu_features import cpuinfo_features
 
     notes: list[str] = []
     probe, why = probe_ggml()

@@ -31,7 +31,7 @@ class Inventory:
     simulated: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)   # why NVML/GPUs are missing, disagreements...
     # ggml CPU backend features ("AVX2", "AVX512", "NEON", "DOTPROD", "MATMUL_INT8", "SVE_CNT=32", "REPACK", ...):
-    # decide which weights llama.cpp repacks on the CPU (app.engine.repack); () = unknown, no repacking modelled
+    # decide which weights llama.cpp repacks on the CPU (app.engine.planner.repack); () = unknown, no repacking modelled
     cpu_features: tuple[str, ...] = field(default_factory=tuple)
 
     @property

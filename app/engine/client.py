@@ -15,7 +15,7 @@ import threading
 from typing import AsyncIterator, Callable
 
 from app.engine import protocol as P
-from app.engine.layout_types import Layout
+from app.engine.planner.types import Layout
 
 
 class RunnerError(RuntimeError):
@@ -70,7 +70,7 @@ class RunnerClient:
     async def start(self, on_progress: Callable[[float], None] | None = None) -> P.Loaded:
         if self._proc is not None:
             raise RunnerError("this RunnerClient was already started; create a new one to load again")
-        from app.engine.runner import runner_main
+        from app.engine.runner.main import runner_main
 
         self._loop = asyncio.get_running_loop()
         self._exited = asyncio.Event()

@@ -174,7 +174,7 @@ def layout_device_ids(layout: dict | None, inventory: dict | None = None) -> lis
     return ids
 
 
-# llama.cpp's buffer kinds (app.engine.alloc_report.KINDS), in the order the table lists them
+# llama.cpp's buffer kinds (app.ggml.alloc_report.KINDS), in the order the table lists them
 REPORT_KINDS = ("model", "repack", "kv", "compute", "output")
 REPORT_LABELS = {"model": "model (file mapping)", "repack": "repacked weights", "kv": "KV cache",
                  "compute": "compute graph", "output": "output buffer"}
@@ -184,7 +184,7 @@ def predicted_kinds_of(layout: dict | None) -> dict[str, dict[str, int]]:
     """Per device, what llama.cpp's buffer lines will say for this plan (`Layout.to_dict()`), in its own kinds:
     "model" = the weights it keeps in the file mapping (all weights but the repacked ones) + the mapped file
     pages around them (`mapped`); "repack" = the CPU backend's repacked copies. The same rule as
-    app.engine.verify.predicted_of and /api/ps "predicted_kinds", for plain dicts."""
+    app.engine.planner.verify.predicted_of and /api/ps "predicted_kinds", for plain dicts."""
     out = {}
     for dp in (layout or {}).get("devices", []):
         weights = {k: int(v) for k, v in (dp.get("weights") or {}).items()}

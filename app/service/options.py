@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from app.engine.layout_types import PlanOptions
+from app.engine.planner.types import PlanOptions
 from app.engine.protocol import SamplingParams
 
 from .errors import ApiError

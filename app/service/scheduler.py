@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from app.discovery.inventory import Inventory
-from app.engine.layout_types import Layout, PlanOptions
-from app.engine.verify import predicted_of
+from app.engine.planner.types import Layout, PlanOptions
+from app.engine.planner.verify import predicted_of
 
 from .config import ServiceConfig
 from .errors import ApiError
@@ -229,7 +229,7 @@ class Scheduler:
         return _subtract(self.inventory, self.used_bytes()) if self.inventory else None
 
     async def model_info(self, path):
-        from app.engine.model_info import read_model_info
+        from app.engine.gguf.model_info import read_model_info
 
         from pathlib import Path
         p = Path(path)
@@ -242,9 +242,9 @@ class Scheduler:
         """The planner's layout: measured (dry run in a child process, cached) where available, else pure."""
         try:
             try:
-                from app.engine.dryrun import plan_measured
+                from app.engine.planner.dryrun import plan_measured
             except ImportError:
-                from app.engine.layout import plan
+                from app.engine.planner.search import plan
 
                 return plan(info, inventory, options)
             return await asyncio.to_thread(plan_measured, info, inventory, options)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from app import paths
-from app.engine.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
-from app.engine.model_info import GGUFError, ModelInfo, read_model_info
+from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
+from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.service.names import InvalidName, normalize_name, sanitize_name
 
 __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]

@@ -2,7 +2,7 @@
 
 Started by `client.RunnerClient` through multiprocessing's 'spawn' context; `runner_main` is the process entry.
 The main thread reads the Connection (requests, cancels, stats, tokenize); the scheduler's two threads do the
-work (scheduler.py). A GGML_ASSERT/abort in llama.cpp ends this process only; the parent sees the pipe close.
+work (batcher.py). A GGML_ASSERT/abort in llama.cpp ends this process only; the parent sees the pipe close.
 """
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def load(layout, n_threads, send):
     """Load model + context for `layout`. Returns (model, ctx, Loaded) or raises RuntimeError(message)."""
     from llama_cpp import llama_cpp as L
 
-    from app.engine import alloc_report, llama_log
-    from app.engine.load_params import context_params, model_params
+    from app.ggml import alloc_report, llama_log
+    from app.engine.planner.llama_params import context_params, model_params
     from app.engine.protocol import Loaded, LoadProgress
 
     t0 = time.perf_counter()
@@ -88,7 +88,7 @@ def _warm_up(L, model, ctx) -> None:
     on a non-main thread, every later decode runs ~3x slower (about the 1-thread speed); when the first one runs on
     the main thread, decodes from the context thread are full speed. 
     """
-    from app.engine.batch import NpBatch
+    from app.engine.runner.batch import NpBatch
 
     vocab = L.llama_model_get_vocab(model)
     tok = L.llama_vocab_bos(vocab)
@@ -110,10 +110,10 @@ def make_admit(model, n_ctx_seq: int, vocab_out):
 
     import numpy as np
 
-    from app.engine import chat_template, grammar, sampling
-    from app.engine.embeddings import tokenize
-    from app.engine.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher
-    from app.engine.scheduler import N_KEEP
+    from app.engine.runner import chat_template, grammar, sampling
+    from app.engine.runner.embeddings import tokenize
+    from app.engine.runner.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher
+    from app.engine.runner.batcher import N_KEEP
 
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
@@ -174,14 +174,14 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
 
     from llama_cpp import llama_cpp as L
 
-    from app.engine import llama_log
+    from app.ggml import llama_log
     from app.engine import protocol as P
-    from app.engine.embeddings import Embedder, tokenize
-    from app.engine.layout_types import Layout
-    from app.engine.load_params import context_params
-    from app.engine.output import Vocab
-    from app.engine.scheduler import Engine
-    from app.engine.testhooks import Hooks
+    from app.engine.runner.embeddings import Embedder, tokenize
+    from app.engine.planner.types import Layout
+    from app.engine.planner.llama_params import context_params
+    from app.engine.runner.output import Vocab
+    from app.engine.runner.batcher import Batcher
+    from app.engine.runner.testhooks import Hooks
 
     send = _Sender(conn)
     llama_log.install()
@@ -196,7 +196,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     vocab = L.llama_model_get_vocab(model)
     vocab_out = Vocab(vocab, loaded.n_vocab)
     embedder = Embedder(model, ctx, lambda: context_params(layout, n_threads))
-    engine = Engine(model, ctx, send, vocab_out=vocab_out, embedder=embedder,
+    engine = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder,
                     admit=make_admit(model, loaded.n_ctx_per_seq, vocab_out), hooks=Hooks())
     engine.start()
     send(loaded)

@@ -30,11 +30,11 @@ from collections import deque
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine import llama_log
+from app.ggml import llama_log
 from app.engine import protocol as P
-from app.engine.batch import NpBatch
-from app.engine.output import logprobs_from_logits
-from app.engine.testhooks import Hooks
+from app.engine.runner.batch import NpBatch
+from app.engine.runner.output import logprobs_from_logits
+from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
 
@@ -80,7 +80,7 @@ class Seq:
         self.pending_lp: list = []
 
 
-class Engine:
+class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None):
         self.model, self.ctx, self.send = model, ctx, send
         self._vocab_out = vocab_out         # output.Vocab (token pieces, cached)

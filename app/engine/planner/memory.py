@@ -7,8 +7,8 @@ using the SAME regular expressions the Layout hands to llama.cpp as `tensor_buft
   - attention A: every other blk.N tensor (attention, its norms; stays on the layer's device)
 KV cache bytes mirror llama.cpp (src/llama-context.cpp, llama-kv-cache*.cpp): n_ctx padded to 256, one stream of
 n_ctx_seq cells per sequence, sliding-window layers sized PAD(min(n_ctx_seq, n_swa + n_ubatch), 256).
-The compute buffer is measured by a dry run (app.engine.dryrun); `estimate_compute` is only the fallback.
-Weight repacking by the CPU backend (app.engine.repack) needs each part's file extent and what of it repacks on this
+The compute buffer is measured by a dry run (app.engine.planner.dryrun); `estimate_compute` is only the fallback.
+Weight repacking by the CPU backend (app.engine.planner.repack) needs each part's file extent and what of it repacks on this
 CPU: `MemoryModel.spans`; llama.cpp's mapped span is computed from it once the placement is known.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.engine import repack
-from app.engine.model_info import ModelInfo
+from app.engine.planner import repack
+from app.engine.gguf.model_info import ModelInfo
 
 MiB = 1024 * 1024
 
-# regex fragments shared with the Layout's overrides (app.engine.layout); matched with re.search like std::regex_search
+# regex fragments shared with the Layout's overrides (app.engine.planner.search); matched with re.search like std::regex_search
 EXPERTS_RE = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
 FFN_RE = r"ffn_"
 _EXPERTS = re.compile(r"^blk\.(\d+)\." + EXPERTS_RE)
@@ -241,7 +241,7 @@ class MemoryModel:
     other: int                          # output_norm etc. (go with the output layer)
     output_buffer: int                  # host output buffer (CPU)
     n_tensors_other: int = 2
-    spans: tuple[SpanGroup, ...] = ()   # for llama.cpp's mapped span and the repack split (app.engine.repack)
+    spans: tuple[SpanGroup, ...] = ()   # for llama.cpp's mapped span and the repack split (app.engine.planner.repack)
     output_repack: int = 0              # a tied output on the CPU: its repacked copy of token_embd (real, extra)
     cpu_features: tuple[str, ...] = ()
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes
 
-from app.engine import ggml_lib
-from app.engine.layout_types import Layout
+from app.ggml import ggml_lib
+from app.engine.planner.types import Layout
 
 # GGML_TYPE_* for KV cache types (ggml.h)
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}

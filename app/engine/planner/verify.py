@@ -1,11 +1,11 @@
 """Predicted vs actual memory: plan a model, load it for real with that Layout, compare per device and kind.
 
-Runs in a CHILD process (`python -m app.engine.verify MODEL ...`), looping over option sets in one process, so a
+Runs in a CHILD process (`python -m app.engine.planner.verify MODEL ...`), looping over option sets in one process, so a
 llama.cpp abort cannot end the caller and the matrix stays fast. Per option set: plan with estimates, measure the
 compute buffers with a no_alloc dry run of that plan, plan again with the measurement, load the model + context
 for real with the final Layout and read the non-zero `model/KV/compute/output buffer size` lines.
 
-    python -m app.engine.verify MODEL.gguf [--ctx 512,2048] [--parallel 1,4] [--kv f16,q8_0] [--devices sim.json] [--json]
+    python -m app.engine.planner.verify MODEL.gguf [--ctx 512,2048] [--parallel 1,4] [--kv f16,q8_0] [--devices sim.json] [--json]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from app.engine.alloc_report import KINDS
+from app.ggml.alloc_report import KINDS
 
 MiB = 1024 * 1024
 
@@ -43,11 +43,12 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
 
     from app.discovery import discover
     from app.discovery.simulated import inventory_from_dict
-    from app.engine import alloc_report, llama_log, load_params
-    from app.engine.dryrun import dry_run_here
-    from app.engine.layout import plan
-    from app.engine.layout_types import PlanOptions
-    from app.engine.model_info import read_model_info
+    from app.ggml import alloc_report, llama_log
+    from app.engine.planner import llama_params as load_params
+    from app.engine.planner.dryrun import dry_run_here
+    from app.engine.planner.search import plan
+    from app.engine.planner.types import PlanOptions
+    from app.engine.gguf.model_info import read_model_info
 
     llama_log.install()
     info = read_model_info(path)
@@ -103,7 +104,7 @@ def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: di
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     req = json.dumps({"path": str(path), "combos": combos, "inventory": inventory_dict})
-    p = subprocess.run([sys.executable, "-m", "app.engine.verify", "--child"], input=req, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "app.engine.planner.verify", "--child"], input=req, capture_output=True,
                        text=True, timeout=timeout, env=env)
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("["):
@@ -127,7 +128,7 @@ def format_table(name: str, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.engine.verify")
+    ap = argparse.ArgumentParser(prog="python -m app.engine.planner.verify")
     ap.add_argument("model", nargs="?")
     ap.add_argument("--ctx", default="512,2048,8192")
     ap.add_argument("--parallel", default="1,4")

@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.batch import NpBatch
+from app.engine.runner.batch import NpBatch
 
 POOLING_NONE, POOLING_MEAN = 0, 1
 GENERATIVE_EMBED_CTX = 2048     # context of the side context for generative models

@@ -18,10 +18,10 @@ import struct
 from dataclasses import dataclass
 
 from app.discovery.inventory import Device, Inventory
-from app.engine.layout_types import DevicePlan, Layout, PlanOptions
-from app.engine import repack
-from app.engine.memory import EXPERTS_RE, FFN_RE, KV_TYPES, MemoryModel, estimate_compute, memory_model
-from app.engine.model_info import ModelInfo
+from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.planner import repack
+from app.engine.planner.memory import EXPERTS_RE, FFN_RE, KV_TYPES, MemoryModel, estimate_compute, memory_model
+from app.engine.gguf.model_info import ModelInfo
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -545,7 +545,7 @@ def plan(info: ModelInfo, inventory: Inventory, options: PlanOptions, compute: d
     if not layout.fits:
         from dataclasses import replace
 
-        from app.engine.layout_suggest import suggestions
+        from app.engine.planner.suggest import suggestions
 
         layout = replace(layout, suggestions=suggestions(info, inventory, options, compute))
     return layout

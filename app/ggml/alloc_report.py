@@ -8,7 +8,7 @@ A real (not `no_alloc`) load prints one line per backend buffer, e.g.
 The buffer name is a buffer-type name; it maps to a device id: "CPU", "CPU_Mapped", "CPU_REPACK" and any
 "<backend>_Host" (pinned host memory) are system RAM ("CPU"); "CUDA0", "Vulkan1", "CUDA0_Split"... are that GPU.
 Model buffers of the CPU backend's extra buffer types (weights repacked into an interleaved layout at load:
-"CPU_REPACK", "AMX", "CPU_KLEIDIAI", ...) are their own kind, "repack" (app.engine.repack).
+"CPU_REPACK", "AMX", "CPU_KLEIDIAI", ...) are their own kind, "repack" (app.engine.planner.repack).
 Under `no_alloc` the model and KV lines print 0.00 (ENGINE-NOTES section 3): zero lines are skipped.
 """
 from __future__ import annotations

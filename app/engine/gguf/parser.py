@@ -19,7 +19,7 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from app.engine.model_info import GGUFError
+from app.engine.gguf.errors import GGUFError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)          # v1 used 32-bit counts; llama.cpp refuses it

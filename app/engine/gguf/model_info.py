@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from app.engine.gguf.errors import GGUFError
+
 # Weight classes the planner places separately. "experts" are MoE expert tensors (ffn_*_exps),
 # the ones that go to the CPU first when a model does not fit.
 WEIGHT_CLASSES = ("attention", "ffn", "experts", "norm", "other")
-
-
-class GGUFError(ValueError):
-    """The file is not a GGUF llama.cpp can load; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +212,7 @@ def _read_model_info_cached(path: str, _version_key) -> ModelInfo:
 def _read_model_info(path: str) -> ModelInfo:
     from gguf import LlamaFileType
 
-    from app.engine.gguf_parse import ArraySummary, parse_gguf
+    from app.engine.gguf.parser import ArraySummary, parse_gguf
 
     gf = parse_gguf(path)
     arch = gf.get("general.architecture")

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from app.engine import layout as L
-from app.engine.layout_types import PlanOptions
-from app.engine.memory import KV_TYPES
-from app.engine.model_info import ModelInfo
+from app.engine.planner import search as L
+from app.engine.planner.types import PlanOptions
+from app.engine.planner.memory import KV_TYPES
+from app.engine.gguf.model_info import ModelInfo
 from app.discovery.inventory import Inventory
 
 CTX_STEP = 256

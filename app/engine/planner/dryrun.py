@@ -20,8 +20,8 @@ import threading
 from dataclasses import replace
 
 from app.discovery.inventory import Inventory
-from app.engine.layout_types import Layout, PlanOptions
-from app.engine.model_info import ModelInfo
+from app.engine.planner.types import Layout, PlanOptions
+from app.engine.gguf.model_info import ModelInfo
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 180
@@ -40,7 +40,8 @@ def dry_run_here(layout: Layout, n_threads: int = 1) -> dict:
     {"compute": {dev: bytes}, "output": {dev: bytes}, "lines": [buffer lines]}. Raises DryRunError."""
     from llama_cpp import llama_cpp as L
 
-    from app.engine import alloc_report, llama_log, load_params
+    from app.ggml import alloc_report, llama_log
+    from app.engine.planner import llama_params as load_params
 
     llama_log.install()
     mp, keep = load_params.model_params(layout, no_alloc=True)
@@ -84,7 +85,7 @@ def run_dry_run(layout: Layout, timeout: float = TIMEOUT_S) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        p = subprocess.run([sys.executable, "-m", "app.engine.dryrun"], input=json.dumps({"layout": layout.to_dict()}),
+        p = subprocess.run([sys.executable, "-m", "app.engine.planner.dryrun"], input=json.dumps({"layout": layout.to_dict()}),
                            capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise DryRunError(f"dry run did not finish in {timeout:.0f} s") from None
@@ -140,7 +141,7 @@ def measure_compute(info: ModelInfo, inventory: Inventory, options: PlanOptions,
     """Compute-buffer bytes per device id, measured by a dry run.
     Real GPUs: the dry run loads the planned layout (or `layout`) and reports each device's buffer.
     Simulated inventories (the GPUs are not there): a CPU-only dry run; its figure stands for every GPU ("*")."""
-    from app.engine.layout import plan
+    from app.engine.planner.search import plan
 
     if inventory.simulated or not inventory.gpus:
         # GPU-specific options mean nothing to the CPU-only measurement (and would not validate without GPUs)
@@ -161,7 +162,7 @@ def measure_compute(info: ModelInfo, inventory: Inventory, options: PlanOptions,
 def plan_measured(info: ModelInfo, inventory: Inventory, options: PlanOptions) -> Layout:
     """Plan with estimates, measure that plan's compute buffers, plan again with the measurements (and once more
     if the device placement changed). Falls back to the estimate-based plan, with a reason, if the dry run fails."""
-    from app.engine.layout import plan
+    from app.engine.planner.search import plan
 
     first = plan(info, inventory, options)
     try:

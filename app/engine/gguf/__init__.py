@@ -1,0 +1,1 @@
+"""GGUF facts: the bounds-checked header parser and ModelInfo, with their error type."""
