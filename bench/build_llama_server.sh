@@ -18,10 +18,12 @@ if [ ! -d "$BUILD/src" ]; then
   tar -xzf "$BUILD"/llama_cpp_python-$VERSION.tar.gz -C "$BUILD/src" --strip-components=1
 fi
 LLAMA="$BUILD/src/vendor/llama.cpp"
-# Same flags as the llama-cpp-python default CPU build (GGML_NATIVE on); no UI download, no curl/openssl.
+# Same flags as our llama-cpp-python build (Makefile LLAMA_CMAKE_ARGS: GGML_NATIVE on, RPC on, AMX matmul off);
+# no UI download, no curl/openssl.
 cmake -S "$LLAMA" -B "$BUILD/cmake" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-  -DBUILD_SHARED_LIBS=OFF ${CMAKE_EXTRA:-}
+  -DBUILD_SHARED_LIBS=OFF -DGGML_RPC=ON "-DCMAKE_C_FLAGS=-U__AMX_INT8__" "-DCMAKE_CXX_FLAGS=-U__AMX_INT8__" ${CMAKE_EXTRA:-}
 cmake --build "$BUILD/cmake" --target llama-server -j "$JOBS"
+cmake --build "$BUILD/cmake" --target rpc-server -j "$JOBS"
 cp "$BUILD/cmake/bin/llama-server" "$BUILD/llama-server"
 echo "built $BUILD/llama-server"
