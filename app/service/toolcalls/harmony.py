@@ -1,0 +1,123 @@
+"""gpt-oss replies in OpenAI's harmony format, parsed from the text the runner streams (special tokens shown).
+
+    <|channel|>analysis<|message|>THINKING<|end|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>
+    <|start|>assistant<|channel|>final<|message|>CONTENT<|return|>
+
+`analysis` is thinking, `final` is content, `commentary` addressed `to=functions.NAME` is a tool call (its
+message is the JSON arguments), other `commentary` (preambles) is content. The reply starts inside the header
+of the first message (the prompt ends with `<|start|>assistant`).
+
+Why by hand and not through the `openai-harmony` package: its parser needs the o200k vocabulary, which the
+package downloads at first use (and checks by SHA-256); Strata touches the network only when a user asks for a
+pull, and no package here ships that file. The format is small and fixed; the tests hold recorded gpt-oss output.
+"""
+from __future__ import annotations
+
+import re
+
+from .jsonscan import loads_lenient
+from .stream import held_suffix
+from .types import Delta, ToolCall
+
+START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                                         "<|call|>", "<|return|>", "<|constrain|>")
+_BODY_ENDS = (END, CALL, RETURN, START)
+_RECIPIENT = re.compile(r"to=([^\s<]+)")
+_CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
+
+
+class HarmonyParser:
+    def __init__(self, tool_names=()):
+        self.tool_names = set(tool_names or ())
+        self.mode = "header"                 # header | body
+        self.buf = ""
+        self.header = ""
+        self.channel = ""
+        self.recipient = ""
+        self.args = ""
+        self.n_calls = 0
+        self.content_started = False
+
+    def feed(self, text: str) -> Delta:
+        out = Delta()
+        self.buf += text
+        self._run(out, final=False)
+        return out
+
+    def finish(self) -> Delta:
+        out = Delta()
+        self._run(out, final=True)
+        if self.mode == "header" and (self.header + self.buf).strip():
+            # no <|message|> at all: a model that ignored the format; its words are the content
+            self._route(_strip_markup(self.header + self.buf), "final", out)
+        elif self.mode == "body":
+            self._end_message(out)
+        self.buf = self.header = ""
+        return out
+
+    def _run(self, out: Delta, final: bool) -> None:
+        while self.buf:
+            if self.mode == "header":
+                i = self.buf.find(MESSAGE)
+                if i < 0:
+                    return
+                self._open(self.header + self.buf[:i])
+                self.header, self.buf = "", self.buf[i + len(MESSAGE):]
+                self.mode = "body"
+                continue
+            first, hit = -1, None
+            for m in _BODY_ENDS:
+                i = self.buf.find(m)
+                if i != -1 and (first == -1 or i < first):
+                    first, hit = i, m
+            if hit is None:
+                keep = 0 if final else held_suffix(self.buf, _BODY_ENDS)
+                self._route(self.buf[:len(self.buf) - keep], self.channel, out)
+                self.buf = self.buf[len(self.buf) - keep:]
+                return
+            self._route(self.buf[:first], self.channel, out)
+            self.buf = self.buf[first + len(hit):]
+            self._end_message(out)
+            self.mode = "header"
+
+    def _open(self, header: str) -> None:
+        m = _CHANNEL.search(header)
+        self.channel = m.group(1) if m else "final"
+        r = _RECIPIENT.search(header)
+        self.recipient = r.group(1) if r else ""
+        self.args = ""
+
+    def _is_call(self) -> bool:
+        return bool(self.recipient) and self.recipient != "user"
+
+    def _route(self, text: str, channel: str, out: Delta) -> None:
+        if not text:
+            return
+        if self.mode == "body" and self._is_call():
+            self.args += text
+        elif channel == "analysis":
+            out.thinking += text
+        else:
+            if not self.content_started:
+                text = text.lstrip()
+                if not text:
+                    return
+                self.content_started = True
+            out.content += text
+
+    def _end_message(self, out: Delta) -> None:
+        if self._is_call():
+            name = self.recipient.removeprefix("functions.")
+            args = loads_lenient(self.args) if self.args.strip() else {}
+            if isinstance(args, dict):
+                out.calls.append(ToolCall(name, args))
+                self.n_calls += 1
+            else:                            # arguments that are not JSON: keep them visible
+                self.recipient = ""
+                self._route(self.args, "final", out)
+        self.recipient, self.args = "", ""
+
+
+def _strip_markup(text: str) -> str:
+    return re.sub(r"<\|[a-z_]+\|>", "", text)

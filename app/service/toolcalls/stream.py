@@ -1,0 +1,232 @@
+"""The streaming reply parser: text pieces in, content / thinking / complete tool calls out.
+
+One parser per request, fed the runner's text as it arrives. Text that may be the start of a marker is held
+back until it is resolved, so markup never reaches `content` and nothing is streamed and then retracted. A
+tool-call section is emitted once it is complete (its end marker, or the end of the reply for formats without
+one). A section that does not parse is kept as content (markers removed): a call is never silently lost.
+
+The fallback for models that drop their markers: when tools were supplied and the reply (or what follows a
+call) starts with a JSON object or list (optionally in a ```json fence) that names one of the supplied tools,
+it is a call. Anything else that starts that way is content, released once the JSON value is complete.
+"""
+from __future__ import annotations
+
+import re
+
+from .families import FamilySpec, Section, spec_for
+from .formats import pythonic
+from .jsonscan import calls_from_text, json_end, mend
+from .types import Delta, ToolCall
+
+MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as content past this many characters
+_PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
+_PY_OPEN = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*$")
+
+
+def held_suffix(buf: str, markers) -> int:
+    """Length of the longest tail of buf that is a proper prefix of one of the markers."""
+    keep = 0
+    for m in markers:
+        for k in range(min(len(m) - 1, len(buf)), keep, -1):
+            if buf.endswith(m[:k]):
+                keep = k
+                break
+    return keep
+
+
+class OutputParser:
+    def __init__(self, family: str | None = None, tool_names=(), *, spec: FamilySpec | None = None):
+        self.spec = spec or spec_for(family)
+        self.tool_names = set(tool_names or ())
+        self.mode = "text"                       # text | think | call | bare
+        self.buf = ""
+        self.section: Section | None = None
+        self.content_started = False
+        self.expect_call = True                  # at the start, or only whitespace since the last call
+        self.strip_next = False                  # drop leading whitespace of the next content (after think/call)
+        self.ws = ""                             # leading whitespace held until real content follows
+        self.n_calls = 0
+        self.n_thinking = 0
+        markers: list[tuple[str, str, object]] = [(s.start, "call", s) for s in self.spec.sections]
+        if self.spec.think:
+            markers += [(self.spec.think[0], "think", None), (self.spec.think[1], "drop", None)]
+        self.markers = markers
+
+    # ---- public ---------------------------------------------------------------------------------------------
+    def feed(self, text: str) -> Delta:
+        out = Delta()
+        self.buf += text
+        self._run(out, final=False)
+        return out
+
+    def finish(self) -> Delta:
+        out = Delta()
+        self._run(out, final=True)
+        if self.buf:                             # whatever is left in a mode that waits for more
+            self._content(self.buf, out)
+            self.buf = ""
+        if not self.content_started and self.ws and not self.n_calls and not self.n_thinking:
+            out.content += self.ws               # a reply that is only whitespace stays what it was
+        self.ws = ""
+        return out
+
+    # ---- internals ------------------------------------------------------------------------------------------
+    def _content(self, text: str, out: Delta) -> None:
+        if self.strip_next:
+            text = text.lstrip()
+            if not text:
+                return
+            self.strip_next = False
+        if not self.content_started:
+            if not text.strip():
+                self.ws += text
+                return
+            text, self.ws = self.ws + text, ""
+            self.content_started = True
+        self.expect_call = False
+        out.content += text
+
+    def _calls(self, calls: list[ToolCall], out: Delta) -> None:
+        out.calls.extend(calls)
+        self.n_calls += len(calls)
+        self.expect_call = self.strip_next = True
+        self.ws = ""
+
+    def _run(self, out: Delta, final: bool) -> None:
+        step = {"text": self._text, "think": self._think, "call": self._call, "bare": self._bare}
+        while self.buf and step[self.mode](out, final):
+            pass
+
+    def _think(self, out: Delta, final: bool) -> bool:
+        close = self.spec.think[1]
+        i = self.buf.find(close)
+        if i >= 0:
+            piece, self.buf = self.buf[:i], self.buf[i + len(close):]
+            if not self.n_thinking:
+                piece = piece.lstrip()
+            self._thinking(piece, out)
+            self.mode, self.strip_next = "text", True
+            return True
+        keep = 0 if final else held_suffix(self.buf, [close])
+        piece, self.buf = self.buf[:len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+        if not self.n_thinking:
+            piece = piece.lstrip()
+        self._thinking(piece, out)
+        return False
+
+    def _thinking(self, piece: str, out: Delta) -> None:
+        if piece:
+            out.thinking += piece
+            self.n_thinking += len(piece)
+
+    def _call(self, out: Delta, final: bool) -> bool:
+        end = self.section.end
+        i = self.buf.find(end) if end else -1
+        if i < 0 and not final:
+            return False
+        body = self.buf[:i] if i >= 0 else self.buf
+        self.buf = self.buf[i + len(end):] if i >= 0 else ""
+        calls = self.section.parse(body if i >= 0 else _mended(body))
+        if calls:
+            self._calls(calls, out)
+        else:                                    # not a call after all: keep what the model said, minus markup
+            self._content(body, out)
+        self.mode = "text"
+        return True
+
+    def _bare(self, out: Delta, final: bool) -> bool:
+        s = self.buf.lstrip()
+        lead = len(self.buf) - len(s)
+        if s.startswith("```"):
+            nl = s.find("\n")
+            close = s.find("```", nl + 1) if nl >= 0 else -1
+            if close < 0 and not final and len(s) < MAX_HELD:
+                return False
+            header = s[3:nl].strip().lower() if nl >= 0 else ""
+            body = s[nl + 1:close] if close >= 0 else s[nl + 1:] if nl >= 0 else ""
+            calls = self._named(calls_from_text(body) or pythonic(body)) if header in ("", "json", "tool_code",
+                                                                                     "python") else None
+            rest = s[close + 3:] if close >= 0 else ""
+        else:
+            end = json_end(s)
+            if end is None and not final and len(s) < MAX_HELD:
+                return False
+            value = s[:end] if end else mend(s)
+            found = calls_from_text(value)
+            if found is None and self.spec.bare_pythonic:
+                found = pythonic(value)
+            calls = self._named(found)
+            rest = s[end:] if end else ""
+        if calls:
+            self.buf = rest
+            self._calls(calls, out)
+        else:
+            self.expect_call = False             # it was content; later JSON is content too
+            self._content(self.buf[:lead] + s[:len(s) - len(rest)] if rest else self.buf, out)
+            self.buf = rest
+        self.mode = "text"
+        return True
+
+    def _named(self, calls: list[ToolCall] | None) -> list[ToolCall] | None:
+        """The fallback's rule: every call must name a supplied tool."""
+        if calls and all(c.name in self.tool_names for c in calls):
+            return calls
+        return None
+
+    def _bare_start(self, final: bool) -> bool | None:
+        """At a point where a markerless call may start: True = it does, False = it does not, None = wait."""
+        s = self.buf.lstrip()
+        if not s:
+            return None if not final else False
+        if s[0] == "{":
+            return True
+        if s[0] == "[":
+            if self.spec.bare_pythonic:
+                if _PY_LIST.match(s):
+                    return True
+                if _PY_OPEN.match(s) and not final:
+                    return None
+            rest = s[1:].lstrip()
+            if not rest:
+                return None if not final else False
+            return rest[0] == "{"
+        if s[0] == "`":
+            if len(s) < 3:
+                return None if not final else False
+            return s.startswith("```")
+        return False
+
+    def _text(self, out: Delta, final: bool) -> bool:
+        if self.expect_call and self.tool_names:
+            start = self._bare_start(final)
+            if start is None:
+                return False
+            if start:
+                self.mode = "bare"
+                return True
+        first, hit = -1, None
+        for marker, kind, obj in self.markers:
+            i = self.buf.find(marker)
+            if i != -1 and (first == -1 or i < first):
+                first, hit = i, (marker, kind, obj)
+        if hit is not None:
+            marker, kind, obj = hit
+            self._content(self.buf[:first], out)
+            self.buf = self.buf[first + len(marker):]
+            if kind == "call":
+                self.mode, self.section = "call", obj
+            elif kind == "think":
+                self.mode = "think"
+            else:                                # a stray end-of-thinking marker: dropped, like its newlines
+                self.strip_next = True
+            return True
+        keep = 0 if final else held_suffix(self.buf, [m for m, _, _ in self.markers])
+        self._content(self.buf[:len(self.buf) - keep], out)
+        self.buf = self.buf[len(self.buf) - keep:]
+        return False
+
+
+def _mended(body: str) -> str:
+    """A section cut off at the end of the reply: close an open JSON value so the call still parses."""
+    s = body.strip()
+    return mend(s) if s[:1] in "{[" else body
