@@ -1,0 +1,152 @@
+"""What a model can do in a chat, read from its GGUF: the template in use (its own, or a built-in one chosen from
+the vocabulary when it has none), the family whose tool-call and thinking markup its replies use, and its
+capabilities (`completion`, `tools`, `insert`, `thinking`, `embedding`) as Ollama's /api/show lists them.
+
+Pure functions over the template text and the vocabulary's tokens, so the service (/api/show, parsing replies)
+and the runner (rendering, stops, fill-in-the-middle) agree. See docs/architecture.md, "Chat templates".
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from app.engine.gguf.builtin_templates import BUILTIN, PLAIN, PLAIN_STOPS
+
+# The token texts llama.cpp recognises as fill-in-the-middle markers when the GGUF has no fim_*_token_id keys
+# (src/llama-vocab.cpp): Qwen2.5-Coder, StarCoder/SmolLM, DeepSeek-Coder, CodeLlama, CodeGemma.
+FIM_PRE = ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+           "<|fim_begin|>")
+FIM_SUF = ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>",
+           "<|fim_hole|>")
+FIM_MID = ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
+           "<|fim_end|>")
+# the markers the reply parsers look for, by family (app/service/toolcalls/families.py)
+THINK_OPEN = {"mistral": "[THINK]"}
+_TOOLS_VAR = re.compile(r"\btools\b")
+
+
+@dataclass(frozen=True)
+class ChatFacts:
+    template: str | None             # the Jinja template rendered for chat (None: the model has no chat use)
+    template_source: str             # "gguf" or "builtin:<name>" or "builtin:plain"
+    template_reason: str             # why this template, in words (shown by /api/show)
+    family: str                      # reply markup: hermes, llama3, mistral, deepseek, harmony, ...
+    capabilities: tuple[str, ...]
+    think_open: str | None = None    # the marker that opens thinking (the runner echoes it when the prompt ends with it)
+    think_toggle: str | None = None  # the template variable that turns thinking off / sets effort
+    stops: tuple[str, ...] = ()      # end-of-turn strings to stop on (built-in templates)
+    fim: tuple[str, str, str] | None = None   # prefix, suffix, middle marker texts
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"template_source": self.template_source, "template_reason": self.template_reason,
+                "family": self.family, "capabilities": list(self.capabilities)}
+
+
+def detect_family(template: str | None) -> str:
+    """The family whose tool-call/thinking markup a template's model writes, from the template text."""
+    t = template or ""
+    if "<|channel|>" in t:
+        return "harmony"
+    if "<start_function_call>" in t:
+        return "functiongemma"
+    if "tool▁call▁begin" in t or "tool▁calls▁begin" in t:
+        return "deepseek"
+    if "[TOOL_CALLS]" in t or "[THINK]" in t:
+        return "mistral"
+    if "<tool_call>" in t and "<function=" in t:
+        return "qwen3_coder"
+    if "<tool_call>" in t:
+        return "hermes"
+    if "<|python_tag|>" in t or ("<|start_header_id|>" in t and _TOOLS_VAR.search(t)):
+        return "llama3"
+    if "tool_code" in t or "[func_name1(" in t:
+        return "pythonic"
+    return "generic"
+
+
+def thinking_markup(template: str | None, family: str) -> tuple[bool, str | None, str | None]:
+    """(supports thinking, the marker that opens it, the template variable that controls it)."""
+    t = template or ""
+    if family == "harmony":
+        return True, None, "reasoning_effort"
+    toggle = "enable_thinking" if "enable_thinking" in t else ("thinking" if re.search(r"\bthinking\b", t)
+                                                              and family == "mistral" else None)
+    if family == "mistral" and "[THINK]" in t:
+        return True, "[THINK]", toggle
+    if "<think>" in t or "enable_thinking" in t or "reasoning_content" in t:
+        return True, "<think>", toggle
+    return False, None, None
+
+
+def fim_markers(tokens: set[str], ids: dict[str, int], token_list=None) -> tuple[str, str, str] | None:
+    """The fill-in-the-middle token texts: from the GGUF's fim_*_token_id keys, else by llama.cpp's names."""
+    def by_id(key):
+        i = ids.get(key)
+        if isinstance(i, int) and token_list is not None and 0 <= i < len(token_list):
+            return token_list[i]
+        return None
+
+    pre, suf, mid = by_id("pre"), by_id("suf"), by_id("mid")
+    pre = pre or next((t for t in FIM_PRE if t in tokens), None)
+    suf = suf or next((t for t in FIM_SUF if t in tokens), None)
+    mid = mid or next((t for t in FIM_MID if t in tokens), None)
+    return (pre, suf, mid) if pre and suf and mid else None
+
+
+def choose_builtin(architecture: str, tokens: set[str]) -> tuple[str, str, str, tuple[str, ...]]:
+    """(name, template, reason, stops) for a GGUF without a chat template: the markup its vocabulary has."""
+    for name, (tpl, needs, stops) in BUILTIN.items():
+        if all(t in tokens for t in needs):
+            return (name, tpl, f"the GGUF has no chat template; {architecture} vocabulary has "
+                    f"{', '.join(needs)}, so llama.cpp's built-in '{name}' template is used", stops)
+    return ("plain", PLAIN, f"the GGUF has no chat template and its {architecture} vocabulary has no chat markup "
+            "tokens (a base model?): plain 'User:'/'Assistant:' turns are used", PLAIN_STOPS)
+
+
+def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_embedding: bool = False,
+               fim_ids: dict | None = None, token_list=None) -> ChatFacts:
+    if template:
+        source, reason, stops = "gguf", "the GGUF's own tokenizer.chat_template", ()
+    else:
+        name, template, reason, stops = choose_builtin(architecture, tokens)
+        source = f"builtin:{name}"
+    family = detect_family(template) if source == "gguf" else "generic"
+    thinks, think_open, toggle = thinking_markup(template if source == "gguf" else None, family)
+    fim = fim_markers(tokens, fim_ids or {}, token_list)
+    caps: list[str] = []
+    if is_embedding:
+        caps.append("embedding")
+    else:
+        caps.append("completion")
+        if source == "gguf" and _TOOLS_VAR.search(template):
+            caps.append("tools")
+        if fim:
+            caps.append("insert")
+        if thinks:
+            caps.append("thinking")
+    return ChatFacts(template=template, template_source=source, template_reason=reason, family=family,
+                     capabilities=tuple(caps), think_open=think_open, think_toggle=toggle, stops=stops, fim=fim)
+
+
+def read_chat_facts(path) -> ChatFacts:
+    """ChatFacts for a GGUF file (reads its metadata and vocabulary; cached per file version)."""
+    p = os.path.realpath(os.fspath(path))
+    st = os.stat(p)
+    return _read_cached(p, (st.st_size, st.st_mtime_ns, st.st_ino))
+
+
+@lru_cache(maxsize=32)
+def _read_cached(path: str, _version_key) -> ChatFacts:
+    from app.engine.gguf.model_info import read_model_info
+    from app.engine.gguf.parser import parse_gguf
+
+    info = read_model_info(path)
+    gf = parse_gguf(path, keep_arrays=1 << 22)
+    token_list = gf.get("tokenizer.ggml.tokens")
+    token_list = token_list if isinstance(token_list, list) else []
+    fim_ids = {k: gf.get(f"tokenizer.ggml.fim_{k}_token_id") for k in ("pre", "suf", "mid")}
+    return chat_facts(info.architecture, info.chat_template, set(token_list), is_embedding=info.is_embedding,
+                      fim_ids=fim_ids, token_list=token_list)
