@@ -76,10 +76,7 @@ def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = No
         if last_n and (p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):
             add(L.llama_sampler_init_penalties(n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
         if grammar is not None:
-            g = L.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-            if not g:
-                raise SamplingError("the grammar could not be parsed by llama.cpp")
-            add(g)
+            add(grammar_sampler(vocab, grammar))
         if p.temperature <= 0:
             add(L.llama_sampler_init_greedy())
         elif p.mirostat == 1:
@@ -103,6 +100,32 @@ def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = No
         L.llama_sampler_free(chain)
         raise
     return chain
+
+
+def _special_token(vocab, text: str) -> int | None:
+    """The id of a special token written as `text` (one token when parsed as special), else None."""
+    raw = text.encode()
+    buf = (L.llama_token * 8)()
+    n = L.llama_tokenize(vocab, raw, len(raw), buf, 8, False, True)
+    return int(buf[0]) if n == 1 else None
+
+
+def grammar_sampler(vocab, grammar):
+    """A grammar sampler: plain GBNF text, or a tool_grammar.ToolGrammar (lazy ones wait for a trigger:
+    llama_sampler_init_grammar_lazy_patterns(vocab, grammar, root, patterns, n, tokens, n))."""
+    if isinstance(grammar, str) or not grammar.lazy:
+        text = grammar if isinstance(grammar, str) else grammar.gbnf
+        g = L.llama_sampler_init_grammar(vocab, text.encode(), b"root")
+    else:
+        pats = [p.encode() for p in grammar.patterns]
+        pat_arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
+        ids = [i for i in (_special_token(vocab, t) for t in grammar.trigger_tokens) if i is not None]
+        tok_arr = (L.llama_token * max(1, len(ids)))(*ids)
+        g = L.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.gbnf.encode(), b"root", pat_arr, len(pats),
+                                                       tok_arr, len(ids))
+    if not g:
+        raise SamplingError("the grammar could not be parsed by llama.cpp")
+    return g
 
 
 def accept_prompt(chain, tokens, window: int) -> int:

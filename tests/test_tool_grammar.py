@@ -1,0 +1,106 @@
+"""Tool-call grammars on the real SmolLM2 vocabulary: llama.cpp parses every family's grammar, a forced grammar
+admits only a call, and a lazy one leaves text free until the family's marker and then admits only the call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llama_cpp import llama_cpp as L
+
+from app.engine.runner import tool_grammar as tg
+from app.engine.runner.grammar import GrammarError
+from app.engine.runner.sampling import grammar_sampler
+from app.engine.runner.embeddings import tokenize
+from app.service.toolcalls import parse_all
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@pytest.fixture(scope="module")
+def vocab(smollm2_path):
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
+    assert model
+    yield L.llama_model_get_vocab(model)
+    L.llama_model_free(model)
+
+
+def allowed(vocab, sampler, n_vocab) -> np.ndarray:
+    """Which tokens the grammar sampler still admits (all start equally likely)."""
+    data = (L.llama_token_data * n_vocab)()
+    for i in range(n_vocab):
+        data[i].id, data[i].logit, data[i].p = i, 0.0, 0.0
+    arr = L.llama_token_data_array(data=data, size=n_vocab, selected=-1, sorted=False)
+    L.llama_sampler_apply(sampler, L.ctypes.byref(arr))
+    return np.array([data[i].logit for i in range(arr.size)]) > -np.inf
+
+
+def accept_text(vocab, sampler, text):
+    for t in tokenize(vocab, text, add_special=False, parse_special=True):
+        L.llama_sampler_accept(sampler, t)
+
+
+def piece_id(vocab, text):
+    toks = tokenize(vocab, text, add_special=False, parse_special=True)
+    return toks[0]
+
+
+@pytest.mark.parametrize("family", ["hermes", "llama3", "mistral", "generic"])
+def test_every_lazy_grammar_parses_in_llama_cpp(vocab, family):
+    g = tg.for_request(TOOLS, "auto", family)
+    assert g is not None and g.lazy
+    s = grammar_sampler(vocab, g)
+    assert s
+    L.llama_sampler_free(s)
+
+
+def test_forced_grammar_admits_only_a_call(vocab):
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    s = grammar_sampler(vocab, tg.for_request(TOOLS, "required", "generic", parallel=False))
+    ok = allowed(vocab, s, n_vocab)
+    assert ok[piece_id(vocab, "{")] and not ok[piece_id(vocab, "Hello")]
+    accept_text(vocab, s, '{"name": "get_weather", "arguments": {"city": ')
+    ok = allowed(vocab, s, n_vocab)
+    assert ok[piece_id(vocab, '"')] and not ok[piece_id(vocab, "1")]      # city must be a string
+    L.llama_sampler_free(s)
+
+
+def test_named_tool_choice_admits_only_that_name(vocab):
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    s = grammar_sampler(vocab, tg.for_request(TOOLS, "get_time", "generic"))
+    accept_text(vocab, s, '{"name": "get_')
+    ok = allowed(vocab, s, n_vocab)
+    assert ok[piece_id(vocab, "time")] and not ok[piece_id(vocab, "weather")]
+    L.llama_sampler_free(s)
+    with pytest.raises(GrammarError, match="not among the tools"):
+        tg.for_request(TOOLS, "no_such_tool", "generic")
+
+
+def test_lazy_grammar_free_until_marker_then_constrained(vocab):
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    s = grammar_sampler(vocab, tg.for_request(TOOLS, "auto", "hermes"))
+    accept_text(vocab, s, "Sure, let me look")
+    assert allowed(vocab, s, n_vocab).all()                                 # free text before the marker
+    accept_text(vocab, s, ' that up. <tool_call>\n{"name": "get_weather", "arguments": {"city": ')
+    ok = allowed(vocab, s, n_vocab)
+    assert ok[piece_id(vocab, '"')] and not ok[piece_id(vocab, "Hello")]
+    L.llama_sampler_free(s)
+
+
+def test_no_grammar_for_none_or_no_tools():
+    assert tg.for_request(TOOLS, "none", "hermes") is None
+    assert tg.for_request(None, "required", "hermes") is None
+
+
+def test_forced_output_parses_as_a_call():
+    """What the forced grammar lets through is what the service's parser reads as a call (any family)."""
+    reply = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}'
+    for family in ("hermes", "llama3", "mistral", "generic", "deepseek"):
+        d = parse_all(family, reply, ["get_weather", "get_time"])
+        assert [(c.name, c.arguments) for c in d.calls] == [("get_weather", {"city": "Paris", "days": 2})]
+        assert d.content == ""
