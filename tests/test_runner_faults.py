@@ -1,5 +1,5 @@
 """Runner faults seen through the service: a runner killed with SIGKILL in the middle of streams, and a runner
-that aborts (as a GGML_ASSERT would; tests/test_engine_runner.py checks the same hook at the client level).
+that aborts (as a GGML_ASSERT would; tests/test_runner.py checks the same hook at the client level).
 Requests in flight get an error (an error line in the NDJSON stream, an error event in the SSE stream, a 500
 JSON for a non-streamed call), the next request loads the model again in a new process, nothing hangs
 (every call has a deadline), and no slot stays busy."""

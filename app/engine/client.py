@@ -44,6 +44,15 @@ def describe_exit(code: int | None) -> str:
 _ids = itertools.count(1)
 
 
+def _runner_process(*args) -> None:
+    """The runner child's target (pickled by name for the 'spawn' start). The import is here, not at the top:
+    app/engine/runner/ (llama.cpp, the batcher) is loaded only in the runner child, never in the service
+    (docs/architecture.md, "Process model")."""
+    from app.engine.runner.main import runner_main
+
+    runner_main(*args)
+
+
 class RunnerClient:
     def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None):
         self.layout = layout
@@ -70,15 +79,13 @@ class RunnerClient:
     async def start(self, on_progress: Callable[[float], None] | None = None) -> P.Loaded:
         if self._proc is not None:
             raise RunnerError("this RunnerClient was already started; create a new one to load again")
-        from app.engine.runner.main import runner_main
-
         self._loop = asyncio.get_running_loop()
         self._exited = asyncio.Event()
         self._load_fut = self._loop.create_future()
         self._on_progress = on_progress
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
-        self._proc = mp.Process(target=runner_main, name=f"strata-runner-{self.model_name or 'model'}",
+        self._proc = mp.Process(target=_runner_process, name=f"strata-runner-{self.model_name or 'model'}",
                                 args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir),
                                 daemon=True)
         await self._loop.run_in_executor(None, self._proc.start)

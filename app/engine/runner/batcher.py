@@ -1,12 +1,12 @@
-"""Continuous batching inside the runner: slots, the context thread and the output thread.
+"""Continuous batching inside the runner: slots, the context thread, and the hand-off to the output thread.
 
-Two threads (DESIGN.md "Process model"):
-- the CONTEXT thread owns the llama context: it admits ready requests into free slots, builds each step's batch
-  (one token per generating sequence, then prompt chunks shared round-robin), calls `llama_decode` (the GIL is
-  released there), samples with each sequence's chain, and releases slots. Nothing else touches the context.
-- the OUTPUT thread does everything else while the context thread decodes: admission work (chat template,
-  tokenize, grammar, sampler chain), and the outputs of the last step (detokenize, stop strings, logprobs from
-  copied logits, events to the parent).
+Two threads (docs/architecture.md, "Process model" and "Runner"):
+- the CONTEXT thread owns the llama context. Each step runs in named phases, like vLLM v1's
+  schedule -> execute -> update: `_build_batch` (one token per generating sequence, then prompt chunks shared
+  round-robin), `_decode` (`llama_decode`; the GIL is released there), `_sample` (each sequence's chain), and
+  `_finish` (hand results to the output thread, release finished slots). Nothing else touches the context.
+- the OUTPUT thread (output_thread.py) does everything else while the context thread decodes: admission
+  (admission.py), and the outputs of the last step (detokenize, stop strings, logprobs, events to the parent).
 The batch itself is filled by the context thread with vectorised numpy writes (tens of microseconds): a
 generating sequence's next input is the token sampled at the end of the previous step, so its row cannot be
 written earlier without speculation. Two numpy-backed batches alternate, so a step's rows stay intact while
@@ -33,13 +33,12 @@ from llama_cpp import llama_cpp as L
 from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.output import logprobs_from_logits
+from app.engine.runner.output_thread import OutputThread
+from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
 
-PREFILL, GEN = "prefill", "gen"
-N_KEEP = 4                      # tokens kept at the start of a sequence on context shift (Ollama's num_keep)
 # What llama.cpp logs (ERROR/WARN) when a decode ends because our abort callback said so: ggml status 1 is
 # GGML_STATUS_ABORTED and llama_decode's 2 is "aborted". While the runner itself has asked for an abort these are
 # the expected result of a client's Stop/disconnect, not errors, so they go to DEBUG; a real failure (any other
@@ -48,42 +47,10 @@ ABORT_LOG_LINES = ("failed with error 1", "compute status: 1", "removing memory 
                    "failed to decode, ret = 2")
 
 
-class Seq:
-    """One request's state from arrival to done. Fields are written by one thread at a time (see comments)."""
-
-    def __init__(self, req):
-        self.req = req
-        self.id = req.id
-        self.cancelled = False          # set by the reader thread
-        self.finish: str | None = None  # requested end reason (context or output thread)
-        self.out_reason: str | None = None   # reason the output thread saw first (a stop string)
-        self.error: str | None = None
-        self.error_kind = "error"
-        self.slot: int | None = None
-        self.state = PREFILL
-        self.prompt = np.zeros(0, dtype=np.int32)   # tokens still to feed (prefill, or re-process window)
-        self.todo = 0                   # index of the next prompt token to feed
-        self.n_prompt = 0
-        self.n_past = 0                 # tokens in this sequence's KV cells
-        self.history: list[int] = []    # the tokens in KV, for the re-process fallback and `context`
-        self.pending = -1               # sampled, not yet decoded
-        self.n_gen = 0
-        self.chain = None
-        self.n_keep = 0
-        self.t_admit = self.t_first = self.t_done = 0.0
-        # output-thread state
-        self.detok = None
-        self.stop = None
-        self.stop_bytes = None          # output.StopBytes, read by the context thread after sampling
-        self.n_unsent = 0
-        self.n_out = 0
-        self.pending_lp: list = []
-
-
 class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None):
         self.model, self.ctx, self.send = model, ctx, send
-        self._vocab_out = vocab_out         # output.Vocab (token pieces, cached)
+        self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.n_slots = L.llama_n_seq_max(ctx)
@@ -107,13 +74,16 @@ class Batcher:
         self.in_batch: set[str] = set()
         self.steps = 0
         self._timing: deque = deque(maxlen=128)   # (seconds in llama_decode, seconds of the whole step)
-        # abort without the GIL: strlen(flag) != 0 aborts the running decode (ENGINE-NOTES section 11)
+        # abort without the GIL: strlen(flag) != 0 aborts the running decode; a Python callback would take the
+        # GIL once per graph node and slow a decode by ~80% while another thread is busy (docs/architecture.md,
+        # "Runner")
         self._flag = ctypes.create_string_buffer(2)
         self._abort_cb = ctypes.cast(ctypes.CDLL(None).strlen, L.ggml_abort_callback)
         L.llama_set_abort_callback(ctx, self._abort_cb, ctypes.cast(self._flag, ctypes.c_void_p))
         llama_log.add_level_rule(self._relevel_abort_lines)
+        self.output = OutputThread(self)
         self.threads = [threading.Thread(target=self._context_loop, name="strata-context", daemon=True),
-                        threading.Thread(target=self._output_loop, name="strata-output", daemon=True)]
+                        threading.Thread(target=self.output.run, name="strata-output", daemon=True)]
 
     # ---- called from the reader thread -------------------------------------------------------------------
     def start(self):
@@ -232,36 +202,45 @@ class Batcher:
             seq.history, seq.n_past = [], 0
             seq.prompt, seq.todo, seq.state = np.asarray(window, dtype=np.int32), 0, PREFILL
 
+    # ---- one step: build batch -> decode -> sample -> finish ---------------------------------------------------
     def _step(self) -> bool:
+        """One scheduling step; False when there was nothing to decode."""
         t_start = time.perf_counter()
         b = self.batches[self._k]
         self._k ^= 1
+        plan, outs = self._build_batch(b)
+        if b.n == 0:
+            return False
+        rc, msg, t_decode = self._decode(b, plan)
+        if rc != 0:
+            self._on_decode_failure(rc, msg, b, plan)
+            return True
+        self.steps += 1
+        self._advance(plan)
+        results, finished = self._sample(outs)
+        self._finish(results, finished)
+        self._timing.append((t_decode, time.perf_counter() - t_start))
+        return True
+
+    def _build_batch(self, b: NpBatch):
+        """Fill `b`: one row per generating sequence, then prompt chunks. Returns (plan, outs):
+        plan = [(seq, first position in this batch, n tokens)], outs = [(seq, batch row whose logits we sample)]."""
         b.clear()
-        outs: list[tuple[Seq, int]] = []            # (seq, batch row with logits)
-        plan: list[tuple[Seq, int, int]] = []       # (seq, first pos in this batch, n tokens)
+        outs: list[tuple[Seq, int]] = []
+        plan: list[tuple[Seq, int, int]] = []
         active = [s for s in self.slots if s is not None]
         for seq in active:
             if seq.state == GEN:
                 if seq.n_past >= self.n_ctx_seq:
                     self._context_shift(seq)
-                if seq.state == GEN:
+                if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
                     outs.append((seq, b.add(seq.pending, seq.n_past, seq.slot, True)))
                     plan.append((seq, seq.n_past, 1))
         prefill = [s for s in active if s.state == PREFILL]
         if prefill:
             self._rr = (self._rr + 1) % len(prefill)
             prefill = prefill[self._rr:] + prefill[:self._rr]
-            budget = b.free
-            share = max(1, budget // len(prefill))
-            grant = {}
-            for seq in prefill:                      # equal shares first, then leftovers round-robin
-                grant[seq.id] = min(len(seq.prompt) - seq.todo, share, budget)
-                budget -= grant[seq.id]
-            for seq in prefill:
-                extra = min(len(seq.prompt) - seq.todo - grant[seq.id], budget)
-                if extra > 0:
-                    grant[seq.id] += extra
-                    budget -= extra
+            grant = prefill_grants(prefill, b.free)
             for seq in prefill:
                 k = grant[seq.id]
                 if k <= 0:
@@ -271,9 +250,12 @@ class Batcher:
                 plan.append((seq, seq.n_past, k))
                 if last:
                     outs.append((seq, row))
-        if b.n == 0:
-            return False
+        return plan, outs
+
+    def _decode(self, b: NpBatch, plan) -> tuple[int, str, float]:
+        """llama_decode on `b`, unless a cancel arrived while it was built. Returns (rc, message, seconds)."""
         self.in_batch = {seq.id for seq, _, _ in plan}
+        t_decode = 0.0
         try:
             self.hooks.hit("step")
             if any(seq.cancelled for seq, _, _ in plan):
@@ -283,25 +265,25 @@ class Batcher:
                 rc = L.llama_decode(self.ctx, b.struct)
                 t_decode = time.perf_counter() - t0
         except Exception as e:
-            rc, t_decode = -100, 0.0
-            msg = str(e)
-        else:
-            msg = f"llama_decode failed with code {rc}"
+            return -100, str(e), 0.0
         finally:
             self.in_batch = set()
-        if rc != 0:
-            for seq, pos0, _ in plan:                # processed ubatches may remain: roll every sequence back
-                if seq.slot is not None:
-                    L.llama_memory_seq_rm(self.mem, seq.slot, pos0, -1)
-            if rc == 2:                              # aborted for a cancel: the others just retry next step
-                return True
-            log.error("%s (batch of %d tokens)", msg, b.n)
-            for seq, _, _ in plan:
-                seq.error = msg
-                if seq.slot is not None:
-                    self._release(seq, "error")
-            return True
-        self.steps += 1
+        return rc, f"llama_decode failed with code {rc}", t_decode
+
+    def _on_decode_failure(self, rc: int, msg: str, b: NpBatch, plan) -> None:
+        for seq, pos0, _ in plan:                    # processed ubatches may remain: roll every sequence back
+            if seq.slot is not None:
+                L.llama_memory_seq_rm(self.mem, seq.slot, pos0, -1)
+        if rc == 2:                                  # aborted for a cancel: the others just retry next step
+            return
+        log.error("%s (batch of %d tokens)", msg, b.n)
+        for seq, _, _ in plan:
+            seq.error = msg
+            if seq.slot is not None:
+                self._release(seq, "error")
+
+    def _advance(self, plan) -> None:
+        """After a successful decode: what each sequence now holds in KV, and which prefills became generations."""
         for seq, pos0, k in plan:
             if seq.state == GEN:
                 seq.history.append(seq.pending)
@@ -311,8 +293,10 @@ class Batcher:
                 if seq.todo == len(seq.prompt):
                     seq.state = GEN
             seq.n_past = pos0 + k
-        results = []
-        finished = []
+
+    def _sample(self, outs):
+        """Sample every sequence that has logits this step. Returns (results for the output thread, finished)."""
+        results, finished = [], []
         for seq, row in outs:
             if seq.req.num_predict == 0:                 # prompt only (like llama-server's n_predict 0): no token
                 finished.append((seq, "length"))
@@ -335,19 +319,25 @@ class Batcher:
             seq.n_gen += 1
             eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
             results.append((seq, tok, logits, eog))
-            if eog and not seq.req.ignore_eos:
-                finished.append((seq, "stop"))
-            elif seq.stop_bytes is not None and not eog and seq.stop_bytes.push(self._vocab_out.piece(tok)):
-                finished.append((seq, "stop"))           # a stop string: no need to decode this token
-            elif 0 < seq.req.num_predict <= seq.n_gen:
-                finished.append((seq, "length"))
+            reason = self._end_reason(seq, tok, eog)
+            if reason:
+                finished.append((seq, reason))
+        return results, finished
+
+    def _end_reason(self, seq: Seq, tok: int, eog: bool) -> str | None:
+        if eog and not seq.req.ignore_eos:
+            return "stop"
+        if seq.stop_bytes is not None and not eog and seq.stop_bytes.push(self.vocab_out.piece(tok)):
+            return "stop"                                # a stop string: no need to decode this token
+        if 0 < seq.req.num_predict <= seq.n_gen:
+            return "length"
+        return None
+
+    def _finish(self, results, finished) -> None:
         if results:
             self.out_q.put(("step", results))
         for seq, reason in finished:
             self._release(seq, reason)
-        t_end = time.perf_counter()
-        self._timing.append((t_decode, t_end - t_start))
-        return True
 
     def _run_embed(self, job):
         req, token_lists, n_tokens = job
@@ -358,105 +348,18 @@ class Batcher:
             log.exception("embedding failed")
             self.send(P.EmbedResult(req.id, [], 0, error=f"embedding failed: {e}"))
 
-    # ---- output thread ------------------------------------------------------------------------------------
-    def _output_loop(self):
-        while True:
-            kind, item = self.out_q.get()
-            if kind == "quit":
-                return
-            try:
-                if kind == "step":
-                    for seq, tok, logits, eog in item:
-                        self._on_token(seq, tok, logits, eog)
-                elif kind == "done":
-                    self._on_done(item)
-                elif kind == "admit":
-                    self._on_admit(item)
-                elif kind == "embed":
-                    self._on_embed(item)
-            except Exception:
-                log.exception("output thread: %s failed", kind)
-                if kind == "done":
-                    self.seqs.pop(item.id, None)
 
-    def _on_admit(self, seq: Seq):
-        if seq.cancelled:
-            self._finish_unadmitted(seq, "cancelled")
-            return
-        try:
-            self.hooks.hit("admit")
-            self.admit_fn(seq)
-        except Exception as e:
-            seq.error = str(e)
-            seq.error_kind = "invalid" if isinstance(e, ValueError) else "error"
-            self._finish_unadmitted(seq, "error")
-            return
-        self.ready.append(seq)
-        self.wake.set()
-
-    def _finish_unadmitted(self, seq: Seq, reason: str):
-        if seq.chain:
-            L.llama_sampler_free(seq.chain)
-            seq.chain = None
-        seq.finish = reason
-        self._on_done(seq)
-
-    def _on_token(self, seq: Seq, tok: int, logits, eog: bool):
-        if seq.out_reason or seq.cancelled:
-            return                                   # tokens decoded after a stop string: never shown
-        try:
-            self.hooks.hit("output")
-            seq.n_out += 1
-            seq.n_unsent += 1
-            text = "" if eog else seq.detok.push(tok)
-            if seq.req.logprobs and logits is not None:
-                seq.pending_lp.append(logprobs_from_logits(logits, tok, seq.req.top_logprobs, self._vocab_out))
-            safe, stopped = seq.stop.push(text) if text else ("", False)
-            if safe:
-                self._send_text(seq, safe)
-            if stopped:
-                seq.out_reason = "stop"
-                self.wake.set()
-        except Exception as e:
-            seq.error = f"output processing failed: {e}"
-            seq.out_reason = "error"
-            self.wake.set()
-
-    def _send_text(self, seq: Seq, text: str):
-        lp = seq.pending_lp or None
-        if seq.req.logprobs:
-            seq.pending_lp = []
-        self.send(P.TokenEvent(seq.id, text, n_tokens=seq.n_unsent, logprobs=lp))
-        seq.n_unsent = 0
-
-    def _on_done(self, seq: Seq):
-        self.seqs.pop(seq.id, None)
-        reason = seq.out_reason or seq.finish or "stop"
-        if reason == "error":
-            self.send(P.ErrorEvent(seq.id, seq.error or "request failed", kind=seq.error_kind))
-            return
-        if reason != "cancelled" and seq.detok is not None:
-            tail = seq.detok.flush()
-            safe = seq.stop.push(tail)[0] if tail else ""
-            safe += seq.stop.flush()
-            if safe or seq.n_unsent:
-                self._send_text(seq, safe)
-        t_first = seq.t_first or seq.t_done
-        ctx_tokens = None
-        if seq.req.messages is None and reason != "cancelled":
-            ctx_tokens = list(seq.history)
-        self.send(P.DoneEvent(
-            seq.id, reason, prompt_tokens=seq.n_prompt,
-            completion_tokens=seq.n_out if seq.out_reason else seq.n_gen,
-            prompt_seconds=max(0.0, t_first - seq.t_admit) if seq.t_admit else 0.0,
-            generation_seconds=max(0.0, seq.t_done - t_first) if seq.t_admit else 0.0,
-            context_tokens=ctx_tokens))
-
-    def _on_embed(self, req: P.EmbedRequest):
-        try:
-            token_lists, n_tokens = self.embedder.prepare(req.inputs, req.truncate)
-        except ValueError as e:
-            self.send(P.EmbedResult(req.id, [], 0, error=str(e)))
-            return
-        self.embed_jobs.append((req, token_lists, n_tokens))
-        self.wake.set()
+def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:
+    """How many prompt tokens each prefilling sequence feeds this step: equal shares of the free batch rows
+    first, then the leftovers in round-robin order (the list's order), so no long prompt starves the others."""
+    share = max(1, budget // len(prefill))
+    grant = {}
+    for seq in prefill:
+        grant[seq.id] = min(len(seq.prompt) - seq.todo, share, budget)
+        budget -= grant[seq.id]
+    for seq in prefill:
+        extra = min(len(seq.prompt) - seq.todo - grant[seq.id], budget)
+        if extra > 0:
+            grant[seq.id] += extra
+            budget -= extra
+    return grant

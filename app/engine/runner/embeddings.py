@@ -4,8 +4,8 @@
   created with `embeddings=True`; a whole input must fit in one ubatch (non-causal attention), so the limit is
   min(n_ubatch, n_ctx per sequence).
 - Generative models: a second, small context with `embeddings=True` and MEAN pooling is created on first use
-  (n_seq_max = 1, a power of two: MEAN pooling aborts otherwise, ENGINE-NOTES section 8), batch = context size
-  so an input is one batch.
+  (n_seq_max = 1, a power of two: MEAN pooling aborts otherwise, docs/architecture.md "Runner"), batch =
+  context size so an input is one batch.
 Inputs longer than the limit are truncated when `truncate` is true (the default) and refused otherwise.
 """
 from __future__ import annotations

@@ -1,0 +1,129 @@
+"""The runner's output thread: everything that is not the llama context, done while the context thread decodes.
+
+It admits requests (admission.py: template, tokenize, grammar, sampler chain), turns each step's sampled tokens
+into events (detokenize, stop strings, logprobs from copied logits), sends the one DoneEvent or ErrorEvent of
+every request, and tokenizes embedding inputs. See docs/architecture.md, "Runner".
+"""
+from __future__ import annotations
+
+import logging
+import queue
+
+from llama_cpp import llama_cpp as L
+
+from app.engine import protocol as P
+from app.engine.runner.output import logprobs_from_logits
+from app.engine.runner.sequence import Seq
+
+log = logging.getLogger("strata.engine")
+
+
+class OutputThread:
+    """Works the batcher's `out_q`: ("admit", Seq), ("step", results), ("done", Seq), ("embed", req), ("quit", _)."""
+
+    def __init__(self, batcher):
+        self.b = batcher
+        self.send = batcher.send
+        self.out_q: queue.SimpleQueue = batcher.out_q
+
+    def run(self):
+        while True:
+            kind, item = self.out_q.get()
+            if kind == "quit":
+                return
+            try:
+                if kind == "step":
+                    for seq, tok, logits, eog in item:
+                        self.on_token(seq, tok, logits, eog)
+                elif kind == "done":
+                    self.on_done(item)
+                elif kind == "admit":
+                    self.on_admit(item)
+                elif kind == "embed":
+                    self.on_embed(item)
+            except Exception:
+                log.exception("output thread: %s failed", kind)
+                if kind == "done":
+                    self.b.seqs.pop(item.id, None)
+
+    def on_admit(self, seq: Seq):
+        if seq.cancelled:
+            self._finish_unadmitted(seq, "cancelled")
+            return
+        try:
+            self.b.hooks.hit("admit")
+            self.b.admit_fn(seq)
+        except Exception as e:
+            seq.error = str(e)
+            seq.error_kind = "invalid" if isinstance(e, ValueError) else "error"
+            self._finish_unadmitted(seq, "error")
+            return
+        self.b.ready.append(seq)
+        self.b.wake.set()
+
+    def _finish_unadmitted(self, seq: Seq, reason: str):
+        if seq.chain:
+            L.llama_sampler_free(seq.chain)
+            seq.chain = None
+        seq.finish = reason
+        self.on_done(seq)
+
+    def on_token(self, seq: Seq, tok: int, logits, eog: bool):
+        if seq.out_reason or seq.cancelled:
+            return                                   # tokens decoded after a stop string: never shown
+        try:
+            self.b.hooks.hit("output")
+            seq.n_out += 1
+            seq.n_unsent += 1
+            text = "" if eog else seq.detok.push(tok)
+            if seq.req.logprobs and logits is not None:
+                seq.pending_lp.append(logprobs_from_logits(logits, tok, seq.req.top_logprobs, self.b.vocab_out))
+            safe, stopped = seq.stop.push(text) if text else ("", False)
+            if safe:
+                self._send_text(seq, safe)
+            if stopped:
+                seq.out_reason = "stop"
+                self.b.wake.set()
+        except Exception as e:
+            seq.error = f"output processing failed: {e}"
+            seq.out_reason = "error"
+            self.b.wake.set()
+
+    def _send_text(self, seq: Seq, text: str):
+        lp = seq.pending_lp or None
+        if seq.req.logprobs:
+            seq.pending_lp = []
+        self.send(P.TokenEvent(seq.id, text, n_tokens=seq.n_unsent, logprobs=lp))
+        seq.n_unsent = 0
+
+    def on_done(self, seq: Seq):
+        self.b.seqs.pop(seq.id, None)
+        reason = seq.out_reason or seq.finish or "stop"
+        if reason == "error":
+            self.send(P.ErrorEvent(seq.id, seq.error or "request failed", kind=seq.error_kind))
+            return
+        if reason != "cancelled" and seq.detok is not None:
+            tail = seq.detok.flush()
+            safe = seq.stop.push(tail)[0] if tail else ""
+            safe += seq.stop.flush()
+            if safe or seq.n_unsent:
+                self._send_text(seq, safe)
+        t_first = seq.t_first or seq.t_done
+        ctx_tokens = None
+        if seq.req.messages is None and reason != "cancelled":
+            ctx_tokens = list(seq.history)
+        self.send(P.DoneEvent(
+            seq.id, reason, prompt_tokens=seq.n_prompt,
+            completion_tokens=seq.n_out if seq.out_reason else seq.n_gen,
+            prompt_seconds=max(0.0, t_first - seq.t_admit) if seq.t_admit else 0.0,
+            generation_seconds=max(0.0, seq.t_done - t_first) if seq.t_admit else 0.0,
+            context_tokens=ctx_tokens))
+
+    def on_embed(self, req: P.EmbedRequest):
+        try:
+            token_lists, n_tokens = self.b.embedder.prepare(req.inputs, req.truncate)
+        except ValueError as e:
+            self.send(P.EmbedResult(req.id, [], 0, error=str(e)))
+            return
+        self.b.embed_jobs.append((req, token_lists, n_tokens))
+        self.b.wake.set()

@@ -1,0 +1,39 @@
+"""One request's state inside the runner (`Seq`), shared by admission, the context thread and the output thread."""
+from __future__ import annotations
+
+import numpy as np
+
+PREFILL, GEN = "prefill", "gen"
+N_KEEP = 4                      # tokens kept at the start of a sequence on context shift (Ollama's num_keep)
+
+
+class Seq:
+    """One request's state from arrival to done. Fields are written by one thread at a time (see comments)."""
+
+    def __init__(self, req):
+        self.req = req
+        self.id = req.id
+        self.cancelled = False          # set by the reader thread
+        self.finish: str | None = None  # requested end reason (context or output thread)
+        self.out_reason: str | None = None   # reason the output thread saw first (a stop string)
+        self.error: str | None = None
+        self.error_kind = "error"
+        self.slot: int | None = None
+        self.state = PREFILL
+        self.prompt = np.zeros(0, dtype=np.int32)   # tokens still to feed (prefill, or re-process window)
+        self.todo = 0                   # index of the next prompt token to feed
+        self.n_prompt = 0
+        self.n_past = 0                 # tokens in this sequence's KV cells
+        self.history: list[int] = []    # the tokens in KV, for the re-process fallback and `context`
+        self.pending = -1               # sampled, not yet decoded
+        self.n_gen = 0
+        self.chain = None
+        self.n_keep = 0
+        self.t_admit = self.t_first = self.t_done = 0.0
+        # output-thread state
+        self.detok = None
+        self.stop = None
+        self.stop_bytes = None          # output.StopBytes, read by the context thread after sampling
+        self.n_unsent = 0
+        self.n_out = 0
+        self.pending_lp: list = []
