@@ -6,6 +6,7 @@ Coroutines run on an asyncio loop that is not the GUI thread. Every call returns
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -94,13 +95,46 @@ class ApiClient:
         return await self.request("POST", "/api/generate", {"model": model, "keep_alive": 0, "stream": False},
                                   timeout=NO_TOTAL)
 
+    async def show(self, model: str) -> dict:
+        return await self.request("POST", "/api/show", {"model": model})
+
+    async def copy(self, source: str, destination: str) -> dict:
+        return await self.request("POST", "/api/copy", {"source": source, "destination": destination})
+
+    async def delete(self, model: str) -> dict:
+        return await self.request("DELETE", "/api/delete", {"model": model})
+
     # streams ----------------------------------------------------------------------------------------------------
     async def chat_stream(self, body: dict) -> AsyncIterator[dict]:
         """POST /api/chat with stream=true; yields each NDJSON object. Leaving the iteration early (or the
         task being cancelled) closes the HTTP stream, which is how the service learns to stop generating."""
+        # aclosing: when the bridge closes this generator, the inner one (and its HTTP stream) closes now too
+        async with aclosing(self.ndjson("/api/chat", body)) as stream:
+            async for obj in stream:
+                yield obj
+
+    async def import_stream(self, path: str, name: str | None = None) -> AsyncIterator[dict]:
+        """POST /api/import: a GGUF on this machine into the store; yields {"status": "hashing" | "copying",
+        "completed", "total"} then {"status": "success", "model"}. Closing the stream cancels the import."""
+        body: dict = {"path": path}
+        if name:
+            body["model"] = name
+        async with aclosing(self.ndjson("/api/import", body)) as stream:
+            async for obj in stream:
+                yield obj
+
+    async def pull_stream(self, model: str) -> AsyncIterator[dict]:
+        """POST /api/pull, Ollama's progress stream: {"status": "pulling manifest"}, per layer {"status",
+        "digest", "total", "completed"}, "verifying sha256 digest", "writing manifest", "success"."""
+        async with aclosing(self.ndjson("/api/pull", {"model": model})) as stream:
+            async for obj in stream:
+                yield obj
+
+    async def ndjson(self, path: str, body: dict) -> AsyncIterator[dict]:
+        """POST `body` with stream=true and yield each NDJSON object; an {"error"} line raises ApiError."""
         body = dict(body, stream=True)
         try:
-            async with self.session().post(self.base_url + "/api/chat", json=body, timeout=NO_TOTAL) as resp:
+            async with self.session().post(self.base_url + path, json=body, timeout=NO_TOTAL) as resp:
                 if resp.status >= 400:
                     raise await _error_from(resp)
                 async for line in resp.content:

@@ -77,6 +77,9 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
     ("GET", "/api/devices"): ("strata", "Device inventory (GPUs, host RAM); ?refresh=1 discovers again", None),
     ("POST", "/api/layout"): ("strata", "Plan a model's layout without loading it (what-if)",
                               _obj({"model": STR, "options": OBJ, "devices": OBJ}, ["model"])),
+    ("POST", "/api/import"): ("strata", "Import a GGUF file on this machine into the store (NDJSON progress: "
+                                        "hashing/copying completed of total; closing the stream cancels)",
+                              _obj({"path": STR, "model": STR, "link": BOOL, "stream": BOOL}, ["path"])),
     ("GET", "/api/events"): ("strata", "Server-sent events: load_started, load_progress, loaded, unloaded, "
                                        "load_failed, memory; `: ping` every 15 s", None),
     ("GET", "/metrics"): ("strata", "Prometheus metrics (text format)", None),

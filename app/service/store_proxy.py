@@ -23,6 +23,13 @@ class StoreProxy:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: getattr(self._get(), method)(*args, **kwargs))
 
+    async def call_aside(self, method: str, *args, **kwargs):
+        """A long call (an import hashing gigabytes) on a thread of its own, so the store thread stays free for
+        listings meanwhile; the store opens a connection per operation, so this is safe."""
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(self._executor, self._get)
+        return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
+
     def close(self) -> None:
         def _close():
             close = getattr(self._store, "close", None)

@@ -1,15 +1,19 @@
-"""Strata's own routes: devices, the what-if layout, server-sent events, Prometheus metrics, OpenAPI."""
+"""Strata's own routes: devices, the what-if layout, a GGUF import with progress, server-sent events, Prometheus
+metrics, OpenAPI."""
 from __future__ import annotations
 
 import asyncio
+import threading
+
 from aiohttp import web
 
 from . import appkeys as keys
 
 from .errors import ApiError
-from .http_util import SSEWriter, field, model_name, read_json
+from .http_util import NDJSONWriter, SSEWriter, field, model_name, read_json
 from .options import parse_ollama_options, plan_options
 from .scheduler import _subtract
+from .store_proxy import store_error
 
 PING_SECONDS = 15.0
 LAYOUT_OPTION_KEYS = ("num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe", "kv_type",
@@ -73,6 +77,61 @@ async def layout(request):
                               "inventory": inventory.to_dict(), "suggestions": list(lay.suggestions)})
 
 
+class ImportCancelled(Exception):
+    """The client closed the import stream: the store's import stops at its next chunk and removes its copy."""
+
+
+async def import_model(request):
+    """POST /api/import {"path": GGUF on this machine, "model": name (default from the file), "link": hard-link
+    when possible (default true)}. NDJSON: {"status": "hashing"|"copying", "completed", "total"} ... then
+    {"status": "success", "model", "digest", "size"}. Closing the stream cancels: nothing is left behind."""
+    store = request.app[keys.STORE]
+    body = await read_json(request)
+    path = field(body, "path", str, required=True)
+    if not path.strip():
+        raise ApiError(400, "'path' must not be empty", param="path")
+    name = model_name(body) if body.get("model") is not None else None
+    link = field(body, "link", bool, True)
+    stream = field(body, "stream", bool, True)
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()
+    step = [0]
+
+    def progress(phase: str, done: int, total: int) -> None:      # runs in the import's thread
+        if cancel.is_set():
+            raise ImportCancelled()
+        if done >= step[0] or done >= total:     # about 200 lines per file, however big
+            step[0] = done + max(total // 200, 1 << 20)
+            loop.call_soon_threadsafe(events.put_nowait, {"status": phase, "completed": done, "total": total})
+
+    def finished(f: asyncio.Future) -> None:
+        f.exception()              # retrieved here too: after a cancel nobody else asks for it
+        events.put_nowait(None)
+
+    job = asyncio.ensure_future(store.call_aside("import_gguf", path, name, link=link, progress=progress))
+    job.add_done_callback(finished)
+    w = NDJSONWriter(request) if stream else None
+    try:
+        while (ev := await events.get()) is not None:
+            if w is not None:
+                await w.send(ev)
+        if job.exception() is not None:
+            err = store_error(job.exception(), name or path)
+            if w is None or not w.resp.prepared:
+                raise err
+            await w.send({"error": err.message})
+            return await w.finish()
+    finally:
+        cancel.set()          # a client that went away cancels the handler: stop the import (a no-op when done)
+    record = job.result()
+    done = {"status": "success", "model": record.name, "digest": f"sha256:{record.sha256}", "size": record.size}
+    if w is None:
+        return web.json_response(done)
+    await w.send(done)
+    return await w.finish()
+
+
 async def events(request):
     bus = request.app[keys.EVENTS]
     w = SSEWriter(request)
@@ -105,6 +164,7 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/devices", devices)
     r.add_post("/api/layout", layout)
+    r.add_post("/api/import", import_model)
     r.add_get("/api/events", events)
     r.add_get("/metrics", metrics)
     r.add_get("/api/openapi.json", openapi)
