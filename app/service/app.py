@@ -20,10 +20,10 @@ from .store_proxy import StoreProxy
 log = logging.getLogger("strata.service")
 
 
-def _default_store():
+def _default_store(config: ServiceConfig):
     from .store import ModelStore
 
-    return ModelStore()
+    return ModelStore(discover_external=config.external_sources)
 
 
 def _metrics_middleware(metrics: Metrics):
@@ -51,7 +51,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     app = web.Application(client_max_size=config.max_body,
                           middlewares=[_metrics_middleware(metrics), *make_middlewares(config)])
     events = EventBus()
-    store = StoreProxy(store_factory or _default_store)
+    store = StoreProxy(store_factory or (lambda: _default_store(config)))
     app[keys.CONFIG] = config
     app[keys.METRICS] = metrics
     app[keys.EVENTS] = events

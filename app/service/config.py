@@ -1,4 +1,6 @@
-"""Service configuration: one frozen dataclass, read from the environment once (`ServiceConfig.from_env()`).
+"""Service configuration: one frozen dataclass, read once (`ServiceConfig.from_env()`) from the settings file
+(`settings.json` in the data dir, written by the desktop app's Settings dialog; see app/settings.py) with the
+environment over it: a variable that is set always wins.
 
 Environment variables (all optional):
   STRATA_HOST          host[:port] to bind (default 127.0.0.1:11434, Ollama's port so its clients work unchanged)
@@ -12,11 +14,16 @@ Environment variables (all optional):
   STRATA_DEVICES       path of a simulated inventory JSON (what-if planning, tests)
   STRATA_NUM_THREADS   llama.cpp threads per runner (default: cores - 1, at least 1)
   STRATA_MAX_BODY      request body limit in bytes (default 32 MiB)
+  STRATA_PROMPT_CACHE_MIB  host RAM for evicted prompt prefixes (0 = the engine's default)
+  STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
+  STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+
+from app import settings as settings_file
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -59,8 +66,8 @@ def _port(text: str, whole: str) -> int:
     return port
 
 
-def _int_env(name: str, default: int, minimum: int = 0) -> int:
-    raw = os.environ.get(name)
+def _int_env(name: str, default: int, minimum: int = 0, env=os.environ) -> int:
+    raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
@@ -70,6 +77,20 @@ def _int_env(name: str, default: int, minimum: int = 0) -> int:
     if v < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {v}")
     return v
+
+
+def _environment() -> dict:
+    try:
+        return settings_file.environment()
+    except settings_file.SettingsError as e:
+        raise ConfigError(f"settings: {e}") from None
+
+
+def _sources(raw: str | None) -> tuple[str, ...]:
+    try:
+        return settings_file.parse_sources(raw)
+    except settings_file.SettingsError as e:
+        raise ConfigError(str(e)) from None
 
 
 def default_threads() -> int:
@@ -92,24 +113,31 @@ class ServiceConfig:
     max_body: int = 32 * 1024 * 1024
     retry_after_s: int = 2                     # the Retry-After sent with a 503 for a full queue
     load_timeout_s: float = 600.0
+    prompt_cache_mib: int = 0                  # 0 = the engine's default
+    gpu_margin_mib: int = 512
+    external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceConfig":
-        host, port = parse_host(os.environ.get("STRATA_HOST"))
-        origins = tuple(o.strip().rstrip("/") for o in os.environ.get("STRATA_ORIGINS", "").split(",") if o.strip())
+        env = _environment()
+        host, port = parse_host(env.get("STRATA_HOST"))
+        origins = tuple(o.strip().rstrip("/") for o in env.get("STRATA_ORIGINS", "").split(",") if o.strip())
         cfg = cls(
             host=host,
             port=port,
-            api_key=os.environ.get("STRATA_API_KEY") or None,
+            api_key=env.get("STRATA_API_KEY") or None,
             origins=origins,
-            max_queue=_int_env("STRATA_MAX_QUEUE", 512),
-            num_parallel=_int_env("STRATA_NUM_PARALLEL", 4, minimum=1),
-            num_ctx=_int_env("STRATA_NUM_CTX", 4096, minimum=16),
-            keep_alive=os.environ.get("STRATA_KEEP_ALIVE") or "5m",
-            max_loaded_models=_int_env("STRATA_MAX_LOADED_MODELS", 0),
-            devices_json=os.environ.get("STRATA_DEVICES") or None,
-            n_threads=_int_env("STRATA_NUM_THREADS", default_threads(), minimum=1),
-            max_body=_int_env("STRATA_MAX_BODY", 32 * 1024 * 1024, minimum=1024),
+            max_queue=_int_env("STRATA_MAX_QUEUE", 512, env=env),
+            num_parallel=_int_env("STRATA_NUM_PARALLEL", 4, minimum=1, env=env),
+            num_ctx=_int_env("STRATA_NUM_CTX", 4096, minimum=16, env=env),
+            keep_alive=env.get("STRATA_KEEP_ALIVE") or "5m",
+            max_loaded_models=_int_env("STRATA_MAX_LOADED_MODELS", 0, env=env),
+            devices_json=env.get("STRATA_DEVICES") or None,
+            n_threads=_int_env("STRATA_NUM_THREADS", default_threads(), minimum=1, env=env),
+            max_body=_int_env("STRATA_MAX_BODY", 32 * 1024 * 1024, minimum=1024, env=env),
+            prompt_cache_mib=_int_env("STRATA_PROMPT_CACHE_MIB", 0, env=env),
+            gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
+            external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
         )
         return replace(cfg, **overrides) if overrides else cfg
 

@@ -8,7 +8,8 @@
             models--ORG--REPO/snapshots/REV/**.gguf (symlinks into blobs/, named by the file's sha256).
 
 `STRATA_USER_HOME` replaces the home directory (tests point it at a fixture tree; the environment overrides
-above are then ignored so a test never sees the real machine). `STRATA_EXTERNAL_MODELS=0` turns discovery off.
+above are then ignored so a test never sees the real machine). `STRATA_EXTERNAL_MODELS=0` turns discovery off,
+`STRATA_EXTERNAL_MODELS=ollama,lmstudio` keeps only those; the settings file's choice comes in as `sources`.
 Split GGUFs (`-00001-of-00003.gguf`) and vision projectors (mmproj) are skipped: they are not a model alone.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.service.names import InvalidName, normalize_name, sanitize_name
+from app.settings import SettingsError, parse_sources
 
 log = logging.getLogger(__name__)
 
@@ -207,17 +209,22 @@ def discover_gguf_tree(root: Path, source: str) -> list[ExternalModel]:
     return out
 
 
-def discover_external(home: Path | None = None) -> list[ExternalModel]:
-    """Every external GGUF found, names unique (the first found keeps a name; later ones get a suffix)."""
-    if os.environ.get("STRATA_EXTERNAL_MODELS", "1") in ("0", "false", "no", "off"):
-        return []
+def discover_external(home: Path | None = None, sources=SOURCES) -> list[ExternalModel]:
+    """Every external GGUF found in `sources` (of SOURCES; STRATA_EXTERNAL_MODELS narrows them further), names
+    unique (the first found keeps a name; later ones get a suffix)."""
+    try:
+        wanted = set(sources) & set(parse_sources(os.environ.get("STRATA_EXTERNAL_MODELS")))
+    except SettingsError as e:
+        log.warning("%s", e)
+        wanted = set()
     found: list[ExternalModel] = []
     try:
-        found += discover_ollama(ollama_models_dir(home))
+        if "ollama" in wanted:
+            found += discover_ollama(ollama_models_dir(home))
     except OSError as e:
         log.debug("Ollama discovery failed: %s", e)
     seen_paths = set()
-    for d in lmstudio_dirs(home):
+    for d in lmstudio_dirs(home) if "lmstudio" in wanted else ():
         try:
             found += [m for m in discover_gguf_tree(d, "lmstudio") if m.path not in seen_paths]
             seen_paths.update(m.path for m in found)
@@ -225,7 +232,7 @@ def discover_external(home: Path | None = None) -> list[ExternalModel]:
             log.debug("LM Studio discovery in %s failed: %s", d, e)
     try:
         hub = hf_hub_dir(home)
-        if hub.is_dir():
+        if "huggingface" in wanted and hub.is_dir():
             real_seen = set()
             for repo in sorted(hub.glob("models--*")):
                 for m in discover_gguf_tree(repo, "huggingface"):

@@ -151,10 +151,12 @@ def parse_ollama_options(options, defaults: dict | None = None) -> RequestOption
 
 
 def plan_options(overrides: dict, *, num_ctx_default: int, num_parallel: int, n_ctx_train: int,
-                 embedding: bool = False) -> PlanOptions:
+                 embedding: bool = False, margin_mib: int | None = None) -> PlanOptions:
     """PlanOptions for a load: request overrides over the server defaults; num_ctx clamped to the training context."""
     names = {f.name for f in fields(PlanOptions)}
     o = PlanOptions(num_ctx=num_ctx_default, num_parallel=num_parallel, embedding=embedding)
+    if margin_mib is not None:               # the GPU margin setting (default: PlanOptions' own)
+        o = replace(o, margin=margin_mib << 20)
     o = replace(o, **{k: v for k, v in overrides.items() if k in names})
     num_ctx = o.num_ctx
     if n_ctx_train and n_ctx_train > 0:

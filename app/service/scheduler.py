@@ -254,7 +254,8 @@ class Scheduler:
     def plan_options_for(self, record, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
         overrides = dict(ro.plan)
         return plan_options(overrides, num_ctx_default=self.config.num_ctx, num_parallel=self.config.num_parallel,
-                            n_ctx_train=getattr(info, "context_length", 0), embedding=embedding)
+                            n_ctx_train=getattr(info, "context_length", 0), embedding=embedding,
+                            margin_mib=self.config.gpu_margin_mib)
 
     # ---- the request side ------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from app import paths
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.service.names import InvalidName, normalize_name, sanitize_name
+from app.settings import EXTERNAL_SOURCES
 
 __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]
 
@@ -115,7 +116,8 @@ def _copy_and_hash(src: Path, dst: Path, progress: Progress | None, total: int) 
 
 class ModelStore:
     def __init__(self, db_path: str | os.PathLike | None = None, models_dir: str | os.PathLike | None = None,
-                 discover_external: bool = True):
+                 discover_external: bool | tuple[str, ...] = True):
+        """`discover_external`: False, True (every other app's folders) or the sources to scan ("ollama", ...)."""
         self.db_path = Path(db_path) if db_path else paths.db_path()
         self.models_dir = Path(models_dir) if models_dir else paths.models_dir()
         self.models_dir.mkdir(parents=True, exist_ok=True)
@@ -154,10 +156,11 @@ class ModelStore:
             return []
         from app.service.external_models import discover_external
 
+        sources = EXTERNAL_SOURCES if self.discover_external is True else self.discover_external
         return [ModelRecord(name=m.name, path=str(m.path), size=m.size, sha256=m.sha256,
                             modified_at=m.modified_at, source=m.source, read_only=True,
                             parameters=dict(m.parameters), system=m.system, origin=m.origin)
-                for m in discover_external()]
+                for m in discover_external(sources=sources)]
 
     def list(self) -> list[ModelRecord]:
         """Store models, then the built-in one, then external finds; a name appears once (first wins)."""

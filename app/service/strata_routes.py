@@ -68,7 +68,7 @@ async def layout(request):
     else:
         inventory = _subtract(await scheduler.get_inventory(), scheduler.used_bytes(exclude=record.name))
     options = plan_options(ro.plan, num_ctx_default=scheduler.config.num_ctx, num_parallel=num_parallel,
-                           n_ctx_train=info.context_length)
+                           n_ctx_train=info.context_length, margin_mib=scheduler.config.gpu_margin_mib)
     try:
         lay = await scheduler.plan(info, options, inventory)
     except ValueError as e:

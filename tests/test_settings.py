@@ -1,0 +1,142 @@
+"""The settings file (app/settings.py): written by the Settings dialog, read by the service's config at start
+(`strata serve` and `strata gui` alike); an environment variable always wins over the file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from app import settings
+from app.service.config import ConfigError, ServiceConfig
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for s in settings.SETTINGS:
+        monkeypatch.delenv(s.env, raising=False)
+    return monkeypatch
+
+
+def test_save_then_load_keeps_only_what_differs(strata_home, clean_env):
+    path = settings.save({"num_ctx": 8192, "api_key": "k", "num_parallel": 4, "origins": ["https://a.example"]})
+    assert path == strata_home / "settings.json"
+    assert json.loads(path.read_text()) == {"api_key": "k", "num_ctx": 8192, "origins": ["https://a.example"]}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600          # it may hold the API key
+    assert settings.load() == {"api_key": "k", "num_ctx": 8192, "origins": ["https://a.example"]}
+    assert settings.effective()["num_parallel"] == 4 and settings.effective()["num_ctx"] == 8192
+    assert [p.name for p in strata_home.iterdir() if p.name.startswith(".settings-")] == []
+
+
+@pytest.mark.parametrize("values, named", [
+    ({"num_ctx": "big"}, "num_ctx"), ({"num_parallel": 0}, "num_parallel"), ({"origins": "x"}, "origins"),
+    ({"external_sources": ["ollama", "winamp"]}, "winamp"), ({"no_such": 1}, "no_such"), ({"num_ctx": True}, "num_ctx"),
+])
+def test_bad_values_are_refused_naming_the_setting(strata_home, values, named):
+    with pytest.raises(settings.SettingsError, match=named):
+        settings.save(values)
+    assert not (strata_home / "settings.json").exists()
+
+
+def test_a_broken_file_is_a_config_error_naming_it(strata_home, clean_env):
+    (strata_home / "settings.json").write_text('{"num_ctx": -5}')
+    with pytest.raises(ConfigError, match="num_ctx"):
+        ServiceConfig.from_env()
+    (strata_home / "settings.json").write_text("{oops")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        ServiceConfig.from_env()
+
+
+def test_config_reads_the_file_and_the_environment_wins(strata_home, clean_env):
+    settings.save({"host": "127.0.0.1:12001", "api_key": "from-file", "origins": ["https://a.example"],
+                   "num_parallel": 2, "num_ctx": 8192, "keep_alive": "1h", "num_threads": 3, "prompt_cache_mib": 256,
+                   "gpu_margin_mib": 1024, "external_sources": ["ollama"]})
+    cfg = ServiceConfig.from_env()
+    assert (cfg.host, cfg.port, cfg.api_key, cfg.origins) == ("127.0.0.1", 12001, "from-file", ("https://a.example",))
+    assert (cfg.num_parallel, cfg.num_ctx, cfg.keep_alive, cfg.n_threads) == (2, 8192, "1h", 3)
+    assert (cfg.prompt_cache_mib, cfg.gpu_margin_mib, cfg.external_sources) == (256, 1024, ("ollama",))
+    clean_env.setenv("STRATA_NUM_CTX", "2048")
+    clean_env.setenv("STRATA_EXTERNAL_MODELS", "lmstudio,huggingface")
+    cfg = ServiceConfig.from_env()
+    assert cfg.num_ctx == 2048 and cfg.external_sources == ("lmstudio", "huggingface")
+    assert cfg.num_parallel == 2                                   # the file still holds for the rest
+    assert settings.overridden() == {"num_ctx": "STRATA_NUM_CTX", "external_sources": "STRATA_EXTERNAL_MODELS"}
+    settings.save({"external_sources": []})                      # none: nothing of other apps is scanned
+    clean_env.delenv("STRATA_EXTERNAL_MODELS")
+    assert ServiceConfig.from_env().external_sources == ()
+
+
+def test_the_gpu_margin_reaches_the_planner(strata_home, clean_env):
+    from app.service.options import plan_options
+
+    o = plan_options({}, num_ctx_default=4096, num_parallel=1, n_ctx_train=8192, margin_mib=1024)
+    assert o.margin == 1024 << 20
+
+
+def test_scanned_folders_follow_the_setting(strata_home, clean_env, tmp_path):
+    """An LM Studio and a Hugging Face model in the (sandboxed) home: the store lists only the chosen sources."""
+    import shutil
+
+    from app.service.store import ModelStore
+    from gguf_factory import write_dense_llama
+
+    home = tmp_path / "user-home"
+    lm = home / ".lmstudio" / "models" / "pub" / "repo"
+    lm.mkdir(parents=True)
+    write_dense_llama(lm / "tiny-lm.gguf")
+    snap = home / ".cache" / "huggingface" / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    shutil.copyfile(lm / "tiny-lm.gguf", snap / "tiny-hf.gguf")
+
+    def sources(discover) -> set[str]:
+        return {r.source for r in ModelStore(discover_external=discover).list()} - {"builtin", "store"}
+
+    assert sources(True) == {"lmstudio", "huggingface"}
+    assert sources(("lmstudio",)) == {"lmstudio"}
+    assert sources(()) == set()
+    clean_env.setenv("STRATA_EXTERNAL_MODELS", "huggingface")      # the environment narrows it further
+    assert sources(True) == {"huggingface"}
+
+
+def test_strata_serve_listens_where_the_settings_file_says(strata_home, clean_env, tmp_path):
+    port = _free_port()
+    settings.save({"host": f"127.0.0.1:{port}", "api_key": "file-key", "num_threads": 1,
+                   "external_sources": []})
+    env = {k: v for k, v in os.environ.items() if k != "STRATA_HOST"}
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < end, open(tmp_path / "serve.log").read()
+            try:
+                urllib.request.urlopen(url + "/api/version", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        # the file's API key is enforced
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url + "/api/tags", timeout=10)
+        assert e.value.code == 401
+        req = urllib.request.Request(url + "/api/tags", headers={"Authorization": "Bearer file-key"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert "models" in json.loads(r.read())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        log.close()
