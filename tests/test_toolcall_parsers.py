@@ -245,3 +245,15 @@ def test_qwen3_coder_xml():
     check("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                          "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
           calls=[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}])
+
+
+def test_command_r_action_thinking_and_response_markup():
+    check("command_r", '<|START_THINKING|>I need the weather.<|END_THINKING|><|START_ACTION|>[\n'
+                       '{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}\n'
+                       ']<|END_ACTION|>', thinking="I need the weather.", calls=[W])
+    check("command_r", "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>", content="It is sunny.")
+
+
+def test_llama4_python_start_section():
+    check("llama3", '<|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"}}<|python_end|>',
+          calls=[W])

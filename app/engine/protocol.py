@@ -43,6 +43,12 @@ class GenerateRequest:
     top_logprobs: int = 0                   # 0..20
     ignore_eos: bool = False
     echo_prompt_tokens: bool = False
+    # tools and thinking (issue 14; docs/architecture.md, "Tool calls")
+    tools: list[dict] | None = None         # OpenAI function shape, handed to the chat template
+    tool_choice: str | None = None          # "auto" | "required" | a function name: the runner adds a grammar
+    parallel_tool_calls: bool = True
+    template_kwargs: dict = field(default_factory=dict)   # enable_thinking, reasoning_effort
+    suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
 
 
 @dataclass
@@ -73,6 +79,7 @@ class TokenizeRequest:
     id: str
     text: str
     add_special: bool = True
+    chat: GenerateRequest | None = None     # count a chat's prompt instead: its messages/tools through the template
 
 
 @dataclass
@@ -125,6 +132,7 @@ class DoneEvent:
     prompt_seconds: float
     generation_seconds: float
     context_tokens: list[int] | None = None
+    stop_string: str | None = None          # the stop string that ended it (reason "stop")
 
 
 @dataclass

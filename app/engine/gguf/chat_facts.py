@@ -22,8 +22,25 @@ FIM_SUF = ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>
            "<|fim_hole|>")
 FIM_MID = ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
            "<|fim_end|>")
-# the markers the reply parsers look for, by family (app/service/toolcalls/families.py)
-THINK_OPEN = {"mistral": "[THINK]"}
+# Thinking markers by family (default <think>...</think>); the service's reply parser uses the same table.
+THINK_MARKERS = {"mistral": ("[THINK]", "[/THINK]"), "command_r": ("<|START_THINKING|>", "<|END_THINKING|>")}
+DEFAULT_THINK = ("<think>", "</think>")
+# Special tokens the runner writes out as text for each family (its call/thinking markup, which the service's
+# parser reads and removes); all other special tokens stay invisible in replies.
+MARKER_TOKENS = {
+    "hermes": ("<tool_call>", "</tool_call>", "<think>", "</think>"),
+    "qwen3_coder": ("<tool_call>", "</tool_call>", "<think>", "</think>"),
+    "llama3": ("<|python_tag|>", "<|python_start|>", "<|python_end|>"),
+    "mistral": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"),
+    "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                 "<｜tool▁sep｜>", "<think>", "</think>"),
+    "harmony": ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"),
+    "functiongemma": ("<start_function_call>", "<end_function_call>", "<escape>"),
+    "command_r": ("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>", "<|END_THINKING|>",
+                  "<|START_RESPONSE|>", "<|END_RESPONSE|>"),
+    "generic": ("<think>", "</think>"),
+    "pythonic": (),
+}
 _TOOLS_VAR = re.compile(r"\btools\b")
 
 
@@ -35,6 +52,7 @@ class ChatFacts:
     family: str                      # reply markup: hermes, llama3, mistral, deepseek, harmony, ...
     capabilities: tuple[str, ...]
     think_open: str | None = None    # the marker that opens thinking (the runner echoes it when the prompt ends with it)
+    renders_tools: bool = False      # the template writes the `tools` list itself (else the service describes them)
     think_toggle: str | None = None  # the template variable that turns thinking off / sets effort
     stops: tuple[str, ...] = ()      # end-of-turn strings to stop on (built-in templates)
     fim: tuple[str, str, str] | None = None   # prefix, suffix, middle marker texts
@@ -56,11 +74,13 @@ def detect_family(template: str | None) -> str:
         return "deepseek"
     if "[TOOL_CALLS]" in t or "[THINK]" in t:
         return "mistral"
+    if "<|START_ACTION|>" in t:
+        return "command_r"
     if "<tool_call>" in t and "<function=" in t:
         return "qwen3_coder"
     if "<tool_call>" in t:
         return "hermes"
-    if "<|python_tag|>" in t or ("<|start_header_id|>" in t and _TOOLS_VAR.search(t)):
+    if "<|python_tag|>" in t or "<|python_start|>" in t or ("<|start_header_id|>" in t and _TOOLS_VAR.search(t)):
         return "llama3"
     if "tool_code" in t or "[func_name1(" in t:
         return "pythonic"
@@ -76,6 +96,8 @@ def thinking_markup(template: str | None, family: str) -> tuple[bool, str | None
                                                               and family == "mistral" else None)
     if family == "mistral" and "[THINK]" in t:
         return True, "[THINK]", toggle
+    if family == "command_r":
+        return ("<|START_THINKING|>" in t), "<|START_THINKING|>", toggle
     if "<think>" in t or "enable_thinking" in t or "reasoning_content" in t:
         return True, "<think>", toggle
     return False, None, None
@@ -121,14 +143,15 @@ def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_
         caps.append("embedding")
     else:
         caps.append("completion")
-        if source == "gguf" and _TOOLS_VAR.search(template):
+        if source == "gguf" and (_TOOLS_VAR.search(template) or "tool_calls" in template):
             caps.append("tools")
         if fim:
             caps.append("insert")
         if thinks:
             caps.append("thinking")
     return ChatFacts(template=template, template_source=source, template_reason=reason, family=family,
-                     capabilities=tuple(caps), think_open=think_open, think_toggle=toggle, stops=stops, fim=fim)
+                     capabilities=tuple(caps), think_open=think_open, think_toggle=toggle, stops=stops, fim=fim,
+                     renders_tools=bool(source == "gguf" and _TOOLS_VAR.search(template)))
 
 
 def read_chat_facts(path) -> ChatFacts:

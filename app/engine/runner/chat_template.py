@@ -69,13 +69,21 @@ def validate_messages(messages) -> list[dict]:
     return out
 
 
+# variables a request may set in the template (thinking switches); anything else is the template's own business
+TEMPLATE_KWARGS = ("enable_thinking", "reasoning_effort", "thinking")
+
+
 def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "", eos_token: str = "",
-                add_generation_prompt: bool = True) -> str:
+                add_generation_prompt: bool = True, tools: list[dict] | None = None,
+                template_kwargs: dict | None = None) -> str:
+    """Render messages (Hugging Face shapes: tool_calls with object arguments, tool results) and `tools`
+    (OpenAI function shape) the way transformers' apply_chat_template does."""
     tpl = _compile(template or CHATML)
+    extra = {k: v for k, v in (template_kwargs or {}).items() if k in TEMPLATE_KWARGS}
     try:
         return tpl.render(messages=validate_messages(messages), bos_token=bos_token, eos_token=eos_token,
                           add_generation_prompt=add_generation_prompt, raise_exception=_raise,
-                          strftime_now=lambda f: datetime.now().strftime(f))
+                          strftime_now=lambda f: datetime.now().strftime(f), tools=tools or None, **extra)
     except TemplateError:
         raise
     except Exception as e:  # jinja runtime errors (undefined attributes, sandbox violations)

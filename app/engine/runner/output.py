@@ -51,17 +51,28 @@ class Vocab:
 
 
 class Detokenizer:
-    """Incremental bytes -> str; keeps an incomplete UTF-8 sequence until its last byte arrives."""
+    """Incremental bytes -> str; keeps an incomplete UTF-8 sequence until its last byte arrives.
 
-    def __init__(self, vocab: Vocab):
+    `shown`: special tokens written out as their text (a family's tool-call and thinking markers, which the
+    service's reply parser reads and removes); other special tokens stay invisible. `prefix`: text that comes
+    first (the thinking marker a template put at the end of the prompt, so the parser knows thinking is open).
+    """
+
+    def __init__(self, vocab: Vocab, shown: frozenset[int] = frozenset(), prefix: str = ""):
         self.vocab = vocab
+        self.shown = shown
+        self.prefix = prefix
         self._dec = codecs.getincrementaldecoder("utf-8")("replace")
 
     def push(self, token: int) -> str:
-        return self._dec.decode(self.vocab.piece(token))
+        text = self._dec.decode(self.vocab.piece(token, special=token in self.shown))
+        if self.prefix:
+            text, self.prefix = self.prefix + text, ""
+        return text
 
     def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
+        text, self.prefix = self.prefix + self._dec.decode(b"", final=True), ""
+        return text
 
 
 class StopMatcher:
@@ -75,6 +86,7 @@ class StopMatcher:
         self.stops = [s for s in stops if s]
         self.held = ""
         self.stopped = False
+        self.matched: str | None = None      # the stop string that ended the text
 
     def push(self, text: str) -> tuple[str, bool]:
         if self.stopped:
@@ -86,7 +98,7 @@ class StopMatcher:
         for s in self.stops:
             i = buf.find(s)
             if i != -1 and (first == -1 or i < first):
-                first = i
+                first, self.matched = i, s
         if first != -1:
             self.held = ""
             self.stopped = True

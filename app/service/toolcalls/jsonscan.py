@@ -107,14 +107,15 @@ def call_from_obj(obj) -> ToolCall | None:
             if call is not None and call.id is None and isinstance(obj.get("id"), str):
                 call.id = obj["id"]
             return call
-    name = obj.get("name")
+    name = obj.get("name", obj.get("tool_name"))          # Command R writes tool_name
     if not isinstance(name, str) or not name.strip():
         return None
     raw = obj.get("arguments", obj.get("parameters", obj.get("args", obj.get("input"))))
     args = _arguments(raw)
     if args is None:
         return None
-    cid = obj.get("id") if isinstance(obj.get("id"), str) else None
+    cid = obj.get("id", obj.get("tool_call_id"))
+    cid = cid if isinstance(cid, str) else None
     return ToolCall(name=name.strip(), arguments=args, id=cid)
 
 

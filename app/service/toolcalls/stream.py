@@ -50,6 +50,7 @@ class OutputParser:
         markers: list[tuple[str, str, object]] = [(s.start, "call", s) for s in self.spec.sections]
         if self.spec.think:
             markers += [(self.spec.think[0], "think", None), (self.spec.think[1], "drop", None)]
+        markers += [(m, "strip", None) for m in self.spec.strip]
         self.markers = markers
 
     # ---- public ---------------------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ class OutputParser:
                 self.mode, self.section = "call", obj
             elif kind == "think":
                 self.mode = "think"
-            else:                                # a stray end-of-thinking marker: dropped, like its newlines
+            elif kind == "drop":                 # a stray end-of-thinking marker: dropped, like its newlines
                 self.strip_next = True
             return True
         keep = 0 if final else held_suffix(self.buf, [m for m, _, _ in self.markers])
