@@ -178,6 +178,12 @@ class RunnerClient:
         res = await self._call(rid, P.TokenizeRequest(rid, text, add_special))
         return res.tokens
 
+    async def count_prompt(self, req: P.GenerateRequest) -> int:
+        """How many tokens a request's prompt is (its messages and tools through the chat template)."""
+        rid = f"tok-{next(_ids)}"
+        res = await self._call(rid, P.TokenizeRequest(rid, "", True, chat=req))
+        return len(res.tokens)
+
     async def stats(self) -> P.Stats:
         rid = f"stats-{next(_ids)}"
         return await self._call(rid, P.StatsRequest(rid))

@@ -3,13 +3,19 @@ truncate to the context, build the grammar and the sampler chain, and set up the
 
 The context thread never waits on this work: a sequence reaches the `ready` queue only once its prompt tokens
 and sampler chain exist (docs/architecture.md, "Runner").
+
+Chat facts (app/engine/gguf/chat_facts) decide the rest: the template (the GGUF's, or a built-in one chosen from
+the vocabulary when it has none, with that family's end-of-turn stops), which special tokens a reply shows as
+text (the family's tool-call and thinking markers, for the service's parser), the tool-call grammar, and the
+fill-in-the-middle tokens (docs/architecture.md, "Tool calls").
 """
 from __future__ import annotations
 
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.runner import chat_template, grammar, sampling
+from app.engine.gguf.chat_facts import MARKER_TOKENS, ChatFacts
+from app.engine.runner import chat_template, grammar, sampling, tool_grammar
 from app.engine.runner.embeddings import tokenize
 from app.engine.runner.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
 from app.engine.runner.sequence import N_KEEP, Seq
@@ -23,45 +29,88 @@ def validate(req) -> None:
         raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}")
     if not isinstance(req.stop, list) or not all(isinstance(s, str) for s in req.stop):
         raise ValueError("stop must be a list of strings")
+    if req.suffix is not None and not isinstance(req.suffix, str):
+        raise ValueError("suffix must be a string")
 
 
 class Admission:
     """Turns a `Seq` holding a GenerateRequest into one the context thread can run (`__call__`)."""
 
-    def __init__(self, model, n_ctx_seq: int, vocab_out: Vocab):
+    def __init__(self, model, n_ctx_seq: int, vocab_out: Vocab, facts: ChatFacts | None = None):
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_seq = n_ctx_seq
         self.vocab_out = vocab_out
         raw_tpl = L.llama_model_chat_template(model, None)
-        self.template = raw_tpl.decode("utf-8", "replace") if raw_tpl else None
+        own = raw_tpl.decode("utf-8", "replace") if raw_tpl else None
+        self.facts = facts
+        self.template = own or (facts.template if facts else None)
+        self.family = facts.family if facts else "generic"
+        self.turn_stops = list(facts.stops) if facts and not own else []
         self.bos_id, eos_id = L.llama_vocab_bos(self.vocab), L.llama_vocab_eos(self.vocab)
         self.bos = self._special(self.bos_id)
         self.eos = self._special(eos_id)
+        self.shown = frozenset(t for t in (self._special_id(m) for m in MARKER_TOKENS.get(self.family, ()))
+                               if t is not None)
+        fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
+        self.fim = fim if all(t >= 0 for t in fim) else None
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
 
+    def _special_id(self, text: str) -> int | None:
+        """The id of a control/user-defined token spelled `text` (a family marker), if the vocabulary has one."""
+        toks = tokenize(self.vocab, text, add_special=False, parse_special=True)
+        if len(toks) == 1 and self.vocab_out.piece(toks[0], special=True).decode("utf-8", "replace") == text:
+            return toks[0]
+        return None
+
     def __call__(self, seq: Seq) -> None:
         req = seq.req
         validate(req)
-        toks = self.prompt_tokens(req)
+        chat = not req.raw and (req.messages is not None or req.prompt is not None) and req.suffix is None
+        if req.suffix is not None:
+            toks, text = self.infill_tokens(req), ""
+        else:
+            text = self.prompt_text(req)
+            toks = self.tokens_of(text)
         seq.n_keep = min(N_KEEP, len(toks))
         if len(toks) > self.n_ctx_seq:            # keep the start (system prompt head) and the most recent part
             toks = toks[:seq.n_keep] + toks[len(toks) - (self.n_ctx_seq - seq.n_keep):]
         seq.prompt = np.asarray(toks, dtype=np.int32)
         seq.n_prompt = len(toks)
-        gbnf = grammar.grammar_for(req.json_mode, req.json_schema)
-        seq.chain = sampling.build_chain(req.sampling, self.vocab, self.n_vocab, gbnf, self.n_ctx_seq)
+        seq.chain = sampling.build_chain(req.sampling, self.vocab, self.n_vocab, self.grammar(req), self.n_ctx_seq)
         sampling.accept_prompt(seq.chain, seq.prompt, sampling.penalty_window(req.sampling, self.n_ctx_seq))
-        seq.detok = Detokenizer(self.vocab_out)
-        seq.stop = StopMatcher(list(req.stop))
-        seq.stop_bytes = StopBytes(list(req.stop)) if any(req.stop) else None
+        seq.detok = Detokenizer(self.vocab_out, self.shown if chat else frozenset(),
+                                self.thinking_prefix(text) if chat else "")
+        stops = list(req.stop) + (self.turn_stops if chat else [])
+        seq.stop = StopMatcher(stops)
+        seq.stop_bytes = StopBytes(stops) if any(stops) else None
+
+    def grammar(self, req):
+        """A tool-call grammar when the request's tool_choice asks for one, else the `format` grammar."""
+        if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw:
+            g = tool_grammar.for_request(req.tools, req.tool_choice, self.family, req.parallel_tool_calls)
+            if g is not None:
+                return g
+        return grammar.grammar_for(req.json_mode, req.json_schema)
+
+    def thinking_prefix(self, prompt: str) -> str:
+        """The thinking marker the template left open at the end of the prompt (DeepSeek-R1, QwQ, Qwen3 with
+        thinking forced): the reply starts inside thinking, so its text starts with the marker for the parser."""
+        marker = self.facts.think_open if self.facts else None
+        if marker and prompt.rstrip().endswith(marker):
+            return marker
+        return ""
+
+    def render(self, messages, req) -> str:
+        return chat_template.render_chat(self.template, messages, bos_token=self.bos, eos_token=self.eos,
+                                         tools=req.tools, template_kwargs=req.template_kwargs)
 
     def prompt_text(self, req) -> str:
-        """The text to tokenize: messages through the GGUF's chat template (or joined, raw), or the prompt."""
+        """The text to tokenize: messages through the chat template (or joined, raw), or the prompt."""
         if req.messages is not None and not req.raw:
-            return chat_template.render_chat(self.template, req.messages, bos_token=self.bos, eos_token=self.eos)
+            return self.render(req.messages, req)
         if req.messages is not None:
             return "".join(str(m.get("content") or "") for m in chat_template.validate_messages(req.messages))
         if req.prompt is not None:
@@ -69,14 +118,30 @@ class Admission:
                 raise ValueError("prompt must be a string")
             if req.raw:
                 return req.prompt
-            return chat_template.render_chat(self.template, chat_template.prompt_messages(req.prompt, req.system),
-                                             bos_token=self.bos, eos_token=self.eos)
+            return self.render(chat_template.prompt_messages(req.prompt, req.system), req)
         raise ValueError("the request needs a prompt or messages")
 
-    def prompt_tokens(self, req) -> list[int]:
-        toks = tokenize(self.vocab, self.prompt_text(req), add_special=True, parse_special=True)
+    def infill_tokens(self, req) -> list[int]:
+        """Fill-in-the-middle: [BOS] <fim_pre> prefix <fim_suf> suffix <fim_mid>, as llama-server lays it out."""
+        if self.fim is None:
+            raise ValueError("this model has no fill-in-the-middle tokens (suffix / insert is not supported)")
+        if not isinstance(req.prompt, str):
+            raise ValueError("prompt must be a string")
+        pre, suf, mid = self.fim
+        toks = [self.bos_id] if L.llama_vocab_get_add_bos(self.vocab) and self.bos_id >= 0 else []
+        toks += [pre] + tokenize(self.vocab, req.prompt, False, False)
+        toks += [suf] + tokenize(self.vocab, req.suffix, False, False) + [mid]
+        return toks
+
+    def tokens_of(self, text: str) -> list[int]:
+        toks = tokenize(self.vocab, text, add_special=True, parse_special=True)
         if len(toks) >= 2 and toks[0] == toks[1] == self.bos_id:
             toks = toks[1:]                       # the template wrote BOS and the tokenizer added another
         if not toks:
             raise ValueError("the prompt is empty")
         return toks
+
+    def prompt_tokens(self, req) -> list[int]:
+        if req.suffix is not None:
+            return self.infill_tokens(req)
+        return self.tokens_of(self.prompt_text(req))

@@ -19,6 +19,7 @@ from app.ggml import alloc_report, llama_log
 from app.engine import protocol as P
 from app.engine.planner.llama_params import context_params, model_params
 from app.engine.planner.types import Layout
+from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher
@@ -132,11 +133,11 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         return
     vocab_out = Vocab(L.llama_model_get_vocab(model), loaded.n_vocab)
     embedder = Embedder(model, ctx, lambda: context_params(layout, n_threads))
-    batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder,
-                      admit=Admission(model, loaded.n_ctx_per_seq, vocab_out), hooks=Hooks())
+    admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, _chat_facts(layout.model_path))
+    batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks())
     batcher.start()
     send(loaded)
-    _serve(conn, batcher, send, L.llama_model_get_vocab(model))
+    _serve(conn, batcher, send, L.llama_model_get_vocab(model), admission)
     batcher.stop()
     if not any(t.is_alive() for t in batcher.threads):
         embedder.close()
@@ -146,7 +147,17 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     os._exit(0)     # the process's memory all comes back; skip interpreter teardown racing daemon threads
 
 
-def _serve(conn, batcher: Batcher, send, vocab) -> None:
+def _chat_facts(path: str):
+    """The model's chat facts (template choice, family, FIM); a file llama.cpp loaded but this reader cannot
+    read still runs, with the GGUF's own template and no family markup."""
+    try:
+        return read_chat_facts(path)
+    except Exception as e:  # noqa: BLE001 - never fail a load that llama.cpp accepted over this
+        log.warning("chat facts unavailable for %s: %s", path, e)
+        return None
+
+
+def _serve(conn, batcher: Batcher, send, vocab, admission: Admission) -> None:
     """The reader loop (main thread): hand each message to the batcher; returns on Shutdown or a closed pipe."""
     while True:
         try:
@@ -163,7 +174,11 @@ def _serve(conn, batcher: Batcher, send, vocab) -> None:
             send(batcher.stats(msg.id))
         elif isinstance(msg, P.TokenizeRequest):
             try:
-                send(P.TokenizeResult(msg.id, tokenize(vocab, msg.text, msg.add_special, True)))
+                if msg.chat is not None:       # count a chat's prompt: template, tools, thinking switches
+                    toks = admission.prompt_tokens(msg.chat)
+                else:
+                    toks = tokenize(vocab, msg.text, msg.add_special, True)
+                send(P.TokenizeResult(msg.id, toks))
             except Exception as e:
                 send(P.ErrorEvent(msg.id, f"tokenize failed: {e}", kind="invalid"))
         elif isinstance(msg, P.Shutdown):
