@@ -8,7 +8,8 @@ A real (not `no_alloc`) load prints one line per backend buffer, e.g.
 The buffer name is a buffer-type name; it maps to a device id: "CPU", "CPU_Mapped", "CPU_REPACK" and any
 "<backend>_Host" (pinned host memory) are system RAM ("CPU"); "CUDA0", "Vulkan1", "CUDA0_Split"... are that GPU.
 Model buffers of the CPU backend's extra buffer types (weights repacked into an interleaved layout at load:
-"CPU_REPACK", "AMX", "CPU_KLEIDIAI", ...) are their own kind, "repack" (app.engine.planner.repack).
+"CPU_REPACK", "AMX", "CPU_KLEIDIAI", ...) are their own kind, "repack" (app.engine.planner.repack). The recurrent
+state of mamba/rwkv/hybrid layers ("RS buffer size") counts as "kv": it is those layers' cache.
 Under `no_alloc` the model and KV lines print 0.00 (ENGINE-NOTES section 3): zero lines are skipped.
 """
 from __future__ import annotations
@@ -21,7 +22,11 @@ KINDS = ("model", "kv", "compute", "output", "repack")
 # the CPU backend's extra (repacking) buffer types: ggml-cpu's repack, AMX, KleidiAI, SpacemiT buffers
 EXTRA_BUFFER = re.compile(r"_REPACK$|^AMX$|^CPU_KLEIDIAI$|^CPU_RISCV64_SPACEMIT$")
 
-BUFFER_LINE = re.compile(r"(\w+):\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+BUFFER_LINE = re.compile(r"(\w+):\s+(\S+)\s+(model|KV|RS|compute|output) buffer size =\s+([\d.]+) MiB")
+# the size of each cache llama.cpp builds, printed even under `no_alloc` (where its KV buffer line says 0.00):
+#   llama_kv_cache: size =  96.00 MiB (  4096 cells,   3 layers,  4/4 seqs), K (f16): ..., V (f16): ...
+#   llama_memory_recurrent: size =   1.00 MiB (     4 cells,   2 layers,  4 seqs  0 rs_seq), R (f32): ...
+CACHE_SIZE_LINE = re.compile(r"(llama_kv_cache|llama_memory_recurrent): size =\s+([\d.]+) MiB")
 
 
 def buffer_device(buffer_name: str, device_ids: Iterable[str] | None = None) -> str:
@@ -53,11 +58,23 @@ def parse_buffer_lines(lines: Iterable[str], device_ids: Iterable[str] | None = 
             continue
         dev = buffer_device(buf, ids)
         slot = out.setdefault(dev, {k: 0 for k in KINDS})
-        kind = kind.lower()
+        kind = "kv" if kind == "RS" else kind.lower()       # recurrent state is the cache of those layers
         if kind == "model" and EXTRA_BUFFER.search(buf):
             kind = "repack"
         slot[kind] += n
     return out
+
+
+def cache_size(lines: Iterable[str]) -> tuple[int, int]:
+    """(bytes, number of size lines) of every KV cache and recurrent state llama.cpp built, all devices together.
+    Correct under `no_alloc` (the dry run measures the KV of shapes the planner cannot know from it)."""
+    total, n = 0, 0
+    for line in lines:
+        m = CACHE_SIZE_LINE.search(line)
+        if m:
+            total += round(float(m.group(2)) * MiB)
+            n += 1
+    return total, n
 
 
 def compute_sizes(lines: Iterable[str], device_ids: Iterable[str] | None = None) -> dict[str, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from app.engine.gguf.errors import GGUFError
+from app.engine.gguf.kv_shape import KVShape, read_kv_shape
 
 # Weight classes the planner places separately. "experts" are MoE expert tensors (ffn_*_exps),
 # the ones that go to the CPU first when a model does not fit.
@@ -65,6 +66,7 @@ class ModelInfo:
     token_embd_bytes: int = 0
     output_bytes: int = 0           # 0 when the output is tied to token_embd
     other_bytes: int = 0            # tensors outside blk.N that are neither token_embd nor output (output_norm, ...)
+    kv: KVShape | None = None       # what llama.cpp's memory keeps per layer (None: plain attention from the fields above)
 
     @property
     def weight_bytes(self) -> int:
@@ -98,16 +100,6 @@ _DENSE_FFN = _re.compile(r"^ffn_(up|down|gate|gate_up|act)(_shexp)?$|^ffn_\w*_sh
 # Encoder-only architectures (no causal decode; embeddings only).
 ENCODER_ARCHES = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert",
                   "modern-bert", "t5encoder", "eurobert"}
-# llama.cpp's built-in sliding-window patterns (load_swa_pattern(ml, n, dense_first) in src/models/*.cpp),
-# used when the file sets a window but no explicit pattern.
-_SWA_DEFAULT_PATTERN = {
-    "gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False), "gemma-embedding": (6, False),
-    "cohere2": (4, False), "cohere2moe": (4, True), "gpt-oss": (2, False), "llama4": (4, False),
-    "olmo2": (4, False), "exaone4": (4, False), "exaone-moe": (4, False), "plamo3": (8, False),
-    "afmoe": (4, False), "smallthinker": (4, True), "modern-bert": (3, True), "mellum": (4, False),
-}
-
-
 def classify_tensor(name: str) -> tuple[int | None, str]:
     """(layer index or None, weight class) for a GGUF tensor name."""
     m = _BLK.match(name)
@@ -131,13 +123,6 @@ def classify_tensor(name: str) -> tuple[int | None, str]:
     if _DENSE_FFN.match(base):
         return layer, "ffn"
     return layer, "other"       # router (ffn_gate_inp), expert bias, ssm_*, ...
-
-
-def _swa_pattern(n_layer: int, n_pattern: int, dense_first: bool) -> tuple[bool, ...]:
-    # mirrors llama_hparams::set_swa_pattern
-    if dense_first:
-        return tuple(n_pattern == 0 or il % n_pattern != 0 for il in range(n_layer))
-    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer))
 
 
 def _per_layer(path: str, key: str, v, n_layer: int, default: int) -> tuple[int, ...]:
@@ -250,27 +235,19 @@ def _read_model_info(path: str) -> ModelInfo:
     n_head = max(heads) if heads else 0
     n_head_kv = _per_layer(path, f"{arch}.attention.head_count_kv", hp("attention.head_count_kv"), n_layer,
                            n_head)
-    for il, (h, kv) in enumerate(zip(heads, n_head_kv)):
+    for il, (h, h_kv) in enumerate(zip(heads, n_head_kv)):
         # llama.cpp divides by these (n_gqa = n_head / n_head_kv); 0 KV heads marks a recurrent layer
-        if kv < 0 or h < 0 or kv > max(h, 0) or (kv and h % kv):
-            raise GGUFError(f"{path}: layer {il} has {h} attention heads and {kv} KV heads "
+        if h_kv < 0 or h < 0 or h_kv > max(h, 0) or (h_kv and h % h_kv):
+            raise GGUFError(f"{path}: layer {il} has {h} attention heads and {h_kv} KV heads "
                             "(KV heads must divide the heads)")
     head_dim_k = hpi("attention.key_length") or (n_embd // n_head if n_head else 0)
     head_dim_v = hpi("attention.value_length") or (n_embd // n_head if n_head else 0)
 
     _check_llama_asserts(path, arch, hp, hpi, head_dim_k)
 
-    sliding_window = hpi("attention.sliding_window")
-    pattern = hp("attention.sliding_window_pattern")
-    if isinstance(pattern, list):
-        swa_layers = tuple(bool(x) for x in pattern[:n_layer]) + (False,) * max(0, n_layer - len(pattern))
-    elif sliding_window and isinstance(pattern, int):
-        swa_layers = _swa_pattern(n_layer, pattern, _SWA_DEFAULT_PATTERN.get(arch, (0, False))[1])
-    elif sliding_window and arch in _SWA_DEFAULT_PATTERN:
-        swa_layers = _swa_pattern(n_layer, *_SWA_DEFAULT_PATTERN[arch])
-    else:
-        # unknown pattern: count every layer as full attention (the larger, safe KV estimate)
-        swa_layers = (False,) * n_layer
+    kv = read_kv_shape(arch, hp, n_layer, n_embd, heads, n_head_kv)
+    sliding_window = kv.window
+    swa_layers = tuple(c == "window" for c in kv.cache)
 
     tokens = gf.get("tokenizer.ggml.tokens")
     n_vocab = hpi("vocab_size")
@@ -345,4 +322,5 @@ def _read_model_info(path: str) -> ModelInfo:
         token_embd_bytes=top["token_embd"],
         output_bytes=top["output"],
         other_bytes=top["other"],
+        kv=kv,
     )

@@ -2,7 +2,8 @@
 
 Weights and KV are exact from the memory model; the compute buffer (the graph's scratch memory) is what llama.cpp
 itself reserves, and it prints it per buffer type even under `no_alloc` (`sched_reserve: CPU compute buffer size`,
-ENGINE-NOTES section 3). `no_alloc` needs `load_mode = NONE` (else GGML_ASSERT kills the process), and any abort
+ENGINE-NOTES section 3). The dry run also reads the size of every cache llama.cpp builds (`llama_kv_cache: size =`,
+printed under `no_alloc` too): where a KV shape is not mirrored by app.engine.gguf.kv_shape, that measurement wins. `no_alloc` needs `load_mode = NONE` (else GGML_ASSERT kills the process), and any abort
 in llama.cpp must not end the service: hence the child. A dry run takes ~0.1-0.5 s plus the child's start.
 
     measure_compute(info, inventory, options) -> {device_id: bytes}   ("*": any GPU, for simulated inventories)
@@ -25,7 +26,7 @@ from app.engine.gguf.model_info import ModelInfo
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 180
-CACHE_VERSION = 1
+CACHE_VERSION = 2       # 2: the caches' measured size ("kv")
 
 
 class DryRunError(RuntimeError):
@@ -37,7 +38,8 @@ class DryRunError(RuntimeError):
 
 def dry_run_here(layout: Layout, n_threads: int = 1) -> dict:
     """Load `layout` with no_alloc in THIS process and return what llama.cpp reserved:
-    {"compute": {dev: bytes}, "output": {dev: bytes}, "lines": [buffer lines]}. Raises DryRunError."""
+    {"compute": {dev: bytes}, "output": {dev: bytes}, "kv": [bytes, n_lines] of every KV cache / recurrent state
+    (all devices), "lines": [buffer and cache size lines]}. Raises DryRunError."""
     from llama_cpp import llama_cpp as L
 
     from app.ggml import alloc_report, llama_log
@@ -63,7 +65,8 @@ def dry_run_here(layout: Layout, n_threads: int = 1) -> dict:
     return {
         "compute": {d: k["compute"] for d, k in report.items() if k["compute"]},
         "output": {d: k["output"] for d, k in report.items() if k["output"]},
-        "lines": [ln for ln in lines if "buffer size" in ln],
+        "kv": list(alloc_report.cache_size(lines)),
+        "lines": [ln for ln in lines if "buffer size" in ln or alloc_report.CACHE_SIZE_LINE.search(ln)],
     }
 
 
@@ -82,7 +85,7 @@ def _child_main() -> None:
 def run_dry_run(layout: Layout, timeout: float = TIMEOUT_S) -> dict:
     """Dry-run `layout` in a child process. Raises DryRunError if it fails, aborts or hangs."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         p = subprocess.run([sys.executable, "-m", "app.engine.planner.dryrun"], input=json.dumps({"layout": layout.to_dict()}),
@@ -141,6 +144,13 @@ def measure_compute(info: ModelInfo, inventory: Inventory, options: PlanOptions,
     """Compute-buffer bytes per device id, measured by a dry run.
     Real GPUs: the dry run loads the planned layout (or `layout`) and reports each device's buffer.
     Simulated inventories (the GPUs are not there): a CPU-only dry run; its figure stands for every GPU ("*")."""
+    return measure(info, inventory, options, layout)[0]
+
+
+def measure(info: ModelInfo, inventory: Inventory, options: PlanOptions,
+            layout: Layout | None = None) -> tuple[dict[str, int], tuple[int, int] | None]:
+    """measure_compute, plus (bytes, lines) of the caches llama.cpp built (their size does not depend on where
+    the layers are: the CPU-only dry run of a simulated inventory measures it too)."""
     from app.engine.planner.search import plan
 
     if inventory.simulated or not inventory.gpus:
@@ -153,26 +163,33 @@ def measure_compute(info: ModelInfo, inventory: Inventory, options: PlanOptions,
         out = {"CPU": cpu}
         if inventory.gpus:
             out["*"] = cpu
-        return out
+        return out, _kv_of(res)
     lay = layout or plan(info, inventory, options)
     res = cached_dry_run(lay)
-    return {k: int(v) for k, v in res["compute"].items()}
+    return {k: int(v) for k, v in res["compute"].items()}, _kv_of(res)
+
+
+def _kv_of(res: dict) -> tuple[int, int] | None:
+    kv = res.get("kv")
+    return (int(kv[0]), int(kv[1])) if kv and kv[1] else None
 
 
 def plan_measured(info: ModelInfo, inventory: Inventory, options: PlanOptions) -> Layout:
-    """Plan with estimates, measure that plan's compute buffers, plan again with the measurements (and once more
-    if the device placement changed). Falls back to the estimate-based plan, with a reason, if the dry run fails."""
+    """Plan with estimates, measure that plan's compute buffers (and the size of the caches llama.cpp builds), plan
+    again with the measurements (and once more if the device placement changed). Falls back to the estimate-based
+    plan, with a reason, if the dry run fails."""
     from app.engine.planner.search import plan
 
     first = plan(info, inventory, options)
     try:
-        compute = measure_compute(info, inventory, options, first)
-        second = plan(info, inventory, options, compute)
+        compute, kv = measure(info, inventory, options, first)
+        second = plan(info, inventory, options, compute, kv)
         if not (inventory.simulated or not inventory.gpus) and (
                 second.gpu_devices, second.n_gpu_layers, second.tensor_buft_overrides) != (
                 first.gpu_devices, first.n_gpu_layers, first.tensor_buft_overrides):
-            compute = {**compute, **measure_compute(info, inventory, options, second)}
-            second = plan(info, inventory, options, compute)
+            more, kv = measure(info, inventory, options, second)
+            compute = {**compute, **more}
+            second = plan(info, inventory, options, compute, kv)
     except (DryRunError, OSError) as e:
         log.warning("dry run failed, planning with estimated compute buffers: %s", e)
         return replace(first, reasons=first.reasons + (f"compute buffers estimated (dry run failed: {e})",))

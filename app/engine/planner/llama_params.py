@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 
 from app.ggml import ggml_lib
+from app.engine.planner.memory import SWA_FULL
 from app.engine.planner.types import Layout
 
 # GGML_TYPE_* for KV cache types (ggml.h)
@@ -105,6 +106,11 @@ def context_params(layout: Layout, n_threads: int | None = None, embedding: bool
     cp.flash_attn_type = flash_attn_type(layout.flash_attn)
     cp.op_offload = bool(layout.op_offload)
     cp.offload_kqv = True
+    # Sliding-window layers keep only window + n_ubatch cells per sequence (llama-server's default; the planner sizes
+    # them so, app.engine.planner.memory.SWA_FULL). For the prompt cache this means: those layers forget cells older
+    # than the window, so a cached prefix of n tokens is reusable only while
+    # llama_memory_seq_pos_min(mem, seq) <= max(0, n - n_swa); otherwise process the prompt again.
+    cp.swa_full = SWA_FULL
     if embedding or layout.options.embedding:
         cp.embeddings = True
     return cp

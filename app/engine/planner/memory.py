@@ -5,8 +5,10 @@ using the SAME regular expressions the Layout hands to llama.cpp as `tensor_buft
   - experts  E: `blk.N.ffn_*_exps`     (MoE expert tensors; first to go to the CPU)
   - ffn rest F: `blk.N.ffn_*` not E    (dense FFN, shared experts, router, ffn_norm; CPU in a "partial" layer)
   - attention A: every other blk.N tensor (attention, its norms; stays on the layer's device)
-KV cache bytes mirror llama.cpp (src/llama-context.cpp, llama-kv-cache*.cpp): n_ctx padded to 256, one stream of
-n_ctx_seq cells per sequence, sliding-window layers sized PAD(min(n_ctx_seq, n_swa + n_ubatch), 256).
+KV cache bytes mirror llama.cpp (src/llama-context.cpp, llama-kv-cache*.cpp, llama-memory-recurrent.cpp) through the
+model's KV shape (app.engine.gguf.kv_shape): n_ctx padded to 256, one stream of n_ctx_seq cells per sequence,
+sliding-window layers sized PAD(min(n_ctx_seq, n_swa + n_ubatch), 256) (swa_full off), MLA K-only rows, recurrent
+layers one f32 state row per sequence. What the shape cannot know is measured by the dry run (measured_kv).
 The compute buffer is measured by a dry run (app.engine.planner.dryrun); `estimate_compute` is only the fallback.
 Weight repacking by the CPU backend (app.engine.planner.repack) needs each part's file extent and what of it repacks on this
 CPU: `MemoryModel.spans`; llama.cpp's mapped span is computed from it once the placement is known.
@@ -17,9 +19,17 @@ import re
 from dataclasses import dataclass
 
 from app.engine.planner import repack
+from app.engine.gguf.kv_shape import KVShape
 from app.engine.gguf.model_info import ModelInfo
 
 MiB = 1024 * 1024
+# llama.cpp's `swa_full` (llama_context_params), decided here once for the planner and the runner alike: OFF, as
+# llama-server runs it. Sliding-window layers then keep only about window + n_ubatch cells per sequence instead of
+# the whole context (most of the KV of Gemma 2/3, gpt-oss, Cohere 2, Llama 4). The price, for a prompt cache: cells
+# of those layers older than the window are dropped as decoding moves on, so a cached prefix of n tokens can be
+# reused only while llama_memory_seq_pos_min(mem, seq) <= max(0, n - window) (llama-server's rule); otherwise the
+# prompt must be processed again from the start (or from a saved state). See docs/architecture.md.
+SWA_FULL = False
 
 # regex fragments shared with the Layout's overrides (app.engine.planner.search); matched with re.search like std::regex_search
 EXPERTS_RE = r"ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -124,25 +134,59 @@ def context_shape(num_ctx: int, num_parallel: int, num_batch: int = 512, num_uba
     return ContextShape(n_ctx, n_seq_cells, num_parallel, n_batch, n_ubatch)
 
 
+def kv_shape_of(info: ModelInfo) -> KVShape:
+    """The model's KV shape; for a ModelInfo built without one (tests' synthetic shapes), plain or sliding attention
+    from its head counts, head sizes and sliding-window fields."""
+    if info.kv is not None:
+        return info.kv
+    n = info.n_layer
+    heads = [info.n_head_kv[il] if il < len(info.n_head_kv) else info.n_head_kv[-1] for il in range(n)]
+    swa = [info.sliding_window > 0 and il < len(info.swa_layers) and info.swa_layers[il] for il in range(n)]
+    return KVShape("sliding" if any(swa) else "full", tuple("window" if w else "full" for w in swa),
+                   tuple(info.head_dim_k * h for h in heads), tuple(info.head_dim_v * h for h in heads),
+                   info.sliding_window if any(swa) else 0)
+
+
 def kv_bytes_per_layer(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16",
-                       num_batch: int = 512, num_ubatch: int = 512, type_v: str | None = None) -> tuple[int, ...]:
-    """K+V cache bytes of each block for `num_ctx` tokens per sequence and `num_parallel` sequences."""
+                       num_batch: int = 512, num_ubatch: int = 512, type_v: str | None = None,
+                       flash_attn: bool | None = None, swa_full: bool = SWA_FULL) -> tuple[int, ...]:
+    """Cache bytes of each block for `num_ctx` tokens per sequence and `num_parallel` sequences: K and V rows per
+    cell (llama_kv_cache), or the recurrent state rows (llama_memory_recurrent, always f32, one per sequence).
+    `flash_attn=False` stores V transposed, which llama.cpp pads to the widest layer's V ([TAG_V_CACHE_VARIABLE])."""
     cs = context_shape(num_ctx, num_parallel, num_batch, num_ubatch)
+    shape = kv_shape_of(info)
     tv = type_v or kv_type
+    full_cells = cs.n_ctx_seq * cs.n_seq
+    window_cells = full_cells if swa_full else pad(min(cs.n_ctx_seq, shape.window + cs.n_ubatch), 256) * cs.n_seq
     out = []
-    for il in range(info.n_layer):
-        n_kv = info.n_head_kv[il] if il < len(info.n_head_kv) else info.n_head_kv[-1]
-        if n_kv <= 0:
-            out.append(0)
-            continue
-        swa = info.sliding_window > 0 and il < len(info.swa_layers) and info.swa_layers[il]
-        if swa:
-            cells = pad(min(cs.n_ctx_seq, info.sliding_window + cs.n_ubatch), 256) * cs.n_seq
+    for il, cache in enumerate(shape.cache):
+        if cache == "state":
+            out.append((shape.r + shape.s) * 4 * cs.n_seq)
+        elif cache in ("full", "window"):
+            cells = full_cells if cache == "full" else window_cells
+            v = shape.v[il] if (flash_attn is not False or shape.attention == "mla") else shape.v_max
+            out.append(row_size(kv_type, shape.k[il]) * cells + row_size(tv, v) * cells)
         else:
-            cells = cs.n_ctx_seq * cs.n_seq
-        k = row_size(kv_type, info.head_dim_k * n_kv) * cells
-        v = row_size(tv, info.head_dim_v * n_kv) * cells
-        out.append(k + v)
+            out.append(0)
+    return tuple(out)
+
+
+def fit_measured_kv(kv: tuple[int, ...], measured: tuple[int, int] | None) -> tuple[int, ...]:
+    """Per-block cache bytes made to agree with what a dry run measured: `measured` = (bytes, number of log lines)
+    from llama.cpp's cache size lines (app.ggml.alloc_report.cache_size). Within the lines' rounding (0.005 MiB
+    each) the prediction stands; otherwise (a KV shape this planner does not mirror) the measured total is spread
+    over the blocks in proportion to the prediction (evenly when it predicted nothing)."""
+    if measured is None:
+        return kv
+    total, n_lines = measured
+    predicted = sum(kv)
+    if abs(predicted - total) <= n_lines * (MiB // 200 + 1) + predicted // 1000:
+        return kv
+    weights = list(kv) if predicted else [1] * len(kv)
+    wsum = sum(weights) or 1
+    out = [total * w // wsum for w in weights]
+    if out:
+        out[max(range(len(out)), key=lambda i: weights[i])] += total - sum(out)
     return tuple(out)
 
 
@@ -261,13 +305,14 @@ class MemoryModel:
 
 
 def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16", num_batch: int = 512,
-                 num_ubatch: int = 512, embedding: bool = False, cpu_features: tuple[str, ...] = ()) -> MemoryModel:
+                 num_ubatch: int = 512, embedding: bool = False, cpu_features: tuple[str, ...] = (),
+                 flash_attn: bool | None = None) -> MemoryModel:
     """`cpu_features`: the inventory's (ggml names, "REPACK" when the build repacks); () = no repacking."""
     tied = info.output_bytes == 0
     return MemoryModel(
         n_layer=info.n_layer,
         parts=block_parts(info),
-        kv=kv_bytes_per_layer(info, num_ctx, num_parallel, kv_type, num_batch, num_ubatch),
+        kv=kv_bytes_per_layer(info, num_ctx, num_parallel, kv_type, num_batch, num_ubatch, flash_attn=flash_attn),
         token_embd=info.token_embd_bytes,
         output=info.output_bytes,
         output_tied=tied,

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import itertools
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.discovery.inventory import Device, Inventory
 from app.engine.planner.types import DevicePlan, Layout, PlanOptions
 from app.engine.planner import repack
-from app.engine.planner.memory import EXPERTS_RE, FFN_RE, KV_TYPES, MemoryModel, estimate_compute, memory_model
+from app.engine.planner.memory import (EXPERTS_RE, FFN_RE, KV_TYPES, MemoryModel, estimate_compute, fit_measured_kv,
+                                       memory_model)
 from app.engine.gguf.model_info import ModelInfo
 
 GiB = 1024 ** 3
@@ -480,15 +481,21 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
     return tuple(plans), tuple(dev_of_block), tuple(exp_dev)
 
 
-def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[str, int] | None) -> Layout:
+def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[str, int] | None,
+          kv_measured: tuple[int, int] | None = None) -> Layout:
     n = info.n_layer
     moe = info.is_moe
     mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch, o.embedding,
-                      cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()))
+                      cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()), flash_attn=o.flash_attn)
+    reasons: list[str] = []
+    kv = fit_measured_kv(mm.kv, kv_measured)
+    if kv != mm.kv:
+        reasons.append(f"KV cache as the dry run measured it: {_size(sum(kv))} (the {info.architecture} KV shape "
+                       f"predicted {_size(sum(mm.kv))})")
+        mm = replace(mm, kv=kv)
     gpus = usable_gpus(inventory)
     host_budget = max(0, inventory.host_ram_available - o.margin)
     cs = Costs(info, mm, gpus, o, host_budget, compute)
-    reasons: list[str] = []
     c = search(cs, o, n, moe, reasons)
 
     gpu_ok = cs.gpu_fits(c) if c.k else True
@@ -537,14 +544,15 @@ def _core(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
         fits=fits, reasons=tuple(reasons))
 
 
-def plan(info: ModelInfo, inventory: Inventory, options: PlanOptions, compute: dict[str, int] | None = None) -> Layout:
+def plan(info: ModelInfo, inventory: Inventory, options: PlanOptions, compute: dict[str, int] | None = None,
+         kv_measured: tuple[int, int] | None = None) -> Layout:
     """Plan where everything goes. `compute`: measured compute-buffer bytes per device id (from a dry run;
-    key "*" = any GPU not listed); missing devices use an estimate. Raises ValueError naming a bad option."""
+    key "*" = any GPU not listed); missing devices use an estimate. `kv_measured`: (bytes, log lines) of the caches
+    the dry run saw llama.cpp build (used where the KV shape's prediction disagrees). Raises ValueError naming a
+    bad option."""
     validate(info, inventory, options)
-    layout = _core(info, inventory, options, compute)
+    layout = _core(info, inventory, options, compute, kv_measured)
     if not layout.fits:
-        from dataclasses import replace
-
         from app.engine.planner.suggest import suggestions
 
         layout = replace(layout, suggestions=suggestions(info, inventory, options, compute))

@@ -36,7 +36,8 @@ def predicted_of(layout) -> dict[str, dict[str, int]]:
 
 def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
                 n_threads: int = 1) -> list[dict]:
-    """In THIS process: for each (num_ctx, num_parallel, kv_type) plan, dry-run, plan, load for real, compare."""
+    """In THIS process: for each (num_ctx, num_parallel, kv_type[, flash_attn]) plan, dry-run, plan, load for real,
+    compare."""
     import time
 
     from llama_cpp import llama_cpp as L
@@ -54,11 +55,12 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
     info = read_model_info(path)
     inv = inventory_from_dict(inventory_dict) if inventory_dict else discover()
     rows = []
-    for num_ctx, par, kv in combos:
-        opts = PlanOptions(num_ctx=num_ctx, num_parallel=par, kv_type=kv)
+    for num_ctx, par, kv, *fa in combos:
+        opts = PlanOptions(num_ctx=num_ctx, num_parallel=par, kv_type=kv, flash_attn=fa[0] if fa else None)
         first = plan(info, inv, opts)
         dry = dry_run_here(first, n_threads)
-        layout = plan(info, inv, opts, compute=dry["compute"])
+        kv_measured = tuple(dry["kv"]) if dry.get("kv") and dry["kv"][1] else None
+        layout = plan(info, inv, opts, compute=dry["compute"], kv_measured=kv_measured)
         mp, keep = load_params.model_params(layout)
         cp = load_params.context_params(layout, n_threads=n_threads)
         t0 = time.perf_counter()
@@ -76,8 +78,9 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
         actual = alloc_report.parse_buffer_lines(lines, layout.gpu_devices)
         L.llama_free(ctx)
         L.llama_model_free(model)
-        rows.append({"num_ctx": num_ctx, "parallel": par, "kv": kv, "fits": layout.fits,
-                     "predicted": predicted_of(layout), "actual": actual, "load_s": round(load_s, 3)})
+        rows.append({"num_ctx": num_ctx, "parallel": par, "kv": kv, "flash_attn": opts.flash_attn, "fits": layout.fits,
+                     "predicted": predicted_of(layout), "actual": actual, "load_s": round(load_s, 3),
+                     "kv_measured": any(r.startswith("KV cache as the dry run measured") for r in layout.reasons)})
     return rows
 
 
@@ -100,14 +103,20 @@ def compare(row: dict) -> dict[str, dict]:
 def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
                timeout: float = 600) -> list[dict]:
     """verify_here in a child process; raises RuntimeError with the child's stderr tail if it dies."""
+    return run_verify_many([str(path)], combos, inventory_dict, timeout)[str(path)]
+
+
+def run_verify_many(paths: list[str], combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
+                    timeout: float = 600) -> dict[str, list[dict]]:
+    """verify_here for several models in ONE child process (one interpreter and llama.cpp start for all)."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    req = json.dumps({"path": str(path), "combos": combos, "inventory": inventory_dict})
+    req = json.dumps({"paths": [str(p) for p in paths], "combos": combos, "inventory": inventory_dict})
     p = subprocess.run([sys.executable, "-m", "app.engine.planner.verify", "--child"], input=req, capture_output=True,
                        text=True, timeout=timeout, env=env)
     for line in reversed(p.stdout.splitlines()):
-        if line.startswith("["):
+        if line.startswith("{"):
             return json.loads(line)
     raise RuntimeError(f"verify child died (exit {p.returncode}): " + " | ".join(p.stderr.strip().splitlines()[-5:]))
 
@@ -139,8 +148,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.child:
         req = json.loads(sys.stdin.read())
-        rows = verify_here(req["path"], [tuple(c) for c in req["combos"]], req.get("inventory"))
-        print(json.dumps(rows), flush=True)
+        out = {path: verify_here(path, [tuple(c) for c in req["combos"]], req.get("inventory"))
+               for path in req["paths"]}
+        print(json.dumps(out), flush=True)
         return 0
     if not a.model:
         ap.error("MODEL is required")
