@@ -8,7 +8,8 @@ The public API for tests:
     window, chunked attention, MLA, recurrent, hybrid, per-layer KV heads, attention sinks, shared experts...),
     each with the family's real chat template as a fixture (tests/fixtures/templates/):
         fam = FAMILIES["gemma3"]; path = fam.write(tmp / "g3.gguf"); fam.template_text()
-    write_family(name, directory) writes one (file name = name.gguf) and returns its path.
+    write_family(name, directory) writes one (file name = name.gguf) and returns its path;
+  - tokenizer_keys(drop, extra): a context in which written GGUFs get SmolLM2's tokenizer keys edited.
 
 Shapes follow ENGINE-NOTES "Synthetic GGUFs for tests": numpy shapes are ggml's `ne` reversed.
 """
@@ -21,7 +22,7 @@ from gguf import GGUFValueType, GGUFWriter
 
 from gguf_families import FAMILY_LIST
 from gguf_writer import (QTYPES, Family, ModelWriter, attention, common_keys, embeddings, n_vocab_of_tokenizer,  # noqa: F401
-                         smollm2_gguf_path, smollm2_tokenizer_kv, template_text)
+                         smollm2_gguf_path, smollm2_tokenizer_kv, template_text, tokenizer_keys)
 
 
 def write_dense_llama(path, n_layer: int = 3, n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2,

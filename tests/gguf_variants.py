@@ -2,25 +2,12 @@
 fill-in-the-middle token ids. Built with gguf_factory's writers; only the tokenizer.* keys change."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from gguf import GGUFValueType
 
 from tests import gguf_factory
 
 # SmolLM2 tokens used as stand-in FIM markers (real vocabulary entries, so llama.cpp accepts the ids)
 FIM_IDS = {"pre": 3, "suf": 4, "mid": 5}
-
-
-@contextmanager
-def _tokenizer_kv(drop=(), extra=()):
-    original = gguf_factory.smollm2_tokenizer_kv
-    kept = tuple(kv for kv in original() if kv[0] not in drop and kv[0] not in {e[0] for e in extra})
-    gguf_factory.smollm2_tokenizer_kv = lambda: kept + tuple(extra)
-    try:
-        yield
-    finally:
-        gguf_factory.smollm2_tokenizer_kv = original
 
 
 def write_llama(path, *, template: str | None = "keep", fim: bool = False, **kw):
@@ -32,5 +19,5 @@ def write_llama(path, *, template: str | None = "keep", fim: bool = False, **kw)
             extra.append(("tokenizer.chat_template", template, GGUFValueType.STRING, None))
     if fim:
         extra += [(f"tokenizer.ggml.fim_{k}_token_id", v, GGUFValueType.UINT32, None) for k, v in FIM_IDS.items()]
-    with _tokenizer_kv(drop, extra):
+    with gguf_factory.tokenizer_keys(drop, extra):
         return gguf_factory.write_dense_llama(path, **kw)

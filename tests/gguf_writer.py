@@ -6,6 +6,7 @@ Shapes follow ENGINE-NOTES "Synthetic GGUFs for tests": numpy shapes are ggml's 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -56,6 +57,28 @@ def smollm2_tokenizer_kv() -> tuple[tuple[str, object, GGUFValueType, GGUFValueT
     return tuple(out)
 
 
+_TOKENIZER_EDITS: list[tuple[tuple[str, ...], tuple]] = []     # (drop, extra) while tokenizer_keys() is active
+
+
+@contextmanager
+def tokenizer_keys(drop=(), extra=()):
+    """Inside: GGUFs are written with SmolLM2's tokenizer keys minus the keys in `drop`, plus `extra`
+    ((key, value, vtype, item_type) tuples; an extra key replaces SmolLM2's)."""
+    _TOKENIZER_EDITS.append((tuple(drop) + tuple(e[0] for e in extra), tuple(extra)))
+    try:
+        yield
+    finally:
+        _TOKENIZER_EDITS.pop()
+
+
+def tokenizer_kv() -> tuple:
+    """The tokenizer keys a GGUF written now gets (SmolLM2's, edited by any active tokenizer_keys())."""
+    kv = smollm2_tokenizer_kv()
+    for drop, extra in _TOKENIZER_EDITS:
+        kv = tuple(k for k in kv if k[0] not in drop) + extra
+    return kv
+
+
 def n_vocab_of_tokenizer() -> int:
     for key, value, _, _ in smollm2_tokenizer_kv():
         if key == "tokenizer.ggml.tokens":
@@ -79,7 +102,7 @@ class ModelWriter:
         self.rng = np.random.default_rng(seed)
         self.w.add_name(name)
         self.w.add_file_type(int(file_type))
-        for key, value, vtype, item_type in smollm2_tokenizer_kv():
+        for key, value, vtype, item_type in tokenizer_kv():
             if key == "tokenizer.chat_template" and chat_template is not None:
                 continue
             self.w.add_key_value(key, value, vtype, sub_type=item_type)

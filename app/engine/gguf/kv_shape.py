@@ -1,6 +1,6 @@
 """What llama.cpp's memory module keeps for a model, per layer and per sequence: the KV shape of a GGUF.
 
-Mirrors llama.cpp 0.3.36's vendored sources (docs/architecture.md, "Memory truth"): `llama_model::create_memory`
+Mirrors llama.cpp 0.3.36's vendored sources (docs/architecture.md, "Memory layout"): `llama_model::create_memory`
 (src/llama-model.cpp) picks the memory type per architecture, `llama_kv_cache` / `llama_kv_cache_iswa`
 (src/llama-kv-cache*.cpp) size the attention caches, `llama_memory_recurrent` (src/llama-memory-recurrent.cpp) the
 per-sequence state, and each architecture's `load_arch_hparams` (src/models/*.cpp) decides which layers slide,

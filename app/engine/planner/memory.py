@@ -28,7 +28,7 @@ MiB = 1024 * 1024
 # the whole context (most of the KV of Gemma 2/3, gpt-oss, Cohere 2, Llama 4). The price, for a prompt cache: cells
 # of those layers older than the window are dropped as decoding moves on, so a cached prefix of n tokens can be
 # reused only while llama_memory_seq_pos_min(mem, seq) <= max(0, n - window) (llama-server's rule); otherwise the
-# prompt must be processed again from the start (or from a saved state). See docs/architecture.md.
+# prompt must be processed again from the start (or from a saved state). See docs/architecture.md, "Memory layout".
 SWA_FULL = False
 
 # regex fragments shared with the Layout's overrides (app.engine.planner.search); matched with re.search like std::regex_search
