@@ -144,3 +144,18 @@ def test_formatting():
     assert human_ago(0, now=60) == "1 minute ago"
     line = progress_line("hashing", 50, 100, width=10)
     assert line.startswith("hashing   50% |█████     |")
+
+
+def test_show_names_the_attention_kind(tmp_path, capsys):
+    """`strata show` says what the model's attention means for memory (sliding window, recurrent state, ...)."""
+    from gguf_factory import write_family
+
+    for fam, line in (("gemma3", "attention           sliding window 512 on 5 of 6 layers: KV for those layers is "
+                                 "sized by the window (512 + one batch per sequence), not the context; the other "
+                                 "1 layer keeps the whole context"),
+                      ("mamba", "attention           recurrent: 3 of 3 layers keep a fixed recurrent state per "
+                                "sequence")):
+        src = write_family(fam, tmp_path)
+        assert main(["import", str(src), "--name", f"{fam}-fam"]) == 0
+        assert main(["show", f"{fam}-fam"]) == 0
+        assert line in capsys.readouterr().out

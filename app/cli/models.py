@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from app.engine.gguf.kv_shape import describe as describe_kv_shape
 from app.engine.gguf.model_info import GGUFError, ModelInfo
 from app.service.names import InvalidName
 
@@ -94,9 +95,8 @@ def show_text(rec, info: ModelInfo) -> str:
     ]
     if info.n_expert:
         rows.append(("experts", f"{info.n_expert} ({info.n_expert_used} used per token)"))
-    if info.sliding_window:
-        rows.append(("sliding window", f"{info.sliding_window} tokens on {sum(info.swa_layers)} of "
-                                       f"{info.n_layer} layers"))
+    if info.kv is not None:
+        rows.append(("attention", describe_kv_shape(info.kv, info.n_layer)))
     if info.is_embedding:
         rows.append(("embedding model", f"pooling type {info.pooling_type}"))
     out = ["  Model"] + [f"    {k:<20}{v}" for k, v in rows]

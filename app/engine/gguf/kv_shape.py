@@ -201,29 +201,35 @@ def read_kv_shape(arch: str, hp: Callable, n_layer: int, n_embd: int, n_head: tu
                    known=arch not in NOT_MIRRORED)
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}" + ("" if count == 1 else "s")
+
+
 def describe(shape: KVShape, n_layer: int) -> str:
     """One line for `strata show`: the attention kind and what it means for memory."""
     a = shape.attention
     n_full = sum(c == "full" for c in shape.cache)
-    state = f"{shape.n_state} of {n_layer} layers keep a fixed recurrent state per sequence " \
-            f"({(shape.r + shape.s) * 4 / 1024:.0f} KiB each, whatever the context length)"
+    rest = f"; the other {_n(n_full, 'layer')} {'keeps' if n_full == 1 else 'keep'} the whole context" if n_full else ""
+    state = (f"{shape.n_state} of {n_layer} layers keep a fixed recurrent state per sequence "
+             f"({(shape.r + shape.s) * 4 / 1024:.0f} KiB each, whatever the context length)")
     if a == "sliding":
         return (f"sliding window {shape.window} on {shape.n_window} of {n_layer} layers: KV for those layers is "
-                f"sized by the window, not the context; {n_full} full-attention layers grow with the context")
+                f"sized by the window ({shape.window} + one batch per sequence), not the context{rest}")
     if a == "chunked":
         return (f"chunked attention ({shape.window}-token chunks) on {shape.n_window} of {n_layer} layers: KV for "
-                f"those layers is sized by the chunk; {n_full} full-attention layers grow with the context")
+                f"those layers is sized by the chunk ({shape.window} + one batch per sequence){rest}")
     if a == "mla":
-        return (f"multi-head latent attention: one compressed K row of {max(shape.k)} values per token and layer, "
-                f"no V cache")
+        return (f"multi-head latent attention: one compressed K row of {max(shape.k)} values per token and layer "
+                f"(no V cache), on all {n_full} layers")
     if a == "recurrent":
         return f"recurrent: {state}; no KV cache"
     if a == "hybrid":
-        kv = f"{n_full + shape.n_window} attention layers keep a KV cache"
+        kv = f"{_n(n_full + shape.n_window, 'attention layer')} keep a KV cache"
         if shape.n_window:
             kv += f" ({shape.n_window} with a sliding window of {shape.window})"
         return f"hybrid: {state}; {kv}"
     if a == "none":
-        return "no KV cache (encoder or non-causal model)"
-    heads = "per-layer KV heads" if len(set(x for x in shape.k if x)) > 1 else "KV"
-    return f"full attention: {heads} for every token of context on all {n_full} layers"
+        return "no KV cache (an encoder or non-causal model)"
+    heads = "per-layer KV head counts, " if len(set(shape.k)) > 1 else ""
+    guess = "" if shape.known else " (llama.cpp's cache for this architecture is measured when planning)"
+    return f"full attention: {heads}KV for every token of context on all {n_full} layers{guess}"
