@@ -9,8 +9,10 @@ import pytest
 from app.service.config import ConfigError, ServiceConfig, parse_host
 from app.service.errors import ApiError
 from app.service.modelfile import ModelfileError, parse_modelfile, render_modelfile
-from app.service.options import parse_ollama_options, parse_openai_sampling, plan_options
-from app.service.scheduler import parse_keep_alive
+from app.service.dialects.openai.parse import parse_logit_bias, sampling_options
+from app.service.generation import request_options
+from app.service.options import parse_ollama_options, plan_options
+from app.service.keep_alive import parse_keep_alive
 from app.service.security import Guard
 
 
@@ -58,6 +60,11 @@ def test_bad_options_are_400_naming_the_option(opts, word):
 def test_options_must_be_an_object():
     with pytest.raises(ApiError):
         parse_ollama_options(["temperature", 1])
+
+
+def parse_openai_sampling(body: dict):
+    """OpenAI's sampling fields as the dialect's parser translates them, then the common options step."""
+    return request_options(sampling_options(body), None, parse_logit_bias(body))
 
 
 def test_openai_sampling_and_logit_bias():

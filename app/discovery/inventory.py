@@ -1,7 +1,7 @@
 """Device inventory types (contract between discovery, planner, service and GUI)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -40,3 +40,11 @@ class Inventory:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def subtract(inv: Inventory, used: dict[str, int]) -> Inventory:
+    """The inventory minus bytes already promised (per device id; "CPU" = host RAM): what a new plan may use."""
+    if not used:
+        return inv
+    devices = tuple(replace(d, free=max(0, d.free - used.get(d.id, 0))) for d in inv.devices)
+    return replace(inv, devices=devices, host_ram_available=max(0, inv.host_ram_available - used.get("CPU", 0)))

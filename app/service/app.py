@@ -9,20 +9,19 @@ from aiohttp import web
 
 from . import appkeys as keys
 
-from . import ollama_routes, openai_routes, strata_routes
+from . import collaborators, dialects, ollama_routes, strata_routes
 from .config import ServiceConfig
 from .events import EventBus
 from .metrics import Metrics
 from .scheduler import Scheduler
 from .security import make_middlewares
+from .store import ModelStore
 from .store_proxy import StoreProxy
 
 log = logging.getLogger("strata.service")
 
 
-def _default_store(config: ServiceConfig):
-    from .store import ModelStore
-
+def _default_store(config: ServiceConfig) -> ModelStore:
     return ModelStore(discover_external=config.external_sources)
 
 
@@ -59,11 +58,11 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     app[keys.SCHEDULER] = None
 
     ollama_routes.add_routes(app)
-    openai_routes.add_routes(app)
+    dialects.add_routes(app)
     strata_routes.add_routes(app)
 
     async def lifecycle(app: web.Application):
-        scheduler = Scheduler(config, store, events, metrics)
+        scheduler = Scheduler(config, events, metrics, collaborators.live(config, store))
         app[keys.SCHEDULER] = scheduler
 
         async def discover():

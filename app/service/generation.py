@@ -1,16 +1,32 @@
-"""The part of a generate/chat/embed request both dialects share: take a lease on the model from the
-scheduler, send the request to its runner, yield the runner's events, and always give the slot back (closing
-the runner's generator cancels the request there, so a client that disconnects frees its slot)."""
+"""Running an internal request, whichever dialect asked for it.
+
+    job = await prepare(scheduler, req)                    # model found, its defaults applied, options checked
+    async with generate(scheduler, metrics, job) as gen:   # loaded, a slot taken (gen.lease)
+        async for ev in gen.events():                      # TextDelta..., then one Finished
+            ...
+    # leaving the block closes the runner's stream (a request still running there is cancelled) and frees
+    # the slot, so a client that disconnects frees its slot
+
+Runner events become the service's own typed events (result.py); a runner's error becomes an ApiError.
+"""
 from __future__ import annotations
 
+import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import AsyncIterator
 
 from app.engine import protocol
+from app.engine.client import RequestError, RunnerError
 
 from .errors import ApiError
-from .options import RequestOptions
+from .gotemplate import TemplateError, render as render_template
+from .keep_alive import KeepAlive
+from .options import RequestOptions, parse_ollama_options
+from .request import EmbeddingRequest, GenerationRequest
+from .result import EmbeddingResult, Event, Finished, GenerationResult, TextDelta
 
 
 def new_id(prefix: str = "req") -> str:
@@ -24,90 +40,154 @@ def with_default_system(messages: list[dict], system: str | None) -> list[dict]:
     return messages
 
 
-def build_request(ro: RequestOptions, *, prompt=None, messages=None, system=None, raw=False, json_mode=False,
-                  json_schema=None, logprobs=False, top_logprobs=0, id: str | None = None) -> protocol.GenerateRequest:
-    return protocol.GenerateRequest(
-        id=id or new_id(),
-        prompt=prompt,
-        messages=messages,
-        system=system,
-        raw=raw,
-        sampling=ro.sampling,
-        num_predict=ro.num_predict,
-        stop=list(ro.stop),
-        json_schema=json_schema,
-        json_mode=json_mode,
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
-        ignore_eos=ro.ignore_eos,
-    )
+def request_options(options: dict, defaults: dict | None, logit_bias: dict[int, float] | None = None
+                    ) -> RequestOptions:
+    """A request's options over the model's Modelfile PARAMETERs, checked (400 naming the option)."""
+    ro = parse_ollama_options(options, defaults)
+    if logit_bias is not None:
+        ro.sampling.logit_bias = dict(logit_bias)
+    return ro
+
+
+@dataclass
+class Job:
+    """A GenerationRequest resolved against its model: what the scheduler and the runner take."""
+    request: GenerationRequest
+    model: str                          # the store's name for it
+    options: RequestOptions
+    runner_request: protocol.GenerateRequest
+
+    @property
+    def keep_alive(self) -> KeepAlive:
+        return self.request.keep_alive
+
+
+async def prepare(scheduler, req: GenerationRequest) -> Job:
+    """Find the model (404), check the options over its defaults (400), apply its SYSTEM and TEMPLATE."""
+    record = await scheduler.resolve(req.model)
+    ro = request_options(req.options, record.parameters, req.logit_bias)
+    prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
+    if messages is not None:
+        messages = with_default_system(messages, record.system)
+    else:
+        system = system or record.system
+        template = req.template or record.template
+        if template and not raw:
+            try:   # an Ollama (Go) prompt template: render it here and send the result raw
+                prompt = render_template(template, {"System": system or "", "Prompt": prompt or "", "Response": ""})
+                system, raw = None, True
+            except TemplateError as e:
+                if req.template:
+                    raise ApiError(400, f"template: {e}", param="template") from None
+                # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
+    runner_request = protocol.GenerateRequest(
+        id=new_id(), prompt=prompt, messages=messages, system=system, raw=raw, sampling=ro.sampling,
+        num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
+        logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos)
+    return Job(req, record.name, ro, runner_request)
 
 
 def runner_error(e: Exception, model: str) -> ApiError:
     """A RunnerError as an HTTP error: the engine marks client mistakes (prompt too long, bad schema) with
     `status` 400; anything else is the server's problem, said plainly."""
-    from app.engine.client import RequestError
-
     status = getattr(e, "status", None) or (400 if isinstance(e, RequestError) else 500)
     return ApiError(int(status), f"model {model!r}: {e}", code="runner_error" if status >= 500 else None)
 
 
-@dataclass
-class Outcome:
-    text: list[str] = field(default_factory=list)
-    logprobs: list = field(default_factory=list)
-    done: protocol.DoneEvent | None = None
-    load_wait: float = 0.0
-    started: float = field(default_factory=time.monotonic)
+class Generation:
+    """A running generation: the lease it holds and its typed event stream. Made by generate()."""
 
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
+    def __init__(self, lease, job: Job, metrics, result: GenerationResult):
+        self.lease = lease
+        self.job = job
+        self.result = result
+        self._metrics = metrics
+        self._stream = None
 
-
-async def events(scheduler, metrics, name: str, ro: RequestOptions, keep_alive, req: protocol.GenerateRequest,
-                 outcome: Outcome):
-    """Async generator: yields the Lease first, then TokenEvents, then one DoneEvent. Close it when done."""
-    from app.engine.client import RunnerError
-
-    async with scheduler.lease(name, ro, keep_alive) as lease:
-        outcome.load_wait = lease.load_wait
-        yield lease
-        client = lease.client
-        agen = client.generate(req)
+    async def events(self) -> AsyncIterator[Event]:
+        """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
+        name = self.job.model
+        self._stream = self.lease.client.generate(self.job.runner_request)
         try:
-            async for ev in agen:
-                if isinstance(ev, protocol.DoneEvent):
-                    outcome.done = ev
-                    metrics.count_tokens(lease.model.name, ev.prompt_tokens, ev.completion_tokens,
-                                         ev.generation_seconds)
-                elif isinstance(ev, protocol.TokenEvent):
-                    outcome.text.append(ev.text)
-                    if ev.logprobs:
-                        outcome.logprobs.extend(ev.logprobs)
-                elif isinstance(ev, protocol.ErrorEvent):
-                    status = 400 if getattr(ev, "kind", "error") == "invalid" else 500
-                    raise ApiError(status, f"model {name!r}: {ev.message}")
-                yield ev
+            async for ev in self._stream:
+                out = self._translate(ev)
+                self.result.add(out)
+                yield out
         except RunnerError as e:
             raise runner_error(e, name) from None
         finally:
-            await agen.aclose()
+            await self.close()
+
+    def _translate(self, ev) -> Event:
+        if isinstance(ev, protocol.TokenEvent):
+            return TextDelta(ev.text, tuple(ev.logprobs or ()))
+        if isinstance(ev, protocol.DoneEvent):
+            self._metrics.count_tokens(self.lease.model.name, ev.prompt_tokens, ev.completion_tokens,
+                                       ev.generation_seconds)
+            return Finished(ev.reason, ev.prompt_tokens, ev.completion_tokens, ev.prompt_seconds,
+                            ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None)
+        if isinstance(ev, protocol.ErrorEvent):
+            status = 400 if ev.kind == "invalid" else 500
+            raise ApiError(status, f"model {self.job.model!r}: {ev.message}")
+        raise ApiError(500, f"model {self.job.model!r}: unexpected runner message {ev!r}")
+
+    async def collect(self) -> GenerationResult:
+        """Run to the end (a non-streamed answer) and return the whole result."""
+        async for _ in self.events():
+            pass
+        return self.result
+
+    async def close(self) -> None:
+        """Closing the runner's stream cancels the request there if it is still running."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
 
 
-async def embed(scheduler, metrics, name: str, ro: RequestOptions, keep_alive, inputs: list[str],
-                truncate: bool = True, normalize: bool = True):
-    """-> (EmbedResult, load_wait seconds)."""
-    from app.engine.client import RunnerError
-
-    async with scheduler.lease(name, ro, keep_alive) as lease:
+@asynccontextmanager
+async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
+    """Lease the model (load it if needed, wait for a slot), then hand out the generation."""
+    result = GenerationResult(model=job.model)
+    async with scheduler.lease(job.model, job.options, job.keep_alive) as lease:
+        result.load_wait = lease.load_wait
+        gen = Generation(lease, job, metrics, result)
         try:
-            res = await lease.client.embed(protocol.EmbedRequest(id=new_id("emb"), inputs=inputs, truncate=truncate,
-                                                                    normalize=normalize))
+            yield gen
+        finally:
+            await gen.close()
+
+
+# ---- embeddings -------------------------------------------------------------------------------------------
+
+def fit_dimensions(vectors: list[list[float]], dims: int | None) -> list[list[float]]:
+    """The first `dims` dimensions of each vector, normalised again (Matryoshka-style truncation)."""
+    if not dims:
+        return vectors
+    out = []
+    for v in vectors:
+        v = v[:dims]
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        out.append([x / norm for x in v])
+    return out
+
+
+async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
+    """Embeddings of req.inputs; no inputs: only load the model (Ollama's way of preloading)."""
+    t0 = time.monotonic()
+    record = await scheduler.resolve(req.model)
+    ro = request_options(req.options, record.parameters)
+    name = record.name
+    async with scheduler.lease(name, ro, req.keep_alive) as lease:
+        if not req.inputs:
+            return EmbeddingResult(name, [], 0, lease.load_wait, 0.0)
+        try:
+            res = await lease.client.embed(protocol.EmbedRequest(id=new_id("emb"), inputs=req.inputs,
+                                                                 truncate=req.truncate, normalize=req.normalize))
         except RunnerError as e:
             raise runner_error(e, name) from None
         if res.error:
             status = 400 if ("context" in res.error or "truncate" in res.error or "too long" in res.error) else 500
             raise ApiError(status, f"model {name!r}: {res.error}")
         metrics.count_tokens(lease.model.name, res.prompt_tokens, 0, 0.0)
-        return res, lease.load_wait
+        return EmbeddingResult(name, fit_dimensions(res.embeddings, req.dimensions), res.prompt_tokens,
+                               lease.load_wait, time.monotonic() - t0)

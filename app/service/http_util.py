@@ -1,9 +1,9 @@
-"""Small helpers shared by the route modules: reading a JSON body with clear 400s, typed field access,
-and streaming writers for NDJSON (Ollama) and SSE (OpenAI, /api/events)."""
+"""Small helpers shared by the route modules: reading a JSON body with clear 400s, and streaming writers for
+NDJSON (Ollama) and SSE (OpenAI, /api/events). Typed field access is request.field()."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -26,36 +26,6 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
     if not isinstance(body, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
     return body
-
-
-_TYPES = {str: "a string", bool: "true or false", int: "an integer", float: "a number", dict: "an object",
-          list: "an array"}
-
-
-def field(body: dict, key: str, typ: type | tuple, default: Any = None, *, required: bool = False) -> Any:
-    """body[key] checked against a type; None/absent -> default (or a 400 when required)."""
-    v = body.get(key)
-    if v is None:
-        if required:
-            raise ApiError(400, f"{key!r} is required", param=key)
-        return default
-    types = typ if isinstance(typ, tuple) else (typ,)
-    if float in types and isinstance(v, int) and not isinstance(v, bool):
-        return float(v)
-    if int in types and isinstance(v, float) and v.is_integer() and bool not in types:
-        return int(v)
-    ok = isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
-    if not ok:
-        want = " or ".join(_TYPES.get(t, t.__name__) for t in types)
-        raise ApiError(400, f"{key!r} must be {want}, got {json.dumps(v)[:60]}", param=key)
-    return v
-
-
-def model_name(body: dict, key: str = "model") -> str:
-    name = field(body, key, str, required=True)
-    if not name.strip():
-        raise ApiError(400, f"{key!r} must not be empty", param=key)
-    return name.strip()
 
 
 def dumps(obj) -> str:
@@ -84,8 +54,15 @@ class NDJSONWriter:
         return self.resp
 
 
+@dataclass(frozen=True)
+class SSEEvent:
+    """A named server-sent event (`event: NAME` before its data), for wire formats that name their events."""
+    name: str
+    data: dict
+
+
 class SSEWriter:
-    """Server-sent events: `data: JSON\\n\\n` (OpenAI) or `event: T\\ndata: JSON\\n\\n` (/api/events)."""
+    """Server-sent events: `data: JSON\\n\\n` (OpenAI) or `event: T\\ndata: JSON\\n\\n` (SSEEvent, /api/events)."""
 
     def __init__(self, request: web.Request):
         self.request = request
@@ -101,6 +78,13 @@ class SSEWriter:
         await self.start()
         payload = obj if isinstance(obj, str) else dumps(obj)
         await self.resp.write(f"data: {payload}\n\n".encode())
+
+    async def send(self, frame) -> None:
+        """A renderer's frame: a JSON object or a string as `data:`, an SSEEvent with its `event:` line."""
+        if isinstance(frame, SSEEvent):
+            await self.raw(f"event: {frame.name}\ndata: {dumps(frame.data)}\n\n".encode())
+        else:
+            await self.data(frame)
 
     async def raw(self, chunk: bytes) -> None:
         await self.start()

@@ -1,25 +1,19 @@
-"""Ollama-compatible routes. Thin: parse (ollama_schema), lease a model (scheduler), stream (generation)."""
+"""Ollama's model-management routes: tags, show, create, copy, delete, pull/push/blobs, ps, version. The
+generation routes (generate, chat, embed) are the Ollama dialect's, in dialects/ollama/."""
 from __future__ import annotations
 
-import asyncio
-import math
 from datetime import datetime, timedelta, timezone
 
 from aiohttp import web
 
-from . import appkeys as keys
-
 from app import __version__
 
-from . import generation
+from . import appkeys as keys
 from .errors import ApiError
-from .gotemplate import TemplateError, render as render_template
-from .http_util import NDJSONWriter, field, model_name, read_json
+from .http_util import NDJSONWriter, read_json
 from .modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
-from .ollama_schema import (details, digest_of, done_reason, iso_time, logprobs_json, now_iso, parse_chat,
-                            parse_embed_input, parse_generate, tag_entry, timing_fields)
-from .options import parse_ollama_options
-from .scheduler import parse_keep_alive
+from .ollama_schema import details, digest_of, iso_time, tag_entry
+from .request import field, model_name
 from .store_proxy import store_error, with_digest
 
 FAR_FUTURE = "2318-01-01T00:00:00Z"     # expires_at of a model kept forever (Ollama does the same)
@@ -221,177 +215,6 @@ async def ps(request):
     return web.json_response({"models": out})
 
 
-# ---- generation -----------------------------------------------------------------------------------------
-
-async def _load_or_unload(request, scheduler, name: str, keep_alive, chat: bool, options):
-    """Empty prompt / no messages: load the model (or unload it with keep_alive 0), like Ollama."""
-    ka = parse_keep_alive(keep_alive, scheduler.config.keep_alive)
-    record = await scheduler.resolve(name)
-    ro = parse_ollama_options(options, record.parameters)     # load-time options (num_ctx...) apply to the load
-    base = {"model": name, "created_at": now_iso()}
-    if ka == 0:
-        scheduler.request_unload(record.name)
-        reason = "unload"
-    else:
-        async with scheduler.lease(record.name, ro, keep_alive):
-            pass
-        reason = "load"
-    if chat:
-        base["message"] = {"role": "assistant", "content": ""}
-    else:
-        base["response"] = ""
-    base.update({"done": True, "done_reason": reason})
-    return web.json_response(base)
-
-
-async def _run(request, *, name, ro, keep_alive, req, stream, chat, top_logprobs, want_context=False):
-    scheduler, _, metrics = _ctx(request)
-    outcome = generation.Outcome()
-    gen = generation.events(scheduler, metrics, name, ro, keep_alive, req, outcome)
-    w = NDJSONWriter(request) if stream else None
-
-    def chunk(text: str, lps) -> dict:
-        d = {"model": name, "created_at": now_iso()}
-        if chat:
-            d["message"] = {"role": "assistant", "content": text}
-        else:
-            d["response"] = text
-        d["done"] = False
-        if req.logprobs and lps:
-            d["logprobs"] = logprobs_json(lps, top_logprobs)
-        return d
-
-    try:
-        await gen.__anext__()       # the lease: loaded, slot taken
-        async for ev in gen:
-            if type(ev).__name__ == "TokenEvent" and stream:
-                await w.send(chunk(ev.text, ev.logprobs))
-    except ApiError as e:
-        if w is None or not w.resp.prepared:
-            raise
-        await w.send({"error": e.message})
-        return await w.finish()
-    finally:
-        await gen.aclose()
-    done = outcome.done
-    final = chunk("" if stream else "".join(outcome.text), None if stream else outcome.logprobs)
-    final["done"] = True
-    final["done_reason"] = done_reason(done.reason) if done else "stop"
-    final.update(timing_fields(done, outcome.elapsed, outcome.load_wait))
-    if done is not None and done.context_tokens and want_context:
-        final["context"] = list(done.context_tokens)
-    if not stream:
-        if req.logprobs:
-            final["logprobs"] = logprobs_json(outcome.logprobs, top_logprobs)
-        return web.json_response(final)
-    await w.send(final)
-    return await w.finish()
-
-
-async def _resolve(scheduler, p):
-    """The model record and its request options for a generate/chat body; a bad keep_alive is a 400 here,
-    before any work."""
-    record = await scheduler.resolve(p.model)
-    ro = parse_ollama_options(p.options, record.parameters)
-    parse_keep_alive(p.keep_alive, scheduler.config.keep_alive)
-    return record, ro
-
-
-async def generate(request):
-    scheduler, _, _ = _ctx(request)
-    p = parse_generate(await read_json(request))
-    if not p.prompt:
-        return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=False, options=p.options)
-    record, ro = await _resolve(scheduler, p)
-    prompt, system, raw = p.prompt, p.system or record.system, p.raw
-    template = p.template or record.template
-    if template and not raw:
-        try:   # an Ollama (Go) prompt template: render it here and send the result raw
-            prompt = render_template(template, {"System": system or "", "Prompt": p.prompt, "Response": ""})
-            system, raw = None, True
-        except TemplateError as e:
-            if p.template:
-                raise ApiError(400, f"template: {e}", param="template") from None
-            # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
-    req = generation.build_request(ro, prompt=prompt, system=system, raw=raw, json_mode=p.json_mode,
-                                   json_schema=p.json_schema, logprobs=p.logprobs, top_logprobs=p.top_logprobs)
-    return await _run(request, name=record.name, ro=ro, keep_alive=p.keep_alive, req=req, stream=p.stream,
-                      chat=False, top_logprobs=p.top_logprobs, want_context=not p.raw)
-
-
-async def chat(request):
-    scheduler, _, _ = _ctx(request)
-    p = parse_chat(await read_json(request))
-    if not p.messages:
-        return await _load_or_unload(request, scheduler, p.model, p.keep_alive, chat=True, options=p.options)
-    record, ro = await _resolve(scheduler, p)
-    messages = generation.with_default_system(p.messages, record.system)
-    req = generation.build_request(ro, messages=messages, json_mode=p.json_mode, json_schema=p.json_schema,
-                                   logprobs=p.logprobs, top_logprobs=p.top_logprobs)
-    return await _run(request, name=record.name, ro=ro, keep_alive=p.keep_alive, req=req, stream=p.stream,
-                      chat=True, top_logprobs=p.top_logprobs)
-
-
-def _fit_dimensions(vectors: list[list[float]], dims: int | None) -> list[list[float]]:
-    if not dims:
-        return vectors
-    out = []
-    for v in vectors:
-        v = v[:dims]
-        norm = math.sqrt(sum(x * x for x in v)) or 1.0
-        out.append([x / norm for x in v])
-    return out
-
-
-async def embed(request):
-    scheduler, _, metrics = _ctx(request)
-    body = await read_json(request)
-    name = model_name(body)
-    inputs = parse_embed_input(body, "input")
-    truncate = field(body, "truncate", bool, True)
-    dims = field(body, "dimensions", int)
-    if dims is not None and dims < 1:
-        raise ApiError(400, "'dimensions' must be >= 1", param="dimensions")
-    record = await scheduler.resolve(name)
-    ro = parse_ollama_options(field(body, "options", dict), record.parameters)
-    keep_alive = body.get("keep_alive")
-    parse_keep_alive(keep_alive, scheduler.config.keep_alive)
-    t0 = asyncio.get_running_loop().time()
-    if not inputs:
-        async with scheduler.lease(record.name, ro, keep_alive) as lease:
-            load = lease.load_wait
-        return web.json_response({"model": name, "embeddings": [], "total_duration": 0,
-                                  "load_duration": int(load * 1e9), "prompt_eval_count": 0})
-    res, load = await generation.embed(scheduler, metrics, record.name, ro, keep_alive, inputs, truncate)
-    total = asyncio.get_running_loop().time() - t0
-    return web.json_response({
-        "model": name,
-        "embeddings": _fit_dimensions(res.embeddings, dims),
-        "total_duration": int(total * 1e9),
-        "load_duration": int(load * 1e9),
-        "prompt_eval_count": res.prompt_tokens,
-    })
-
-
-async def embeddings(request):
-    """Legacy /api/embeddings: one `prompt`, answers {"embedding": [...]}."""
-    scheduler, _, metrics = _ctx(request)
-    body = await read_json(request)
-    name = model_name(body)
-    prompt = field(body, "prompt", str, "")
-    record = await scheduler.resolve(name)
-    ro = parse_ollama_options(field(body, "options", dict), record.parameters)
-    keep_alive = body.get("keep_alive")
-    parse_keep_alive(keep_alive, scheduler.config.keep_alive)
-    if not prompt:
-        async with scheduler.lease(record.name, ro, keep_alive):
-            pass
-        return web.json_response({"embedding": []})
-    res, _ = await generation.embed(scheduler, metrics, record.name, ro, keep_alive, [prompt], True,
-                                    normalize=False)
-    return web.json_response({"embedding": res.embeddings[0] if res.embeddings else []})
-
-
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/", root)
@@ -405,7 +228,3 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/push", push)
     r.add_route("*", "/api/blobs/{digest}", blobs)
     r.add_get("/api/ps", ps)
-    r.add_post("/api/generate", generate)
-    r.add_post("/api/chat", chat)
-    r.add_post("/api/embed", embed)
-    r.add_post("/api/embeddings", embeddings)

@@ -13,10 +13,8 @@ from app.engine.planner.types import PlanOptions
 from app.engine.protocol import SamplingParams
 
 from .errors import ApiError
+from .request import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
-# Options that change how the model is loaded (a different value means a different runner).
-LOAD_KEYS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "tensor_split", "cpu_moe", "kv_type",
-             "flash_attn")
 # Accepted and ignored: they have no meaning here (mmap, NUMA, ...) or are deprecated in Ollama.
 IGNORED_KEYS = ("numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
                 "num_keep", "tfs_z", "penalize_newline")
@@ -37,7 +35,8 @@ def _bad(key: str, msg: str) -> ApiError:
     return ApiError(400, f"option {key!r} {msg}", param=key)
 
 
-def _num(key: str, v, lo: float | None = None, hi: float | None = None) -> float:
+def check_number(key: str, v, lo: float | None = None, hi: float | None = None) -> float:
+    """A finite number within [lo, hi]; else a 400 naming the option."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
         raise _bad(key, f"must be a number, got {v!r}")
     if lo is not None and v < lo:
@@ -47,19 +46,21 @@ def _num(key: str, v, lo: float | None = None, hi: float | None = None) -> float
     return float(v)
 
 
-def _int(key: str, v, lo: int | None = None, hi: int | None = None) -> int:
+def check_int(key: str, v, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int:
+    """An integer (2.0 counts, 2.5 does not) within [lo, hi], int32 unless said otherwise; else a 400."""
+    given = v
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
         raise _bad(key, f"must be an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise _bad(key, f"must be >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise _bad(key, f"must be <= {hi}, got {v}")
+    if v < lo:
+        raise _bad(key, f"must be >= {lo}, got {given}")
+    if v > hi:
+        raise _bad(key, f"must be <= {hi}, got {given}")
     return v
 
 
-def _bool(key: str, v) -> bool:
+def check_bool(key: str, v) -> bool:
     if not isinstance(v, bool):
         raise _bad(key, f"must be true or false, got {v!r}")
     return v
@@ -75,6 +76,51 @@ def parse_stop(key: str, v) -> list[str]:
     raise _bad(key, f"must be a string or a list of strings, got {v!r}")
 
 
+def _number(lo: float | None = None, hi: float | None = None):
+    return lambda key, v: check_number(key, v, lo, hi)
+
+
+def _integer(lo: int = INT32_MIN, hi: int = INT32_MAX):
+    return lambda key, v: check_int(key, v, lo, hi)
+
+
+def _seed(key: str, v) -> int | None:
+    seed = check_int(key, v, INT64_MIN, INT64_MAX)      # Go's int: Ollama takes any 64-bit seed
+    return None if seed < 0 else seed & 0xFFFFFFFF      # Ollama: -1 = random; llama.cpp's seed is 32 bits
+
+
+def _num_gpu(key: str, v) -> int | None:
+    n = check_int(key, v, -1, 100000)
+    return None if n < 0 else n                         # -1 = as many as fit
+
+
+def _tensor_split(key: str, v) -> tuple[float, ...]:
+    if not isinstance(v, (list, tuple)) or not v:
+        raise _bad(key, "must be a non-empty list of numbers")
+    return tuple(check_number(key, x, 0) for x in v)
+
+
+def _kv_type(key: str, v) -> str:
+    if v not in KV_TYPES:
+        raise _bad(key, f"must be one of {', '.join(KV_TYPES)}, got {v!r}")
+    return v
+
+
+# option name (= SamplingParams field) -> its check
+SAMPLING_OPTIONS = {
+    "temperature": _number(0, 100), "top_k": _integer(0), "top_p": _number(0, 1), "min_p": _number(0, 1),
+    "typical_p": _number(0, 1), "repeat_penalty": _number(0, 100), "repeat_last_n": _integer(-1),
+    "presence_penalty": _number(-100, 100), "frequency_penalty": _number(-100, 100), "seed": _seed,
+    "mirostat": _integer(0, 2), "mirostat_tau": _number(0), "mirostat_eta": _number(0),
+}
+# option name (= PlanOptions field) -> its check. These change how the model is loaded (another runner).
+LOAD_OPTIONS = {
+    "num_ctx": _integer(1, 1 << 24), "num_batch": _integer(1, 1 << 16), "num_gpu": _num_gpu,
+    "main_gpu": _integer(0, 64), "cpu_moe": _integer(0, 100000), "tensor_split": _tensor_split,
+    "kv_type": _kv_type, "flash_attn": check_bool,
+}
+
+
 def parse_ollama_options(options, defaults: dict | None = None) -> RequestOptions:
     """`options` from an Ollama request over the model's Modelfile PARAMETERs (`defaults`)."""
     if options is None:
@@ -84,68 +130,22 @@ def parse_ollama_options(options, defaults: dict | None = None) -> RequestOption
     merged = dict(defaults or {})
     merged.update({k: v for k, v in options.items() if v is not None})
     ro = RequestOptions()
-    s = ro.sampling
     for key, v in merged.items():
         if key in IGNORED_KEYS:
             continue
-        if key == "temperature":
-            s.temperature = _num(key, v, 0, 100)
-        elif key == "top_k":
-            s.top_k = _int(key, v, 0)
-        elif key == "top_p":
-            s.top_p = _num(key, v, 0, 1)
-        elif key == "min_p":
-            s.min_p = _num(key, v, 0, 1)
-        elif key == "typical_p":
-            s.typical_p = _num(key, v, 0, 1)
-        elif key == "repeat_penalty":
-            s.repeat_penalty = _num(key, v, 0, 100)
-        elif key == "repeat_last_n":
-            s.repeat_last_n = _int(key, v, -1)
-        elif key == "presence_penalty":
-            s.presence_penalty = _num(key, v, -100, 100)
-        elif key == "frequency_penalty":
-            s.frequency_penalty = _num(key, v, -100, 100)
-        elif key == "seed":
-            seed = _int(key, v)
-            s.seed = None if seed < 0 else seed & 0xFFFFFFFF   # Ollama: -1 = random
-        elif key == "mirostat":
-            s.mirostat = _int(key, v, 0, 2)
-        elif key == "mirostat_tau":
-            s.mirostat_tau = _num(key, v, 0)
-        elif key == "mirostat_eta":
-            s.mirostat_eta = _num(key, v, 0)
+        if key in SAMPLING_OPTIONS:
+            setattr(ro.sampling, key, SAMPLING_OPTIONS[key](key, v))
+        elif key in LOAD_OPTIONS:
+            ro.plan[key] = LOAD_OPTIONS[key](key, v)
         elif key == "num_predict":
-            n = _int(key, v, -2)
+            n = check_int(key, v, -2)
             ro.num_predict = -1 if n < 0 else n            # -2 (fill the context) behaves as -1 here
         elif key == "stop":
             ro.stop = parse_stop(key, v)
         elif key == "ignore_eos":
-            ro.ignore_eos = _bool(key, v)
+            ro.ignore_eos = check_bool(key, v)
         elif key == "num_thread":
-            n = _int(key, v, 0, 1024)
-            ro.n_threads = n or None
-        elif key == "num_ctx":
-            ro.plan["num_ctx"] = _int(key, v, 1, 1 << 24)
-        elif key == "num_batch":
-            ro.plan["num_batch"] = _int(key, v, 1, 1 << 16)
-        elif key == "num_gpu":
-            n = _int(key, v, -1, 100000)
-            ro.plan["num_gpu"] = None if n < 0 else n       # -1 = as many as fit
-        elif key == "main_gpu":
-            ro.plan["main_gpu"] = _int(key, v, 0, 64)
-        elif key == "cpu_moe":
-            ro.plan["cpu_moe"] = _int(key, v, 0, 100000)
-        elif key == "tensor_split":
-            if not isinstance(v, (list, tuple)) or not v:
-                raise _bad(key, "must be a non-empty list of numbers")
-            ro.plan["tensor_split"] = tuple(_num(key, x, 0) for x in v)
-        elif key == "kv_type":
-            if v not in KV_TYPES:
-                raise _bad(key, f"must be one of {', '.join(KV_TYPES)}, got {v!r}")
-            ro.plan["kv_type"] = v
-        elif key == "flash_attn":
-            ro.plan["flash_attn"] = _bool(key, v)
+            ro.n_threads = check_int(key, v, 0, 1024) or None
         # anything else: ignored like Ollama does (it only logs "invalid option")
     return ro
 
@@ -166,40 +166,3 @@ def plan_options(overrides: dict, *, num_ctx_default: int, num_parallel: int, n_
     # load (GGML_ASSERT n_outputs_max <= cparams.n_outputs_max), so the batch is at least num_parallel
     batch = max(o.num_batch, o.num_parallel)
     return replace(o, num_ctx=num_ctx, num_batch=batch, num_ubatch=max(min(o.num_ubatch, batch), o.num_parallel))
-
-
-# ---- OpenAI request parameters -------------------------------------------------------------------------------
-
-def parse_openai_sampling(body: dict, defaults: dict | None = None) -> RequestOptions:
-    """OpenAI's top-level sampling fields, over the model's Modelfile defaults."""
-    ro = parse_ollama_options({}, defaults)
-    s = ro.sampling
-    if body.get("temperature") is not None:
-        s.temperature = _num("temperature", body["temperature"], 0, 2)
-    if body.get("top_p") is not None:
-        s.top_p = _num("top_p", body["top_p"], 0, 1)
-    if body.get("presence_penalty") is not None:
-        s.presence_penalty = _num("presence_penalty", body["presence_penalty"], -2, 2)
-    if body.get("frequency_penalty") is not None:
-        s.frequency_penalty = _num("frequency_penalty", body["frequency_penalty"], -2, 2)
-    if body.get("seed") is not None:
-        s.seed = _int("seed", body["seed"]) & 0xFFFFFFFF
-    for key in ("max_completion_tokens", "max_tokens"):
-        if body.get(key) is not None:
-            ro.num_predict = _int(key, body[key], 1)
-            break
-    if body.get("stop") is not None:
-        ro.stop = parse_stop("stop", body["stop"])
-    lb = body.get("logit_bias")
-    if lb is not None:
-        if not isinstance(lb, dict):
-            raise _bad("logit_bias", "must be an object of token id -> bias")
-        bias = {}
-        for k, v in lb.items():
-            try:
-                tok = int(k)
-            except (TypeError, ValueError):
-                raise _bad("logit_bias", f"keys must be token ids, got {k!r}") from None
-            bias[tok] = _num("logit_bias", v, -100, 100)
-        s.logit_bias = bias
-    return ro

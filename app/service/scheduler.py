@@ -1,4 +1,6 @@
-"""Model scheduler: which models are loaded, where, and who may use them.
+"""Model scheduler: which models are loaded, where, and who may use them. Leases, queues, LRU eviction and
+keep-alive expiry only; finding models, reading GGUFs, discovering devices, planning and starting runners are
+its collaborators (collaborators.py), injected, so its rules are tested with fakes in milliseconds.
 
 - A request asks for a lease (`async with scheduler.lease(name, opts, keep_alive) as lease:`). The model is
   loaded if it is not (other requests for it wait on the same load), then the request waits for one of the
@@ -14,178 +16,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
-from app.discovery.inventory import Inventory
+from app.discovery.inventory import Inventory, subtract
+from app.engine.gguf.errors import GGUFError
 from app.engine.planner.types import Layout, PlanOptions
-from app.engine.planner.verify import predicted_of
 
+from .collaborators import Collaborators
 from .config import ServiceConfig
 from .errors import ApiError
 from .events import EventBus
+from .keep_alive import DEFAULT, FOREVER, KeepAlive, parse_keep_alive
+from .loaded_model import Lease, LoadedModel
 from .metrics import Metrics
 from .options import RequestOptions, plan_options
 
 log = logging.getLogger("strata.scheduler")
 
-FOREVER = None
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-MAX_KEEP_ALIVE_S = 100 * 365 * 86400.0
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_keep_alive(value, default="5m") -> float | None:
-    """Ollama's keep_alive: a number of seconds or a Go duration ("5m", "1h30m", "-1s"); 0 = unload now,
-    negative = keep forever (None). Raises ApiError(400) naming the problem."""
-    if value is None or value == "":
-        value = default
-    if isinstance(value, bool):
-        raise ApiError(400, f"keep_alive must be a duration like \"5m\" or a number of seconds, got {value!r}",
-                       param="keep_alive")
-    if isinstance(value, (int, float)):
-        try:
-            secs = float(value)
-        except OverflowError:              # an integer beyond float range: "for ever" either way
-            secs = float("inf") if value > 0 else float("-inf")
-    elif isinstance(value, str):
-        s = value.strip()
-        try:
-            secs = float(s)
-        except ValueError:
-            sign = -1.0 if s.startswith("-") else 1.0
-            body = s.lstrip("+-")
-            pos, total = 0, 0.0
-            for m in _DURATION.finditer(body):
-                if m.start() != pos:
-                    break
-                total += float(m.group(1)) * _UNIT[m.group(2)]
-                pos = m.end()
-            if pos != len(body) or not body:
-                raise ApiError(400, f"keep_alive {value!r} is not a duration (examples: \"5m\", \"1h30m\", 300, 0, -1)",
-                               param="keep_alive") from None
-            secs = sign * total
-    else:
-        raise ApiError(400, f"keep_alive must be a string or a number, got {type(value).__name__}",
-                       param="keep_alive")
-    if secs != secs:  # NaN
-        raise ApiError(400, "keep_alive must be a number", param="keep_alive")
-    # beyond a century (or inf, 1e308, 2**63) the expiry time would overflow datetime/timedelta: it means for ever
-    return FOREVER if secs < 0 or secs >= MAX_KEEP_ALIVE_S else secs
-
-
-@dataclass
-class Lease:
-    model: "LoadedModel"
-    load_wait: float          # seconds this request waited for the model to load
-    queue_wait: float         # seconds it waited for a slot
-
-    @property
-    def client(self):
-        return self.model.client
-
-
-class LoadedModel:
-    def __init__(self, name: str, record, info, options: PlanOptions, n_threads: int):
-        self.name = name
-        self.record = record
-        self.info = info
-        self.options = options
-        self.n_threads = n_threads
-        self.layout: Layout | None = None
-        self.client = None
-        self.state = "loading"
-        self.progress = 0.0
-        self.error: str | None = None
-        self.actual: dict = {}
-        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.slots = asyncio.Semaphore(options.num_parallel)
-        self.slots_total = options.num_parallel
-        self.slots_busy = 0
-        self.queued = 0              # admitted, waiting for a slot (or for the load)
-        self.pending = 0             # admitted and not yet finished (queued + busy)
-        self.last_used = time.monotonic()
-        self.keep_alive: float | None = 300.0
-        self.expires_at: datetime | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.load_started = time.monotonic()
-        self.load_seconds = 0.0
-        self.closing = False
-        self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
-
-    @property
-    def predicted(self) -> dict[str, int]:
-        if self.layout is None:
-            return {}
-        return {d.device_id: d.total for d in self.layout.devices if d.total}
-
-    @property
-    def predicted_kinds(self) -> dict[str, dict[str, int]]:
-        """Per device, what llama.cpp's buffer lines will say, in the same kinds as `actual` (model, repack, kv,
-        compute, output): "model" includes the mapped file pages beyond what the CPU reads (DevicePlan.mapped,
-        reclaimable page cache) because llama.cpp counts them in CPU_Mapped. `predicted` (totals without those
-        pages) stays what the memory accounting and the metrics use."""
-        return predicted_of(self.layout) if self.layout is not None else {}
-
-    @property
-    def size(self) -> int:
-        return sum(self.predicted.values())
-
-    @property
-    def size_vram(self) -> int:
-        return sum(b for dev, b in self.predicted.items() if dev != "CPU")
-
-    def strata_info(self) -> dict:
-        return {
-            "state": self.state,
-            "progress": round(self.progress, 4),
-            "layout": self.layout.to_dict() if self.layout else None,
-            "predicted": self.predicted,
-            "predicted_kinds": self.predicted_kinds,
-            "actual": self.actual,
-            "error": self.error,
-            "slots_busy": self.slots_busy,
-            "slots_total": self.slots_total,
-            "queued": max(0, self.queued),
-            "keep_alive": self.keep_alive,
-            "pid": getattr(self.client, "pid", None),
-        }
-
-
-def _subtract(inv: Inventory, used: dict[str, int]) -> Inventory:
-    """The inventory minus bytes already promised to loaded models (per device; "CPU" = host RAM)."""
-    if not used:
-        return inv
-    devices = tuple(replace(d, free=max(0, d.free - used.get(d.id, 0))) for d in inv.devices)
-    return replace(inv, devices=devices, host_ram_available=max(0, inv.host_ram_available - used.get("CPU", 0)))
-
-
-def _host_only_inventory(_sim_path=None) -> Inventory:
-    import os
-
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = os.sysconf("SC_PHYS_PAGES") * page
-    avail = os.sysconf("SC_AVPHYS_PAGES") * page
-    return Inventory(devices=(), host_ram_total=total, host_ram_available=avail, cpu_cores=os.cpu_count() or 1,
-                     notes=("GPU discovery unavailable: planning for the CPU only",))
+__all__ = ["Lease", "LoadedModel", "Scheduler"]
 
 
 class Scheduler:
-    def __init__(self, config: ServiceConfig, store, events: EventBus, metrics: Metrics):
+    def __init__(self, config: ServiceConfig, events: EventBus, metrics: Metrics, deps: Collaborators):
         self.config = config
-        self.store = store
         self.events = events
         self.metrics = metrics
+        self.deps = deps
         self.models: dict[str, LoadedModel] = {}
         self.failed: dict[str, LoadedModel] = {}
         self.inventory: Inventory | None = None
         self._load_lock = asyncio.Lock()
         self._inv_lock = asyncio.Lock()
         self._idle = asyncio.Condition()
-        self._info_cache: dict[tuple[str, float], object] = {}
         self._closed = False
         self._tasks: set[asyncio.Task] = set()     # loads and keep-alive unloads running in the background
 
@@ -196,18 +60,10 @@ class Scheduler:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # ---- inventory and planning --------------------------------------------------------------------------
+    # ---- inventory, models and planning (through the collaborators) ---------------------------------------
 
     async def refresh_inventory(self) -> Inventory:
-        try:
-            from app.discovery import discover
-        except ImportError:        # discovery not installed in this build: host RAM only
-            discover = _host_only_inventory
-        try:
-            self.inventory = await asyncio.to_thread(discover, self.config.devices_json)
-        except Exception as e:  # noqa: BLE001 - e.g. a malformed STRATA_DEVICES file: say which and why
-            where = f" (STRATA_DEVICES={self.config.devices_json})" if self.config.devices_json else ""
-            raise ApiError(500, f"device discovery failed{where}: {e}", code="discovery_failed") from None
+        self.inventory = await self.deps.discover()
         return self.inventory
 
     async def get_inventory(self) -> Inventory:
@@ -226,53 +82,38 @@ class Scheduler:
         return used
 
     def effective_inventory(self) -> Inventory | None:
-        return _subtract(self.inventory, self.used_bytes()) if self.inventory else None
-
-    async def model_info(self, path):
-        from app.engine.gguf.model_info import read_model_info
-
-        from pathlib import Path
-        p = Path(path)
-        key = (str(p), p.stat().st_mtime if p.exists() else 0.0)
-        if key not in self._info_cache:
-            self._info_cache[key] = await asyncio.to_thread(read_model_info, p)
-        return self._info_cache[key]
-
-    async def plan(self, info, options: PlanOptions, inventory: Inventory) -> Layout:
-        """The planner's layout: measured (dry run in a child process, cached) where available, else pure."""
-        try:
-            try:
-                from app.engine.planner.dryrun import plan_measured
-            except ImportError:
-                from app.engine.planner.search import plan
-
-                return plan(info, inventory, options)
-            return await asyncio.to_thread(plan_measured, info, inventory, options)
-        except ValueError as e:     # options the planner refuses (tensor_split length, main_gpu, ...)
-            raise ApiError(400, f"cannot plan this load: {e}", param="options") from None
-
-    def plan_options_for(self, record, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
-        overrides = dict(ro.plan)
-        return plan_options(overrides, num_ctx_default=self.config.num_ctx, num_parallel=self.config.num_parallel,
-                            n_ctx_train=getattr(info, "context_length", 0), embedding=embedding,
-                            margin_mib=self.config.gpu_margin_mib)
-
-    # ---- the request side ------------------------------------------------------------------------------------
+        return subtract(self.inventory, self.used_bytes()) if self.inventory else None
 
     async def resolve(self, name: str):
         """ModelRecord for a name; 404/400 ApiErrors for unknown or malformed names."""
-        from .store_proxy import store_error
+        return await self.deps.resolve(name)
 
+    async def model_info(self, path):
+        return await self.deps.model_info(path)
+
+    async def plan(self, info, options: PlanOptions, inventory: Inventory) -> Layout:
+        """The planner's layout (measured by a dry run where it can be)."""
         try:
-            return await self.store.call("get", name)
-        except Exception as e:  # noqa: BLE001 - mapped to 404/400/500 by type
-            raise store_error(e, name) from None
+            return await self.deps.plan(info, options, inventory)
+        except ValueError as e:     # options the planner refuses (tensor_split length, main_gpu, ...)
+            raise ApiError(400, f"cannot plan this load: {e}", param="options") from None
+
+    def plan_options_for(self, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
+        return plan_options(dict(ro.plan), num_ctx_default=self.config.num_ctx,
+                            num_parallel=self.config.num_parallel, n_ctx_train=getattr(info, "context_length", 0),
+                            embedding=embedding, margin_mib=self.config.gpu_margin_mib)
+
+    def keep_alive_for(self, keep_alive: KeepAlive) -> float | None:
+        """A request's parsed keep_alive, or the server's (STRATA_KEEP_ALIVE) for DEFAULT."""
+        return parse_keep_alive(self.config.keep_alive) if keep_alive is DEFAULT else keep_alive
+
+    # ---- the request side ------------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive=None):
+    async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive: KeepAlive = DEFAULT):
         """Load if needed, wait for a slot; on exit free the slot and start the keep-alive timer."""
         ro = ro or RequestOptions()
-        ka = parse_keep_alive(keep_alive, self.config.keep_alive)
+        ka = self.keep_alive_for(keep_alive)
         t0 = time.monotonic()
         model = await self._admit(name, ro)
         model.keep_alive = ka
@@ -299,8 +140,7 @@ class Scheduler:
             model.keep_alive = ka
             if model.pending == 0:
                 self._schedule_expiry(model)
-                async with self._idle:
-                    self._idle.notify_all()
+                await self._notify_idle()
 
     async def _admit(self, name: str, ro: RequestOptions) -> LoadedModel:
         """Count the request against the model (starting its load if needed) or refuse it with 503."""
@@ -309,23 +149,12 @@ class Scheduler:
         model = self.models.get(name)
         if model is not None and model.state == "loaded" and ro.plan and model.pending == 0:
             # different load-time options (num_ctx, num_gpu, ...) on an idle model: load it again with them
-            want = self.plan_options_for(record, model.info, ro, model.options.embedding)
+            want = self.plan_options_for(model.info, ro, model.options.embedding)
             if want != model.options or (ro.n_threads and ro.n_threads != model.n_threads):
                 await self.unload(name, reason="reload with new options")
                 model = None
         if model is None:
-            try:
-                info = await self.model_info(record.path)
-            except Exception as e:  # GGUFError, missing file
-                raise ApiError(400 if type(e).__name__ == "GGUFError" else 500,
-                               f"cannot read model {name!r} ({record.path}): {e}", param="model") from None
-            model = self.models.get(name)      # another request may have started the load during the awaits
-            if model is None:
-                opts = self.plan_options_for(record, info, ro)
-                model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
-                self.models[name] = model
-                self.failed.pop(name, None)
-                self._background(self._load(model), f"load {name}")
+            model = await self._start_load(record, ro)
         if model.pending >= model.slots_total + self.config.max_queue:
             self.metrics.rejected[name] += 1
             raise ApiError(503, f"model {name!r} is busy: {model.slots_total} slots in use and "
@@ -335,6 +164,22 @@ class Scheduler:
         model.queued += 1
         model.unload_requested = False
         self._cancel_expiry(model)
+        return model
+
+    async def _start_load(self, record, ro: RequestOptions) -> LoadedModel:
+        name = record.name
+        try:
+            info = await self.model_info(record.path)
+        except Exception as e:  # noqa: BLE001 - GGUFError (the client's file: 400), a missing file, ...
+            raise ApiError(400 if isinstance(e, GGUFError) else 500,
+                           f"cannot read model {name!r} ({record.path}): {e}", param="model") from None
+        model = self.models.get(name)      # another request may have started the load during the await
+        if model is None:
+            opts = self.plan_options_for(info, ro)
+            model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
+            self.models[name] = model
+            self.failed.pop(name, None)
+            self._background(self._load(model), f"load {name}")
         return model
 
     # ---- loading and unloading ---------------------------------------------------------------------------
@@ -349,57 +194,60 @@ class Scheduler:
                 model.layout = await self._place(model)
                 if model.closing or self._closed:
                     # unloaded (deleted, keep_alive 0, shutdown) while it was being planned: unload() found no
-                    # client to close, so a runner started now would belong to nobody and hold the memory
+                    # runner to close, so a runner started now would belong to nobody and hold the memory
                     raise ApiError(503, f"model {name!r} was unloaded while loading")
                 self.events.publish("load_started", {"model": name, "layout": model.layout.to_dict()})
-                from app.engine.client import RunnerClient
-
-                client = RunnerClient(model.layout, n_threads=model.n_threads, model_name=name)
-                model.client = client
+                model.client = self.deps.new_runner(model.layout, model.n_threads, name)
 
                 def on_progress(p: float) -> None:
                     loop.call_soon_threadsafe(self._progress, model, float(p))
 
-                loaded = await asyncio.wait_for(client.start(on_progress), self.config.load_timeout_s)
-            model.actual = dict(getattr(loaded, "actual", {}) or {})
-            from .store_proxy import with_digest
-            model.record = await with_digest(self.store, model.record)
-            model.load_seconds = time.monotonic() - model.load_started
-            model.state = "loaded"
-            model.progress = 1.0
-            client.add_exit_callback(lambda code, m=model: self._runner_exited(m, code))
-            self.metrics.loads[(name, "ok")] += 1
-            self.events.publish("loaded", {"model": name, "layout": model.layout.to_dict(), "actual": model.actual,
-                                           "load_seconds": model.load_seconds})
-            self._publish_memory()
-            if not model.ready.done():
-                model.ready.set_result(None)
-            if model.pending == 0:
-                self._schedule_expiry(model)
+                loaded = await asyncio.wait_for(model.client.start(on_progress), self.config.load_timeout_s)
+            await self._loaded(model, loaded)
         except BaseException as e:  # noqa: BLE001 - every failure must reach the waiters
-            msg = e.message if isinstance(e, ApiError) else (str(e) or type(e).__name__)
-            if isinstance(e, asyncio.TimeoutError):
-                msg = f"loading took longer than {self.config.load_timeout_s:.0f} s"
-            log.warning("load of %s failed: %s", name, msg)
-            model.state, model.error = "failed", msg
-            if self.models.get(name) is model:
-                del self.models[name]
-            if not model.closing:        # an unloaded model is gone, not "failed" in /api/ps
-                self.failed[name] = model
-            self.metrics.loads[(name, "failed")] += 1
-            self.events.publish("load_failed", {"model": name, "error": msg})
-            if model.client is not None:
-                try:
-                    await model.client.close()
-                except Exception:  # noqa: BLE001
-                    pass
-            err = e if isinstance(e, ApiError) else ApiError(500, f"failed to load model {name!r}: {msg}",
-                                                             code="load_failed")
-            if not model.ready.done():
-                model.ready.set_exception(err)
-                model.ready.exception()     # mark retrieved: waiters may all have gone
+            await self._load_failed(model, e)
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
+
+    async def _loaded(self, model: LoadedModel, loaded) -> None:
+        model.actual = dict(getattr(loaded, "actual", {}) or {})
+        model.record = await self.deps.with_digest(model.record)
+        model.load_seconds = time.monotonic() - model.load_started
+        model.state = "loaded"
+        model.progress = 1.0
+        model.client.add_exit_callback(lambda code, m=model: self._runner_exited(m, code))
+        self.metrics.loads[(model.name, "ok")] += 1
+        self.events.publish("loaded", {"model": model.name, "layout": model.layout.to_dict(),
+                                       "actual": model.actual, "load_seconds": model.load_seconds})
+        self._publish_memory()
+        if not model.ready.done():
+            model.ready.set_result(None)
+        if model.pending == 0:
+            self._schedule_expiry(model)
+
+    async def _load_failed(self, model: LoadedModel, e: BaseException) -> None:
+        name = model.name
+        msg = e.message if isinstance(e, ApiError) else (str(e) or type(e).__name__)
+        if isinstance(e, asyncio.TimeoutError):
+            msg = f"loading took longer than {self.config.load_timeout_s:.0f} s"
+        log.warning("load of %s failed: %s", name, msg)
+        model.state, model.error = "failed", msg
+        if self.models.get(name) is model:
+            del self.models[name]
+        if not model.closing:        # an unloaded model is gone, not "failed" in /api/ps
+            self.failed[name] = model
+        self.metrics.loads[(name, "failed")] += 1
+        self.events.publish("load_failed", {"model": name, "error": msg})
+        if model.client is not None:
+            try:
+                await model.client.close()
+            except Exception:  # noqa: BLE001 - the runner is gone either way
+                pass
+        err = e if isinstance(e, ApiError) else ApiError(500, f"failed to load model {name!r}: {msg}",
+                                                         code="load_failed")
+        if not model.ready.done():
+            model.ready.set_exception(err)
+            model.ready.exception()     # mark retrieved: waiters may all have gone
 
     def _progress(self, model: LoadedModel, p: float) -> None:
         if model.state != "loading":
@@ -416,7 +264,7 @@ class Scheduler:
             too_many = self.config.max_loaded_models and len(others) >= self.config.max_loaded_models
             layout = None
             if not too_many:
-                layout = await self.plan(model.info, model.options, _subtract(inventory, self.used_bytes(model.name)))
+                layout = await self.plan(model.info, model.options, subtract(inventory, self.used_bytes(model.name)))
                 if layout.fits:
                     return layout
             idle = sorted((m for m in others if m.pending == 0), key=lambda m: m.last_used)
@@ -432,14 +280,17 @@ class Scheduler:
                     except asyncio.TimeoutError:
                         pass
                 continue
-            if layout is None:
-                raise ApiError(503, f"{len(others)} models are loaded and busy (max_loaded_models="
-                                    f"{self.config.max_loaded_models}); try again later")
-            need = sum(d.total for d in layout.devices)
-            hint = ("; " + "; ".join(layout.suggestions)) if layout.suggestions else ""
-            raise ApiError(507, f"model {model.name!r} does not fit in memory (needs about {need / 2**20:.0f} MiB "
-                                f"with num_ctx={model.options.num_ctx}, num_parallel={model.options.num_parallel})"
-                                f"{hint}", code="insufficient_memory")
+            raise self._no_room(model, layout, len(others))
+
+    def _no_room(self, model: LoadedModel, layout: Layout | None, n_others: int) -> ApiError:
+        if layout is None:
+            return ApiError(503, f"{n_others} models are loaded and busy (max_loaded_models="
+                                 f"{self.config.max_loaded_models}); try again later")
+        need = sum(d.total for d in layout.devices)
+        hint = ("; " + "; ".join(layout.suggestions)) if layout.suggestions else ""
+        return ApiError(507, f"model {model.name!r} does not fit in memory (needs about {need / 2**20:.0f} MiB "
+                             f"with num_ctx={model.options.num_ctx}, num_parallel={model.options.num_parallel})"
+                             f"{hint}", code="insufficient_memory")
 
     async def unload(self, name: str, reason: str = "") -> bool:
         model = self.models.pop(name, None)
@@ -459,8 +310,7 @@ class Scheduler:
         log.info("unloaded %s%s", name, f" ({reason})" if reason else "")
         self.events.publish("unloaded", {"model": name, "reason": reason})
         self._publish_memory()
-        async with self._idle:
-            self._idle.notify_all()
+        await self._notify_idle()
         return True
 
     def request_unload(self, name: str) -> bool:

@@ -7,12 +7,14 @@ import threading
 
 from aiohttp import web
 
+from app.discovery.inventory import subtract
+
 from . import appkeys as keys
 
 from .errors import ApiError
-from .http_util import NDJSONWriter, SSEWriter, field, model_name, read_json
+from .http_util import NDJSONWriter, SSEWriter, read_json
 from .options import parse_ollama_options, plan_options
-from .scheduler import _subtract
+from .request import field, model_name
 from .store_proxy import store_error
 
 PING_SECONDS = 15.0
@@ -66,7 +68,7 @@ async def layout(request):
         except Exception as e:  # noqa: BLE001 - a malformed simulated inventory is the client's mistake
             raise ApiError(400, f"'devices': {e}", param="devices") from None
     else:
-        inventory = _subtract(await scheduler.get_inventory(), scheduler.used_bytes(exclude=record.name))
+        inventory = subtract(await scheduler.get_inventory(), scheduler.used_bytes(exclude=record.name))
     options = plan_options(ro.plan, num_ctx_default=scheduler.config.num_ctx, num_parallel=num_parallel,
                            n_ctx_train=info.context_length, margin_mib=scheduler.config.gpu_margin_mib)
     try:

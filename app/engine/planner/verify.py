@@ -15,23 +15,9 @@ import os
 import subprocess
 import sys
 
-from app.ggml.alloc_report import KINDS
+from app.engine.planner.compare import KINDS, compare, predicted_of  # noqa: F401 - KINDS: verify's callers
 
 MiB = 1024 * 1024
-
-
-def predicted_of(layout) -> dict[str, dict[str, int]]:
-    """What llama.cpp's buffer lines should say for this Layout. "model" is what it maps or allocates for the
-    weights: the weights that stay in the mapping plus the mapped slack (repacked originals, other devices'
-    tensors in between) that the Layout keeps out of its totals; "repack" the CPU backend's repacked copies."""
-    out = {}
-    for d in layout.devices:
-        rp = d.weights.get("repack", 0)
-        mapped = getattr(d, "mapped", 0)
-        if d.weights_total or d.kv or d.compute or d.output:
-            out[d.device_id] = {"model": d.weights_total - rp + mapped, "kv": d.kv, "compute": d.compute,
-                                "output": d.output, "repack": rp}
-    return out
 
 
 def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
@@ -82,22 +68,6 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
                      "predicted": predicted_of(layout), "actual": actual, "load_s": round(load_s, 3),
                      "kv_measured": any(r.startswith("KV cache as the dry run measured") for r in layout.reasons)})
     return rows
-
-
-def compare(row: dict) -> dict[str, dict]:
-    """Per device: predicted/actual totals, relative error of the total and of each kind."""
-    out = {}
-    devs = set(row["predicted"]) | set(row["actual"])
-    for d in sorted(devs):
-        p = row["predicted"].get(d, {k: 0 for k in KINDS})
-        a = row["actual"].get(d, {k: 0 for k in KINDS})
-        pt, at = sum(p.values()), sum(a.values())
-        kinds = {}
-        for k in KINDS:
-            pk, ak = p.get(k, 0), a.get(k, 0)
-            kinds[k] = (pk - ak) / ak if ak else (0.0 if pk == 0 else float("inf"))
-        out[d] = {"predicted": pt, "actual": at, "total_err": (pt - at) / at if at else 0.0, "kind_err": kinds}
-    return out
 
 
 def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,

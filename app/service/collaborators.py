@@ -1,0 +1,65 @@
+"""What the model scheduler needs from the rest of the program, injected (as Ollama's sched.go injects
+`loadFn`/`getGpuFn`): find a model, read its GGUF facts, see the devices, plan a layout, start a runner.
+`live(config, store)` wires the real ones; the scheduler's unit tests pass fakes that answer in microseconds."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from app.discovery import discover
+from app.discovery.inventory import Inventory
+from app.engine.client import RunnerClient
+from app.engine.gguf.model_info import read_model_info
+from app.engine.planner.dryrun import plan_measured
+from app.engine.planner.types import Layout, PlanOptions
+
+from .config import ServiceConfig
+from .errors import ApiError
+from .store_proxy import store_error, with_digest
+
+
+@dataclass
+class Collaborators:
+    resolve: Callable[[str], Awaitable[Any]]          # model name -> store record (ApiError 404/400)
+    model_info: Callable[[Any], Awaitable[Any]]       # GGUF path -> ModelInfo (GGUFError, OSError)
+    discover: Callable[[], Awaitable[Inventory]]      # the devices as they are now
+    plan: Callable[[Any, PlanOptions, Inventory], Awaitable[Layout]]   # ValueError: options the planner refuses
+    # (layout, n_threads, model name) -> a runner not yet started: `await start(on_progress)` loads it (its
+    # result has `actual`), `close()`, `add_exit_callback(cb)`, `pid`. Made before it starts so that an unload
+    # during the load can close it.
+    new_runner: Callable[[Layout, int, str], Any]
+    with_digest: Callable[[Any], Awaitable[Any]]      # the record with its sha256 (for /api/ps), best effort
+
+
+def live(config: ServiceConfig, store) -> Collaborators:
+    """The real collaborators: the store (on its thread), the GGUF reader, discovery and the measured planner
+    (both in child processes, awaited from threads), runner child processes."""
+
+    async def resolve(name: str):
+        try:
+            return await store.call("get", name)
+        except Exception as e:  # noqa: BLE001 - mapped to 404/400/500 by type
+            raise store_error(e, name) from None
+
+    async def model_info(path):
+        return await asyncio.to_thread(read_model_info, path)      # cached by the reader (file version key)
+
+    async def discover_devices() -> Inventory:
+        try:
+            return await asyncio.to_thread(discover, config.devices_json)
+        except Exception as e:  # noqa: BLE001 - e.g. a malformed STRATA_DEVICES file: say which and why
+            where = f" (STRATA_DEVICES={config.devices_json})" if config.devices_json else ""
+            raise ApiError(500, f"device discovery failed{where}: {e}", code="discovery_failed") from None
+
+    async def plan(info, options: PlanOptions, inventory: Inventory) -> Layout:
+        return await asyncio.to_thread(plan_measured, info, inventory, options)
+
+    def new_runner(layout: Layout, n_threads: int, name: str) -> RunnerClient:
+        return RunnerClient(layout, n_threads=n_threads, model_name=name)
+
+    async def digest(record):
+        return await with_digest(store, record)
+
+    return Collaborators(resolve=resolve, model_info=model_info, discover=discover_devices, plan=plan,
+                         new_runner=new_runner, with_digest=digest)

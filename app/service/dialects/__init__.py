@@ -1,0 +1,15 @@
+"""The API dialects: each one a parser (wire -> request.GenerationRequest) and a renderer (result -> wire) over
+the one internal request and result types. See docs/architecture.md, "Adding an API dialect"."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from .ollama import routes as ollama
+from .openai import routes as openai
+
+DIALECTS = (ollama, openai)
+
+
+def add_routes(app: web.Application) -> None:
+    for dialect in DIALECTS:
+        dialect.add_routes(app)

@@ -1,0 +1,81 @@
+"""What every dialect shares: the Renderer contract and `serve()`, which runs an internal request and renders
+it, streamed or not. A dialect is a parser (wire body -> GenerationRequest) plus a Renderer (the internal
+result -> wire); see docs/architecture.md, "Adding an API dialect"."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from aiohttp import web
+
+from .. import appkeys as keys
+from .. import generation
+from ..errors import ApiError
+from ..http_util import NDJSONWriter, SSEEvent
+from ..request import GenerationRequest
+from ..result import Finished, GenerationResult, TextDelta
+
+Frame = dict | str | SSEEvent   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
+
+
+class Renderer:
+    """Turns one generation's result into a dialect's wire format. Streamed: `opening()` once the model is
+    ready, `delta()` per TextDelta, `closing()` after the Finished event, or `error()` when it fails after the
+    first byte was sent (before that, the error is the HTTP answer). Not streamed: `complete()`.
+    Subclasses set `writer` (NDJSONWriter: one JSON object per line; SSEWriter: `data: ...` events)."""
+    writer: type = NDJSONWriter
+
+    def opening(self) -> Iterable[Frame]:
+        return ()
+
+    def delta(self, ev: TextDelta) -> Iterable[Frame]:
+        raise NotImplementedError
+
+    def finished(self, ev: Finished) -> Iterable[Frame]:
+        """The Finished event as it passes (most dialects say everything in closing() instead)."""
+        return ()
+
+    def closing(self, result: GenerationResult) -> Iterable[Frame]:
+        raise NotImplementedError
+
+    def error(self, err: ApiError) -> Iterable[Frame]:
+        raise NotImplementedError
+
+    def complete(self, result: GenerationResult) -> dict:
+        raise NotImplementedError
+
+
+def context(request: web.Request):
+    """(scheduler, store, metrics) of the app serving this request."""
+    app = request.app
+    return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
+
+
+async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> web.StreamResponse:
+    """Run `req` and answer in the renderer's format. `make_renderer(job)` builds the renderer once the model
+    is resolved (some wire formats name the resolved model)."""
+    scheduler, _, metrics = context(request)
+    job = await generation.prepare(scheduler, req)
+    renderer: Renderer = make_renderer(job)
+    async with generation.generate(scheduler, metrics, job) as gen:
+        if not req.stream:
+            return web.json_response(renderer.complete(await gen.collect()))
+        w = renderer.writer(request)
+        try:
+            await _send(w, renderer.opening())
+            async for ev in gen.events():
+                if isinstance(ev, TextDelta):
+                    await _send(w, renderer.delta(ev))
+                elif isinstance(ev, Finished):
+                    await _send(w, renderer.finished(ev))
+        except ApiError as e:
+            if not w.resp.prepared:
+                raise
+            await _send(w, renderer.error(e))
+            return await w.finish()
+        await _send(w, renderer.closing(gen.result))
+        return await w.finish()
+
+
+async def _send(w, frames: Iterable[Frame]) -> None:
+    for f in frames:
+        await w.send(f)

@@ -1,0 +1,128 @@
+"""Ollama's wire format -> the internal request (docs/api.md of ollama/ollama, and the `ollama` Python package's
+_types.py). Every check is a 400 that names the field."""
+from __future__ import annotations
+
+from ...errors import ApiError
+from ...keep_alive import request_keep_alive
+from ...request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def parse_format(fmt) -> tuple[bool, dict | None]:
+    """`format`: "" / None (free text), "json", or a JSON schema object -> (json_mode, json_schema)."""
+    if fmt is None or fmt == "":
+        return False, None
+    if fmt == "json":
+        return True, None
+    if isinstance(fmt, dict):
+        return False, fmt
+    raise ApiError(400, f"'format' must be \"json\" or a JSON schema object, got {fmt!r}", param="format")
+
+
+def _common(req: GenerationRequest, body: dict) -> GenerationRequest:
+    """The fields /api/generate and /api/chat share."""
+    req.stream = field(body, "stream", bool, True)
+    req.keep_alive = request_keep_alive(body.get("keep_alive"))
+    req.options = field(body, "options", dict) or {}
+    req.json_mode, req.json_schema = parse_format(body.get("format"))
+    logprobs = field(body, "logprobs", bool, False)
+    top = field(body, "top_logprobs", int, 0)
+    in_range("top_logprobs", top, 0, 20, f"'top_logprobs' must be between 0 and 20, got {top}")
+    req.logprobs, req.top_logprobs = logprobs or top > 0, top
+    field(body, "think", (bool, str))     # accepted, ignored: these models have no thinking mode
+    return req
+
+
+def _no_images(obj: dict, where: str) -> None:
+    if obj.get("images"):
+        raise ApiError(400, f"{where}: images are not supported (the model has no vision encoder)", param="images")
+
+
+def parse_generate(body: dict) -> GenerationRequest:
+    """/api/generate. An empty prompt means "load the model" (or unload it, with keep_alive 0)."""
+    req = GenerationRequest(model=model_name(body), prompt=field(body, "prompt", str, ""))
+    suffix = field(body, "suffix", str)
+    req.system = field(body, "system", str)
+    req.template = field(body, "template", str)
+    req.raw = field(body, "raw", bool, False)
+    _common(req, body)
+    ctx = field(body, "context", list)
+    if ctx is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in ctx):
+        raise ApiError(400, "'context' must be a list of token ids", param="context")
+    _no_images(body, "generate")
+    if suffix:
+        raise ApiError(400, f"model {req.model!r} does not support insert (suffix / fill-in-the-middle)",
+                       param="suffix")
+    req.want_context = not req.raw
+    return req
+
+
+def parse_messages(raw, key: str = "messages") -> list[dict]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ApiError(400, f"{key!r} must be an array of messages", param=key)
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise ApiError(400, f"{key}[{i}] must be an object with 'role' and 'content'", param=key)
+        role = m.get("role")
+        if role not in ROLES:
+            raise ApiError(400, f"{key}[{i}].role must be one of {', '.join(ROLES)}, got {role!r}", param=key)
+        content = m.get("content")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise ApiError(400, f"{key}[{i}].content must be a string", param=key)
+        _no_images(m, f"{key}[{i}]")
+        msg = {"role": role, "content": content}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = m["tool_calls"]
+        if m.get("tool_name"):
+            msg["tool_name"] = m["tool_name"]
+        out.append(msg)
+    return out
+
+
+def parse_chat(body: dict) -> GenerationRequest:
+    """/api/chat. No messages means "load the model" (or unload it, with keep_alive 0)."""
+    req = GenerationRequest(model=model_name(body))
+    req.messages = parse_messages(body.get("messages"))
+    _common(req, body)
+    if field(body, "tools", list):
+        raise ApiError(400, f"{req.model} does not support tools", param="tools")
+    return req
+
+
+def parse_embed_input(body: dict, key: str = "input") -> list[str]:
+    v = body.get(key)
+    if v is None:
+        raise ApiError(400, f"{key!r} is required: a string or a list of strings", param=key)
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        return list(v)
+    raise ApiError(400, f"{key!r} must be a string or a list of strings", param=key)
+
+
+def parse_embed(body: dict) -> EmbeddingRequest:
+    """/api/embed. No inputs means "load the model"."""
+    req = EmbeddingRequest(model=model_name(body), inputs=parse_embed_input(body, "input"))
+    req.truncate = field(body, "truncate", bool, True)
+    req.dimensions = field(body, "dimensions", int)
+    if req.dimensions is not None and req.dimensions < 1:
+        raise ApiError(400, "'dimensions' must be >= 1", param="dimensions")
+    req.options = field(body, "options", dict) or {}
+    req.keep_alive = request_keep_alive(body.get("keep_alive"))
+    return req
+
+
+def parse_embeddings(body: dict) -> EmbeddingRequest:
+    """The legacy /api/embeddings: one `prompt`, not normalised. An empty prompt only loads the model."""
+    req = EmbeddingRequest(model=model_name(body), inputs=[], normalize=False)
+    prompt = field(body, "prompt", str, "")
+    req.inputs = [prompt] if prompt else []
+    req.options = field(body, "options", dict) or {}
+    req.keep_alive = request_keep_alive(body.get("keep_alive"))
+    return req

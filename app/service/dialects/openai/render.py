@@ -1,0 +1,168 @@
+"""The internal result -> OpenAI's wire format (as the `openai` package's types define it): chat.completion,
+chat.completion.chunk, text_completion, embeddings, models. Streams are SSE ending with `data: [DONE]`."""
+from __future__ import annotations
+
+import base64
+import struct
+import time
+
+from ...errors import ApiError
+from ...http_util import SSEWriter
+from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta
+from ..base import Renderer
+from .parse import WireChoices
+
+FINGERPRINT = "fp_strata"
+
+
+def finish_reason(done: Finished | None) -> str:
+    if done is None:
+        return "stop"
+    return "length" if done.reason == "length" else "stop"
+
+
+def usage(done: Finished | None) -> dict:
+    p = done.prompt_tokens if done else 0
+    c = done.completion_tokens if done else 0
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def chat_logprobs(items, top: int) -> dict:
+    content = []
+    for t in items or ():
+        content.append({
+            "token": t.token, "logprob": t.logprob, "bytes": list(t.bytes),
+            "top_logprobs": [{"token": tok, "logprob": lp, "bytes": list(b)} for tok, lp, b in t.top[:top]],
+        })
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(items, top: int, offset: int = 0) -> dict:
+    tokens, lps, tops, offsets = [], [], [], []
+    pos = offset
+    for t in items or ():
+        tokens.append(t.token)
+        lps.append(t.logprob)
+        tops.append({tok: lp for tok, lp, _ in t.top[:top]} if top else None)
+        offsets.append(pos)
+        pos += len(t.token)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def error_json(err: ApiError) -> dict:
+    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+class _OpenAIRenderer(Renderer):
+    writer = SSEWriter
+    object_name = ""
+
+    def __init__(self, model: str, wire: WireChoices, *, logprobs: bool, top: int, id: str):
+        self.model, self.wire, self.id = model, wire, id
+        self.logprobs, self.top = logprobs, top
+        self.created = int(time.time())
+
+    def error(self, err: ApiError):
+        return [error_json(err), "[DONE]"]
+
+    def _usage_chunk(self, done: Finished | None) -> dict:
+        return {"id": self.id, "object": self.object_name, "created": self.created, "model": self.model,
+                "system_fingerprint": FINGERPRINT, "choices": [], "usage": usage(done)}
+
+
+class ChatRenderer(_OpenAIRenderer):
+    object_name = "chat.completion.chunk"
+
+    def _chunk(self, delta: dict, finish: str | None = None, logprobs=None) -> dict:
+        d = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+             "system_fingerprint": FINGERPRINT,
+             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+        if self.wire.include_usage:
+            d["usage"] = None
+        return d
+
+    def opening(self):
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def delta(self, ev: TextDelta):
+        lp = chat_logprobs(ev.logprobs, self.top) if self.logprobs and ev.logprobs else None
+        return [self._chunk({"content": ev.text}, logprobs=lp)]
+
+    def closing(self, result: GenerationResult):
+        out = [self._chunk({}, finish=finish_reason(result.finished))]
+        if self.wire.include_usage:
+            out.append(self._usage_chunk(result.finished))
+        return out + ["[DONE]"]
+
+    def complete(self, result: GenerationResult) -> dict:
+        lp = chat_logprobs(result.logprobs, self.top) if self.logprobs else None
+        return {
+            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+            "system_fingerprint": FINGERPRINT,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
+                         "logprobs": lp, "finish_reason": finish_reason(result.finished)}],
+            "usage": usage(result.finished),
+        }
+
+
+class CompletionRenderer(_OpenAIRenderer):
+    object_name = "text_completion"
+
+    def __init__(self, model: str, wire: WireChoices, *, prompt: str, id: str):
+        super().__init__(model, wire, logprobs=wire.logprobs is not None, top=wire.logprobs or 0, id=id)
+        self.prefix = prompt if wire.echo else ""
+        self.offset = len(self.prefix)          # text_offset of the next token
+
+    def _text(self, text: str, logprobs=None, finish: str | None = None, done: Finished | None = None,
+              chunk: bool = True) -> dict:
+        d = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+             "system_fingerprint": FINGERPRINT,
+             "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+                          "finish_reason": finish if chunk else finish_reason(done)}]}
+        if not chunk:
+            d["usage"] = usage(done)
+        return d
+
+    def opening(self):
+        return [self._text(self.prefix)] if self.prefix else []
+
+    def delta(self, ev: TextDelta):
+        lp = completion_logprobs(ev.logprobs, self.top, self.offset) if self.logprobs and ev.logprobs else None
+        self.offset += len(ev.text)
+        return [self._text(ev.text, lp)]
+
+    def closing(self, result: GenerationResult):
+        out = [self._text("", finish=finish_reason(result.finished))]
+        if self.wire.include_usage:
+            out.append(self._usage_chunk(result.finished))
+        return out + ["[DONE]"]
+
+    def complete(self, result: GenerationResult) -> dict:
+        lp = completion_logprobs(result.logprobs, self.top, len(self.prefix)) if self.logprobs else None
+        return self._text(self.prefix + result.text, lp, done=result.finished, chunk=False)
+
+
+def embedding_item(vec: list[float], index: int, encoding: str) -> dict:
+    if encoding == "base64":
+        emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+    else:
+        emb = vec
+    return {"object": "embedding", "embedding": emb, "index": index}
+
+
+def embeddings_answer(model: str, res: EmbeddingResult, encoding: str) -> dict:
+    return {
+        "object": "list",
+        "data": [embedding_item(v, i, encoding) for i, v in enumerate(res.vectors)],
+        "model": model,
+        "usage": {"prompt_tokens": res.prompt_tokens, "total_tokens": res.prompt_tokens},
+    }
+
+
+def model_entry(record) -> dict:
+    created = record.modified_at
+    if hasattr(created, "timestamp"):
+        created = int(created.timestamp())
+    elif not isinstance(created, (int, float)):
+        created = int(time.time())
+    return {"id": record.name, "object": "model", "created": int(created), "owned_by": record.source or "strata"}

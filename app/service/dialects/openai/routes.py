@@ -1,0 +1,59 @@
+"""OpenAI's endpoints (/v1): chat completions, completions, embeddings, models. Each generation handler is
+parse (parse.py) -> run (generation.py, via base.serve) -> render (render.py)."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from ... import generation
+from ...errors import ApiError
+from ...http_util import read_json
+from ..base import context, serve
+from . import parse, render
+
+
+async def chat_completions(request):
+    req, wire = parse.parse_chat(await read_json(request))
+    cid = generation.new_id("chatcmpl")
+    return await serve(request, req, lambda job: render.ChatRenderer(
+        req.model, wire, logprobs=req.logprobs, top=req.top_logprobs, id=cid))
+
+
+async def completions(request):
+    req, wire = parse.parse_completion(await read_json(request))
+    cid = generation.new_id("cmpl")
+    return await serve(request, req, lambda job: render.CompletionRenderer(req.model, wire, prompt=req.prompt,
+                                                                            id=cid))
+
+
+async def embeddings(request):
+    scheduler, _, metrics = context(request)
+    req, encoding = parse.parse_embeddings(await read_json(request))
+    res = await generation.embed(scheduler, metrics, req)
+    return web.json_response(render.embeddings_answer(req.model, res, encoding))
+
+
+async def list_models(request):
+    _, store, _ = context(request)
+    records = await store.call("list")
+    return web.json_response({"object": "list", "data": [render.model_entry(r) for r in records]})
+
+
+async def get_model(request):
+    scheduler, _, _ = context(request)
+    name = request.match_info["model"]
+    try:
+        record = await scheduler.resolve(name)
+    except ApiError as e:
+        if e.status == 404:
+            raise ApiError(404, f"The model {name!r} does not exist", param="model", code="model_not_found") from None
+        raise
+    return web.json_response(render.model_entry(record))
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/v1/chat/completions", chat_completions)
+    r.add_post("/v1/completions", completions)
+    r.add_post("/v1/embeddings", embeddings)
+    r.add_get("/v1/models", list_models)
+    r.add_get("/v1/models/{model:.+}", get_model)

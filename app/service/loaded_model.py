@@ -1,0 +1,90 @@
+"""One model as the scheduler keeps it: its plan, its runner, its slots and queue, its keep-alive timer.
+Plain state; the Scheduler changes it (from the event loop thread only)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.engine.planner.compare import predicted_of
+from app.engine.planner.types import Layout, PlanOptions
+
+
+@dataclass
+class Lease:
+    """A request's hold on a loaded model and one of its slots (Scheduler.lease)."""
+    model: "LoadedModel"
+    load_wait: float          # seconds this request waited for the model to load
+    queue_wait: float         # seconds it waited for a slot
+
+    @property
+    def client(self):
+        return self.model.client
+
+
+class LoadedModel:
+    def __init__(self, name: str, record, info, options: PlanOptions, n_threads: int):
+        self.name = name
+        self.record = record
+        self.info = info
+        self.options = options
+        self.n_threads = n_threads
+        self.layout: Layout | None = None
+        self.client = None               # the runner (engine.client.RunnerClient, or a test's fake)
+        self.state = "loading"           # "loading" | "loaded" | "failed"
+        self.progress = 0.0
+        self.error: str | None = None
+        self.actual: dict = {}
+        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.slots = asyncio.Semaphore(options.num_parallel)
+        self.slots_total = options.num_parallel
+        self.slots_busy = 0
+        self.queued = 0              # admitted, waiting for a slot (or for the load)
+        self.pending = 0             # admitted and not yet finished (queued + busy)
+        self.last_used = time.monotonic()
+        self.keep_alive: float | None = 300.0
+        self.expires_at: datetime | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.load_started = time.monotonic()
+        self.load_seconds = 0.0
+        self.closing = False
+        self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
+
+    @property
+    def predicted(self) -> dict[str, int]:
+        if self.layout is None:
+            return {}
+        return {d.device_id: d.total for d in self.layout.devices if d.total}
+
+    @property
+    def predicted_kinds(self) -> dict[str, dict[str, int]]:
+        """Per device, what llama.cpp's buffer lines will say, in the same kinds as `actual` (model, repack, kv,
+        compute, output): "model" includes the mapped file pages beyond what the CPU reads (DevicePlan.mapped,
+        reclaimable page cache) because llama.cpp counts them in CPU_Mapped. `predicted` (totals without those
+        pages) stays what the memory accounting and the metrics use."""
+        return predicted_of(self.layout) if self.layout is not None else {}
+
+    @property
+    def size(self) -> int:
+        return sum(self.predicted.values())
+
+    @property
+    def size_vram(self) -> int:
+        return sum(b for dev, b in self.predicted.items() if dev != "CPU")
+
+    def strata_info(self) -> dict:
+        return {
+            "state": self.state,
+            "progress": round(self.progress, 4),
+            "layout": self.layout.to_dict() if self.layout else None,
+            "predicted": self.predicted,
+            "predicted_kinds": self.predicted_kinds,
+            "actual": self.actual,
+            "error": self.error,
+            "slots_busy": self.slots_busy,
+            "slots_total": self.slots_total,
+            "queued": max(0, self.queued),
+            "keep_alive": self.keep_alive,
+            "pid": getattr(self.client, "pid", None),
+        }

@@ -1,0 +1,69 @@
+"""The ONE internal result type of every API dialect: the typed events a generation streams, and what they add
+up to. Renderers (dialects/<name>/render.py) match events by type (isinstance), never by name.
+
+New kinds of output (thinking text, tool calls) are new event types here plus a field on GenerationResult;
+each renderer then decides how its wire format shows them. See docs/architecture.md, "Adding an API dialect".
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from app.engine.protocol import TokenLogprob
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Text the model produced (stop strings resolved, UTF-8 complete)."""
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event of a generation."""
+    reason: str                          # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_seconds: float
+    generation_seconds: float
+    context_tokens: tuple[int, ...] | None = None
+
+
+Event = TextDelta | Finished
+
+
+@dataclass
+class GenerationResult:
+    """Everything a generation produced so far; complete once `finished` is set. Renderers of non-streamed
+    answers read it whole; streaming renderers read it at the end (usage, timings)."""
+    model: str                                       # the model's name in the store (resolved)
+    pieces: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finished: Finished | None = None
+    load_wait: float = 0.0                           # seconds spent waiting for the model to load
+    started: float = field(default_factory=time.monotonic)
+
+    def add(self, ev: Event) -> None:
+        if isinstance(ev, TextDelta):
+            self.pieces.append(ev.text)
+            self.logprobs.extend(ev.logprobs)
+        elif isinstance(ev, Finished):
+            self.finished = ev
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass
+class EmbeddingResult:
+    model: str
+    vectors: list[list[float]]
+    prompt_tokens: int = 0
+    load_seconds: float = 0.0
+    total_seconds: float = 0.0
