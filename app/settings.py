@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ SETTINGS: tuple[Setting, ...] = (
             "where to look for models you already have (read-only; nothing is copied)"),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
+# keep_alive as Ollama takes it: seconds, or a Go duration ("5m", "1h30m", "-1s")
+_DURATION = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)|[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|ms|s|m|h))+")
 
 
 def settings_path() -> Path:
@@ -76,6 +79,8 @@ def _check(s: Setting, value):
     if s.kind is str:
         if not isinstance(value, str):
             raise SettingsError(f"{s.key} must be a string, got {value!r}")
+        if s.key == "keep_alive" and not _DURATION.fullmatch(value.strip()):
+            raise SettingsError(f"keep_alive {value!r} is not a duration (examples: 5m, 1h30m, 300, 0, -1)")
         return value.strip()
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise SettingsError(f"{s.key} must be a list of strings, got {value!r}")

@@ -1,5 +1,6 @@
-"""Message widgets of the chat transcript: Markdown body that grows with its text, a stats line, and an
-optional token view where hovering a token shows its top alternatives (the API's top_logprobs)."""
+"""Widgets of the chat: the message box, the first-run hint, and the transcript's messages (Markdown body that
+grows with its text, a stats line, and an optional token view where hovering a token shows its top alternatives,
+the API's top_logprobs)."""
 from __future__ import annotations
 
 import bisect
@@ -11,8 +12,73 @@ from PySide6.QtGui import (
     QColor, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat, QTextOption,
 )
 from PySide6.QtWidgets import (
-    QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QTextBrowser, QToolTip, QVBoxLayout, QWidget,
+    QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea, QSizePolicy, QTextBrowser, QToolTip,
+    QVBoxLayout, QWidget,
 )
+
+
+class MessageInput(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+    submitted = Signal()
+
+    def keyPressEvent(self, e) -> None:
+        if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(e)
+
+
+FIRST_RUN_TEXT = (
+    "<b>Only the built-in model is installed</b> (smollm2:135m, a small model to try things with). "
+    "More models come from three places: a <b>.gguf file</b> you import (or drop on the model manager), a "
+    "<b>registry</b> you pull from by name (e.g. <code>qwen3:0.6b</code>), and <b>other apps' folders</b>: "
+    "models you already have in Ollama, LM Studio or the Hugging Face cache appear here by themselves.")
+
+
+class FirstRunHint(QFrame):
+    """Shown over an empty chat while the built-in model is the only one: where models come from, with a
+    button for each way. `chosen` says which: "import", "pull" or "settings"."""
+    chosen = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("firstRunHint")
+        text = QLabel(FIRST_RUN_TEXT)
+        text.setWordWrap(True)
+        text.setTextFormat(Qt.RichText)
+        lay = QVBoxLayout(self)
+        lay.addWidget(text)
+        row = QHBoxLayout()
+        self.buttons = {}
+        for key, label in (("import", "Import a .gguf file…"), ("pull", "Pull a model…"),
+                           ("settings", "Choose other apps' folders…")):
+            b = QPushButton(label)
+            b.setObjectName(f"firstRun_{key}")
+            b.clicked.connect(lambda _checked=False, k=key: self.chosen.emit(k))
+            row.addWidget(b)
+            self.buttons[key] = b
+        row.addStretch(1)
+        lay.addLayout(row)
+        self.setVisible(False)
+
+
+def chat_stats(final: dict, ttft_ms: float | None, n_chunks: int, elapsed_s: float) -> dict:
+    """Stats under a reply from the final NDJSON object (Ollama's eval_count/eval_duration in ns), falling back
+    to what the client counted when the server sent no totals (a stopped stream)."""
+    tokens = int(final.get("eval_count") or n_chunks)
+    dur_ns = final.get("eval_duration")
+    if dur_ns:
+        tok_s = tokens / (dur_ns / 1e9)
+    elif ttft_ms is not None and elapsed_s > ttft_ms / 1000:
+        tok_s = max(0, tokens - 1) / (elapsed_s - ttft_ms / 1000)
+    else:
+        tok_s = 0.0
+    out = {"tokens": tokens, "tok_s": round(tok_s, 1), "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1)}
+    for k in ("prompt_eval_count", "load_duration", "done_reason"):
+        if k in final:
+            out[k] = final[k]
+    return out
+
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.bridge import Call
-from app.gui.chat_view import Transcript, format_stats
+from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, chat_stats, format_stats
 from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
 from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
 from app.gui.state import ServiceState
@@ -23,37 +23,12 @@ from app.gui.state import ServiceState
 TOP_LOGPROBS = 5
 
 
-class MessageInput(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
-    submitted = Signal()
-
-    def keyPressEvent(self, e) -> None:
-        if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(e)
-
-
-def chat_stats(final: dict, ttft_ms: float | None, n_chunks: int, elapsed_s: float) -> dict:
-    """Stats under a reply from the final NDJSON object (Ollama's eval_count/eval_duration in ns), falling back
-    to what the client counted when the server sent no totals (a stopped stream)."""
-    tokens = int(final.get("eval_count") or n_chunks)
-    dur_ns = final.get("eval_duration")
-    if dur_ns:
-        tok_s = tokens / (dur_ns / 1e9)
-    elif ttft_ms is not None and elapsed_s > ttft_ms / 1000:
-        tok_s = max(0, tokens - 1) / (elapsed_s - ttft_ms / 1000)
-    else:
-        tok_s = 0.0
-    out = {"tokens": tokens, "tok_s": round(tok_s, 1), "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1)}
-    for k in ("prompt_eval_count", "load_duration", "done_reason"):
-        if k in final:
-            out[k] = final[k]
-    return out
-
-
 class ChatWindow(QMainWindow):
+    # Window-level requests the Desktop answers (it owns the other windows). QAction.triggered passes `checked`:
+    # every connection below goes through a lambda that drops it (these signals take no argument).
     open_memory_requested = Signal()
+    open_models_requested = Signal(str)      # "" | "import" | "pull": what the manager should offer first
+    open_settings_requested = Signal()
     quit_requested = Signal()
 
     def __init__(self, state: ServiceState, history: ChatHistory, parent=None):
@@ -65,6 +40,7 @@ class ChatWindow(QMainWindow):
         self.call: Call | None = None
         self._reply = None
         self.extra_options: dict = {}     # more Ollama options for every request (num_predict, seed...)
+        self.dialog = None                # the question or prompt open over this window, if any
         self.setWindowTitle("Strata — Chat")
         self.resize(1100, 720)
         self._build()
@@ -79,6 +55,16 @@ class ChatWindow(QMainWindow):
 
     # construction --------------------------------------------------------------------------------------------
     def _build(self) -> None:
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self._build_sidebar())
+        split.addWidget(self._build_center())
+        split.setStretchFactor(1, 1)
+        split.setSizes([240, 860])
+        self.setCentralWidget(split)
+        self.statusBar().showMessage(f"Service at {self.bridge.base_url}")
+
+    def _build_sidebar(self) -> QWidget:
+        """The conversation list with New / Rename / Delete."""
         self.conversations = ConversationListModel(self.history, self)
         self.conv_view = QListView()
         self.conv_view.setObjectName("conversationList")
@@ -90,9 +76,9 @@ class ChatWindow(QMainWindow):
         self.new_button = QPushButton("New chat")
         self.rename_button = QPushButton("Rename")
         self.delete_button = QPushButton("Delete")
-        self.new_button.clicked.connect(self.new_chat)
-        self.rename_button.clicked.connect(self.rename_current)
-        self.delete_button.clicked.connect(self.delete_current)
+        self.new_button.clicked.connect(lambda: self.new_chat())
+        self.rename_button.clicked.connect(lambda: self.rename_current())
+        self.delete_button.clicked.connect(lambda: self.delete_current())
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(8, 8, 4, 8)
@@ -102,7 +88,24 @@ class ChatWindow(QMainWindow):
         row.addWidget(self.rename_button)
         row.addWidget(self.delete_button)
         ll.addLayout(row)
+        return left
 
+    def _build_center(self) -> QWidget:
+        center = QWidget()
+        cl = QVBoxLayout(center)
+        cl.setContentsMargins(4, 8, 8, 8)
+        cl.addLayout(self._build_header())
+        cl.addWidget(self.system_prompt)
+        self.first_run = FirstRunHint()
+        self.first_run.chosen.connect(self._on_hint)
+        cl.addWidget(self.first_run)
+        self.transcript = Transcript()
+        cl.addWidget(self.transcript, 1)
+        cl.addLayout(self._build_composer())
+        return center
+
+    def _build_header(self) -> QHBoxLayout:
+        """Model picker and this chat's settings (saved with the chat as they change)."""
         self.models = ModelListModel(self)
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("modelPicker")
@@ -130,30 +133,27 @@ class ChatWindow(QMainWindow):
         self.num_ctx.valueChanged.connect(lambda v: self._save_setting(num_ctx=int(v)))
         self.system_prompt.textChanged.connect(
             lambda: self._save_setting(system=self.system_prompt.toPlainText()))
-
         header = QHBoxLayout()
-        header.addWidget(QLabel("Model"))
-        header.addWidget(self.model_picker)
-        header.addWidget(self.model_status, 1)
-        header.addWidget(QLabel("Temperature"))
-        header.addWidget(self.temperature)
-        header.addWidget(QLabel("Context"))
-        header.addWidget(self.num_ctx)
-        header.addWidget(self.alternatives)
+        for w, stretch in ((QLabel("Model"), 0), (self.model_picker, 0), (self.model_status, 1),
+                           (QLabel("Temperature"), 0), (self.temperature, 0), (QLabel("Context"), 0),
+                           (self.num_ctx, 0), (self.alternatives, 0)):
+            header.addWidget(w, stretch)
+        return header
 
-        self.transcript = Transcript()
+    def _build_composer(self) -> QHBoxLayout:
+        """The message box with Send / Stop / Regenerate."""
         self.input = MessageInput()
         self.input.setObjectName("messageInput")
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
         self.input.setMaximumHeight(90)
-        self.input.submitted.connect(self.send)
+        self.input.submitted.connect(lambda: self.send())
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("sendButton")
         self.stop_button = QPushButton("Stop")
         self.regen_button = QPushButton("Regenerate")
-        self.send_button.clicked.connect(self.send)
-        self.stop_button.clicked.connect(self.stop)
-        self.regen_button.clicked.connect(self.regenerate)
+        self.send_button.clicked.connect(lambda: self.send())
+        self.stop_button.clicked.connect(lambda: self.stop())
+        self.regen_button.clicked.connect(lambda: self.regenerate())
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
@@ -161,31 +161,46 @@ class ChatWindow(QMainWindow):
         bottom = QHBoxLayout()
         bottom.addWidget(self.input, 1)
         bottom.addLayout(buttons)
+        return bottom
 
-        center = QWidget()
-        cl = QVBoxLayout(center)
-        cl.setContentsMargins(4, 8, 8, 8)
-        cl.addLayout(header)
-        cl.addWidget(self.system_prompt)
-        cl.addWidget(self.transcript, 1)
-        cl.addLayout(bottom)
-
-        split = QSplitter(Qt.Horizontal)
-        split.addWidget(left)
-        split.addWidget(center)
-        split.setStretchFactor(1, 1)
-        split.setSizes([240, 860])
-        self.setCentralWidget(split)
-        self.statusBar().showMessage(f"Service at {self.bridge.base_url}")
+    def _action(self, text: str, name: str, shortcut, slot) -> QAction:
+        """A window action; `slot` is called with no argument (triggered's `checked` is dropped)."""
+        a = QAction(text, self)
+        a.setObjectName(name)
+        if shortcut:
+            a.setShortcut(QKeySequence(shortcut))
+        a.triggered.connect(lambda _checked=False: slot())
+        return a
 
     def _build_menus(self) -> None:
+        # Shortcuts spelled out: QKeySequence.Quit is empty where the platform theme has no binding for it (bare X,
+        # offscreen), which left Ctrl+Q doing nothing there.
+        self.action_new = self._action("&New chat", "newChat", "Ctrl+N", self.new_chat)
+        self.action_memory = self._action("&Memory view", "memoryView", "Ctrl+M", self.open_memory_requested.emit)
+        self.action_settings = self._action("&Settings…", "settings", "Ctrl+,", self.open_settings_requested.emit)
+        self.action_quit = self._action("&Quit", "quit", "Ctrl+Q", self.quit_requested.emit)
+        self.action_models = self._action("&Manage models…", "manageModels", "Ctrl+Shift+M",
+                                          lambda: self.open_models_requested.emit(""))
+        self.action_pull = self._action("&Pull a model…", "pullModel", None,
+                                        lambda: self.open_models_requested.emit("pull"))
         file_menu = self.menuBar().addMenu("&File")
-        self.action_new = QAction("New chat", self, shortcut=QKeySequence.New, triggered=self.new_chat)
-        self.action_memory = QAction("Memory view", self, shortcut=QKeySequence("Ctrl+M"),
-                                     triggered=self.open_memory_requested.emit)
-        self.action_quit = QAction("Quit", self, shortcut=QKeySequence.Quit, triggered=self.quit_requested.emit)
-        for a in (self.action_new, self.action_memory, self.action_quit):
+        file_menu.setObjectName("fileMenu")
+        for a in (self.action_new, self.action_memory, self.action_settings):
             file_menu.addAction(a)
+        file_menu.addSeparator()
+        file_menu.addAction(self.action_quit)
+        # Models: these two, then what the tray menu offers (TrayController fills it each time it opens)
+        self.models_menu = self.menuBar().addMenu("M&odels")
+        self.models_menu.setObjectName("modelsMenu")
+        self.models_menu_head = [self.action_models, self.action_pull]
+        for a in self.models_menu_head:
+            self.models_menu.addAction(a)
+
+    def _on_hint(self, way: str) -> None:
+        if way == "settings":
+            self.open_settings_requested.emit()
+        else:
+            self.open_models_requested.emit(way)
 
     # models ----------------------------------------------------------------------------------------------------
     def on_models(self) -> None:
@@ -198,6 +213,14 @@ class ChatWindow(QMainWindow):
         self.model_picker.setCurrentIndex(row)
         self.model_picker.blockSignals(False)
         self._update_model_status()
+        self._update_first_run()
+
+    def _update_first_run(self) -> None:
+        """First run: the built-in model is all there is (once the list has come) and this chat is empty ->
+        say where models come from."""
+        sources = {(m.get("strata") or {}).get("source", "store") for m in self.state.tags}
+        listed = bool(self.state.tags) or self.state.connected
+        self.first_run.setVisible(listed and sources <= {"builtin"} and not self.transcript.messages)
 
     def selected_model(self) -> str:
         i = self.model_picker.currentIndex()
@@ -272,6 +295,7 @@ class ChatWindow(QMainWindow):
         for m in self.history.messages(conv.id):
             self.transcript.add(m.role, m.content, stats=m.stats, logprobs=m.logprobs, message_id=m.id)
         self._update_model_status()
+        self._update_first_run()
         self._update_buttons()
 
     def _save_setting(self, **kw) -> None:
@@ -279,24 +303,40 @@ class ChatWindow(QMainWindow):
             self.conversation = self.history.update(self.conversation.id, **kw)
 
     def rename_current(self) -> None:
+        """Ask for a new title (a window-modal dialog that does not block: `self.dialog` while it is open)."""
         if not self.conversation:
             return
-        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=self.conversation.title)
-        if ok and title.strip():
-            self.rename_conversation(self.conversation.id, title)
+        cid = self.conversation.id
+        dlg = QInputDialog(self)
+        dlg.setObjectName("renameChatDialog")
+        dlg.setWindowTitle("Rename chat")
+        dlg.setLabelText("Title:")
+        dlg.setTextValue(self.conversation.title)
+        dlg.textValueSelected.connect(lambda t: t.strip() and self.rename_conversation(cid, t))
+        self._open_dialog(dlg)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         self.history.rename(conversation_id, title)
         self.conversations.reload()
         self.select_conversation(conversation_id)
 
-    def delete_current(self, confirm: bool = True) -> None:
+    def delete_current(self) -> None:
+        """Ask first (window-modal, not blocking); Yes deletes the chat."""
         if not self.conversation:
             return
-        if confirm and QMessageBox.question(self, "Delete chat", f"Delete “{self.conversation.title}”?") \
-                != QMessageBox.Yes:
-            return
-        self.delete_conversation(self.conversation.id)
+        cid = self.conversation.id
+        box = QMessageBox(QMessageBox.Question, "Delete chat", f"Delete “{self.conversation.title}”?",
+                          QMessageBox.Yes | QMessageBox.No, self)
+        box.setObjectName("deleteChatDialog")
+        box.setDefaultButton(QMessageBox.No)
+        box.accepted.connect(lambda: self.delete_conversation(cid))
+        self._open_dialog(box)
+
+    def _open_dialog(self, dlg) -> None:
+        dlg.setAttribute(Qt.WA_DeleteOnClose)
+        self.dialog = dlg
+        dlg.finished.connect(lambda _r: setattr(self, "dialog", None))
+        dlg.open()
 
     def delete_conversation(self, conversation_id: int) -> None:
         if self.conversation and self.conversation.id == conversation_id:
@@ -307,6 +347,7 @@ class ChatWindow(QMainWindow):
         self.conversations.reload()
         if self.conversations.items and self.conversation is None:
             self.select_conversation(self.conversations.items[0].id)
+        self._update_first_run()
         self._update_buttons()
 
     # sending ---------------------------------------------------------------------------------------------------
@@ -326,6 +367,7 @@ class ChatWindow(QMainWindow):
             self.select_conversation(self.conversation.id)
         msg = self.history.add_message(self.conversation.id, "user", text)
         self.transcript.add("user", text, message_id=msg.id)
+        self.first_run.setVisible(False)
         self.input.clear()
         self._start_reply()
 
@@ -347,7 +389,8 @@ class ChatWindow(QMainWindow):
     def _start_reply(self) -> None:
         model = self.selected_model()
         if not model:
-            self._show_error("No model to answer with: install one (strata import FILE.gguf) and pick it above.")
+            self._show_error("No model to answer with: add one (Models → Manage models: import a .gguf or pull "
+                             "one) and pick it above.")
             return
         body = self.request_body()
         self._reply = self.transcript.add("assistant", "")

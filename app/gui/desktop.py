@@ -5,6 +5,7 @@ the windows only ever talk to it over HTTP, so `strata gui --url` can just as we
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from app.gui.bridge import ServiceBridge
 from app.gui.chat_window import ChatWindow
 from app.gui.history import ChatHistory
 from app.gui.memory_window import MemoryWindow
+from app.gui.model_manager import ModelManagerWindow
+from app.gui.settings_dialog import RESTART_NOTE, SettingsDialog
 from app.gui.state import ServiceState
 from app.gui.tray import TrayController
 
@@ -55,7 +58,8 @@ def style_sheet() -> str:
 
 
 class Desktop(QObject):
-    """Everything the GUI process shows. `service` (a ServiceThread) is stopped on quit when given."""
+    """Everything the GUI process shows. `service` (a ServiceThread) is stopped on quit when given.
+    Windows other than the chat are made on first use and kept (reopening shows the same one)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, service=None, use_tray: bool | None = None,
                  history_path=None, poll_ms: int = 5000):
@@ -71,27 +75,50 @@ class Desktop(QObject):
             app.setStyleSheet(style_sheet())
         self.chat = ChatWindow(self.state, self.history)
         self.memory: MemoryWindow | None = None
-        self.tray = TrayController(self.state, self.icon, fallback_window=self.chat, use_tray=use_tray)
-        self.chat.open_memory_requested.connect(self.open_memory)
-        self.chat.quit_requested.connect(self.quit)
+        self.models: ModelManagerWindow | None = None
+        self.settings: SettingsDialog | None = None
+        self.tray = TrayController(self.state, self.icon, window=self.chat, use_tray=use_tray)
+        for source in (self.chat, self.tray):
+            source.open_memory_requested.connect(self.open_memory)
+            source.open_models_requested.connect(self.open_models)
+            source.open_settings_requested.connect(self.open_settings)
+            source.quit_requested.connect(self.quit)
         self.tray.open_chat_requested.connect(self.open_chat)
-        self.tray.open_memory_requested.connect(self.open_memory)
-        self.tray.quit_requested.connect(self.quit)
         self.state.start()
         self._shut = False
 
     def open_chat(self) -> ChatWindow:
-        self.chat.show()
-        self.chat.raise_()
-        self.chat.activateWindow()
-        return self.chat
+        return _raise(self.chat)
 
     def open_memory(self) -> MemoryWindow:
         if self.memory is None:
             self.memory = MemoryWindow(self.state)
-        self.memory.show()
-        self.memory.raise_()
-        return self.memory
+        return _raise(self.memory)
+
+    def open_models(self, focus: str = "") -> ModelManagerWindow:
+        """The model manager; `focus` "pull" puts the cursor in the pull panel's name field, "import" opens the
+        file dialog."""
+        if self.models is None:
+            self.models = ModelManagerWindow(self.state)
+            self.models.plan_requested.connect(self.plan_model)
+        _raise(self.models)
+        if focus == "pull":
+            self.models.show_pull()
+        elif focus == "import":
+            self.models.import_file()
+        return self.models
+
+    def open_settings(self) -> SettingsDialog:
+        if self.settings is None:
+            self.settings = SettingsDialog(self.chat)
+            self.settings.saved.connect(lambda _p: self.chat.statusBar().showMessage(RESTART_NOTE, 15000))
+        self.settings.reload()
+        return _raise(self.settings)
+
+    def plan_model(self, model: str) -> MemoryWindow:
+        mem = self.open_memory()
+        mem.plan_for(model)
+        return mem
 
     def quit(self) -> None:
         self.shutdown()
@@ -105,7 +132,7 @@ class Desktop(QObject):
         self.chat.abandon_reply()
         self.tray.hide()
         self.bridge.close()
-        for w in (self.chat, self.memory):
+        for w in (self.chat, self.memory, self.models, self.settings):
             if w is not None:
                 w.close()
         self.history.close()
@@ -113,10 +140,15 @@ class Desktop(QObject):
             self.service.stop()
 
 
+def _raise(window):
+    window.show()
+    window.raise_()
+    window.activateWindow()
+    return window
+
+
 def has_display() -> bool:
     """False on a Linux box with no X/Wayland display and no explicit Qt platform (then we run headless)."""
-    import os
-
     if os.environ.get("QT_QPA_PLATFORM"):
         return True
     if sys.platform.startswith("linux"):

@@ -1,4 +1,4 @@
-"""Qt item models: conversations, installed models (with loaded/loading state and size), devices, and
+"""Qt item models: conversations, installed models (the chat's picker and the manager's table), devices, and
 predicted-vs-actual memory. Views bind to these; the data comes from `ChatHistory` and `ServiceState`."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from PySide6.QtGui import QColor
 
 from app.gui.history import ChatHistory, Conversation
 from app.gui.memory_data import Comparison, format_bytes
+from app.gui.model_data import ModelRow
 
 NameRole = Qt.UserRole + 1
 IdRole = Qt.UserRole + 2
@@ -215,4 +216,53 @@ class ComparisonTableModel(_TableModel):
             return QColor("#6c757d")          # kind rows: lighter than the device totals
         if role == Qt.TextAlignmentRole and col > 0:
             return int(Qt.AlignRight | Qt.AlignVCenter)
+        return None
+
+
+class ModelTableModel(_TableModel):
+    """The model manager's table: one `ModelRow` per installed model."""
+    HEADERS = ("Model", "Size", "Quantization", "Architecture", "Parameters", "Capabilities", "Source", "State")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[ModelRow] = []
+
+    def set_rows(self, rows: list[ModelRow]) -> None:
+        if rows == self.rows:
+            return
+        self.beginResetModel()
+        self.rows = list(rows)
+        self.endResetModel()
+
+    def _rows(self) -> list:
+        return self.rows
+
+    def row_of(self, name: str) -> int:
+        return next((i for i, r in enumerate(self.rows) if r.name == name), -1)
+
+    @staticmethod
+    def cell(r: ModelRow, col: int) -> str:
+        state = r.state or "not loaded"
+        params = r.parameters or (f"{r.parameter_count:,}" if r.parameter_count else "")
+        return (r.name, format_bytes(r.size), r.quantization, r.architecture, params, ", ".join(r.capabilities),
+                r.source_label + (" (read-only)" if r.read_only and r.source != "builtin" else ""), state)[col]
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        r = self.rows[index.row()]
+        if role == Qt.DisplayRole:
+            return self.cell(r, index.column())
+        if role == NameRole:
+            return r.name
+        if role == Qt.ToolTipRole:
+            if index.column() == 1:
+                return f"{r.size:,} bytes"
+            if index.column() == 4 and r.parameter_count:
+                return f"{r.parameter_count:,} parameters"
+            return r.why_read_only() or r.path
+        if role == Qt.TextAlignmentRole and index.column() in (1, 4):
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.ForegroundRole and index.column() == 7 and r.state == "loaded":
+            return QColor("#2b8a3e")
         return None
