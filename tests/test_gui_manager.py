@@ -1,0 +1,263 @@
+"""The model manager window, driven as a person does: buttons clicked, rows clicked, dialogs answered by typing,
+a .gguf dropped on the window. Against the real service (its own store) and real GGUF files."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.request
+
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QDialogButtonBox, QFileDialog, QLineEdit, QMessageBox
+
+from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
+from gui_util import SHORT, WAIT, answer_box, answer_text, click, click_menu, dialog_of, open_menu_bar
+from service_util import store_factory
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, smollm2_path):
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+
+    home = tmp_path_factory.mktemp("gui-manager")
+    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=1024,
+                                      keep_alive="10m"), store_factory=store_factory(home))
+    svc.start()
+    svc.home = home
+    yield svc
+    svc.stop()
+
+
+def api(url, path, body=None, method=None):
+    req = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method=method)
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def names(url) -> list[str]:
+    return [m["name"] for m in api(url, "/api/tags")["models"]]
+
+
+@pytest.fixture
+def manager(qtbot, service):
+    from app.gui.desktop import Desktop
+
+    d = Desktop(service.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
+    m = d.open_models()
+    m.desk = d
+    yield m
+    d.shutdown()
+
+
+def row_texts(m, name) -> list[str]:
+    t = m.table_model
+    r = t.row_of(name)
+    assert r >= 0, f"{name} not listed: {[x.name for x in t.rows]}"
+    return [t.data(t.index(r, c)) for c in range(t.columnCount())]
+
+
+def click_row(qtbot, m, name) -> None:
+    qtbot.waitUntil(lambda: m.table_model.row_of(name) >= 0, timeout=WAIT)
+    idx = m.table_model.index(m.table_model.row_of(name), 0)
+    m.table.scrollTo(idx)
+    QTest.mouseClick(m.table.viewport(), Qt.LeftButton, pos=m.table.visualRect(idx).center())
+    qtbot.waitUntil(lambda: m.selected_name() == name, timeout=SHORT)
+
+
+def import_by_dialog(qtbot, m, path) -> None:
+    click(qtbot, m.buttons["import"])
+    dlg = dialog_of(qtbot, m, "importDialog")
+    assert isinstance(dlg, QFileDialog)
+    # the whole path in the file name box (set, not typed key by key: the box's completer pops up while typing
+    # and, on a loaded machine, swallows the click on Open), then Open
+    dlg.findChild(QLineEdit, "fileNameEdit").setText(str(path))
+    click(qtbot, dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.Open))
+    qtbot.waitUntil(lambda: not dlg.isVisible(), timeout=SHORT)
+
+
+def test_every_model_is_listed_with_its_facts(qtbot, manager, tmp_path):
+    m = manager
+    qtbot.waitUntil(lambda: MODEL in m.shown, timeout=WAIT)        # capabilities come from /api/show
+    name, size, quant, arch, params, caps, source, state = row_texts(m, MODEL)
+    assert (name, quant, arch, params, source) == (MODEL, "Q4_1", "llama", "135M", "Built-in")
+    assert size.endswith("MiB") and "completion" in caps and state in ("not loaded", "loaded")
+    click_row(qtbot, m, MODEL)
+    assert "built-in model" in m.detail.text() and "parameters" in m.detail.text()
+    assert m.buttons["delete"].toolTip().startswith(f"{MODEL} is the built-in model")
+
+
+def test_models_from_other_apps_are_listed_read_only_and_say_why(qtbot, service, tmp_path):
+    """An LM Studio model in the (sandboxed) home: listed with its source; rename and delete explain why not;
+    copy gives it a name of one's own."""
+    from app.gui.desktop import Desktop
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+    from app.service.store import ModelStore
+    from gguf_factory import write_dense_llama
+
+    lm = tmp_path / "user-home" / ".lmstudio" / "models" / "pub" / "repo"
+    lm.mkdir(parents=True)
+    write_dense_llama(lm / "tiny-lm.gguf")
+    home = tmp_path / "svc"
+    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=1),
+                        store_factory=lambda: ModelStore(db_path=home / "strata.db", models_dir=home / "models",
+                                                         discover_external=True)).start()
+    d = Desktop(svc.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    try:
+        m = d.open_models()
+        qtbot.waitUntil(lambda: m.table_model.row_of("tiny-lm:latest") >= 0, timeout=WAIT)
+        assert row_texts(m, "tiny-lm:latest")[6] == "LM Studio (read-only)"
+        click_row(qtbot, m, "tiny-lm:latest")
+        for button in ("delete", "rename"):
+            click(qtbot, m.buttons[button])
+            box = dialog_of(qtbot, m, "explainDialog")
+            assert "belongs to LM Studio" in box.text() and "Remove it with LM Studio" in box.text()
+            answer_box(qtbot, box, QMessageBox.Ok)
+        assert (lm / "tiny-lm.gguf").is_file()
+        click(qtbot, m.buttons["copy"])
+        answer_text(qtbot, dialog_of(qtbot, m, "copyDialog"), "mine:tiny")
+        qtbot.waitUntil(lambda: m.table_model.row_of("mine:tiny") >= 0, timeout=WAIT)
+        assert row_texts(m, "mine:tiny")[6] == "Strata store"
+        qtbot.waitUntil(lambda: m.selected_name() == "mine:tiny", timeout=WAIT)
+        # the built-in model says why too
+        click_row(qtbot, m, MODEL)
+        click(qtbot, m.buttons["delete"])
+        box = dialog_of(qtbot, m, "explainDialog")
+        assert "built-in model" in box.text()
+        answer_box(qtbot, box, QMessageBox.Ok)
+    finally:
+        d.shutdown()
+        svc.stop()
+
+
+def test_import_from_the_file_dialog(qtbot, manager, service, dense_gguf):
+    m = manager
+    values = []
+    m.import_panel.bar.valueChanged.connect(values.append)
+    import_by_dialog(qtbot, m, dense_gguf)
+    qtbot.waitUntil(lambda: m.table_model.row_of("dense-llama:latest") >= 0, timeout=WAIT)
+    assert "Imported" in m.import_panel.label.text() and values and values[-1] == 100
+    assert "dense-llama:latest" in names(service.url)
+    qtbot.waitUntil(lambda: m.selected_name() == "dense-llama:latest", timeout=WAIT)
+    assert row_texts(m, "dense-llama:latest")[3] == "llama"
+
+
+def test_import_by_dropping_a_gguf_on_the_window(qtbot, manager, service, dense_q8_gguf, tmp_path):
+    m = manager
+    m.show()
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(dense_q8_gguf))])
+    pos = QPoint(m.width() // 2, m.height() // 3)
+    enter = QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(m, enter)
+    assert enter.isAccepted()
+    QApplication.sendEvent(m, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    qtbot.waitUntil(lambda: m.table_model.row_of("dense-llama-q8_0:latest") >= 0, timeout=WAIT)
+    assert row_texts(m, "dense-llama-q8_0:latest")[2] == "Q8_0"
+    # something that is not a .gguf is refused at the door
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    mime2 = QMimeData()
+    mime2.setUrls([QUrl.fromLocalFile(str(other))])
+    enter = QDragEnterEvent(pos, Qt.CopyAction, mime2, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(m, enter)
+    assert not enter.isAccepted()
+
+
+def test_cancel_an_import_leaves_nothing_behind(qtbot, manager, service, smollm2_path, tmp_path):
+    m = manager
+    big = tmp_path / "huge.gguf"                  # SmolLM2 + 3 GiB of sparse zeros: seconds to hash
+    shutil.copyfile(smollm2_path, big)
+    os.truncate(big, big.stat().st_size + (3 << 30))
+    before = sorted(os.listdir(service.home / "models"))
+    import_by_dialog(qtbot, m, big)
+    qtbot.waitUntil(lambda: m.import_panel.progress.completed > 0, timeout=WAIT)
+    assert m.import_panel.bar.isVisible() and "huge.gguf" in m.import_panel.label.text()
+    click(qtbot, m.import_panel.cancel_button)
+    qtbot.waitUntil(lambda: not m.import_panel.busy, timeout=WAIT)
+    assert "cancelled; nothing was kept" in m.import_panel.label.text()
+    qtbot.waitUntil(lambda: sorted(os.listdir(service.home / "models")) == before, timeout=WAIT)
+    assert "huge:latest" not in names(service.url)
+
+
+def test_copy_rename_and_delete_with_confirmation(qtbot, manager, service, dense_gguf):
+    m = manager
+    api(service.url, "/api/import", {"path": str(dense_gguf), "model": "work:v1", "stream": False})
+    m.state.refresh()
+    click_row(qtbot, m, "work:v1")
+    click(qtbot, m.buttons["copy"])
+    dlg = dialog_of(qtbot, m, "copyDialog")
+    assert dlg.textValue() == "work-copy:v1"            # a suggestion to start from
+    answer_text(qtbot, dlg, "work:v2")
+    qtbot.waitUntil(lambda: m.table_model.row_of("work:v2") >= 0, timeout=WAIT)
+    qtbot.waitUntil(lambda: m.selected_name() == "work:v2", timeout=WAIT)
+    click(qtbot, m.buttons["rename"])
+    answer_text(qtbot, dialog_of(qtbot, m, "renameDialog"), "renamed:v2")
+    qtbot.waitUntil(lambda: m.table_model.row_of("renamed:v2") >= 0 and m.table_model.row_of("work:v2") < 0,
+                    timeout=WAIT)
+    assert {"work:v1", "renamed:v2"} <= set(names(service.url)) and "work:v2" not in names(service.url)
+    # delete asks first; No keeps it
+    click_row(qtbot, m, "renamed:v2")
+    click(qtbot, m.buttons["delete"])
+    box = dialog_of(qtbot, m, "deleteDialog")
+    assert "Delete renamed:v2?" in box.text()
+    answer_box(qtbot, box, QMessageBox.No)
+    qtbot.wait(300)
+    assert "renamed:v2" in names(service.url)
+    click(qtbot, m.buttons["delete"])
+    answer_box(qtbot, dialog_of(qtbot, m, "deleteDialog"), QMessageBox.Yes)
+    qtbot.waitUntil(lambda: m.table_model.row_of("renamed:v2") < 0, timeout=WAIT)
+    assert "renamed:v2" not in names(service.url) and "work:v1" in names(service.url)
+    # a refused request is said, not swallowed: a bad name
+    click_row(qtbot, m, "work:v1")
+    click(qtbot, m.buttons["copy"])
+    answer_text(qtbot, dialog_of(qtbot, m, "copyDialog"), "../escape")
+    box = dialog_of(qtbot, m, "explainDialog")
+    assert "400" in box.text() and "name" in box.text()
+    answer_box(qtbot, box, QMessageBox.Ok)
+
+
+def test_load_unload_and_plan_on_this_machine(qtbot, manager, service):
+    m = manager
+    click_row(qtbot, m, MODEL)
+    if row_texts(m, MODEL)[7] == "loaded":          # a previous test's load: start from unloaded
+        click(qtbot, m.buttons["unload"])
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[7] == "not loaded", timeout=WAIT)
+    click(qtbot, m.buttons["load"])
+    qtbot.waitUntil(lambda: row_texts(m, MODEL)[7] == "loaded", timeout=WAIT)
+    assert [x["name"] for x in api(service.url, "/api/ps")["models"]] == [MODEL]
+    assert m.buttons["unload"].isEnabled() and not m.buttons["load"].isEnabled()
+    click(qtbot, m.buttons["unload"])
+    qtbot.waitUntil(lambda: row_texts(m, MODEL)[7] == "not loaded", timeout=WAIT)
+    assert api(service.url, "/api/ps")["models"] == []
+    # plan on this machine: the memory window's what-if, planned for this model on the real inventory
+    click(qtbot, m.buttons["plan"])
+    mem = m.desk.memory
+    qtbot.waitUntil(lambda: mem is not None and mem.isVisible(), timeout=SHORT)
+    w = mem.whatif
+    assert mem.tabs.currentWidget() is w and w.model_combo.currentText() == MODEL
+    qtbot.waitUntil(lambda: w.last_result is not None, timeout=WAIT)
+    assert w.last_result["model"] == MODEL and w.last_result["fits"] is True
+    assert "this machine" in w.result_a.title.text()
+    assert len(w.view.strip.cells) == 30
+
+
+def test_pull_panel_says_what_the_service_answers(qtbot, manager, service):
+    """Models > Pull a model… against this service: its answer (success, or why not) is shown in the panel."""
+    m = manager
+    click_menu(qtbot, open_menu_bar(qtbot, m.desk.chat, "modelsMenu"), "pullModel")
+    panel = m.pull_panel
+    qtbot.waitUntil(panel.name.hasFocus, timeout=SHORT)
+    QTest.keyClicks(panel.name, "no-such-model:1b")
+    QTest.keyClick(panel.name, Qt.Key_Return)
+    qtbot.waitUntil(lambda: not panel.busy and "no-such-model:1b" in panel.status.text(), timeout=WAIT)
+    assert panel.status.text().startswith("Could not pull no-such-model:1b:")
+    assert panel.pull_button.isEnabled() and not panel.cancel_button.isEnabled()
