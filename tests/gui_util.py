@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QDialogButtonBox, QLineEdit, QMenu, QMessageBox
+from PySide6.QtWidgets import QCheckBox, QDialogButtonBox, QLineEdit, QMenu, QMessageBox, QRadioButton
 
 WAIT = 180_000     # ms: generous bounds for a loaded 2-core CI machine; tests finish far sooner
 SHORT = 10_000     # ms: for what needs no service work (a window or dialog showing)
@@ -19,8 +19,14 @@ def press(qtbot, window, key, modifiers=Qt.NoModifier) -> None:
 
 
 def click(qtbot, widget) -> None:
+    """A left click where a person would aim: the middle of a button, the box of a check box or radio button
+    (a stretched one's middle can lie past its label, where clicks do nothing)."""
     qtbot.waitUntil(lambda: widget.isVisible() and widget.isEnabled(), timeout=WAIT)
-    QTest.mouseClick(widget, Qt.LeftButton, pos=widget.rect().center())
+    if isinstance(widget, (QCheckBox, QRadioButton)):
+        pos = QPoint(8, widget.height() // 2)
+    else:
+        pos = widget.rect().center()
+    QTest.mouseClick(widget, Qt.LeftButton, pos=pos)
 
 
 def _action_named(menu: QMenu, name: str):

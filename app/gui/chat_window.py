@@ -73,6 +73,8 @@ class ChatWindow(QMainWindow):
         self.conv_view.setTextElideMode(Qt.ElideRight)
         self.conv_view.setEditTriggers(QAbstractItemView.EditKeyPressed | QAbstractItemView.DoubleClicked)
         self.conv_view.selectionModel().currentChanged.connect(self._on_conversation_clicked)
+        # renamed in place in the list: the open chat's title (used by Delete's question) follows
+        self.conversations.dataChanged.connect(lambda *_: self._reload_current())
         self.new_button = QPushButton("New chat")
         self.rename_button = QPushButton("Rename")
         self.delete_button = QPushButton("Delete")
@@ -297,6 +299,10 @@ class ChatWindow(QMainWindow):
         self._update_model_status()
         self._update_first_run()
         self._update_buttons()
+
+    def _reload_current(self) -> None:
+        if self.conversation is not None:
+            self.conversation = self.history.get(self.conversation.id)
 
     def _save_setting(self, **kw) -> None:
         if self.conversation is not None:
