@@ -42,6 +42,26 @@ def write_dense_llama(path, n_layer: int = 3, n_embd: int = 64, n_head: int = 4,
     return m.finish()
 
 
+def write_split_dense_llama(path, n_parts: int = 3, n_layer: int = 3, n_embd: int = 64, qtype: str | None = None,
+                            seed: int = 3) -> list[Path]:
+    """The dense llama model of write_dense_llama split into `n_parts` files named PATH_STEM-0000i-of-0000n.gguf
+    (the first part carries the metadata and the embeddings). Returns the parts in order."""
+    n_head, n_head_kv, n_ff = 4, 2, 128
+    head_dim = n_embd // n_head
+    n_tensors = 3 + n_layer * 9 - 1
+    m = ModelWriter(path, "llama", f"synthetic-llama-{n_layer}L-split", qtype, seed,
+                    split_max_tensors=-(-n_tensors // n_parts))
+    common_keys(m, n_layer, 2048, n_embd, n_ff, n_head, n_head_kv, head_dim)
+    embeddings(m, n_embd, tie_output=False)
+    for i in range(n_layer):
+        attention(m, i, n_embd, n_head, n_head_kv, head_dim)
+        m.norm(f"blk.{i}.ffn_norm.weight", n_embd)
+        m.weight(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
+        m.weight(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+        m.weight(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
+    return m.finish_split()
+
+
 def write_moe_qwen3(path, n_layer: int = 3, n_expert: int = 4, n_expert_used: int = 2, n_embd: int = 64,
                     n_head: int = 4, n_head_kv: int = 2, head_dim: int = 32, n_ff_exp: int = 64,
                     qtype: str | None = None, n_ctx: int = 2048, seed: int = 1, chat_template: str | None = None) -> Path:
@@ -90,9 +110,10 @@ def write_dense_qwen3(path, n_layer: int = 2, n_embd: int = 64, n_head: int = 4,
 
 
 def write_minimal(path, arch: str = "llama", n_layer: int = 1, n_embd: int = 32, name: str | None = None,
-                  seed: int = 0) -> Path:
+                  seed: int = 0, rows: int = 4) -> Path:
     """A tiny GGUF that read_model_info accepts (header, a few keys, two small tensors) but that is not a
-    complete model: for store and discovery tests that never load weights. `seed` changes the bytes."""
+    complete model: for store and discovery tests that never load weights. `seed` changes the bytes; `rows`
+    makes token_embd (and the file) bigger: rows * n_embd * 4 bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     w = GGUFWriter(str(path), arch)
@@ -101,7 +122,7 @@ def write_minimal(path, arch: str = "llama", n_layer: int = 1, n_embd: int = 32,
     for k, v in (("block_count", n_layer), ("embedding_length", n_embd), ("attention.head_count", 4),
                  ("context_length", 512)):
         w.add_key_value(f"{arch}.{k}", v, GGUFValueType.UINT32)
-    w.add_tensor("token_embd.weight", np.full((4, n_embd), seed, dtype=np.float32))
+    w.add_tensor("token_embd.weight", np.full((rows, n_embd), seed, dtype=np.float32))
     w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -91,12 +91,13 @@ class ModelWriter:
     `chat_template`: None keeps SmolLM2's, "" writes none (a family without one), else that template."""
 
     def __init__(self, path: Path, arch: str, name: str, qtype: str | None, seed: int,
-                 chat_template: str | None = None):
+                 chat_template: str | None = None, split_max_tensors: int = 0):
         if qtype not in QTYPES:
             raise ValueError(f"qtype must be one of {sorted(k or 'None' for k in QTYPES)}")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.w = GGUFWriter(str(self.path), arch)
+        # split_max_tensors > 0 writes PATH_STEM-0000i-of-0000n.gguf parts, as llama-gguf-split does
+        self.w = GGUFWriter(str(self.path), arch, split_max_tensors=split_max_tensors)
         self.arch = arch
         self.qtype, file_type = QTYPES[qtype]
         self.rng = np.random.default_rng(seed)
@@ -155,6 +156,11 @@ class ModelWriter:
         self.w.write_tensors_to_file()
         self.w.close()
         return self.path
+
+    def finish_split(self) -> list[Path]:
+        names = self.w.format_shard_names(self.path)
+        self.finish()
+        return names
 
 
 def _common_keys(m: _ModelWriter, n_layer, n_ctx, n_embd, n_ff, n_head, n_head_kv, head_dim) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 from contextlib import closing
@@ -23,7 +24,9 @@ from typing import Callable
 from app import paths
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
+from app.engine.gguf.split import SPLIT_NAME, part_path, sibling_paths
 from app.service.names import InvalidName, normalize_name, sanitize_name
+from app.service.registry.reference import parse_reference
 from app.settings import EXTERNAL_SOURCES
 
 __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]
@@ -41,7 +44,8 @@ CREATE TABLE IF NOT EXISTS models (
     parameters  TEXT NOT NULL DEFAULT '{}', -- JSON object (Modelfile PARAMETER lines)
     template    TEXT,
     system      TEXT,
-    origin      TEXT                        -- where it was imported from
+    origin      TEXT,                       -- where it was imported from
+    license     TEXT                        -- LICENSE text (pulled models, /api/create)
 );
 CREATE TABLE IF NOT EXISTS file_hashes (   -- sha256 of files we do not own (built-in, external), by version
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL
@@ -74,6 +78,7 @@ class ModelRecord:
     template: str | None = None
     system: str | None = None
     origin: str | None = None        # import source path, or where an external model was found
+    license: str | None = None
 
     @property
     def model(self) -> str:
@@ -124,6 +129,9 @@ class ModelStore:
         self.discover_external = discover_external
         with closing(self._connect()) as db, db:
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(models)")}
+            if "license" not in columns:                       # a store made before pulls existed
+                db.execute("ALTER TABLE models ADD COLUMN license TEXT")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.db_path, timeout=30)
@@ -140,7 +148,7 @@ class ModelStore:
         return ModelRecord(name=r["name"], path=r["path"], size=r["size"], sha256=r["sha256"],
                            modified_at=r["modified_at"], source="store", read_only=False,
                            parameters=json.loads(r["parameters"] or "{}"), template=r["template"],
-                           system=r["system"], origin=r["origin"])
+                           system=r["system"], origin=r["origin"], license=r["license"])
 
     def _builtin_record(self) -> ModelRecord | None:
         p = builtin_model_path()
@@ -176,8 +184,22 @@ class ModelStore:
                 out.append(r)
         return out
 
+    @staticmethod
+    def lookup_key(name: str) -> str:
+        """The store key for a name: `name:tag`, or a registry reference (`hf.co/user/repo:Q4_K_M`,
+        `namespace/model`) that a pull stored under its local name (app/service/registry/reference.py)."""
+        try:
+            return normalize_name(name)
+        except InvalidName as plain:
+            if not isinstance(name, str) or "/" not in name:
+                raise
+            try:
+                return parse_reference(name).local_name()
+            except InvalidName:
+                raise plain from None                         # neither: the plain-name reason reads better
+
     def get(self, name: str) -> ModelRecord:
-        key = normalize_name(name)
+        key = self.lookup_key(name)
         with closing(self._connect()) as db:
             row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
         if row:
@@ -187,6 +209,8 @@ class ModelStore:
         for r in self._external_records():
             if r.name == key:
                 return r
+        if isinstance(name, str) and "/" in name:
+            raise ModelNotFound(f"model {name.strip()!r} not found (pulled, it would be {key!r}; see `strata list`)")
         raise ModelNotFound(f"model {key!r} not found (see `strata list`)")
 
     def resolve_path(self, name: str) -> Path:
@@ -232,8 +256,36 @@ class ModelStore:
             raise GGUFError(f"{src}: no such file")
         if not src.is_file():
             raise GGUFError(f"{src}: not a regular file")
-        read_model_info(src)                                  # refuses non-GGUF / broken files
-        src = src.resolve()
+        info = read_model_info(src)                           # refuses non-GGUF / broken files (and split sets
+        src = src.resolve()                                   # with a part missing)
+        # a split model (its first part named): info counts every part, so the sizes differ
+        parts = [Path(p) for p in sibling_paths(str(src))] if info.file_size != src.stat().st_size else [src]
+        size = sum(p.stat().st_size for p in parts)
+        staged: list[Path] = []
+        try:
+            done = 0
+            for p in parts:       # one progress bar over all parts: each part's callback is offset by the ones before
+                part_progress = (lambda ph, d, _t, base=done: progress(ph, base + d, size)) if progress else None
+                tmp, digest = self._stage(p, link, part_progress)
+                staged.append(tmp)
+                done += p.stat().st_size
+                if len(staged) == 1:
+                    first_digest = digest
+            prefix = f"sha256-{first_digest}"
+            names = ([part_path(prefix, i + 1, len(parts)) for i in range(len(parts))] if len(parts) > 1
+                     else [f"{prefix}.gguf"])
+            for tmp, name, p in zip(staged, names, parts):
+                self._place(tmp, self.models_dir / name, p.stat().st_size)
+            blob = self.models_dir / names[0]
+            read_model_info(blob)                             # the stored file is what we checked
+        except BaseException:
+            for tmp in staged:
+                tmp.unlink(missing_ok=True)
+            raise
+        return self._put(key, blob, size, first_digest, {}, None, None, str(src))
+
+    def _stage(self, src: Path, link: bool, progress: Progress | None) -> tuple[Path, str]:
+        """Hard-link (else copy) `src` to a temporary name in the store and hash it: (temp path, sha256 hex)."""
         size = src.stat().st_size
         tmp = self.models_dir / f".import-{os.getpid()}-{time.monotonic_ns()}.partial"
         try:
@@ -245,19 +297,71 @@ class ModelStore:
                 except OSError:                               # other filesystem, or links not allowed
                     linked = False
             digest = _sha256_file(tmp, progress, size) if linked else _copy_and_hash(src, tmp, progress, size)
-            blob = self.models_dir / f"sha256-{digest}.gguf"
-            if blob.exists() and blob.stat().st_size == size:
-                tmp.unlink()
-            else:
-                os.replace(tmp, blob)
-            read_model_info(blob)                             # the stored file is what we checked
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        return self._put(key, blob, size, digest, {}, None, None, str(src))
+        return tmp, digest
+
+    @staticmethod
+    def _place(tmp: Path, dest: Path, size: int) -> None:
+        if dest.exists() and dest.stat().st_size == size:
+            tmp.unlink()                                      # the same bytes are stored already
+        else:
+            os.replace(tmp, dest)
+
+    # ---- blobs by digest (pulls, /api/blobs, /api/create with files) ----------------------------------------
+    def blob_path(self, digest_hex: str, size: int | None = None) -> Path | None:
+        """A file on this machine whose sha256 is `digest_hex`: a stored blob, a model's file in the store, a
+        built-in/external file hashed before, or another app's content-addressed blob (Ollama, HF cache)."""
+        own = self.models_dir / f"sha256-{digest_hex}.gguf"
+        candidates = [own]
+        with closing(self._connect()) as db:
+            candidates += [Path(r["path"]) for r in db.execute(
+                "SELECT path FROM models WHERE sha256 = ? UNION SELECT path FROM file_hashes WHERE sha256 = ?",
+                (digest_hex, digest_hex))]
+        candidates += [Path(r.path) for r in self._external_records() if r.sha256 == digest_hex]
+        for p in candidates:
+            try:
+                if p.is_file() and (size is None or p.stat().st_size == size):
+                    return p
+            except OSError:
+                continue
+        return None
+
+    def adopt_blob(self, src: Path, dest_name: str) -> Path:
+        """Put a file known by its digest under `dest_name` in the store (hard link, else copy), unhashed: the
+        source is content-addressed (see blob_path)."""
+        dest = self.models_dir / dest_name
+        if Path(src).resolve() == dest.resolve():
+            return dest
+        tmp = self.models_dir / f".adopt-{os.getpid()}-{time.monotonic_ns()}.partial"
+        try:
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
+            self._place(tmp, dest, Path(src).stat().st_size)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return dest
+
+    def add_model(self, name: str, path: Path, digest_hex: str | None, parameters: dict | None = None,
+                  template: str | None = None, system: str | None = None, license: str | None = None,
+                  origin: str | None = None) -> ModelRecord:
+        """Register a GGUF that is already in the store's folder (a pull, an upload): checked, then written in
+        one transaction, so a model is either fully there or not at all."""
+        key = normalize_name(name)
+        self._check_writable(key)
+        path = Path(path)
+        if path.resolve().parent != self.models_dir.resolve():
+            raise StoreError(f"{path} is not in the store's folder")
+        info = read_model_info(path)
+        return self._put(key, path, info.file_size, digest_hex, dict(parameters or {}), template, system, origin,
+                         license)
 
     def _put(self, key: str, blob: Path, size: int, digest: str | None, parameters: dict, template: str | None,
-             system: str | None, origin: str | None) -> ModelRecord:
+             system: str | None, origin: str | None, license: str | None = None) -> ModelRecord:
         try:
             params_json = json.dumps(parameters, sort_keys=True)
         except (TypeError, ValueError) as e:
@@ -265,15 +369,17 @@ class ModelStore:
         with closing(self._connect()) as db:
             with db:
                 old = db.execute("SELECT path FROM models WHERE name = ?", (key,)).fetchone()
-                db.execute("INSERT OR REPLACE INTO models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (key, str(blob), size, digest, time.time(), params_json, template, system, origin))
+                db.execute("INSERT OR REPLACE INTO models (name, path, size, sha256, modified_at, parameters, "
+                           "template, system, origin, license) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (key, str(blob), size, digest, time.time(), params_json, template, system, origin,
+                            license))
             if old and old["path"] != str(blob):
                 self._delete_blob_if_unused(db, Path(old["path"]))
             row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
         return self._row_record(row)
 
     def create(self, name: str, from_name_or_path: str, parameters: dict | None = None, template: str | None = None,
-               system: str | None = None) -> ModelRecord:
+               system: str | None = None, license: str | None = None) -> ModelRecord:
         """Modelfile-style: a new name from an existing model (FROM name) or a GGUF path, with PARAMETERs,
         TEMPLATE and SYSTEM layered over the base's."""
         key = normalize_name(name)
@@ -294,7 +400,8 @@ class ModelStore:
         return self._put(key, Path(base.path), base.size, base.sha256, merged,
                          template if template is not None else base.template,
                          system if system is not None else base.system,
-                         base.origin if base.source == "store" else f"{base.source}: {base.name}")
+                         base.origin if base.source == "store" else f"{base.source}: {base.name}",
+                         license if license is not None else base.license)
 
     def copy(self, src: str, dst: str) -> ModelRecord:
         rec = self.get(src)
@@ -305,10 +412,10 @@ class ModelStore:
         Path(rec.path).stat()                                  # the file must still be there
         origin = rec.origin if rec.source == "store" else f"{rec.source}: {rec.name}"
         return self._put(key, Path(rec.path), rec.size, rec.sha256, dict(rec.parameters), rec.template,
-                         rec.system, origin)
+                         rec.system, origin, rec.license)
 
     def remove(self, name: str) -> ModelRecord:
-        key = normalize_name(name)
+        key = self.lookup_key(name)
         self._check_writable(key)
         with closing(self._connect()) as db:
             row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
@@ -331,7 +438,8 @@ class ModelStore:
             return
         if db.execute("SELECT 1 FROM models WHERE path = ? LIMIT 1", (str(path),)).fetchone():
             return
-        path.unlink(missing_ok=True)
+        for part in sibling_paths(str(path)) or [str(path)]:     # a split model goes with all of its parts
+            Path(part).unlink(missing_ok=True)
 
     def with_sha256(self, rec: ModelRecord) -> ModelRecord:
         return rec if rec.sha256 else replace(rec, sha256=self.sha256(rec.name))

@@ -50,7 +50,7 @@ def store_error(e: Exception, name: str = "") -> ApiError:
     if kind == "ModelNotFound":
         return ApiError(404, f"{what} not found; see /api/tags, or add it with /api/create or `strata import`",
                         param="model", code="model_not_found")
-    if kind in ("InvalidName",):
+    if kind in ("InvalidName", "InvalidReference"):
         return ApiError(400, f"invalid model name: {e}", param="model")
     if kind in ("GGUFError", "ModelfileError", "ValueError", "ReadOnlyModel", "ModelExists", "StoreError"):
         return ApiError(400, str(e))

@@ -21,7 +21,7 @@ class TensorInfo:
     shape: tuple[int, ...]      # ggml ne order (ne0 first)
     ggml_type: str              # e.g. "Q4_1", "F32"
     n_bytes: int                # exact bytes in the file
-    offset: int                 # absolute offset of the data in the file
+    offset: int                 # absolute offset of the data in the file (split model: parts laid end to end)
     layer: int | None           # blk.N -> N; None for token_embd/output/etc.
     weight_class: str           # one of WEIGHT_CLASSES, or "token_embd" / "output"
 
@@ -198,8 +198,10 @@ def _read_model_info(path: str) -> ModelInfo:
     from gguf import LlamaFileType
 
     from app.engine.gguf.parser import ArraySummary, parse_gguf
+    from app.engine.gguf.split import split_parts
 
     gf = parse_gguf(path)
+    parts = split_parts(path, gf)     # [gf], or every part of a split model (checked, named as llama.cpp wants)
     arch = gf.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(f"{path}: no general.architecture key (not a model file?)")
@@ -221,11 +223,7 @@ def _read_model_info(path: str) -> ModelInfo:
     if not 0 < n_layer <= MAX_LAYERS:
         raise GGUFError(f"{path}: {arch}.block_count = {n_layer} is not a plausible layer count "
                         f"(llama.cpp allows 1..{MAX_LAYERS})")
-    n_split = gf.get("split.count", 0)
-    if isinstance(n_split, int) and n_split > 1:
-        raise GGUFError(f"{path}: part of a split GGUF ({n_split} files); merge it first with "
-                        "llama-gguf-split --merge (split models are not supported yet)")
-    if not gf.tensors:
+    if not any(part.tensors for part in parts):
         raise GGUFError(f"{path}: no tensors (a vocabulary-only file?)")
 
     n_embd = hpi("embedding_length")
@@ -260,10 +258,15 @@ def _read_model_info(path: str) -> ModelInfo:
     n_params = 0
     top = {"token_embd": 0, "output": 0, "other": 0}
     bytes_by_type: _Counter = _Counter()
-    for t in gf.tensors:
+    # a split model's parts are numbered as if the files were laid end to end (offsets stay disjoint)
+    base = 0
+    all_tensors = []
+    for part in parts:
+        all_tensors += [(t, base + part.data_offset + t.rel_offset) for t in part.tensors]
+        base += part.file_size
+    for t, offset in all_tensors:
         layer, cls = classify_tensor(t.name)
-        tensors.append(TensorInfo(t.name, t.ne, t.ggml_type.name, t.n_bytes, gf.data_offset + t.rel_offset,
-                                  layer, cls))
+        tensors.append(TensorInfo(t.name, t.ne, t.ggml_type.name, t.n_bytes, offset, layer, cls))
         n_params += t.n_elements
         if len(t.ne) >= 2:
             bytes_by_type[t.ggml_type.name] += t.n_bytes
@@ -297,7 +300,7 @@ def _read_model_info(path: str) -> ModelInfo:
         path=path,
         architecture=arch,
         name=name if isinstance(name, str) and name else _os.path.splitext(_os.path.basename(path))[0],
-        file_size=gf.file_size,
+        file_size=sum(part.file_size for part in parts),
         data_offset=gf.data_offset,
         n_params=n_params,
         quantization=quant,
