@@ -310,6 +310,9 @@ class ModelStore:
             os.replace(tmp, dest)
 
     # ---- blobs by digest (pulls, /api/blobs, /api/create with files) ----------------------------------------
+    def blob_dir(self) -> Path:
+        return self.models_dir
+
     def blob_path(self, digest_hex: str, size: int | None = None) -> Path | None:
         """A file on this machine whose sha256 is `digest_hex`: a stored blob, a model's file in the store, a
         built-in/external file hashed before, or another app's content-addressed blob (Ollama, HF cache)."""

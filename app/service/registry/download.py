@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 import aiohttp
 from yarl import URL
@@ -39,7 +39,7 @@ RETRIES = 6
 WRITE_CHUNK = 1 << 20         # received bytes are written in chunks of this size
 MAX_REDIRECTS = 10
 
-Progress = Callable[[int, int], None]          # (completed bytes, total bytes)
+Progress = Callable[[int, int], Awaitable[None]]     # (completed bytes, total bytes)
 
 
 def _env_number(name: str, default: float) -> float:
@@ -51,15 +51,15 @@ def _env_number(name: str, default: float) -> float:
         return default
 
 
-class DownloadError(Exception):
-    """A download failed; `status` is the HTTP status the API reports for it (404 missing, 502 upstream...)."""
+class RegistryError(Exception):
+    """A pull or push failed; `status` is the HTTP status the API reports (404 missing, 502 upstream, ...)."""
 
     def __init__(self, message: str, status: int = 502):
         super().__init__(message)
         self.status = status
 
 
-class DigestMismatch(DownloadError):
+class DigestMismatch(RegistryError):
     pass
 
 
@@ -67,7 +67,7 @@ class DigestMismatch(DownloadError):
 class Source:
     """Where one blob comes from and what it must hash to."""
     url: str
-    digest: str                              # "sha256:HEX" (the key, and what the bytes must hash to)
+    digest: str                              # "sha256:HEX" (or "gitsha1:HEX"): the key and what the bytes hash to
     size: int                                # bytes, from the manifest / the Hub's file listing
     headers: tuple[tuple[str, str], ...] = ()   # sent to the first host only (auth), never after a redirect away
     allow_http: bool = False                 # plain http is allowed (the user asked for an insecure registry)
@@ -190,10 +190,10 @@ class Downloader:
                 done = t.completed
                 if done != last:
                     last = done
-                    progress(done, src.size)
+                    await progress(done, src.size)
                 await asyncio.wait({t.task}, timeout=tick)
             t.task.result()                     # raises the transfer's error
-            progress(src.size, src.size)
+            await progress(src.size, src.size)
             return self.partial_path(src)
         finally:
             t.waiters -= 1
@@ -225,7 +225,7 @@ class Downloader:
                 await self._run_parts(t, fd)
             os.fsync(fd)
             if os.fstat(fd).st_size != src.size:
-                raise DownloadError(f"blob {src.digest}: got {os.fstat(fd).st_size} bytes, expected {src.size}")
+                raise RegistryError(f"blob {src.digest}: got {os.fstat(fd).st_size} bytes, expected {src.size}")
         finally:
             os.close(fd)
             try:
@@ -254,7 +254,7 @@ class Downloader:
             try:
                 await self._part(t, part, fd)
                 return
-            except (_NoRanges, DownloadError):
+            except (_NoRanges, RegistryError):
                 raise
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, _Stalled) as e:
                 err = e
@@ -263,7 +263,7 @@ class Downloader:
                 log.info("%s bytes %d-: attempt %d failed (%s); retrying in %.1f s", t.source.digest[7:19],
                          part.start, attempt + 1, _describe(e), delay)
                 await asyncio.sleep(delay)
-        raise DownloadError(f"downloading {t.source.digest[7:19]} from {URL(t.source.url).host} failed "
+        raise RegistryError(f"downloading {t.source.digest[7:19]} from {URL(t.source.url).host} failed "
                             f"{self.retries} times ({_describe(err)}); pull again to resume where it stopped")
 
     async def _part(self, t: Transfer, part: _Part, fd: int) -> None:
@@ -311,7 +311,7 @@ class Downloader:
         first = URL(t.source.url)
         for _ in range(MAX_REDIRECTS + 1):
             if url.scheme == "http" and not t.source.allow_http:
-                raise DownloadError(f"refusing a plain-http download from {url.host} (use insecure for such "
+                raise RegistryError(f"refusing a plain-http download from {url.host} (use insecure for such "
                                     "a registry)", 400)
             headers = dict(extra)
             if url.host == first.host and url.port == first.port:
@@ -328,38 +328,40 @@ class Downloader:
             resp.release()
             what = f"blob {t.source.digest} from {first.host}"
             if resp.status == 404:
-                raise DownloadError(f"{what}: not found (HTTP 404)", 404)
+                raise RegistryError(f"{what}: not found (HTTP 404)", 404)
             if resp.status in (401, 403):
-                raise DownloadError(f"{what}: access denied (HTTP {resp.status}) {text}".strip(), 502)
+                raise RegistryError(f"{what}: access denied (HTTP {resp.status}) {text}".strip(), 502)
             if resp.status == 416:
-                raise DownloadError(f"{what}: the server refused the byte range (HTTP 416)", 502)
+                raise RegistryError(f"{what}: the server refused the byte range (HTTP 416)", 502)
             if resp.status >= 500:
                 raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status, message=text)
-            raise DownloadError(f"{what}: HTTP {resp.status} {text}".strip(), 502)
-        raise DownloadError(f"blob {t.source.digest}: more than {MAX_REDIRECTS} redirects")
+            raise RegistryError(f"{what}: HTTP {resp.status} {text}".strip(), 502)
+        raise RegistryError(f"blob {t.source.digest}: more than {MAX_REDIRECTS} redirects")
 
     # ---- verification --------------------------------------------------------------------------------------
     def lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
-    async def verify_into(self, src: Source, dest: Path, git_sha1: str | None = None) -> str:
-        """Hash the complete partial; when it matches, move it to `dest` and return the sha256 hex. A mismatch
-        removes the partial and its record (the next pull starts over) and raises DigestMismatch."""
+    async def verify_into(self, src: Source, dest_for: Callable[[str], Path]) -> Path:
+        """Hash the complete partial; when it matches, move it to `dest_for(sha256 hex)` and return that path.
+        A mismatch removes the partial and its record (the next pull starts over) and raises DigestMismatch.
+        A `gitsha1:` source (a Hub file kept in git, not LFS) is checked against its git blob id."""
+        git = src.digest.startswith("gitsha1:")
         async with self.lock(src.digest):
-            if dest.exists() and dest.stat().st_size == src.size:
-                return src.hex                            # another pull of the same blob got here first
+            if not git and (dest := dest_for(src.hex)).exists() and dest.stat().st_size == src.size:
+                return dest                               # another pull of the same blob got here first
             partial = self.partial_path(src)
             loop = asyncio.get_running_loop()
-            got, got_git = await loop.run_in_executor(None, sha256_file, partial, git_sha1 is not None)
-            ok = (got == src.hex) if git_sha1 is None else (got_git == git_sha1)
-            if not ok:
+            got, got_git = await loop.run_in_executor(None, sha256_file, partial, git)
+            if (got_git if git else got) != src.hex:
                 self.discard(src)
-                want = src.digest if git_sha1 is None else f"git blob {git_sha1}"
-                have = f"sha256:{got}" if git_sha1 is None else f"git blob {got_git}"
-                raise DigestMismatch(f"digest mismatch, file must be downloaded again: want {want}, got {have}")
+                have = f"gitsha1:{got_git}" if git else f"sha256:{got}"
+                raise DigestMismatch(f"digest mismatch, file must be downloaded again: want {src.digest}, "
+                                     f"got {have}")
+            dest = dest_for(got)
             os.replace(partial, dest)
             self._sidecar(src).unlink(missing_ok=True)
-            return got
+            return dest
 
     # ---- HTTP session --------------------------------------------------------------------------------------
     def session(self) -> aiohttp.ClientSession:
@@ -395,9 +397,9 @@ def _check_content_range(value: str, part: _Part, src: Source) -> None:
         span, _, total = rest.partition("/")
         start = int(span.split("-")[0])
     except ValueError:
-        raise DownloadError(f"blob {src.digest}: the server sent a bad Content-Range {value!r}") from None
+        raise RegistryError(f"blob {src.digest}: the server sent a bad Content-Range {value!r}") from None
     if unit != "bytes" or start != part.start or (total not in ("*", "") and int(total) != src.size):
-        raise DownloadError(f"blob {src.digest}: the server sent bytes {rest!r}, expected {part.start}- of "
+        raise RegistryError(f"blob {src.digest}: the server sent bytes {rest!r}, expected {part.start}- of "
                             f"{src.size}")
 
 
