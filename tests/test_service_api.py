@@ -89,11 +89,15 @@ def test_create_copy_delete_with_ollama_client(oc, http):
     assert r.status_code in (400, 404) and r.json()["error"]
 
 
-def test_pull_is_a_clear_error(oc):
+def test_pull_and_push_refuse_before_any_network_use(oc):
+    """The built-in model's name cannot be pulled over, and ollama.com cannot be pushed to (it needs Ollama's
+    account key): both are 400s answered without a connection. Real pulls: tests/test_pull.py."""
     with pytest.raises(ollama.ResponseError) as e:
-        oc.pull("llama3.2")
-    assert e.value.status_code == 501
-    assert "/api/create" in str(e.value) and "strata import" in str(e.value)
+        oc.pull(MODEL)
+    assert e.value.status_code == 400 and "built-in" in str(e.value)
+    with pytest.raises(ollama.ResponseError) as e:
+        oc.push("someone/model:latest")
+    assert e.value.status_code == 400 and "ollama.com" in str(e.value)
 
 
 # ---- generation -----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import sys
 # module -> it defines `register(subparsers)`; each sub-command sets `func(args) -> int`.
 COMMAND_MODULES = [
     "app.cli.models",    # list, show, import, cp, rm
+    "app.cli.pull",      # pull, push
     "app.cli.layout",    # plan, devices
     "app.cli.server",    # serve, run, ps
     "app.cli.desktop",   # gui

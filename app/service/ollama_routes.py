@@ -1,5 +1,6 @@
-"""Ollama's model-management routes: tags, show, create, copy, delete, pull/push/blobs, ps, version. The
-generation routes (generate, chat, embed) are the Ollama dialect's, in dialects/ollama/."""
+"""Ollama's model-management routes: tags, show, create, copy, delete, ps, version. Pull, push and blobs are in
+model_routes.py (the registry work in registry/); the generation routes (generate, chat, embed) are the Ollama
+dialect's, in dialects/ollama/."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -9,6 +10,7 @@ from aiohttp import web
 from app import __version__
 
 from . import appkeys as keys
+from . import model_routes
 from .errors import ApiError
 from .http_util import NDJSONWriter, read_json
 from .modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
@@ -85,7 +87,7 @@ async def show(request):
         "parameters": render_parameters(record.parameters or {}),
         "template": template,
         "system": record.system or "",
-        "license": "",
+        "license": record.license or "",
         "details": details(info, record),
         "model_info": _model_info_json(info) if info else {},
         "capabilities": caps,
@@ -97,16 +99,13 @@ async def show(request):
 
 async def create(request):
     """From a Modelfile (`modelfile`), or the newer fields (`from`, `parameters`, `template`, `system`).
-    `from` is a model name or a GGUF path on this machine; uploads (`files`, blobs) are not supported."""
+    `from` is a model name or a GGUF path on this machine; `files` names GGUF blobs uploaded with POST /api/blobs."""
     _, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     stream = field(body, "stream", bool, True)
     if body.get("quantize"):
         raise ApiError(400, "quantize is not supported: create from an already quantized GGUF", param="quantize")
-    if body.get("files") or body.get("adapters"):
-        raise ApiError(400, "uploading files/adapters is not supported; set 'from' to a GGUF path on this machine "
-                            "or an existing model name", param="files")
     parameters: dict = {}
     template = system = None
     from_ = None
@@ -130,11 +129,15 @@ async def create(request):
         template = field(body, "template", str)
     if body.get("system") is not None:
         system = field(body, "system", str)
+    license = _license(body)
+    if body.get("files") or body.get("adapters"):     # uploaded GGUF blobs (POST /api/blobs first)
+        return await model_routes.create_from_files(request, body, name, parameters, template, system, license,
+                                                    stream)
     if not from_:
         raise ApiError(400, "'from' (a model name or a GGUF path on this machine) or a 'modelfile' with FROM is "
                             "required", param="from")
     try:
-        record = await store.call("create", name, from_, parameters, template, system)
+        record = await store.call("create", name, from_, parameters, template, system, license)
     except Exception as e:  # noqa: BLE001 - mapped by type
         raise store_error(e, name) from None
     statuses = [{"status": "reading model metadata"}, {"status": f"using {record.path}"},
@@ -145,6 +148,18 @@ async def create(request):
     for s in statuses:
         await w.send(s)
     return await w.finish()
+
+
+def _license(body: dict) -> str | None:
+    """`license`: a string or a list of strings (Ollama), kept as one text."""
+    lic = body.get("license")
+    if lic is None:
+        return None
+    if isinstance(lic, str):
+        return lic
+    if isinstance(lic, list) and all(isinstance(x, str) for x in lic):
+        return "\n".join(lic)
+    raise ApiError(400, "'license' must be a string or a list of strings", param="license")
 
 
 async def copy(request):
@@ -171,23 +186,6 @@ async def delete(request):
     except Exception as e:  # noqa: BLE001
         raise store_error(e, name) from None
     return web.json_response({})
-
-
-async def pull(request):
-    body = await read_json(request, allow_empty=True)
-    name = body.get("model") or body.get("name") or ""
-    raise ApiError(501, f"pulling models from a registry is not supported (asked for {name!r}); add a GGUF with "
-                        "`strata import PATH` or POST /api/create {\"model\": NAME, \"from\": \"/path/to/model.gguf\"}",
-                   code="not_supported")
-
-
-async def push(request):
-    raise ApiError(501, "pushing models to a registry is not supported", code="not_supported")
-
-
-async def blobs(request):
-    raise ApiError(501, "blob uploads are not supported; create models from a GGUF path on this machine with "
-                        "POST /api/create {\"model\": NAME, \"from\": PATH}", code="not_supported")
 
 
 async def ps(request):
@@ -224,7 +222,4 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/create", create)
     r.add_post("/api/copy", copy)
     r.add_delete("/api/delete", delete)
-    r.add_post("/api/pull", pull)
-    r.add_post("/api/push", push)
-    r.add_route("*", "/api/blobs/{digest}", blobs)
     r.add_get("/api/ps", ps)

@@ -241,6 +241,10 @@ class ModelStore:
         return digest
 
     # ---- changing ------------------------------------------------------------------------------------------
+    def check_writable(self, name: str) -> None:
+        """Raises when `name` cannot be written (invalid, or the built-in model's)."""
+        self._check_writable(normalize_name(name))
+
     def _check_writable(self, key: str) -> None:
         if key == DEFAULT_MODEL_NAME:
             raise ReadOnlyModel(f"{key!r} is the built-in model and cannot be replaced or removed")

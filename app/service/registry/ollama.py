@@ -137,7 +137,8 @@ class RegistryClient:
                 raise RegistryError(f"cannot reach {self.base.host} over https ({e.__class__.__name__}); for a "
                                     "plain-http registry pass insecure", 502) from None
             except (aiohttp.ClientConnectionError, OSError) as e:
-                raise RegistryError(f"cannot reach the registry {self.base.host}: {e}", 502) from None
+                hint = "; for a plain-http registry pass insecure" if self.base.scheme == "https" else ""
+                raise RegistryError(f"cannot reach the registry {self.base.host}: {e}{hint}", 502) from None
             if resp.status == 401 and attempt == 0 and data is None:
                 challenge = resp.headers.get("WWW-Authenticate", "")
                 resp.release()

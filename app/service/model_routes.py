@@ -1,0 +1,246 @@
+"""Getting models in and out, Ollama's way: POST /api/pull, POST /api/push, HEAD and POST /api/blobs/:digest,
+and /api/create with `files` (uploaded GGUF blobs). The registry work is in app/service/registry/.
+
+Streams are Ollama's: NDJSON progress lines, then `{"status":"success"}`; a failure after the stream started
+is a final `{"error": "..."}` line (a failure before it is an HTTP error); `stream: false` answers once, with
+the last progress line (`{"status":"success"}`) or the error.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from app.engine.gguf.split import SPLIT_NAME, part_path
+
+from . import appkeys as keys
+from .errors import ApiError
+from .http_util import NDJSONWriter, read_json
+from .registry.download import RegistryError
+from .registry.pull import SPACE_RESERVE, Puller, progress_line
+from .registry.push import push as push_model
+from .registry.reference import InvalidReference, parse_reference
+from .request import field
+from .store_proxy import store_error
+
+PULLER = web.AppKey("puller", Puller)
+_DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
+UPLOAD_CHUNK = 1 << 20
+
+
+def add_routes(app: web.Application) -> None:
+    app[PULLER] = Puller(app[keys.STORE])
+
+    async def close(app: web.Application) -> None:       # cancel transfers, close the HTTP session
+        await app[PULLER].close()
+
+    app.on_shutdown.append(close)
+    r = app.router
+    r.add_post("/api/pull", pull)
+    r.add_post("/api/push", push)
+    r.add_route("HEAD", "/api/blobs/{digest}", head_blob)
+    r.add_post("/api/blobs/{digest}", post_blob)
+
+
+def _reference(body: dict):
+    raw = body.get("model") if body.get("model") else body.get("name")     # Ollama: cmp.Or(req.Model, req.Name)
+    if raw is None:
+        raise ApiError(400, "'model' is required (a name like llama3.2, namespace/model:tag, "
+                            "host:port/namespace/model:tag or hf.co/user/repo:quant)", param="model")
+    try:
+        return parse_reference(raw)
+    except InvalidReference as e:
+        raise ApiError(400, str(e), param="model") from None
+
+
+async def _progress_response(request: web.Request, stream: bool, job) -> web.StreamResponse:
+    """Run job(emit) and answer the way Ollama's streamResponse / waitForStream do."""
+    if not stream:
+        last: list[dict] = [{}]
+
+        async def keep(line: dict) -> None:
+            last[0] = line
+        try:
+            await job(keep)
+        except Exception as e:  # noqa: BLE001 - mapped to an HTTP status by type
+            raise _api_error(e) from None
+        return web.json_response(last[0])
+    w = NDJSONWriter(request)
+    try:
+        await job(w.send)
+    except Exception as e:  # noqa: BLE001 - mapped by type; after the first line it is an error line
+        err = _api_error(e)
+        if not w.resp.prepared:
+            raise err from None
+        await w.send({"error": err.message})
+    return await w.finish()
+
+
+def _api_error(e: Exception) -> ApiError:
+    if isinstance(e, ApiError):
+        return e
+    if isinstance(e, RegistryError):
+        return ApiError(e.status, str(e))
+    return store_error(e)
+
+
+async def pull(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    ref = _reference(body)
+    insecure = field(body, "insecure", bool, False)
+    stream = field(body, "stream", bool, True)
+    puller = request.app[PULLER]
+    await _check_writable(request, ref.local_name())
+    return await _progress_response(request, stream, lambda emit: puller.pull(ref, insecure, emit))
+
+
+async def push(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    ref = _reference(body)
+    insecure = field(body, "insecure", bool, False)
+    stream = field(body, "stream", bool, True)
+    source = field(body, "source", str)           # Strata: the local model to push (default: the one `model` names)
+    puller = request.app[PULLER]
+    return await _progress_response(request, stream, lambda emit: push_model(puller, ref, insecure, source, emit))
+
+
+async def _check_writable(request: web.Request, name: str) -> None:
+    try:
+        await request.app[keys.STORE].call("check_writable", name)
+    except Exception as e:  # noqa: BLE001 - mapped by type (the built-in model's name is refused)
+        raise store_error(e, name) from None
+
+
+# ---- blobs -------------------------------------------------------------------------------------------------
+
+def _digest_hex(request: web.Request) -> str:
+    m = _DIGEST.match(request.match_info["digest"])
+    if not m:
+        raise ApiError(400, "invalid digest: expected sha256:<64 lowercase hex digits>", param="digest")
+    return m.group(1)
+
+
+async def head_blob(request: web.Request) -> web.Response:
+    hex_ = _digest_hex(request)
+    found = await request.app[keys.STORE].call("blob_path", hex_)
+    if found is None:
+        raise ApiError(404, f"blob \"sha256:{hex_}\" not found", param="digest")
+    return web.Response(status=200)
+
+
+async def post_blob(request: web.Request) -> web.Response:
+    """Ollama clients upload a GGUF here before /api/create with `files`. 200 when the blob is here already,
+    201 once stored; a body whose sha256 differs from the digest is refused (400) and nothing is kept."""
+    hex_ = _digest_hex(request)
+    store = request.app[keys.STORE]
+    if await store.call("blob_path", hex_) is not None:
+        return web.Response(status=200)
+    blob_dir = Path(await store.call("blob_dir"))
+    length = request.content_length
+    if length is not None:
+        free = shutil.disk_usage(blob_dir).free
+        if length + SPACE_RESERVE > free:
+            raise ApiError(507, f"not enough disk space for a {length}-byte blob ({free} bytes free)")
+    tmp = blob_dir / f".upload-{os.getpid()}-{time.monotonic_ns()}.partial"
+    try:
+        got = await _receive(request, tmp)
+        if got != hex_:
+            raise ApiError(400, f"digest mismatch, expected \"sha256:{hex_}\", got \"sha256:{got}\"",
+                           param="digest")
+        os.replace(tmp, blob_dir / f"sha256-{hex_}.gguf")
+    finally:
+        tmp.unlink(missing_ok=True)
+    return web.Response(status=201)
+
+
+async def _receive(request: web.Request, tmp: Path) -> str:
+    """The request body into `tmp`, hashed on the way (writes and hashing off the event loop)."""
+    loop = asyncio.get_running_loop()
+    h = hashlib.sha256()
+
+    def write(f, data: bytes) -> None:
+        h.update(data)
+        f.write(data)
+
+    checked = False
+    with open(tmp, "wb") as f:
+        buf = bytearray()
+        while True:
+            chunk = await request.content.read(UPLOAD_CHUNK)
+            buf += chunk
+            if not checked and (len(buf) >= 4 or not chunk):
+                checked = True
+                if bytes(buf[:4]) != b"GGUF":
+                    raise ApiError(400, "only GGUF files can be uploaded (Strata runs GGUF models; convert "
+                                        "safetensors with llama.cpp's convert_hf_to_gguf.py)", param="digest")
+            if buf and (len(buf) >= UPLOAD_CHUNK or not chunk):
+                await loop.run_in_executor(None, write, f, bytes(buf))
+                buf.clear()
+            if not chunk:
+                break
+    return h.hexdigest()
+
+
+# ---- /api/create with files --------------------------------------------------------------------------------
+
+def _file_digests(files, what: str) -> list[tuple[str, str]]:
+    if not isinstance(files, dict) or not files:
+        raise ApiError(400, f"'{what}' must be an object of file name -> sha256 digest", param=what)
+    out = []
+    for fname, digest in files.items():
+        if (not isinstance(fname, str) or not fname or fname.startswith(("/", "\\")) or ".." in fname
+                or "\\" in fname or len(fname) > 255):
+            raise ApiError(400, f"'{what}': file path must be relative: {str(fname)[:80]!r}", param=what)
+        m = _DIGEST.match(digest) if isinstance(digest, str) else None
+        if not m:
+            raise ApiError(400, f"'{what}': {fname!r} needs a digest sha256:<64 hex digits>", param=what)
+        out.append((fname, m.group(1)))
+    return out
+
+
+async def create_from_files(request: web.Request, body: dict, name: str, parameters: dict, template: str | None,
+                            system: str | None, license: str | None, stream: bool) -> web.StreamResponse:
+    """`files` as Ollama documents it: {"model.gguf": "sha256:..."} of blobs uploaded with POST /api/blobs; a
+    split model is its parts, named ...-00001-of-0000N.gguf."""
+    if body.get("adapters"):
+        raise ApiError(400, "'adapters' (LoRA) are not supported yet: Strata's runner does not apply LoRA "
+                            "adapters; merge the adapter into the model (llama.cpp's llama-export-lora)",
+                       param="adapters")
+    files = sorted(_file_digests(body.get("files"), "files"))
+    ggufs = [(f, h) for f, h in files if f.lower().endswith(".gguf") or len(files) == 1]
+    if len(ggufs) != len(files):
+        raise ApiError(400, "only GGUF files can make a model (safetensors conversion is not supported)",
+                       param="files")
+    if len(files) > 1:
+        counts = {SPLIT_NAME.match(f.rsplit("/", 1)[-1]) and int(SPLIT_NAME.match(f.rsplit("/", 1)[-1])["count"])
+                  for f, _ in files}
+        if counts != {len(files)}:
+            raise ApiError(400, "several files must be the parts of one split GGUF (...-00001-of-0000N.gguf)",
+                           param="files")
+    store = request.app[keys.STORE]
+    await _check_writable(request, name)
+
+    async def job(emit) -> None:
+        await emit(progress_line("parsing GGUF"))
+        names = ([f"sha256-{files[0][1]}.gguf"] if len(files) == 1 else
+                 [part_path(f"sha256-{files[0][1]}", i + 1, len(files)) for i in range(len(files))])
+        placed = []
+        for (fname, hex_), dest in zip(files, names):
+            src = await store.call("blob_path", hex_)
+            if src is None:
+                raise ApiError(400, f"blob sha256:{hex_} ({fname}) is not on this server; upload it first with "
+                                    "POST /api/blobs/sha256:<digest>", param="files")
+            placed.append(await store.call("adopt_blob", src, dest))
+            await emit(progress_line(f"using existing layer sha256:{hex_}"))
+        await store.call("add_model", name, placed[0], files[0][1], parameters, template, system, license,
+                         "uploaded (/api/create files)")
+        await emit(progress_line("writing manifest"))
+        await emit(progress_line("success"))
+
+    return await _progress_response(request, stream, job)
