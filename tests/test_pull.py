@@ -219,7 +219,7 @@ def test_digest_mismatch_is_refused_and_the_partial_removed(registry, http, oc, 
     assert "digest mismatch" in str(e.value)
 
 
-def test_a_manifest_naming_a_missing_blob(registry, http, tmp_path):
+def test_a_manifest_naming_a_missing_blob(registry, http, tmp_path, home):
     m = registry.add_model("me/missing", "latest", model_bytes(tmp_path))
     gone = m["layers"][0]["digest"]
     del registry.blobs[gone]
@@ -230,6 +230,7 @@ def test_a_manifest_naming_a_missing_blob(registry, http, tmp_path):
     r = http.post("/api/pull", json={"model": f"{registry.host}/me/nosuch", "insecure": True, "stream": False})
     assert r.status_code == 404 and "not found" in r.json()["error"]
     assert "me-missing:latest" not in names(http)
+    assert downloads(home) == []                                   # nothing to resume from: nothing kept
 
 
 def test_not_enough_disk_space_is_refused_before_downloading(registry, http, home):
@@ -243,6 +244,15 @@ def test_not_enough_disk_space_is_refused_before_downloading(registry, http, hom
     assert lines == [{"status": "pulling manifest"}, {"error": r.json()["error"]}]
     assert registry.log == []                                       # not one byte was asked for
     assert "me-huge:latest" not in names(http)
+
+
+def test_a_model_layer_that_is_not_a_gguf_is_not_kept(registry, http, home):
+    junk = b"not a gguf at all " * 1000
+    m = registry.add_model("me/junk", "latest", junk)
+    r = http.post("/api/pull", json={"model": f"{registry.host}/me/junk", "insecure": True, "stream": False})
+    assert r.status_code == 415 and "not a GGUF model" in r.json()["error"]
+    assert not (home / "models" / f"sha256-{m['layers'][0]['digest'][7:]}.gguf").exists()
+    assert "me-junk:latest" not in names(http) and downloads(home) == []
 
 
 def test_two_pulls_of_one_model_at_once_share_one_download(registry, service, tmp_path):

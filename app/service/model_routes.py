@@ -225,21 +225,27 @@ async def create_from_files(request: web.Request, body: dict, name: str, paramet
                            param="files")
     store = request.app[keys.STORE]
     await _check_writable(request, name)
+    sources = []
+    for fname, hex_ in files:           # every blob must be here before anything starts (a clear 400)
+        src = await store.call("blob_path", hex_)
+        if src is None:
+            raise ApiError(400, f"blob sha256:{hex_} ({fname}) is not on this server; upload it first with "
+                                "POST /api/blobs/sha256:<digest>", param="files")
+        sources.append(src)
 
     async def job(emit) -> None:
         await emit(progress_line("parsing GGUF"))
         names = ([f"sha256-{files[0][1]}.gguf"] if len(files) == 1 else
                  [part_path(f"sha256-{files[0][1]}", i + 1, len(files)) for i in range(len(files))])
         placed = []
-        for (fname, hex_), dest in zip(files, names):
-            src = await store.call("blob_path", hex_)
-            if src is None:
-                raise ApiError(400, f"blob sha256:{hex_} ({fname}) is not on this server; upload it first with "
-                                    "POST /api/blobs/sha256:<digest>", param="files")
+        for (_fname, hex_), src, dest in zip(files, sources, names):
             placed.append(await store.call("adopt_blob", src, dest))
             await emit(progress_line(f"using existing layer sha256:{hex_}"))
         await store.call("add_model", name, placed[0], files[0][1], parameters, template, system, license,
                          "uploaded (/api/create files)")
+        for src, dest in zip(sources, placed):      # split parts now live under their split names
+            if Path(src) != Path(dest):
+                await store.call("release_blob", src)
         await emit(progress_line("writing manifest"))
         await emit(progress_line("success"))
 

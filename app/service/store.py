@@ -353,6 +353,11 @@ class ModelStore:
             raise
         return dest
 
+    def release_blob(self, path: Path) -> None:
+        """Delete a blob of the store's folder that no model uses (a pull or upload that did not become a model)."""
+        with closing(self._connect()) as db:
+            self._delete_blob_if_unused(db, Path(path))
+
     def add_model(self, name: str, path: Path, digest_hex: str | None, parameters: dict | None = None,
                   template: str | None = None, system: str | None = None, license: str | None = None,
                   origin: str | None = None) -> ModelRecord:

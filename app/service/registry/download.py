@@ -214,6 +214,7 @@ class Downloader:
         if not any(p.done for p in t.parts):
             self.partial_path(src).unlink(missing_ok=True)
         fd = os.open(self.partial_path(src), os.O_RDWR | os.O_CREAT, 0o644)
+        keep = True
         try:
             self._write_parts(t)
             try:
@@ -226,12 +227,19 @@ class Downloader:
             os.fsync(fd)
             if os.fstat(fd).st_size != src.size:
                 raise RegistryError(f"blob {src.digest}: got {os.fstat(fd).st_size} bytes, expected {src.size}")
+        except BaseException as e:
+            # nothing to resume from, or a blob the registry does not have: leave no partial behind
+            keep = not (sum(p.done for p in t.parts) == 0 or (isinstance(e, RegistryError) and e.status == 404))
+            raise
         finally:
             os.close(fd)
-            try:
-                self._write_parts(t)
-            except OSError:
-                pass
+            if keep:
+                try:
+                    self._write_parts(t)
+                except OSError:
+                    pass
+            else:
+                self.discard(src)
 
     async def _run_parts(self, t: Transfer, fd: int) -> None:
         sem = asyncio.Semaphore(CONCURRENCY if len(t.parts) > 1 else 1)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.split import part_path
 from app.service.modelfile import ModelfileError, parse_param_value
 
@@ -111,8 +112,15 @@ class Puller:
             await emit(progress_line("verifying sha256 digest"))
             paths = [await self._finish(f, dl) for f in plan.files]
             await emit(progress_line("writing manifest"))
-            record = await self.store.call("add_model", name, paths[0], _hex_of(paths[0]), meta.get("parameters"), meta.get("template"), meta.get("system"),
-                                           meta.get("license"), plan.origin)
+            try:
+                record = await self.store.call("add_model", name, paths[0], _hex_of(paths[0]),
+                                               meta.get("parameters"), meta.get("template"), meta.get("system"),
+                                               meta.get("license"), plan.origin)
+            except GGUFError as e:       # verified bytes, but not a model Strata can run: do not keep them
+                for f, p in zip(plan.files, paths):
+                    if f.local is None:
+                        await self.store.call("release_blob", p)
+                raise RegistryError(f"{ref.display()} is not a GGUF model Strata can run: {e}", 415) from None
             await emit(progress_line("success"))
             return record
         finally:
