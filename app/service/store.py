@@ -24,7 +24,7 @@ from typing import Callable
 from app import paths
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
-from app.engine.gguf.split import SPLIT_NAME, part_path, sibling_paths
+from app.engine.gguf.split import part_path, sibling_paths
 from app.service.names import InvalidName, normalize_name, sanitize_name
 from app.service.registry.reference import parse_reference
 from app.settings import EXTERNAL_SOURCES
