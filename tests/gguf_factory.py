@@ -48,7 +48,7 @@ def write_split_dense_llama(path, n_parts: int = 3, n_layer: int = 3, n_embd: in
     (the first part carries the metadata and the embeddings). Returns the parts in order."""
     n_head, n_head_kv, n_ff = 4, 2, 128
     head_dim = n_embd // n_head
-    n_tensors = 3 + n_layer * 9 - 1
+    n_tensors = 3 + n_layer * 9                # token_embd, output_norm, output; 9 per layer
     m = ModelWriter(path, "llama", f"synthetic-llama-{n_layer}L-split", qtype, seed,
                     split_max_tensors=-(-n_tensors // n_parts))
     common_keys(m, n_layer, 2048, n_embd, n_ff, n_head, n_head_kv, head_dim)

@@ -334,3 +334,22 @@ def test_import_across_filesystems_copies(store, tmp_path):
         assert not os.path.samefile(rec.path, src) and sha(rec.path) == sha(src)
     finally:
         src.unlink()
+
+
+def test_split_gguf_is_imported_whole_and_removed_whole(store, tmp_path):
+    """A split GGUF is named by its first part: every part is stored (named so llama.cpp finds them), the model's
+    size is all of them, and removing it removes every part. A later part alone is refused."""
+    from gguf_factory import write_split_dense_llama
+
+    parts = write_split_dense_llama(tmp_path / "src" / "Big.gguf", n_parts=3)
+    with pytest.raises(GGUFError, match="use its first part"):
+        store.import_gguf(parts[1], "part-two")
+    rec = store.import_gguf(parts[0], "big")
+    assert rec.size == sum(p.stat().st_size for p in parts) and rec.sha256 == sha(parts[0])
+    stored = sorted(p.name for p in store.models_dir.glob(f"sha256-{rec.sha256}-*"))
+    assert stored == [f"sha256-{rec.sha256}-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert store.info("big").n_layer == 3 and len(store.info("big").tensors) == 30
+    parts[2].unlink()                                     # the source may go: the store has its own copies
+    assert store.info("big").file_size == rec.size
+    store.remove("big")
+    assert not list(store.models_dir.glob("sha256-*"))
