@@ -260,6 +260,8 @@ class ModelStore:
             raise GGUFError(f"{src}: no such file")
         if not src.is_file():
             raise GGUFError(f"{src}: not a regular file")
+        if (self.models_dir / ".downloads").resolve() in src.resolve().parents:
+            raise StoreError(f"{src} is a download in progress (pull the model to finish it)")
         info = read_model_info(src)                           # refuses non-GGUF / broken files (and split sets
         src = src.resolve()                                   # with a part missing)
         # a split model (its first part named): info counts every part, so the sizes differ
