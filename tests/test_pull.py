@@ -278,6 +278,21 @@ def test_two_pulls_of_one_model_at_once_share_one_download(registry, service, tm
     assert registry.bytes_served(digest) == len(gguf)              # downloaded once, shared
 
 
+def test_a_server_without_byte_ranges_is_read_in_one_stream(tmp_path, http, home):
+    reg = Registry().start()
+    try:
+        reg.faults.no_ranges = True
+        gguf = model_bytes(tmp_path)
+        m = reg.add_model("me/noranges", "latest", gguf)
+        lines = stream_lines(http, {"model": f"{reg.host}/me/noranges", "insecure": True})
+        assert lines[-1] == {"status": "success"}
+        digest = m["layers"][0]["digest"]
+        assert (home / "models" / f"sha256-{digest[7:]}.gguf").read_bytes() == gguf
+        assert reg.range_starts(digest)[-1] == 0                  # the last request took it whole
+    finally:
+        reg.stop()
+
+
 def test_a_registry_that_asks_for_a_token(tmp_path, http):
     reg = Registry(token="t0ken").start()
     try:

@@ -118,6 +118,14 @@ def test_hf_quant_by_tag_and_llama_server_spelling(oc, http, registry, hub_repo)
     assert r.status_code == 404 and "not found" in r.json()["error"]
 
 
+def test_hf_files_kept_in_git_are_checked_by_their_git_blob_id(oc, http, registry, tmp_path):
+    small = write_minimal(tmp_path / "small.gguf", seed=24, rows=64).read_bytes()
+    registry.add_hub_repo("someone/Small-GGUF", {"small-Q4_0.gguf": small}, lfs=False)
+    assert oc.pull("hf.co/someone/Small-GGUF:Q4_0").status == "success"
+    assert "someone-small-gguf:q4_0" in names(http)
+    assert oc.show("hf.co/someone/Small-GGUF:Q4_0").details.family == "llama"
+
+
 # ---- push, and back ---------------------------------------------------------------------------------------
 
 def test_push_to_a_registry_and_pull_it_back(oc, http, registry, tmp_path, home):
@@ -199,3 +207,28 @@ def test_strata_pull_on_the_command_line(service, registry, tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "pull", f"{registry.host}/library/none", "--insecure"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 1 and "not found" in r.stderr
+
+
+def test_the_cli_progress_view_draws_ollamas_stream():
+    """On a terminal: one bar per layer, redrawn in place, then the step lines; otherwise one line per step."""
+    import io
+
+    from app.cli.pull import ProgressView
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    lines = [{"status": "pulling manifest"},
+             {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab" + "0" * 52, "total": 2_000_000},
+             {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab" + "0" * 52, "total": 2_000_000,
+              "completed": 2_000_000},
+             {"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+    for out, expect in ((Tty(), "100% ▕█████████████████████████▏ 2 MB/2 MB"), (io.StringIO(), "0123456789ab 2 MB")):
+        view = ProgressView(out)
+        for line in lines:
+            view.update(line)
+        view.close()
+        text = out.getvalue()
+        assert text.startswith("pulling manifest\n") and text.endswith("writing manifest\nsuccess\n")
+        assert expect in text
