@@ -11,7 +11,7 @@ The public API for tests:
     write_family(name, directory) writes one (file name = name.gguf) and returns its path;
   - tokenizer_keys(drop, extra): a context in which written GGUFs get SmolLM2's tokenizer keys edited.
 
-Shapes follow ENGINE-NOTES "Synthetic GGUFs for tests": numpy shapes are ggml's `ne` reversed.
+Numpy shapes are ggml's `ne` reversed: `token_embd`/`output` are (n_vocab, n_embd), `ffn_down` (n_embd, n_ff).
 """
 from __future__ import annotations
 

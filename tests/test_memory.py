@@ -22,7 +22,7 @@ def test_every_tensor_is_counted_once(smollm2_path):
 
 def test_smollm2_kv_matches_llama_cpp_figures(smollm2_path):
     info = read_model_info(smollm2_path)
-    # figures printed by llama.cpp for this model (ENGINE-NOTES section 3 and a q8_0 load)
+    # figures printed by llama.cpp for this model (docs/architecture.md, llama.cpp facts 3 and a q8_0 load)
     assert sum(kv_bytes_per_layer(info, 1024, 4, "f16")) == 90 * MiB          # n_ctx 4096, 4 seqs: 90.00 MiB
     assert sum(kv_bytes_per_layer(info, 2048, 4, "q8_0")) == int(95.625 * MiB)  # n_ctx 8192, q8_0: 95.62 MiB
     assert output_buffer_bytes(info, 4) == int(0.75 * MiB)

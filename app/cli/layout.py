@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+from app.engine.planner.types import KV_TYPES
+
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 
@@ -15,7 +17,7 @@ def register(sub) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context per sequence (num_ctx), default 4096")
     p.add_argument("--parallel", type=int, default=1, help="parallel sequences (num_parallel), default 1")
     p.add_argument("--devices", metavar="SIM.json", help="plan for a simulated inventory (JSON) instead of this machine")
-    p.add_argument("--kv-type", default="f16", choices=["f16", "q8_0", "q4_0"], help="KV cache type")
+    p.add_argument("--kv-type", default="f16", choices=KV_TYPES, help="KV cache type")
     p.add_argument("--num-gpu", type=int, help="layers on GPU (llama.cpp n_gpu_layers; -1 = all)")
     p.add_argument("--main-gpu", type=int, help="GPU index to use first")
     p.add_argument("--tensor-split", help="comma-separated weights, one per GPU")
@@ -69,8 +71,8 @@ def _ranges(xs) -> str:
 
 def cmd_plan(args) -> int:
     from app.discovery import discover
-    from app.engine.planner.types import PlanOptions
     from app.engine.gguf.model_info import GGUFError, read_model_info
+    from app.engine.planner.options import plan_layout, plan_options
 
     try:
         path = resolve_model(args.model)
@@ -82,17 +84,11 @@ def cmd_plan(args) -> int:
                 split = tuple(float(x) for x in args.tensor_split.split(","))
             except ValueError:
                 raise ValueError(f"tensor_split: {args.tensor_split!r} is not a comma-separated list of numbers") from None
-        opts = PlanOptions(num_ctx=args.ctx, num_parallel=args.parallel, num_gpu=args.num_gpu, main_gpu=args.main_gpu,
-                           tensor_split=split, cpu_moe=args.cpu_moe, kv_type=args.kv_type,
-                           margin=max(0, args.margin_mib) * MiB)
-        if args.no_measure:
-            from app.engine.planner.search import plan
-
-            layout = plan(info, inv, opts)
-        else:
-            from app.engine.planner.dryrun import plan_measured
-
-            layout = plan_measured(info, inv, opts)
+        opts = plan_options({"num_gpu": args.num_gpu, "main_gpu": args.main_gpu, "tensor_split": split,
+                             "cpu_moe": args.cpu_moe, "kv_type": args.kv_type,
+                             "margin": max(0, args.margin_mib) * MiB},
+                            num_ctx_default=args.ctx, num_parallel=args.parallel, n_ctx_train=info.context_length)
+        layout = plan_layout(info, inv, opts, measure=not args.no_measure)
     except (FileNotFoundError, GGUFError, ValueError) as e:
         print(f"strata plan: {e}", file=sys.stderr)
         return 2

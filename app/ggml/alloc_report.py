@@ -10,7 +10,7 @@ The buffer name is a buffer-type name; it maps to a device id: "CPU", "CPU_Mappe
 Model buffers of the CPU backend's extra buffer types (weights repacked into an interleaved layout at load:
 "CPU_REPACK", "AMX", "CPU_KLEIDIAI", ...) are their own kind, "repack" (app.engine.planner.repack). The recurrent
 state of mamba/rwkv/hybrid layers ("RS buffer size") counts as "kv": it is those layers' cache.
-Under `no_alloc` the model and KV lines print 0.00 (ENGINE-NOTES section 3): zero lines are skipped.
+Under `no_alloc` the model and KV lines print 0.00 (docs/architecture.md, llama.cpp facts 3): zero lines are skipped.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ggml backend device API, bound with ctypes on the SAME library copies libllama already loaded.
 
 llama-cpp-python binds no `ggml_backend_*` function, and its `_ggml.py` maps a second copy of libggml
-(ENGINE-NOTES section 0). We open the sonames libllama itself needs (`libggml.so.0`, `libggml-base.so.0`):
+(docs/architecture.md, llama.cpp facts 0). We open the sonames libllama itself needs (`libggml.so.0`, `libggml-base.so.0`):
 the dynamic loader hands back the copy already in the process, so buffer-type pointers we get here are the
 very pointers llama.cpp compares against (the CPU buffer type in `tensor_buft_overrides` is compared BY POINTER).
 

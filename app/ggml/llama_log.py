@@ -1,6 +1,6 @@
 """One llama.cpp/ggml log callback per process, routed to Python logging, with line capture for load reports.
 
-`llama_log_set` is global, not thread-safe, and also sets ggml's logger (ENGINE-NOTES section 0), and
+`llama_log_set` is global, not thread-safe, and also sets ggml's logger (docs/architecture.md, llama.cpp facts 0), and
 llama-cpp-python's own callback maps levels wrongly (it hides ERROR lines). So: `install()` once, early, and keep
 the ctypes callback object alive for the life of the process. ggml levels: DEBUG=1, INFO=2, WARN=3, ERROR=4,
 CONT=5 (continues the previous message). Messages may arrive in pieces; we join them into whole lines.

@@ -1,6 +1,6 @@
 """Qt <-> asyncio bridge: the GUI hands coroutines to a loop in another thread and gets results as Qt signals.
 
-This is the threading model that tested cleanly (DESKTOP-NOTES.md): the asyncio loop runs in its own thread;
+This is the threading model that tested cleanly (docs/architecture.md "Desktop facts"): the asyncio loop runs in its own thread;
 `asyncio.run_coroutine_threadsafe` hands work over; signals emitted from the loop thread are queued and delivered
 in the GUI thread. Nothing here waits in the GUI thread.
 """

@@ -11,7 +11,7 @@ from app.discovery import discover
 from app.discovery.inventory import Inventory
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
-from app.engine.planner.dryrun import plan_measured
+from app.engine.planner.options import plan_layout
 from app.engine.planner.types import Layout, PlanOptions
 
 from .config import ServiceConfig
@@ -25,10 +25,10 @@ class Collaborators:
     model_info: Callable[[Any], Awaitable[Any]]       # GGUF path -> ModelInfo (GGUFError, OSError)
     discover: Callable[[], Awaitable[Inventory]]      # the devices as they are now
     plan: Callable[[Any, PlanOptions, Inventory], Awaitable[Layout]]   # ValueError: options the planner refuses
-    # (layout, n_threads, model name) -> a runner not yet started: `await start(on_progress)` loads it (its
+    # (layout, model name) -> a runner not yet started: `await start(on_progress)` loads it (its
     # result has `actual`), `close()`, `add_exit_callback(cb)`, `pid`. Made before it starts so that an unload
     # during the load can close it.
-    new_runner: Callable[[Layout, int, str], Any]
+    new_runner: Callable[[Layout, str], Any]
     with_digest: Callable[[Any], Awaitable[Any]]      # the record with its sha256 (for /api/ps), best effort
 
 
@@ -53,10 +53,10 @@ def live(config: ServiceConfig, store) -> Collaborators:
             raise ApiError(500, f"device discovery failed{where}: {e}", code="discovery_failed") from None
 
     async def plan(info, options: PlanOptions, inventory: Inventory) -> Layout:
-        return await asyncio.to_thread(plan_measured, info, inventory, options)
+        return await asyncio.to_thread(plan_layout, info, inventory, options)
 
-    def new_runner(layout: Layout, n_threads: int, name: str) -> RunnerClient:
-        return RunnerClient(layout, n_threads=n_threads, model_name=name)
+    def new_runner(layout: Layout, name: str) -> RunnerClient:
+        return RunnerClient(layout, model_name=name)       # threads: layout.options.n_threads
 
     async def digest(record):
         return await with_digest(store, record)

@@ -24,12 +24,11 @@ class Lease:
 
 
 class LoadedModel:
-    def __init__(self, name: str, record, info, options: PlanOptions, n_threads: int):
+    def __init__(self, name: str, record, info, options: PlanOptions):
         self.name = name
         self.record = record
         self.info = info
         self.options = options
-        self.n_threads = n_threads
         self.layout: Layout | None = None
         self.client = None               # the runner (engine.client.RunnerClient, or a test's fake)
         self.state = "loading"           # "loading" | "loaded" | "failed"

@@ -7,9 +7,9 @@ Unknown keys are ignored, as Ollama does; a known key with a wrong type or an ou
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 
-from app.engine.planner.types import PlanOptions
+from app.engine.planner.options import KV_TYPES, plan_options  # noqa: F401  (plan_options: re-exported for the service)
 from app.engine.protocol import SamplingParams
 
 from .errors import ApiError
@@ -18,7 +18,6 @@ from .request import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 # Accepted and ignored: they have no meaning here (mmap, NUMA, ...) or are deprecated in Ollama.
 IGNORED_KEYS = ("numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
                 "num_keep", "tfs_z", "penalize_newline")
-KV_TYPES = ("f16", "q8_0", "q4_0")
 
 
 @dataclass
@@ -148,21 +147,3 @@ def parse_ollama_options(options, defaults: dict | None = None) -> RequestOption
             ro.n_threads = check_int(key, v, 0, 1024) or None
         # anything else: ignored like Ollama does (it only logs "invalid option")
     return ro
-
-
-def plan_options(overrides: dict, *, num_ctx_default: int, num_parallel: int, n_ctx_train: int,
-                 embedding: bool = False, margin_mib: int | None = None) -> PlanOptions:
-    """PlanOptions for a load: request overrides over the server defaults; num_ctx clamped to the training context."""
-    names = {f.name for f in fields(PlanOptions)}
-    o = PlanOptions(num_ctx=num_ctx_default, num_parallel=num_parallel, embedding=embedding)
-    if margin_mib is not None:               # the GPU margin setting (default: PlanOptions' own)
-        o = replace(o, margin=margin_mib << 20)
-    o = replace(o, **{k: v for k, v in overrides.items() if k in names})
-    num_ctx = o.num_ctx
-    if n_ctx_train and n_ctx_train > 0:
-        num_ctx = min(num_ctx, n_ctx_train)
-    num_ctx = max(num_ctx, 64)
-    # llama.cpp reserves a decode step with one output per sequence: a batch smaller than num_parallel aborts the
-    # load (GGML_ASSERT n_outputs_max <= cparams.n_outputs_max), so the batch is at least num_parallel
-    batch = max(o.num_batch, o.num_parallel)
-    return replace(o, num_ctx=num_ctx, num_batch=batch, num_ubatch=max(min(o.num_ubatch, batch), o.num_parallel))

@@ -99,7 +99,8 @@ class Scheduler:
             raise ApiError(400, f"cannot plan this load: {e}", param="options") from None
 
     def plan_options_for(self, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
-        return plan_options(dict(ro.plan), num_ctx_default=self.config.num_ctx,
+        overrides = {**ro.plan, "n_threads": ro.n_threads or self.config.n_threads}
+        return plan_options(overrides, num_ctx_default=self.config.num_ctx,
                             num_parallel=self.config.num_parallel, n_ctx_train=getattr(info, "context_length", 0),
                             embedding=embedding, margin_mib=self.config.gpu_margin_mib)
 
@@ -150,7 +151,7 @@ class Scheduler:
         if model is not None and model.state == "loaded" and ro.plan and model.pending == 0:
             # different load-time options (num_ctx, num_gpu, ...) on an idle model: load it again with them
             want = self.plan_options_for(model.info, ro, model.options.embedding)
-            if want != model.options or (ro.n_threads and ro.n_threads != model.n_threads):
+            if want != model.options:
                 await self.unload(name, reason="reload with new options")
                 model = None
         if model is None:
@@ -176,7 +177,7 @@ class Scheduler:
         model = self.models.get(name)      # another request may have started the load during the await
         if model is None:
             opts = self.plan_options_for(info, ro)
-            model = LoadedModel(name, record, info, opts, ro.n_threads or self.config.n_threads)
+            model = LoadedModel(name, record, info, opts)
             self.models[name] = model
             self.failed.pop(name, None)
             self._background(self._load(model), f"load {name}")
@@ -197,7 +198,7 @@ class Scheduler:
                     # runner to close, so a runner started now would belong to nobody and hold the memory
                     raise ApiError(503, f"model {name!r} was unloaded while loading")
                 self.events.publish("load_started", {"model": name, "layout": model.layout.to_dict()})
-                model.client = self.deps.new_runner(model.layout, model.n_threads, name)
+                model.client = self.deps.new_runner(model.layout, name)
 
                 def on_progress(p: float) -> None:
                     loop.call_soon_threadsafe(self._progress, model, float(p))

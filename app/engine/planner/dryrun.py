@@ -2,7 +2,7 @@
 
 Weights and KV are exact from the memory model; the compute buffer (the graph's scratch memory) is what llama.cpp
 itself reserves, and it prints it per buffer type even under `no_alloc` (`sched_reserve: CPU compute buffer size`,
-ENGINE-NOTES section 3). The dry run also reads the size of every cache llama.cpp builds (`llama_kv_cache: size =`,
+docs/architecture.md, llama.cpp facts 3). The dry run also reads the size of every cache llama.cpp builds (`llama_kv_cache: size =`,
 printed under `no_alloc` too): where a KV shape is not mirrored by app.engine.gguf.kv_shape, that measurement wins. `no_alloc` needs `load_mode = NONE` (else GGML_ASSERT kills the process), and any abort
 in llama.cpp must not end the service: hence the child. A dry run takes ~0.1-0.5 s plus the child's start.
 

@@ -2,7 +2,7 @@
 
 `model_params(layout)` returns `(llama_model_params, keepalive)`. The struct holds raw pointers
 (`devices`, `tensor_buft_overrides`, `tensor_split`) into ctypes arrays that Python does not know are referenced:
-keep `keepalive` alive until `llama_model_load_from_file` has returned (ENGINE-NOTES section 2).
+keep `keepalive` alive until `llama_model_load_from_file` has returned (docs/architecture.md, llama.cpp facts 2).
 """
 from __future__ import annotations
 
@@ -87,13 +87,13 @@ def model_params(layout: Layout, *, no_alloc: bool = False, load_mode: int | Non
 
 def context_params(layout: Layout, n_threads: int | None = None, embedding: bool = False):
     """llama_context_params for `layout`: n_ctx (total), n_seq_max = n_parallel, batch sizes, KV types,
-    flash attention and op_offload as planned. n_threads defaults to cores - 1 (at least 1)."""
+    flash attention and op_offload as planned. n_threads: the argument, else the plan's, else cores - 1."""
     import os
 
     from llama_cpp import llama_cpp as L
 
     if n_threads is None:
-        n_threads = max(1, (os.cpu_count() or 2) - 1)
+        n_threads = layout.options.n_threads or max(1, (os.cpu_count() or 2) - 1)
     cp = L.llama_context_default_params()
     cp.n_ctx = int(layout.n_ctx)
     cp.n_batch = int(layout.n_batch)

@@ -39,7 +39,7 @@ _FFN = re.compile(r"^blk\.(\d+)\." + FFN_RE)
 _BLK = re.compile(r"^blk\.(\d+)\.")
 
 # ggml block size and bytes per block for KV cache types
-KV_TYPES = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
+KV_BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
             "q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18)}
 
 CPU_ALIGN = 32       # ggml CPU buffer alignment (TENSOR_ALIGNMENT); also GGUF's default data alignment
@@ -52,7 +52,7 @@ def pad(x: int, n: int) -> int:
 
 def row_size(kv_type: str, n: int) -> int:
     try:
-        blck, size = KV_TYPES[kv_type.lower()]
+        blck, size = KV_BLOCKS[kv_type.lower()]
     except KeyError:
         raise ValueError(f"kv_type {kv_type!r} is not a KV cache type (use f16, q8_0 or q4_0)") from None
     return (n + blck - 1) // blck * size

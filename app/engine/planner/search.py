@@ -18,9 +18,9 @@ import struct
 from dataclasses import dataclass, replace
 
 from app.discovery.inventory import Device, Inventory
-from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.planner.types import KV_TYPES, DevicePlan, Layout, PlanOptions
 from app.engine.planner import repack
-from app.engine.planner.memory import (EXPERTS_RE, FFN_RE, KV_TYPES, MemoryModel, estimate_compute, fit_measured_kv,
+from app.engine.planner.memory import (EXPERTS_RE, FFN_RE, KV_BLOCKS, MemoryModel, estimate_compute, fit_measured_kv,
                                        memory_model)
 from app.engine.gguf.model_info import ModelInfo
 
@@ -28,7 +28,6 @@ GiB = 1024 ** 3
 MiB = 1024 ** 2
 SPLIT_MODE_LAYER = 1
 QUANTIZED_KV = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
-PLAN_KV_TYPES = ("f16", "q8_0", "q4_0")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -72,12 +71,12 @@ def validate(info: ModelInfo, inventory: Inventory, o: PlanOptions) -> None:
             bad("cpu_moe", f"must be between 0 and {info.n_layer} layers, got {o.cpu_moe!r}")
         if o.cpu_moe > 0 and not info.is_moe:
             bad("cpu_moe", f"{info.name} is not a mixture-of-experts model")
-    if o.kv_type not in PLAN_KV_TYPES:
-        bad("kv_type", f"{o.kv_type!r} is not one of {', '.join(PLAN_KV_TYPES)}")
+    if o.kv_type not in KV_TYPES:
+        bad("kv_type", f"{o.kv_type!r} is not one of {', '.join(KV_TYPES)}")
     if o.kv_type in QUANTIZED_KV and o.flash_attn is False:
         bad("kv_type", f"a quantized KV cache ({o.kv_type}) needs flash attention; flash_attn=false was set")
     if o.kv_type in QUANTIZED_KV:
-        blck = KV_TYPES[o.kv_type][0]
+        blck = KV_BLOCKS[o.kv_type][0]
         if info.head_dim_k % blck or info.head_dim_v % blck:
             bad("kv_type", f"{o.kv_type} needs head sizes that are multiples of {blck} "
                            f"(this model: {info.head_dim_k}/{info.head_dim_v})")

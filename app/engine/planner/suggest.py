@@ -19,7 +19,7 @@ from typing import Callable
 
 from app.engine.planner import search as L
 from app.engine.planner.types import PlanOptions
-from app.engine.planner.memory import KV_TYPES
+from app.engine.planner.memory import KV_BLOCKS
 from app.engine.gguf.model_info import ModelInfo
 from app.discovery.inventory import Inventory
 
@@ -66,7 +66,7 @@ def _changes(o: PlanOptions, new: PlanOptions) -> str:
 
 def _kv_refusal(info: ModelInfo, kv_type: str) -> str | None:
     """Why llama.cpp would refuse this KV type for this model (head size not a multiple of the quant block)."""
-    blck = KV_TYPES[kv_type][0]
+    blck = KV_BLOCKS[kv_type][0]
     if info.head_dim_k % blck or info.head_dim_v % blck:
         return (f"a {kv_type} KV cache is not possible: llama.cpp needs head sizes that are multiples of {blck} "
                 f"(this model: {info.head_dim_k}/{info.head_dim_v})")

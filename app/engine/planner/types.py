@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 MiB = 1024 * 1024
+# KV cache types a user may choose (K and V alike); the memory model knows more (memory.KV_TYPES: block sizes).
+KV_TYPES = ("f16", "q8_0", "q4_0")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class PlanOptions:
     flash_attn: bool | None = None   # None = auto
     margin: int = 512 * MiB          # kept free on each GPU
     embedding: bool = False          # context for embeddings (pooling)
+    n_threads: int | None = None     # compute threads (llama.cpp n_threads); None = cores - 1 (docs/architecture.md)
 
 
 @dataclass(frozen=True)

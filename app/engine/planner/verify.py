@@ -34,7 +34,7 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
     from app.engine.planner import llama_params as load_params
     from app.engine.planner.dryrun import dry_run_here
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.planner.options import plan_options
     from app.engine.gguf.model_info import read_model_info
 
     llama_log.install()
@@ -42,7 +42,10 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
     inv = inventory_from_dict(inventory_dict) if inventory_dict else discover()
     rows = []
     for num_ctx, par, kv, *fa in combos:
-        opts = PlanOptions(num_ctx=num_ctx, num_parallel=par, kv_type=kv, flash_attn=fa[0] if fa else None)
+        # n_ctx_train=0: verify measures exactly the context asked for, past the training context too
+        # (llama.cpp allows that with a warning), so its table's rows are the sizes named on the command line
+        opts = plan_options({"kv_type": kv, "flash_attn": fa[0] if fa else None}, num_ctx_default=num_ctx,
+                            num_parallel=par, n_ctx_train=0)
         first = plan(info, inv, opts)
         dry = dry_run_here(first, n_threads)
         kv_measured = tuple(dry["kv"]) if dry.get("kv") and dry["kv"][1] else None
