@@ -17,8 +17,6 @@ Not modelled: the AMX (Intel Sapphire Rapids builds with AMX compiled in) and Kl
 """
 from __future__ import annotations
 
-import ctypes
-import platform
 import re
 
 ALIGN = 32      # TENSOR_ALIGNMENT of the repack buffer type

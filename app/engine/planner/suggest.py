@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from app.engine.planner import search as L
+from app.engine.planner import placement as L
 from app.engine.planner.types import PlanOptions
+from app.engine.planner.validate import validate
 from app.engine.planner.memory import KV_BLOCKS
 from app.engine.gguf.model_info import ModelInfo
 from app.discovery.inventory import Inventory
@@ -28,7 +29,7 @@ CTX_STEP = 256
 LIGHTER_KV = {"f16": ("q8_0", "q4_0"), "q8_0": ("q4_0",), "q4_0": ()}
 
 
-fmt_bytes = L._size
+fmt_bytes = L.human_size
 
 
 def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
@@ -83,10 +84,10 @@ def _fa_note(o: PlanOptions, new: PlanOptions) -> str:
 def suggestions(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute) -> tuple[str, ...]:
     def fits(opts: PlanOptions) -> bool:
         try:
-            L.validate(info, inventory, opts)
+            validate(info, inventory, opts)
         except ValueError:
             return False
-        return L._core(info, inventory, opts, compute).fits
+        return L.place(info, inventory, opts, compute).fits
 
     def largest_ctx(base: PlanOptions, below: int) -> int | None:
         """Largest num_ctx < `below`, a multiple of 256, that fits with `base`'s other options."""
@@ -153,7 +154,7 @@ def suggestions(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute) 
 
     # 6. a smaller model: not even the least demanding options fit
     least = _with_kv(replace(o, num_parallel=1, num_ctx=CTX_STEP, num_gpu=None), (usable or [o.kv_type])[-1])
-    lay = L._core(info, inventory, least, compute)
+    lay = L.place(info, inventory, least, compute)
     need = sum(d.total for d in lay.devices)
     gpus = L.usable_gpus(inventory)
     host_budget = max(0, inventory.host_ram_available - o.margin)

@@ -1,0 +1,490 @@
+"""The placement search behind `search.plan`: where every block of a model goes, and the exact llama.cpp
+parameters that put it there. `place(info, inventory, options, compute)` is a pure function of plain data (no I/O).
+
+The placement space is what llama.cpp can realise with `n_gpu_layers` + `tensor_split` + `tensor_buft_overrides`:
+  - the last k blocks (and the output layer with them) are on GPUs; the rest and the token embedding on the CPU;
+  - those k blocks are split into contiguous runs, one per GPU in `devices` order (tensor_split = block counts);
+  - experts of blocks below `m` (cpu_moe) stay on the CPU: `blk\\.(..)\\.ffn_(up|down|gate|gate_up)_(ch|)exps`;
+  - the first GPU block may be "partial": its attention on the GPU, its `ffn_*` tensors on the CPU.
+Goal, in order: the most blocks with their attention on a GPU (k), then the most FULL GPU blocks (all tensors on
+the GPU), then the fewest GPUs, then an even spread. Each GPU keeps `options.margin` free; the CPU keeps the same
+margin of its available RAM. Anything the user set (num_gpu, main_gpu, tensor_split, cpu_moe, ...) is kept.
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+from dataclasses import dataclass, replace
+
+from app.discovery.inventory import Device, Inventory
+from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.planner import repack
+from app.engine.planner.memory import (EXPERTS_RE, FFN_RE, MemoryModel, estimate_compute, fit_measured_kv,
+                                       memory_model)
+from app.engine.gguf.model_info import ModelInfo
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+SPLIT_MODE_LAYER = 1
+QUANTIZED_KV = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
+
+
+def usable_gpus(inventory: Inventory) -> tuple[Device, ...]:
+    """Devices llama.cpp offloads layers to: discrete GPUs; integrated GPUs only when there is no discrete one."""
+    gpus = tuple(d for d in inventory.devices if d.kind == "gpu")
+    if not gpus:
+        gpus = tuple(d for d in inventory.devices if d.kind == "igpu")
+    return gpus
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the cost of one placement
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the placement space (see the module doc)."""
+    order: tuple[int, ...]        # indices into the GPU list, llama.cpp `devices` order (the last holds the output)
+    counts: tuple[int, ...]       # blocks per device in `order`, front to back; sum = k
+    partial: bool                 # block N-k keeps only its attention on the GPU
+    m: int                        # experts of blocks < m on the CPU
+
+    @property
+    def k(self) -> int:
+        return sum(self.counts)
+
+
+class Costs:
+    """Per-block byte costs and per-device budgets, precomputed for fast feasibility checks."""
+
+    def __init__(self, info: ModelInfo, mm: MemoryModel, gpus: tuple[Device, ...], o: PlanOptions,
+                 host_budget: int, compute: dict[str, int] | None):
+        self.n = mm.n_layer
+        self.mm = mm
+        self.attn = [mm.part_bytes(i, "attn") + mm.kv[i] for i in range(self.n)]
+        self.ffn = [mm.part_bytes(i, "ffn") for i in range(self.n)]
+        self.exp = [mm.part_bytes(i, "experts") for i in range(self.n)]
+        self.gpus = gpus
+        self.budget = [max(0, d.free - o.margin) for d in gpus]
+        self.host_budget = host_budget
+        self.out_gpu = mm.output_bytes(on_gpu=True)
+        # on the CPU the output layer is only with no GPU in `devices`: a tied one then gets a repacked copy
+        self.out_cpu = mm.output_bytes(on_gpu=False) + mm.output_repack
+        compute = compute or {}
+        est_out = estimate_compute(info, o.num_ctx, o.num_parallel, o.num_batch, o.num_ubatch, o.flash_attn, True)
+        est_mid = estimate_compute(info, o.num_ctx, o.num_parallel, o.num_batch, o.num_ubatch, o.flash_attn, False)
+        any_gpu = compute.get("*")
+        self.compute_out = [compute.get(d.id, any_gpu if any_gpu is not None else est_out) for d in gpus]
+        self.compute_mid = [compute.get(d.id, any_gpu if any_gpu is not None else est_mid) for d in gpus]
+        self.compute_cpu = compute.get("CPU", est_out)
+
+    def block_gpu(self, i: int, c: Config) -> int:
+        pb = self.n - c.k if c.partial else -1
+        if i == pb:
+            return self.attn[i]
+        return self.attn[i] + self.ffn[i] + (self.exp[i] if i >= c.m else 0)
+
+    def gpu_usage(self, c: Config) -> list[int]:
+        """Bytes on each device of c.order (weights + KV + compute)."""
+        out = []
+        start = self.n - c.k
+        last = len(c.order) - 1
+        for j, (g, cnt) in enumerate(zip(c.order, c.counts)):
+            b = sum(self.block_gpu(i, c) for i in range(start, start + cnt))
+            start += cnt
+            if j == last:
+                b += self.out_gpu + self.compute_out[g]
+            else:
+                b += self.compute_mid[g]
+            out.append(b)
+        return out
+
+    def cpu_usage(self, c: Config) -> int:
+        k = c.k
+        first_gpu = self.n - k
+        b = self.mm.token_embd + self.mm.output_buffer + self.compute_cpu
+        b += 0 if k else self.out_cpu
+        for i in range(first_gpu):
+            b += self.attn[i] + self.ffn[i] + self.exp[i]
+        for i in range(first_gpu, self.n):
+            if c.partial and i == first_gpu:
+                b += self.ffn[i] + self.exp[i]
+            elif i < c.m:
+                b += self.exp[i]
+        return b
+
+    def gpu_fits(self, c: Config) -> bool:
+        return all(u <= self.budget[g] for g, u in zip(c.order, self.gpu_usage(c)))
+
+    def fits(self, c: Config) -> bool:
+        return self.gpu_fits(c) and self.cpu_usage(c) <= self.host_budget
+
+    def partition(self, order: tuple[int, ...], k: int, partial: bool, m: int, fill: float = 1.0):
+        """Split the last k blocks over `order` back to front (greedy: the last device takes the output and as many
+        blocks as fit, then the one before...). Returns a Config, or None if they do not fit. Greedy is optimal for
+        feasibility of a contiguous split in a fixed order. `fill` < 1 caps each device at that share of its room
+        (used to spread evenly)."""
+        g = len(order)
+        probe = Config(order, (0,) * (g - 1) + (k,), partial, m)
+        counts = [0] * g
+        j = g - 1
+        cap = lambda jj, compute: compute + fill * max(0, self.budget[order[jj]] - compute)  # noqa: E731
+        room = cap(j, self.compute_out[order[j]]) - self.compute_out[order[j]] - self.out_gpu
+        if room < 0:
+            return None
+        for i in range(self.n - 1, self.n - k - 1, -1):
+            cost = self.block_gpu(i, probe)
+            while cost > room:
+                j -= 1
+                if j < 0:
+                    return None
+                room = cap(j, self.compute_mid[order[j]]) - self.compute_mid[order[j]]
+            room -= cost
+            counts[j] += 1
+        # drop devices that got nothing (a device with no blocks is not used at all)
+        keep = [jj for jj in range(g) if counts[jj] > 0 or jj == g - 1]
+        c = Config(tuple(order[jj] for jj in keep), tuple(counts[jj] for jj in keep), partial, m)
+        return c if self.gpu_fits(c) else None
+
+
+def score(c: Config | None, n: int, moe: bool) -> tuple[int, int]:
+    """(blocks with attention on a GPU, blocks entirely on a GPU): what the planner maximises, in that order."""
+    if c is None:
+        return (-1, -1)
+    k = c.k
+    first = n - k
+    full = 0
+    for i in range(first, n):
+        if c.partial and i == first:
+            continue
+        if moe and i < c.m:
+            continue
+        full += 1
+    return (k, full)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# search
+
+def _llama_split_counts(weights: list[float], k: int) -> tuple[int, ...]:
+    """Blocks per device that llama.cpp assigns for n_gpu_layers = k+1 and this tensor_split (float32 maths,
+    upper_bound on the cumulative split; the output layer is position k). Output position excluded from counts."""
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]  # noqa: E731
+    total = 0.0
+    cum = []
+    for w in weights:
+        total = f32(total + f32(w))
+        cum.append(total)
+    cum = [f32(x / total) for x in cum]
+    act = k + 1
+    counts = [0] * len(weights)
+    for p in range(k):                     # block positions only
+        frac = f32(p / act)
+        j = next((jj for jj, s in enumerate(cum) if s > frac), len(cum) - 1)
+        counts[j] += 1
+    return tuple(counts)
+
+
+def _best_for_order(cs: Costs, order: tuple[int, ...], n: int, moe: bool, fixed_k: int | None,
+                    fixed_m: int | None, split_weights: list[float] | None) -> Config | None:
+    """The best Config for a fixed device order (max k, then max full blocks)."""
+    def make(k, partial, m):
+        if k == 0:
+            return Config(order[-1:], (0,), False, m)
+        if split_weights is not None:
+            counts = _llama_split_counts(split_weights, k)
+            c = Config(order, counts, partial, m)
+            return c if cs.gpu_fits(c) else None
+        return cs.partition(order, k, partial, m)
+
+    m_all = n if moe else 0
+    ks = [fixed_k] if fixed_k is not None else None
+    if ks is None:
+        # largest k that fits in the most relaxed form (partial first block, all experts on the CPU): binary search
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if make(mid, True, fixed_m if fixed_m is not None else m_all) is not None:
+                lo = mid
+            else:
+                hi = mid - 1
+        ks = [lo]
+    best = None
+    for k in ks:
+        partials = (False,) if (fixed_k is not None or k == 0) else (False, True)
+        for partial in partials:
+            if fixed_m is not None or not moe:
+                cands = [make(k, partial, fixed_m if fixed_m is not None else 0)]
+            else:
+                # smallest m (fewest expert layers on the CPU) that fits; feasibility grows with m
+                lo, hi = n - k, n
+                if make(k, partial, hi) is None:
+                    continue
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if make(k, partial, mid) is not None:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                cands = [make(k, partial, lo)]
+            for c in cands:
+                if c is not None and score(c, n, moe) > score(best, n, moe):
+                    best = c
+    return best
+
+
+def _spread(cs: Costs, c: Config) -> Config:
+    """Same k/partial/m over the same devices, but each device filled to the same share of its room."""
+    if len(c.order) < 2:
+        return c
+    lo, hi = 0.0, 1.0
+    best = c
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        p = cs.partition(c.order, c.k, c.partial, c.m, fill=mid)
+        if p is not None and len(p.order) == len(c.order):
+            best, hi = p, mid
+        else:
+            lo = mid
+    return best
+
+
+def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> Config:
+    gpus = cs.gpus
+    fixed_k = None
+    if o.num_gpu is not None:
+        ngl = n + 1 if o.num_gpu == -1 else o.num_gpu
+        fixed_k = max(0, min(ngl, n + 1) - 1)
+        reasons.append(f"num_gpu={o.num_gpu} set: {fixed_k} block(s) on GPU")
+    fixed_m = o.cpu_moe if (o.cpu_moe is not None and moe) else None
+    if fixed_m is not None:
+        reasons.append(f"cpu_moe={o.cpu_moe} set: experts of blocks 0..{o.cpu_moe - 1} stay on the CPU")
+    if not gpus:
+        return Config((), (), False, 0)
+
+    if o.tensor_split is not None:
+        used = tuple(i for i, w in enumerate(o.tensor_split) if w > 0)
+        weights = [float(o.tensor_split[i]) for i in used]
+        reasons.append(f"tensor_split={list(o.tensor_split)} set: layers split in that proportion")
+        c = _best_for_order(cs, used, n, moe, fixed_k, fixed_m, weights)
+        return c or _forced(cs, used, n, moe, fixed_k, fixed_m, weights)
+
+    idx = list(range(len(gpus)))
+    by_room = sorted(idx, key=lambda i: -cs.budget[i])
+    if o.main_gpu is not None:
+        by_room.remove(o.main_gpu)
+        by_room.insert(0, o.main_gpu)
+    # "holds the model": every block it may place (num_gpu) full on the GPUs, but for the experts kept by cpu_moe
+    n_full = fixed_k if fixed_k is not None else n
+    if fixed_m:
+        n_full = min(n_full, n - fixed_m)
+    best: Config | None = None
+    for count in range(1, len(gpus) + 1):
+        chosen = by_room[:count]
+        # the order matters (the last GPU holds the output layer; blocks differ in size): try every order of a
+        # few GPUs, inventory order first so that ties keep it; for many GPUs, inventory order and biggest-last
+        orders = [tuple(sorted(chosen)), tuple(sorted(chosen[1:])) + (chosen[0],)]
+        if count <= 4:
+            orders += sorted(itertools.permutations(chosen))
+        for order in dict.fromkeys(orders):
+            c = _best_for_order(cs, order, n, moe, fixed_k, fixed_m, None)
+            if score(c, n, moe) > score(best, n, moe) or (
+                    c is not None and best is not None and score(c, n, moe) == score(best, n, moe)
+                    and len(c.order) < len(best.order)):
+                best = c
+        want_k = fixed_k if fixed_k is not None else n
+        if best is not None and best.k >= want_k and score(best, n, moe)[1] >= n_full:
+            if count > 1:
+                reasons.append(f"the model needs {count} GPUs; layers spread evenly over them")
+            elif len(gpus) > 1:
+                reasons.append(f"fits on one GPU ({gpus[best.order[-1]].id}); the others are left free")
+            break
+    if best is None:
+        # nothing the user's settings allow fits: still return what they asked for (marked as not fitting)
+        return _forced(cs, tuple(sorted(by_room)), n, moe, fixed_k, fixed_m, None)
+    return _spread(cs, best) if best.k else best
+
+
+def _forced(cs: Costs, order: tuple[int, ...], n: int, moe: bool, fixed_k: int | None, fixed_m: int | None,
+            weights: list[float] | None) -> Config:
+    """The user's fixed num_gpu (and split) even though it does not fit; experts on the CPU where allowed."""
+    k = fixed_k or 0
+    m = fixed_m if fixed_m is not None else (n if moe else 0)
+    if not k:
+        return Config(order[-1:], (0,), False, m)
+    w = weights or [float(max(1, cs.budget[g])) for g in order]
+    return Config(order, _llama_split_counts(w, k), False, m)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layout
+
+def human_size(n: int) -> str:
+    """MiB below a GiB (small machines read better), GiB above."""
+    return f"{n / MiB:.0f} MiB" if abs(n) < GiB else f"{n / GiB:.2f} GiB"
+
+
+def _alternation(blocks: list[int]) -> str:
+    return "|".join(str(b) for b in blocks)
+
+
+def _overrides(c: Config, n: int, moe: bool) -> tuple[tuple[str, str], ...]:
+    first = n - c.k
+    ov = []
+    if c.k and c.partial:
+        ov.append((rf"blk\.{first}\.{FFN_RE}", "CPU"))
+    if moe and c.k:
+        cpu_exp = [i for i in range(first, min(c.m, n)) if not (c.partial and i == first)]
+        if cpu_exp:
+            ov.append((rf"blk\.({_alternation(cpu_exp)})\.{EXPERTS_RE}", "CPU"))
+    return tuple(ov)
+
+
+def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions,
+                  mm: MemoryModel) -> tuple[tuple[DevicePlan, ...], tuple[str, ...], tuple[str, ...]]:
+    n = mm.n_layer
+    first = n - c.k
+    dev_of_block = ["CPU"] * n
+    start = first
+    for g, cnt in zip(c.order, c.counts):
+        for i in range(start, start + cnt):
+            dev_of_block[i] = gpus[g].id
+        start += cnt
+    exp_dev = []
+    for i in range(n):
+        if cs.exp[i] == 0:
+            exp_dev.append("")
+        elif dev_of_block[i] == "CPU" or i < c.m or (c.partial and c.k and i == first):
+            exp_dev.append("CPU")
+        else:
+            exp_dev.append(dev_of_block[i])
+
+    acc: dict[str, dict] = {}
+
+    def slot(dev_id):
+        return acc.setdefault(dev_id, {"layers": [], "experts": [], "weights": {}, "kv": 0})
+
+    def addw(dev_id, parts: dict[str, int]):
+        w = slot(dev_id)["weights"]
+        for k2, v in parts.items():
+            w[k2] = w.get(k2, 0) + v
+
+    slot("CPU")
+    addw("CPU", {"token_embd": mm.token_embd})
+    for i in range(n):
+        p = mm.parts[i]
+        d = dev_of_block[i]
+        s = slot(d)
+        s["layers"].append(i)
+        s["kv"] += mm.kv[i]
+        addw(d, p.attn)
+        ffn_dev = "CPU" if (c.partial and c.k and i == first) else d
+        addw(ffn_dev, p.ffn)
+        if exp_dev[i]:
+            slot(exp_dev[i])["experts"].append(i)
+            addw(exp_dev[i], p.experts)
+    out_dev = gpus[c.order[-1]].id if c.k else "CPU"
+    out_w = mm.output_bytes(on_gpu=out_dev != "CPU") - mm.other
+    addw(out_dev, {"output": out_w} if out_w else {})
+    if mm.other:
+        addw(out_dev, {"other": mm.other})
+
+    # the CPU's weights: which of them the CPU backend repacks, and how far llama.cpp's file mapping reaches
+    active = repack.repack_active(mm.cpu_features, tuple(gpus[g].backend for g in c.order) if c.k else ())
+    pb = first if (c.partial and c.k) else -1
+
+    def device_of(t) -> str:
+        if t.block < 0:
+            return "CPU" if t.part == "token_embd" else out_dev
+        if t.part == "attn":
+            return dev_of_block[t.block]
+        if t.part == "ffn":
+            return "CPU" if t.block == pb else dev_of_block[t.block]
+        return exp_dev[t.block] or dev_of_block[t.block]
+
+    moved, n_repack, mapped = repack.cpu_file_use(mm.spans, device_of, active)
+    cpu_w = acc["CPU"]["weights"]
+    for k2, v in moved.items():
+        cpu_w[k2] = cpu_w.get(k2, 0) - v
+    n_repack += mm.output_repack if (active and out_dev == "CPU") else 0
+    if n_repack:
+        cpu_w["repack"] = n_repack
+
+    plans = []
+    cpu = acc["CPU"]
+    plans.append(DevicePlan("CPU", "CPU", tuple(cpu["layers"]), tuple(cpu["experts"]),
+                            {k2: v for k2, v in cpu["weights"].items() if v}, cpu["kv"], cs.compute_cpu,
+                            output=mm.output_buffer, budget=cs.host_budget, mapped=mapped))
+    last = len(c.order) - 1
+    for j, g in enumerate(c.order):
+        d = gpus[g]
+        s = acc.get(d.id, {"layers": [], "experts": [], "weights": {}, "kv": 0})
+        comp = cs.compute_out[g] if j == last else cs.compute_mid[g]
+        plans.append(DevicePlan(d.id, d.name, tuple(s["layers"]), tuple(s["experts"]),
+                                {k2: v for k2, v in s["weights"].items() if v}, s["kv"], comp,
+                                budget=cs.budget[g]))
+    return tuple(plans), tuple(dev_of_block), tuple(exp_dev)
+
+
+def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[str, int] | None,
+          kv_measured: tuple[int, int] | None = None) -> Layout:
+    """The best placement for valid options (`validate` first), without suggestions. The search's reasons are
+    recorded in the Layout."""
+    n = info.n_layer
+    moe = info.is_moe
+    mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch, o.embedding,
+                      cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()), flash_attn=o.flash_attn)
+    reasons: list[str] = []
+    kv = fit_measured_kv(mm.kv, kv_measured)
+    if kv != mm.kv:
+        reasons.append(f"KV cache as the dry run measured it: {human_size(sum(kv))} (the {info.architecture} KV shape "
+                       f"predicted {human_size(sum(mm.kv))})")
+        mm = replace(mm, kv=kv)
+    gpus = usable_gpus(inventory)
+    host_budget = max(0, inventory.host_ram_available - o.margin)
+    cs = Costs(info, mm, gpus, o, host_budget, compute)
+    c = search(cs, o, n, moe, reasons)
+
+    gpu_ok = cs.gpu_fits(c) if c.k else True
+    cpu_need = cs.cpu_usage(c)
+    fits = gpu_ok and cpu_need <= host_budget
+    if not gpus:
+        reasons.append("no GPU: everything on the CPU" + (f" ({'; '.join(inventory.notes)})" if inventory.notes else ""))
+        if o.num_gpu:
+            reasons.append(f"num_gpu={o.num_gpu} ignored: there is no GPU")
+    else:
+        reasons.append(f"{c.k} of {n} blocks on GPU" + (" (+ output layer)" if c.k else "")
+                       + (f", block {n - c.k} partly (attention on GPU, FFN on CPU)" if c.partial and c.k else ""))
+        if moe and c.k and c.m > n - c.k:
+            reasons.append(f"experts of blocks {n - c.k}..{c.m - 1} on the CPU so more layers fit on the GPU")
+    if not gpu_ok:
+        reasons.append("the placement asked for does not fit in GPU memory")
+    if cpu_need > host_budget:
+        reasons.append(f"needs {human_size(cpu_need)} of system RAM; the budget is {human_size(host_budget)} "
+                       f"({human_size(inventory.host_ram_available)} available minus a {human_size(o.margin)} margin)")
+    weights_on_cpu = any(cs.exp[i] or cs.ffn[i] or cs.attn[i] for i in range(n - c.k)) or (c.k and (c.partial or c.m > n - c.k))
+    op_offload = bool(c.k) and bool(gpus)
+    if op_offload and weights_on_cpu:
+        reasons.append("op_offload on: large batches stream CPU-held weights to the GPU")
+    elif op_offload:
+        reasons.append("op_offload on (all layers on GPU; no effect)")
+
+    devices, layer_dev, exp_dev = _device_plans(cs, c, gpus, o, mm)
+    if devices[0].weights.get("repack"):
+        reasons.append(f"the CPU backend repacks {devices[0].weights['repack'] / MiB:.0f} MiB of CPU weights for "
+                       f"{'/'.join(f for f in ('AVX512', 'AVX2', 'NEON') if f in mm.cpu_features) or 'this CPU'} "
+                       f"(llama.cpp also reports their mapped originals, page cache the kernel can drop)")
+    ngl = c.k + 1 if c.k else 0
+    counts = list(c.counts)
+    if c.k:
+        counts[-1] += 1                      # the output layer is the last position of the last device
+    gpu_ids = tuple(gpus[g].id for g in c.order) if c.k else ()
+    split = tuple(float(x) for x in counts) if c.k else ()
+    kv_quant = o.kv_type in QUANTIZED_KV
+    return Layout(
+        model_path=info.path, options=o, devices=devices, layer_device=layer_dev, expert_device=exp_dev,
+        n_gpu_layers=ngl, split_mode=SPLIT_MODE_LAYER, main_gpu=max(0, len(gpu_ids) - 1),
+        tensor_split=split, gpu_devices=gpu_ids, tensor_buft_overrides=_overrides(c, n, moe),
+        op_offload=op_offload, n_ctx=o.num_ctx * o.num_parallel, n_parallel=o.num_parallel,
+        n_batch=o.num_batch, n_ubatch=o.num_ubatch, type_k=o.kv_type, type_v=o.kv_type,
+        flash_attn=True if (kv_quant and o.flash_attn is None) else o.flash_attn,
+        fits=fits, reasons=tuple(reasons))

@@ -1,0 +1,142 @@
+"""The import rules of docs/architecture.md ("Layers and folders"), checked on the source so they stay true.
+
+- Layers: ggml < discovery < engine < service < gui < cli; a module imports its own layer and those below.
+- app/engine/runner/ is the runner child's code: outside it only the runner's parent side (`engine/client.py`,
+  which hands the process entry to multiprocessing) may name it.
+- The GUI imports only its API client and plain data modules (no service, no engine code that runs anything).
+- No import cycle between modules (late imports inside functions included).
+Each import is read with `ast`, so nothing is imported to check it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app"
+
+LAYERS = {"app.ggml": 0, "app.discovery": 1, "app.engine": 2, "app.service": 3, "app.gui": 4, "app.cli": 5}
+SHARED = {"app", "app.paths", "app.__main__"}          # below every layer (paths) or the entry point (__main__)
+# What the GUI may import outside app.gui: its API client and plain data modules (dataclasses, constants).
+GUI_ALLOWED_PREFIXES = ("app.gui", "app.paths", "app.engine.planner.types", "app.discovery.inventory",
+                        "app.api_client", "app.client", "app.format", "app.units")
+# A developer tool in app/gui that starts a real service to render the windows for the README.
+GUI_EXCEPTIONS = {"app.gui.screenshots"}
+RUNNER = "app.engine.runner"
+RUNNER_PARENTS = {"app.engine.client"}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in APP.rglob("*.py")}
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every app module `path` imports, at module level or inside functions."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "app")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != "app":
+                continue
+            for a in node.names:               # `from app.engine import protocol` names a module
+                sub = f"{mod}.{a.name}"
+                found.add(sub if sub in known else mod)
+    return {m for m in found if m in known}
+
+
+def layer_of(mod: str) -> int | None:
+    for prefix, layer in LAYERS.items():
+        if mod == prefix or mod.startswith(prefix + "."):
+            return layer
+    return None
+
+
+def graph() -> dict[str, set[str]]:
+    mods = all_modules()
+    known = set(mods)
+    return {name: imports_of(path, name, known) for name, path in mods.items()}
+
+
+def test_every_module_has_a_layer():
+    unknown = [m for m in all_modules() if m not in SHARED and layer_of(m) is None]
+    assert not unknown, f"modules outside every layer (add their package to LAYERS in this test and to " \
+                        f"docs/architecture.md): {unknown}"
+
+
+def test_imports_follow_the_layers():
+    bad = []
+    for mod, deps in graph().items():
+        if mod in SHARED:
+            continue
+        for dep in deps:
+            if dep in SHARED - {"app.__main__"}:
+                continue
+            if dep == "app.__main__" or layer_of(dep) > layer_of(mod):
+                bad.append(f"{mod} -> {dep}")
+    assert not bad, "imports that run up the layers (ggml < discovery < engine < service < gui < cli):\n" + \
+        "\n".join(sorted(bad))
+
+
+def test_runner_code_is_only_imported_by_the_runner():
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() for dep in deps
+           if (dep == RUNNER or dep.startswith(RUNNER + ".")) and not mod.startswith(RUNNER)
+           and mod not in RUNNER_PARENTS]
+    assert not bad, "runner-child modules imported outside the runner:\n" + "\n".join(sorted(bad))
+
+
+def test_gui_imports_only_its_client_and_plain_data():
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() if mod.startswith("app.gui.")
+           and mod not in GUI_EXCEPTIONS for dep in deps if not dep.startswith(GUI_ALLOWED_PREFIXES)]
+    assert not bad, "the GUI reaching past its API client:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    g = graph()
+    cycles, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(g.get(m, ())):
+            if d == m or d == "app" or (m.startswith(d + ".") and d in g):
+                continue          # a package's own __init__ is not a cycle with its submodules
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_checker_sees_violations(tmp_path):
+    """The checks above would fail on a violation: the parser finds relative, aliased and late imports."""
+    src = tmp_path / "mod.py"
+    src.write_text("from app.service import store\nimport app.gui.tray\n"
+                   "def f():\n    from ..engine.runner import batcher\n")
+    known = {"app.service.store", "app.gui.tray", "app.engine.runner.batcher", "app.engine.runner"}
+    name = "app.discovery.mod"
+    # pretend the file lives in app/discovery/
+    found = imports_of(src, name, known)
+    assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.batcher"}
+    assert layer_of("app.service.store") > layer_of(name)
