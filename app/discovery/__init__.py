@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import os
 
+from app.discovery.cpu_features import cpuinfo_features
+from app.discovery.ggml_probe import probe_ggml
+from app.discovery.host import cpu_cores, cpu_name, host_memory
 from app.discovery.inventory import Device, Inventory
+from app.discovery.nvml import normalize_pci, nvml_gpus
+from app.discovery.simulated import load_simulated
 
 __all__ = ["discover", "merge", "Device", "Inventory"]
 
@@ -27,8 +32,6 @@ def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cor
           notes: list[str], cpu_features: tuple[str, ...] = ()) -> Inventory:
     """Pure merge of the three sources. GPUs are matched to NVML by PCI bus id, then UUID, then name (in order);
     NVML's free memory wins and both figures are kept. `cpu_features`: ggml's CPU backend features."""
-    from app.discovery.nvml import normalize_pci
-
     used_nvml: set[int] = set()
     devices = []
     for d in ggml_devices:
@@ -78,16 +81,7 @@ def discover(sim_path: str | None = None) -> Inventory:
     """The device inventory. `sim_path` (or STRATA_DEVICES) -> simulated inventory from JSON (ValueError if bad)."""
     sim = sim_path or os.environ.get("STRATA_DEVICES")
     if sim:
-        from app.discovery.simulated import load_simulated
-
         return load_simulated(sim)
-
-    from app.discovery.ggml_probe import probe_ggml
-    from app.discovery.host import cpu_cores, cpu_name, host_memory
-    from app.discovery.nvml import nvml_gpus
-
-    from app.discovery.cpu_features import cpuinfo_features
-
     notes: list[str] = []
     probe, why = probe_ggml()
     ggml_devices = []

@@ -11,19 +11,18 @@ import os
 import subprocess
 import sys
 
+from app.discovery.cpu_features import ggml_cpu_features
+from app.ggml import ggml_lib, llama_log
+
 TIMEOUT_S = 60
 
 
 def probe_here() -> dict:
     """Run in the child: devices as ggml sees them (CPU included), and whether GPU offload is compiled in."""
-    from app.ggml import ggml_lib, llama_log
-
     llama_log.install()          # keep llama.cpp's chatter off stdout/stderr
     devs = ggml_lib.list_devices()
     for d in devs:
         d.pop("handle", None)
-    from app.discovery.cpu_features import ggml_cpu_features
-
     return {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload(), "cpu_features": ggml_cpu_features()}
 
 

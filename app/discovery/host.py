@@ -8,7 +8,7 @@ import platform
 def host_memory() -> tuple[int, int]:
     """(total, available) bytes of system RAM."""
     try:
-        import psutil  # type: ignore
+        import psutil  # type: ignore  # optional dependency: late, and /proc/meminfo below when missing
 
         vm = psutil.virtual_memory()
         return int(vm.total), int(vm.available)

@@ -11,7 +11,7 @@ def _str(v) -> str:
 
 def nvml_gpus() -> tuple[list[dict], str | None]:
     try:
-        import pynvml
+        import pynvml   # late: optional at run time (no NVIDIA driver, broken install): a note, not an error
     except Exception as e:  # ImportError, or a broken install
         return [], f"NVML unavailable: nvidia-ml-py not importable ({e})"
     try:

@@ -55,7 +55,7 @@ def lib_dir() -> Path:
     env = os.environ.get("LLAMA_CPP_LIB_PATH")
     if env:
         return Path(env)
-    import llama_cpp
+    import llama_cpp   # late: importing it maps libllama (child processes only; docs/architecture.md "Process model")
 
     return Path(llama_cpp.__file__).parent / "lib"
 
@@ -125,7 +125,7 @@ def api() -> GgmlApi:
     with _lock:
         if _api is not None:
             return _api
-        from llama_cpp import llama_cpp as L  # noqa: F401  loads libllama and its NEEDED ggml libraries
+        from llama_cpp import llama_cpp as L  # noqa: F401  late: loads libllama and its NEEDED ggml libraries
 
         a = GgmlApi(ggml=_open("ggml"), base=_open("ggml-base"))
         for name, res, args in _PROTOTYPES:
@@ -213,12 +213,12 @@ def list_devices() -> list[dict]:
 
 
 def supports_gpu_offload() -> bool:
-    from llama_cpp import llama_cpp as L
+    from llama_cpp import llama_cpp as L   # late: maps libllama (child processes only)
 
     return bool(L.llama_supports_gpu_offload())
 
 
 def max_devices() -> int:
-    from llama_cpp import llama_cpp as L
+    from llama_cpp import llama_cpp as L   # late: maps libllama (child processes only)
 
     return int(L.llama_max_devices())

@@ -68,7 +68,7 @@ def install() -> None:
     with _lock:
         if _callback is not None:
             return
-        from llama_cpp import llama_cpp as L
+        from llama_cpp import llama_cpp as L   # late: maps libllama (child processes only)
 
         _callback = L.llama_log_callback(_on_log)
         L.llama_log_set(_callback, ctypes.c_void_p(0))

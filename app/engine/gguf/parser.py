@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from app.engine.gguf.errors import GGUFError
@@ -163,8 +164,6 @@ def _read_value(cur: _Cursor, vtype: GGUFValueType, key: str, keep_arrays: int):
     cur.pos += size
     if n > keep_arrays:
         return ArraySummary(item_type, n), item_type
-    import numpy as np
-
     arr = np.frombuffer(cur.buf, dtype=_NP_DTYPE[item_type], count=n, offset=start)
     if item_type == GGUFValueType.BOOL:
         return [bool(x) for x in arr], item_type
@@ -198,7 +197,21 @@ def parse_gguf(path: str | os.PathLike, *, keep_arrays: int = ARRAY_KEEP_DEFAULT
 
 
 def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
+    """The header in file order: magic and counts, metadata, tensor infos, then the data section's checks."""
     cur = _Cursor(buf, size)
+    version, n_tensors, n_kv = _read_counts(cur, buf, size)
+    gf = GGUFFile(path=path, file_size=size, version=version, alignment=DEFAULT_ALIGNMENT, data_offset=0)
+    _read_metadata(cur, gf, n_kv, keep_arrays)
+    raw = _read_tensor_infos(cur, n_tensors)
+    pad = cur.pos % gf.alignment
+    gf.data_offset = cur.pos + (gf.alignment - pad if pad else 0)
+    if gf.data_offset > size and n_tensors:
+        raise GGUFError("truncated file: no room for tensor data after the header")
+    _check_tensor_data(gf, raw, size)
+    return gf
+
+
+def _read_counts(cur: _Cursor, buf, size: int) -> tuple[int, int, int]:
     magic = bytes(buf[0:4])
     if magic != GGUF_MAGIC:
         raise GGUFError("not a GGUF file (bad magic: expected b'GGUF')")   # never echo the bytes: /api/create takes paths
@@ -216,8 +229,10 @@ def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
         raise GGUFError(f"header claims {n_tensors} tensors, absurd for a {size}-byte file")
     if n_kv > MAX_COUNT or n_kv * 13 > size:
         raise GGUFError(f"header claims {n_kv} metadata keys, absurd for a {size}-byte file")
+    return version, n_tensors, n_kv
 
-    gf = GGUFFile(path=path, file_size=size, version=version, alignment=DEFAULT_ALIGNMENT, data_offset=0)
+
+def _read_metadata(cur: _Cursor, gf: GGUFFile, n_kv: int, keep_arrays: int) -> None:
     for i in range(n_kv):
         key = cur.string(f"key #{i}", max_len=MAX_KEY_LEN)
         if key in gf.kv:
@@ -225,7 +240,6 @@ def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
         vtype = _value_type(cur.u32(f"type of {key!r}"), f"key {key!r}")
         value, item_type = _read_value(cur, vtype, key, keep_arrays)
         gf.kv[key] = KeyValue(key, vtype, value, item_type)
-
     align_kv = gf.kv.get("general.alignment")
     if align_kv is not None:
         a = align_kv.value
@@ -233,6 +247,8 @@ def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
             raise GGUFError(f"general.alignment must be a non-zero power of two (uint32), got {a!r}")
         gf.alignment = a
 
+
+def _read_tensor_infos(cur: _Cursor, n_tensors: int) -> list[tuple[str, tuple[int, ...], GGMLQuantizationType, int]]:
     seen: set[str] = set()
     raw: list[tuple[str, tuple[int, ...], GGMLQuantizationType, int]] = []
     for i in range(n_tensors):
@@ -260,12 +276,10 @@ def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
                             f"{gtype.name} block size {block}")
         off = cur.u64(f"offset of {name!r}")
         raw.append((name, ne, gtype, off))
+    return raw
 
-    pad = cur.pos % gf.alignment
-    gf.data_offset = cur.pos + (gf.alignment - pad if pad else 0)
-    if gf.data_offset > size and n_tensors:
-        raise GGUFError("truncated file: no room for tensor data after the header")
 
+def _check_tensor_data(gf: GGUFFile, raw, size: int) -> None:
     data_size = size - gf.data_offset
     expected = 0
     for name, ne, gtype, off in raw:
@@ -288,4 +302,3 @@ def _parse(buf, size: int, path: str, keep_arrays: int) -> GGUFFile:
         if rem:
             expected += gf.alignment - rem
         gf.tensors.append(RawTensor(name, ne, gtype, off, n_el, n_bytes))
-    return gf

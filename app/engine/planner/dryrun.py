@@ -23,6 +23,10 @@ from dataclasses import replace
 from app.discovery.inventory import Inventory
 from app.engine.planner.types import Layout, PlanOptions
 from app.engine.gguf.model_info import ModelInfo
+from app.engine.planner import llama_params as load_params
+from app.engine.planner.search import plan
+from app.ggml import alloc_report, llama_log
+from app.paths import cache_dir
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 180
@@ -40,10 +44,7 @@ def dry_run_here(layout: Layout, n_threads: int = 1) -> dict:
     """Load `layout` with no_alloc in THIS process and return what llama.cpp reserved:
     {"compute": {dev: bytes}, "output": {dev: bytes}, "kv": [bytes, n_lines] of every KV cache / recurrent state
     (all devices), "lines": [buffer and cache size lines]}. Raises DryRunError."""
-    from llama_cpp import llama_cpp as L
-
-    from app.ggml import alloc_report, llama_log
-    from app.engine.planner import llama_params as load_params
+    from llama_cpp import llama_cpp as L   # late: maps libllama; only the dry-run child process calls this
 
     llama_log.install()
     mp, keep = load_params.model_params(layout, no_alloc=True)
@@ -118,8 +119,6 @@ def _cache_key(layout: Layout) -> str:
 def cached_dry_run(layout: Layout) -> dict:
     """run_dry_run with an on-disk cache under app.paths.cache_dir()/dryrun, keyed by model file identity,
     context options and device placement."""
-    from app.paths import cache_dir
-
     d = cache_dir() / "dryrun"
     d.mkdir(parents=True, exist_ok=True)
     f = d / f"{_cache_key(layout)}.json"
@@ -151,8 +150,6 @@ def measure(info: ModelInfo, inventory: Inventory, options: PlanOptions,
             layout: Layout | None = None) -> tuple[dict[str, int], tuple[int, int] | None]:
     """measure_compute, plus (bytes, lines) of the caches llama.cpp built (their size does not depend on where
     the layers are: the CPU-only dry run of a simulated inventory measures it too)."""
-    from app.engine.planner.search import plan
-
     if inventory.simulated or not inventory.gpus:
         # GPU-specific options mean nothing to the CPU-only measurement (and would not validate without GPUs)
         cpu_opts = replace(options, num_gpu=None, main_gpu=None, tensor_split=None, cpu_moe=None)
@@ -178,8 +175,6 @@ def plan_measured(info: ModelInfo, inventory: Inventory, options: PlanOptions) -
     """Plan with estimates, measure that plan's compute buffers (and the size of the caches llama.cpp builds), plan
     again with the measurements (and once more if the device placement changed). Falls back to the estimate-based
     plan, with a reason, if the dry run fails."""
-    from app.engine.planner.search import plan
-
     first = plan(info, inventory, options)
     try:
         compute, kv = measure(info, inventory, options, first)

@@ -7,6 +7,7 @@ keep `keepalive` alive until `llama_model_load_from_file` has returned (docs/arc
 from __future__ import annotations
 
 import ctypes
+import os
 
 from app.ggml import ggml_lib
 from app.engine.planner.memory import SWA_FULL
@@ -44,7 +45,7 @@ def model_params(layout: Layout, *, no_alloc: bool = False, load_mode: int | Non
     - `no_alloc=True` forces `load_mode = NONE` (mmap + no_alloc is a GGML_ASSERT that kills the process).
     - `progress_callback`: a `llama_progress_callback` object (the caller keeps it alive too; it is added to keepalive).
     """
-    from llama_cpp import llama_cpp as L
+    from llama_cpp import llama_cpp as L   # late: maps libllama; only child processes (runner, dry run) build params
 
     keep: list = []
     mp = L.llama_model_default_params()
@@ -88,9 +89,7 @@ def model_params(layout: Layout, *, no_alloc: bool = False, load_mode: int | Non
 def context_params(layout: Layout, n_threads: int | None = None, embedding: bool = False):
     """llama_context_params for `layout`: n_ctx (total), n_seq_max = n_parallel, batch sizes, KV types,
     flash attention and op_offload as planned. n_threads: the argument, else the plan's, else cores - 1."""
-    import os
-
-    from llama_cpp import llama_cpp as L
+    from llama_cpp import llama_cpp as L   # late: as in model_params
 
     if n_threads is None:
         n_threads = layout.options.n_threads or max(1, (os.cpu_count() or 2) - 1)

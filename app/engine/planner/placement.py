@@ -339,9 +339,8 @@ def _overrides(c: Config, n: int, moe: bool) -> tuple[tuple[str, str], ...]:
     return tuple(ov)
 
 
-def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions,
-                  mm: MemoryModel) -> tuple[tuple[DevicePlan, ...], tuple[str, ...], tuple[str, ...]]:
-    n = mm.n_layer
+def _block_devices(cs: Costs, c: Config, gpus: tuple[Device, ...], n: int) -> tuple[list[str], list[str]]:
+    """Per block: the device of its non-expert weights, and of its expert tensors ("" for a dense block)."""
     first = n - c.k
     dev_of_block = ["CPU"] * n
     start = first
@@ -357,7 +356,40 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
             exp_dev.append("CPU")
         else:
             exp_dev.append(dev_of_block[i])
+    return dev_of_block, exp_dev
 
+
+def _cpu_repack(c: Config, gpus: tuple[Device, ...], mm: MemoryModel, cpu_w: dict[str, int], dev_of_block,
+                exp_dev, out_dev: str) -> int:
+    """The CPU's weights: which of them the CPU backend repacks (moved into cpu_w["repack"]), and how far
+    llama.cpp's file mapping reaches (returned: mapped bytes beyond the weights read from the mapping)."""
+    first = mm.n_layer - c.k
+    active = repack.repack_active(mm.cpu_features, tuple(gpus[g].backend for g in c.order) if c.k else ())
+    pb = first if (c.partial and c.k) else -1
+
+    def device_of(t) -> str:
+        if t.block < 0:
+            return "CPU" if t.part == "token_embd" else out_dev
+        if t.part == "attn":
+            return dev_of_block[t.block]
+        if t.part == "ffn":
+            return "CPU" if t.block == pb else dev_of_block[t.block]
+        return exp_dev[t.block] or dev_of_block[t.block]
+
+    moved, n_repack, mapped = repack.cpu_file_use(mm.spans, device_of, active)
+    for k2, v in moved.items():
+        cpu_w[k2] = cpu_w.get(k2, 0) - v
+    n_repack += mm.output_repack if (active and out_dev == "CPU") else 0
+    if n_repack:
+        cpu_w["repack"] = n_repack
+    return mapped
+
+
+def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions,
+                  mm: MemoryModel) -> tuple[tuple[DevicePlan, ...], tuple[str, ...], tuple[str, ...]]:
+    n = mm.n_layer
+    first = n - c.k
+    dev_of_block, exp_dev = _block_devices(cs, c, gpus, n)
     acc: dict[str, dict] = {}
 
     def slot(dev_id):
@@ -388,26 +420,7 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
     if mm.other:
         addw(out_dev, {"other": mm.other})
 
-    # the CPU's weights: which of them the CPU backend repacks, and how far llama.cpp's file mapping reaches
-    active = repack.repack_active(mm.cpu_features, tuple(gpus[g].backend for g in c.order) if c.k else ())
-    pb = first if (c.partial and c.k) else -1
-
-    def device_of(t) -> str:
-        if t.block < 0:
-            return "CPU" if t.part == "token_embd" else out_dev
-        if t.part == "attn":
-            return dev_of_block[t.block]
-        if t.part == "ffn":
-            return "CPU" if t.block == pb else dev_of_block[t.block]
-        return exp_dev[t.block] or dev_of_block[t.block]
-
-    moved, n_repack, mapped = repack.cpu_file_use(mm.spans, device_of, active)
-    cpu_w = acc["CPU"]["weights"]
-    for k2, v in moved.items():
-        cpu_w[k2] = cpu_w.get(k2, 0) - v
-    n_repack += mm.output_repack if (active and out_dev == "CPU") else 0
-    if n_repack:
-        cpu_w["repack"] = n_repack
+    mapped = _cpu_repack(c, gpus, mm, acc["CPU"]["weights"], dev_of_block, exp_dev, out_dev)
 
     plans = []
     cpu = acc["CPU"]

@@ -82,94 +82,121 @@ def _fa_note(o: PlanOptions, new: PlanOptions) -> str:
 
 
 def suggestions(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute) -> tuple[str, ...]:
-    def fits(opts: PlanOptions) -> bool:
+    """Concrete option changes that fit, each checked by planning again, in the order a user would try them;
+    when no single change fits, one combination that does, else why nothing can (a smaller model, or free memory)."""
+    return _Suggester(info, inventory, o, compute).run()
+
+
+class _Suggester:
+    def __init__(self, info: ModelInfo, inventory: Inventory, o: PlanOptions, compute):
+        self.info, self.inventory, self.o, self.compute = info, inventory, o, compute
+        self.seqs = "1 sequence" if o.num_parallel == 1 else f"{o.num_parallel} sequences"
+        self.out: list[str] = []
+        self.notes: list[str] = []      # why an obvious change is not offered (not a change to apply)
+        self.usable: list[str] = []     # lighter KV types this model can use
+
+    def fits(self, opts: PlanOptions) -> bool:
         try:
-            validate(info, inventory, opts)
+            validate(self.info, self.inventory, opts)
         except ValueError:
             return False
-        return L.place(info, inventory, opts, compute).fits
+        return L.place(self.info, self.inventory, opts, self.compute).fits
 
-    def largest_ctx(base: PlanOptions, below: int) -> int | None:
+    def largest_ctx(self, base: PlanOptions, below: int) -> int | None:
         """Largest num_ctx < `below`, a multiple of 256, that fits with `base`'s other options."""
-        n = _largest(1, (below - 1) // CTX_STEP, lambda s: fits(replace(base, num_ctx=s * CTX_STEP)))
+        n = _largest(1, (below - 1) // CTX_STEP, lambda s: self.fits(replace(base, num_ctx=s * CTX_STEP)))
         return None if n is None else n * CTX_STEP
 
-    seqs = "1 sequence" if o.num_parallel == 1 else f"{o.num_parallel} sequences"
-    out: list[str] = []
-    notes: list[str] = []      # why an obvious change is not offered (not a change to apply)
+    def run(self) -> tuple[str, ...]:
+        ctx = self.smaller_context()
+        self.lighter_kv(ctx)
+        self.fewer_sequences()
+        self.auto_num_gpu()
+        if not self.out and not self.one_combination():
+            self.nothing_fits()
+        return tuple(self.out + self.notes)
 
-    # 1. a smaller context with the KV type asked for
-    ctx = largest_ctx(o, o.num_ctx)
-    if ctx:
-        out.append(f"num_ctx={ctx}: the largest context per sequence that fits with {seqs} and {_kv(o.kv_type)} "
-                   f"(asked for {o.num_ctx})")
+    def smaller_context(self) -> int | None:
+        """1. a smaller context with the KV type asked for."""
+        o = self.o
+        ctx = self.largest_ctx(o, o.num_ctx)
+        if ctx:
+            self.out.append(f"num_ctx={ctx}: the largest context per sequence that fits with {self.seqs} and "
+                            f"{_kv(o.kv_type)} (asked for {o.num_ctx})")
+        return ctx
 
-    # 2. a quantized KV cache at the requested context (or, if none fits there, a larger context than step 1)
-    usable = []
-    for t in LIGHTER_KV.get(o.kv_type, ()):
-        why_not = _kv_refusal(info, t)
-        if why_not:
-            if not notes:
-                notes.append(why_not)
-            continue
-        usable.append(t)
-    kv_ok = next((t for t in usable if fits(_with_kv(o, t))), None)
-    if kv_ok:
-        new = _with_kv(o, kv_ok)
-        out.append(f"{_changes(o, new)}: {_kv(kv_ok)} fits at the requested num_ctx={o.num_ctx} with {seqs}"
-                   f"{_fa_note(o, new)}")
-    elif usable:
-        for t in usable:
+    def lighter_kv(self, ctx: int | None) -> None:
+        """2. a quantized KV cache at the requested context (or, if none fits there, a larger context than 1.)"""
+        o = self.o
+        for t in LIGHTER_KV.get(o.kv_type, ()):
+            why_not = _kv_refusal(self.info, t)
+            if why_not:
+                if not self.notes:
+                    self.notes.append(why_not)
+                continue
+            self.usable.append(t)
+        kv_ok = next((t for t in self.usable if self.fits(_with_kv(o, t))), None)
+        if kv_ok:
+            new = _with_kv(o, kv_ok)
+            self.out.append(f"{_changes(o, new)}: {_kv(kv_ok)} fits at the requested num_ctx={o.num_ctx} with "
+                            f"{self.seqs}{_fa_note(o, new)}")
+            return
+        for t in self.usable:
             new = _with_kv(o, t)
-            c = largest_ctx(new, o.num_ctx)
+            c = self.largest_ctx(new, o.num_ctx)
             if c and c > (ctx or 0):
                 new = replace(new, num_ctx=c)
-                out.append(f"{_changes(o, new)}: {_kv(t)} fits a larger context than {o.kv_type} "
-                           f"({c} per sequence with {seqs}){_fa_note(o, new)}")
-                break
+                self.out.append(f"{_changes(o, new)}: {_kv(t)} fits a larger context than {o.kv_type} "
+                                f"({c} per sequence with {self.seqs}){_fa_note(o, new)}")
+                return
 
-    # 3. fewer parallel sequences, each with the context asked for
-    if o.num_parallel > 1:
-        p = _largest(1, o.num_parallel - 1, lambda n: fits(replace(o, num_parallel=n)))
-        if p:
-            out.append(f"num_parallel={p}: {p} sequence{'s fit' if p > 1 else ' fits'} at once with num_ctx={o.num_ctx} "
-                       f"and {_kv(o.kv_type)} (asked for {o.num_parallel})")
+    def fewer_sequences(self) -> None:
+        """3. fewer parallel sequences, each with the context asked for."""
+        o = self.o
+        if o.num_parallel > 1:
+            p = _largest(1, o.num_parallel - 1, lambda n: self.fits(replace(o, num_parallel=n)))
+            if p:
+                self.out.append(f"num_parallel={p}: {p} sequence{'s fit' if p > 1 else ' fits'} at once with "
+                                f"num_ctx={o.num_ctx} and {_kv(o.kv_type)} (asked for {o.num_parallel})")
 
-    # 4. a user-fixed num_gpu that does not fit
-    if o.num_gpu is not None and fits(replace(o, num_gpu=None)):
-        out.append("num_gpu=auto: leaving num_gpu unset lets the planner find a layout that fits")
+    def auto_num_gpu(self) -> None:
+        """4. a user-fixed num_gpu that does not fit."""
+        if self.o.num_gpu is not None and self.fits(replace(self.o, num_gpu=None)):
+            self.out.append("num_gpu=auto: leaving num_gpu unset lets the planner find a layout that fits")
 
-    if out:
-        return tuple(out + notes)
+    def one_combination(self) -> bool:
+        """5. no single change fits: one sequence, the lightest KV cache that works, the largest context."""
+        o = self.o
+        for t in (o.kv_type, *self.usable):
+            base = _with_kv(replace(o, num_parallel=1), t)
+            c = self.largest_ctx(base, o.num_ctx + 1)
+            if c:
+                new = replace(base, num_ctx=c)
+                self.out.append(f"{_changes(o, new)}: nothing fits with one change; this combination does "
+                                f"(the largest context with one sequence"
+                                f"{' and ' + _kv(t) if t != o.kv_type else ''})")
+                return True
+        return False
 
-    # 5. no single change fits: one sequence, the lightest KV cache that works, the largest context
-    for t in (o.kv_type, *usable):
-        base = _with_kv(replace(o, num_parallel=1), t)
-        c = largest_ctx(base, o.num_ctx + 1)
-        if c:
-            new = replace(base, num_ctx=c)
-            out.append(f"{_changes(o, new)}: nothing fits with one change; this combination does "
-                       f"(the largest context with one sequence{' and ' + _kv(t) if t != o.kv_type else ''})")
-            return tuple(out + notes)
-
-    # 6. a smaller model: not even the least demanding options fit
-    least = _with_kv(replace(o, num_parallel=1, num_ctx=CTX_STEP, num_gpu=None), (usable or [o.kv_type])[-1])
-    lay = L.place(info, inventory, least, compute)
-    need = sum(d.total for d in lay.devices)
-    gpus = L.usable_gpus(inventory)
-    host_budget = max(0, inventory.host_ram_available - o.margin)
-    budget = host_budget + sum(max(0, d.free - o.margin) for d in gpus)
-    where = (f"RAM: {fmt_bytes(inventory.host_ram_available)} available minus the {fmt_bytes(o.margin)} margin "
-             f"= {fmt_bytes(host_budget)}")
-    if gpus:
-        where += "; GPUs: " + ", ".join(f"{d.id} {fmt_bytes(max(0, d.free - o.margin))}" for d in gpus)
-    if budget <= 0:      # no model fits in nothing: the memory (or the margin) is the problem, not the model
-        out.append(f"free some memory: the planner's budget is 0 MiB ({where}), so no model fits; the least "
-                   f"demanding plan for this one (num_ctx={CTX_STEP}, one sequence, {_kv(least.kv_type)}) needs "
-                   f"{fmt_bytes(need)} (the weights alone {fmt_bytes(info.weight_bytes)}); `strata plan "
-                   f"--margin-mib` plans with a smaller margin")
-        return tuple(out + notes)
-    out.append(f"use a smaller quantization or a smaller model: even num_ctx={CTX_STEP} with one sequence and "
-               f"{_kv(least.kv_type)} needs {fmt_bytes(need)} (the weights alone {fmt_bytes(info.weight_bytes)}); "
-               f"the planner's budget is {fmt_bytes(budget)} ({where})")
-    return tuple(out + notes)
+    def nothing_fits(self) -> None:
+        """6. a smaller model (or more free memory): not even the least demanding options fit."""
+        o, info, inventory = self.o, self.info, self.inventory
+        least = _with_kv(replace(o, num_parallel=1, num_ctx=CTX_STEP, num_gpu=None), (self.usable or [o.kv_type])[-1])
+        lay = L.place(info, inventory, least, self.compute)
+        need = sum(d.total for d in lay.devices)
+        gpus = L.usable_gpus(inventory)
+        host_budget = max(0, inventory.host_ram_available - o.margin)
+        budget = host_budget + sum(max(0, d.free - o.margin) for d in gpus)
+        where = (f"RAM: {fmt_bytes(inventory.host_ram_available)} available minus the {fmt_bytes(o.margin)} margin "
+                 f"= {fmt_bytes(host_budget)}")
+        if gpus:
+            where += "; GPUs: " + ", ".join(f"{d.id} {fmt_bytes(max(0, d.free - o.margin))}" for d in gpus)
+        if budget <= 0:      # no model fits in nothing: the memory (or the margin) is the problem, not the model
+            self.out.append(f"free some memory: the planner's budget is 0 MiB ({where}), so no model fits; the least "
+                            f"demanding plan for this one (num_ctx={CTX_STEP}, one sequence, {_kv(least.kv_type)}) "
+                            f"needs {fmt_bytes(need)} (the weights alone {fmt_bytes(info.weight_bytes)}); `strata plan "
+                            f"--margin-mib` plans with a smaller margin")
+            return
+        self.out.append(f"use a smaller quantization or a smaller model: even num_ctx={CTX_STEP} with one sequence "
+                        f"and {_kv(least.kv_type)} needs {fmt_bytes(need)} (the weights alone "
+                        f"{fmt_bytes(info.weight_bytes)}); the planner's budget is {fmt_bytes(budget)} ({where})")

@@ -14,7 +14,16 @@ import json
 import os
 import subprocess
 import sys
+import time
 
+from app.discovery import discover
+from app.discovery.simulated import inventory_from_dict
+from app.engine.gguf.model_info import read_model_info
+from app.engine.planner import llama_params as load_params
+from app.engine.planner.dryrun import dry_run_here
+from app.engine.planner.options import plan_options
+from app.engine.planner.search import plan
+from app.ggml import alloc_report, llama_log
 from app.engine.planner.compare import KINDS, compare, predicted_of  # noqa: F401 - KINDS: verify's callers
 
 MiB = 1024 * 1024
@@ -24,18 +33,7 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
                 n_threads: int = 1) -> list[dict]:
     """In THIS process: for each (num_ctx, num_parallel, kv_type[, flash_attn]) plan, dry-run, plan, load for real,
     compare."""
-    import time
-
-    from llama_cpp import llama_cpp as L
-
-    from app.discovery import discover
-    from app.discovery.simulated import inventory_from_dict
-    from app.ggml import alloc_report, llama_log
-    from app.engine.planner import llama_params as load_params
-    from app.engine.planner.dryrun import dry_run_here
-    from app.engine.planner.search import plan
-    from app.engine.planner.options import plan_options
-    from app.engine.gguf.model_info import read_model_info
+    from llama_cpp import llama_cpp as L   # late: maps libllama; only the verify child process calls this
 
     llama_log.install()
     info = read_model_info(path)
