@@ -11,7 +11,7 @@ from app.discovery.inventory import Inventory
 from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner.dryrun import plan_measured
 from app.engine.planner.search import plan
-from app.engine.planner.types import KV_TYPES, Layout, PlanOptions  # noqa: F401  (KV_TYPES re-exported)
+from app.engine.planner.types import KV_TYPES, Layout, PlanOptions  # noqa: F401  (KV_TYPES: re-exported)
 MIN_CTX = 64          # below this a chat template alone does not fit
 
 
@@ -19,12 +19,16 @@ def plan_options(overrides: dict, *, num_ctx_default: int = 4096, num_parallel: 
                  embedding: bool = False, margin_mib: int | None = None) -> PlanOptions:
     """PlanOptions for a load: `overrides` (PlanOptions field names, e.g. from a request's options or CLI flags)
     over the defaults; num_ctx clamped to the model's training context; batch sizes raised to what llama.cpp
-    needs for the slot count."""
+    needs for the slot count. ValueError naming the option for a size that is not a positive integer."""
     names = {f.name for f in fields(PlanOptions)}
     o = PlanOptions(num_ctx=num_ctx_default, num_parallel=num_parallel, embedding=embedding)
     if margin_mib is not None:               # the GPU margin setting (default: PlanOptions' own)
         o = replace(o, margin=margin_mib << 20)
     o = replace(o, **{k: v for k, v in overrides.items() if k in names and v is not None})
+    for name in ("num_ctx", "num_parallel", "num_batch", "num_ubatch"):    # nonsense is refused, not clamped
+        v = getattr(o, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}: must be a positive integer, got {v!r}")
     num_ctx = o.num_ctx
     if n_ctx_train and n_ctx_train > 0:
         num_ctx = min(num_ctx, n_ctx_train)
