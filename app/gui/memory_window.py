@@ -7,7 +7,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from app.engine.planner.types import KV_TYPES
 from app.gui.memory_data import predicted_vs_actual
 from app.gui.memory_view import LayoutView
 from app.gui.models import ComparisonTableModel, DeviceTableModel

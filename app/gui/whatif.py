@@ -15,13 +15,13 @@ from PySide6.QtWidgets import (
     QTabWidget, QVBoxLayout, QWidget,
 )
 
+from app.engine.planner.types import KV_TYPES
 from app.gui.memory_view import LayoutView
 from app.gui.state import ServiceState
 from app.gui.whatif_data import (
     GPU_PRESETS, GiB, GpuPick, custom_pick, machine_picks, picks_of, plan_differences, simulated_inventory,
 )
 
-KV_TYPES = ("f16", "q8_0", "q4_0")
 CUSTOM = "Custom size…"
 
 
