@@ -7,7 +7,7 @@ import json
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QDialogButtonBox, QLabel
 
 from app import settings
 from app.service.config import ServiceConfig
@@ -97,6 +97,8 @@ def test_what_the_environment_sets_is_shown_greyed_out(qtbot, strata_home, clean
     try:
         field = dlg.fields["num_ctx"]
         assert not field.isEnabled() and "STRATA_NUM_CTX" in field.toolTip()
+        label = [w for w in dlg.findChildren(QLabel) if "Default context" in w.text()]
+        assert label and label[0].text() == "Default context (STRATA_NUM_CTX=2048)"
         assert dlg.fields["num_parallel"].isEnabled()
     finally:
         d.shutdown()

@@ -127,8 +127,11 @@ class MemoryBars(QWidget):
                        self.fontMetrics().elidedText(col.name, Qt.ElideRight, int(slot.width()) - 4))
             ours = sum(col.get(k) for k in ("weights", "kv", "compute"))
             foot = QRectF(slot.left(), bar.bottom() + 2, slot.width(), FOOTER_H - 2)
+            text = f"{format_bytes(ours)} / {format_bytes(col.capacity)}"
             scale = f" (bar = {format_bytes(self.scale_of(i))})" if self.zoom else ""
-            p.drawText(foot, Qt.AlignCenter, f"{format_bytes(ours)} / {format_bytes(col.capacity)}{scale}")
+            if scale and p.fontMetrics().horizontalAdvance(text + scale) > foot.width() - 4:
+                scale = ""                      # a narrow column: the bytes matter more than the bar's scale
+            p.drawText(foot, Qt.AlignCenter, text + scale)
         p.end()
 
     def event(self, e) -> bool:
@@ -232,14 +235,16 @@ class Swatch(QWidget):
         lay.addWidget(QLabel(text))
 
 
-def _legend_row(items: list[tuple[str, str]]) -> QWidget:
-    w = QWidget()
-    lay = QHBoxLayout(w)
-    lay.setContentsMargins(0, 0, 0, 0)
-    for color, text in items:
-        lay.addWidget(Swatch(color, text))
-    lay.addStretch(1)
-    return w
+def _legend_row(items: list[tuple[str, str]]) -> QLabel:
+    """Colour squares and their names as one wrapping line of text: it takes the width it is given (two plans
+    side by side each get half the window) instead of demanding the width of every entry in a row."""
+    html = "&nbsp;&nbsp; ".join(f"<span style='color:{color}'>&#9632;</span>&nbsp;{text.replace(' ', '&nbsp;')}"
+                               for color, text in items)
+    label = QLabel(html)
+    label.setObjectName("legend")
+    label.setTextFormat(Qt.RichText)
+    label.setWordWrap(True)
+    return label
 
 
 class LayoutView(QWidget):
@@ -265,6 +270,7 @@ class LayoutView(QWidget):
                                   + [(SEGMENT_COLORS[OVER], "Above capacity (does not fit)")]))
         strip_title = QLabel("Layers (left = first block; split cells: attention above, experts below)")
         strip_title.setObjectName("sectionTitle")
+        strip_title.setWordWrap(True)
         lay.addWidget(strip_title)
         lay.addWidget(self.strip)
         lay.addWidget(self._device_legend)

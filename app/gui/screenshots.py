@@ -1,18 +1,29 @@
 """Render the desktop app's windows to PNGs (for the README): `python -m app.gui.screenshots OUTDIR [--url URL]`.
 
 `make screenshots` runs this under Xvfb. Without --url it hosts the real service on a free port with a scratch
-STRATA_HOME, chats with the built-in model, loads it, and plans a what-if on a simulated GPU, so the pictures
-show real output.
+STRATA_HOME, chats with the built-in model, loads it, plans what-ifs on simulated GPUs (picked from the list, and
+as JSON), and opens the model manager and the settings, so the pictures show real output.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+
+from PySide6.QtGui import QTextCursor
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
+
+from app.gui.desktop import Desktop
 
 GiB = 1 << 30
 
@@ -65,9 +76,6 @@ def save_screen(app, window, path: Path) -> None:
 
 def hover_unsure_token(reply) -> None:
     """Move the mouse over the least certain token (of the first 40) so its alternatives tooltip shows."""
-    from PySide6.QtGui import QTextCursor
-    from PySide6.QtTest import QTest
-
     body = reply.body
     lps = reply.logprobs[:40]
     if not lps or not body.token_offsets:
@@ -80,16 +88,131 @@ def hover_unsure_token(reply) -> None:
 
 
 def save_whatif(app, mem, devices: dict, num_ctx: int, what: str, path: Path) -> None:
-    """Plan `num_ctx` on the simulated `devices` in the what-if tab and save the memory window once the plan
-    (or its refusal warning) shows."""
+    """Plan `num_ctx` on the simulated `devices` (the advanced JSON editor) in the what-if tab and save the
+    memory window once the plan (or its refusal warning) shows."""
     w = mem.whatif
+    w.compare.setChecked(False)
     w.num_ctx.setValue(num_ctx)
-    w.devices_json.setPlainText(json.dumps(devices, indent=1))
-    w.last_result = None
-    w.plan()
-    wait(app, lambda: w.last_result is not None or w.warning.isVisible(), 120, what)
-    settle(app)
+    w.form_a.picker.advanced.setChecked(True)
+    w.form_a.picker.json.setPlainText(json.dumps(devices, indent=1))
+    plan_and_wait(app, w, what)
     save(mem, path)
+
+
+def plan_and_wait(app, w, what: str) -> None:
+    done = []
+    w.planned.connect(lambda: done.append(1))
+    w.plan()
+    wait(app, lambda: bool(done), 120, what)
+    settle(app)
+
+
+def shoot_chat(app, desk, out: Path) -> None:
+    chat = desk.open_chat()
+    chat.resize(1180, 760)
+    wait(app, lambda: desk.state.tags, 60, "the model list")
+    chat.send(PROMPT)
+    wait(app, lambda: not chat.busy, 300, "the reply")
+    settle(app)
+    save(chat, out / "chat.png")
+    reply = chat.transcript.messages[-1]
+    if reply.logprobs:
+        reply.tokens_button.setChecked(True)
+        settle(app)
+        hover_unsure_token(reply)
+        settle(app, 0.8)
+        save_screen(app, chat, out / "chat-tokens.png")   # the screen: the tooltip is its own window
+        reply.tokens_button.setChecked(False)
+
+
+def shoot_memory(app, desk, out: Path) -> None:
+    mem = desk.open_memory()
+    mem.resize(1100, 760)
+    desk.state.refresh()
+    desk.state.refresh_devices()
+    wait(app, lambda: any((m.get("strata") or {}).get("layout") for m in desk.state.ps), 60, "a loaded layout")
+    wait(app, lambda: desk.state.inventory is not None, 30, "the device inventory")
+    mem.live.render()
+    mem.live.view.zoom.setChecked(True)     # a small model in a big RAM: show its own bytes
+    settle(app)
+    save(mem, out / "memory-live.png")
+    mem.tabs.setCurrentWidget(mem.whatif)
+    mem.whatif.num_parallel.setValue(4)
+    save_whatif(app, mem, SIM_GPU, 8192, "a what-if plan", out / "memory-whatif.png")
+    save_whatif(app, mem, SIM_TINY, 131072, "a refused plan", out / "memory-whatif-refused.png")
+
+
+def shoot_whatif_picker(app, desk, out: Path) -> None:
+    """Devices picked from the list (a described machine with one RTX 4060), plan B the same with a q8_0 KV
+    cache, side by side."""
+    from app.gui.whatif_data import GPU_PRESETS
+
+    mem = desk.open_memory()
+    mem.resize(1280, 860)
+    w = mem.whatif
+    w.form_a.picker.advanced.setChecked(False)
+    w.form_a.picker.described.setChecked(True)
+    w.form_a.picker.gpus = []
+    w.form_a.picker.preset.setCurrentIndex(next(i for i, p in enumerate(GPU_PRESETS) if "4060" in p.name))
+    w.form_a.picker.add_selected()
+    w.num_ctx.setValue(8192)
+    w.compare.setChecked(True)
+    w.form_b.copy_from(w.form_a)
+    w.form_b.kv_type.setCurrentText("q8_0")
+    w.tabs.setCurrentIndex(0)
+    for side in (w.result_a, w.result_b):       # a small model on big devices: show its own bytes
+        side.view.zoom.setChecked(True)
+    plan_and_wait(app, w, "two plans")
+    save(mem, out / "memory-whatif-compare.png")
+    w.compare.setChecked(False)
+    for side in (w.result_a, w.result_b):
+        side.view.zoom.setChecked(False)
+
+
+def shoot_manager(app, desk, out: Path) -> None:
+    m = desk.open_models()
+    m.resize(1180, 640)
+    wait(app, lambda: len(m.table_model.rows) >= 3 and all(r.capabilities for r in m.table_model.rows), 60,
+         "the model list with capabilities")
+    m.select(m.table_model.rows[-1].name)
+    m.pull_panel.name.setText("qwen3:0.6b")
+    settle(app)
+    save(m, out / "models.png")
+
+
+def shoot_settings(app, desk, out: Path) -> None:
+    dlg = desk.open_settings()
+    settle(app)
+    save(dlg, out / "settings.png")
+    dlg.reject()
+
+
+def shoot_menu(app, desk, out: Path) -> None:
+    """The Models menu (the tray's entries; in the window when the desktop has no tray)."""
+    chat = desk.chat
+    menu = chat.models_menu
+    desk.tray.populate()
+    menu.popup(chat.mapToGlobal(chat.rect().topLeft()) + chat.rect().center() / 4)
+    settle(app, 0.5)
+    save(menu, out / "tray-menu.png")
+    menu.hide()
+
+
+def other_apps_home(root: Path) -> Path:
+    """A home with the built-in model also "downloaded" by LM Studio (a hard link: no copy), so the manager
+    shows a model from another app's folder."""
+    from app.engine.gguf.builtin_model import builtin_model_path
+
+    src = builtin_model_path()
+    d = root / ".lmstudio" / "models" / "HuggingFaceTB" / "SmolLM2-135M-Instruct-GGUF"
+    d.mkdir(parents=True, exist_ok=True)
+    dst = d / "smollm2-135m-instruct-q4_1.gguf"
+    if src is not None and not dst.exists():
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copyfile(src, dst)
+    return root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,67 +223,57 @@ def main(argv: list[str] | None = None) -> int:
     args.outdir.mkdir(parents=True, exist_ok=True)
     if not os.environ.get("STRATA_HOME"):
         os.environ["STRATA_HOME"] = tempfile.mkdtemp(prefix="strata-shots-")
+    if not os.environ.get("STRATA_USER_HOME"):           # never the real ~/.ollama etc. in the pictures
+        os.environ["STRATA_USER_HOME"] = str(other_apps_home(Path(os.environ["STRATA_HOME"]) / "user-home"))
     os.environ.setdefault("STRATA_NUM_THREADS", "2")
-
-    from PySide6.QtWidgets import QApplication
-
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    service = None
-    url = args.url
-    if not url:
-        from app.service.config import ServiceConfig
-        from app.service.server import ServiceThread
-
-        service = ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0))
-        service.start()
-        url = service.url
-
-    from app.gui.desktop import Desktop
-
-    desk = Desktop(url, service=service, use_tray=False, poll_ms=1000)
+    server = None if args.url else start_server()
+    url = args.url or server.url
+    desk = Desktop(url, use_tray=False, poll_ms=1000)
     try:
-        chat = desk.open_chat()
-        chat.resize(1180, 760)
-        wait(app, lambda: desk.state.tags, 60, "the model list")
-        chat.send(PROMPT)
-        wait(app, lambda: not chat.busy, 300, "the reply")
-        settle(app)
-        save(chat, args.outdir / "chat.png")
-        reply = chat.transcript.messages[-1]
-        if reply.logprobs:
-            reply.tokens_button.setChecked(True)
-            settle(app)
-            hover_unsure_token(reply)
-            settle(app, 0.8)
-            save_screen(app, chat, args.outdir / "chat-tokens.png")   # the screen: the tooltip is its own window
-            reply.tokens_button.setChecked(False)
-
-        mem = desk.open_memory()
-        mem.resize(1100, 760)
-        desk.state.refresh()
-        desk.state.refresh_devices()
-        wait(app, lambda: any((m.get("strata") or {}).get("layout") for m in desk.state.ps), 60, "a loaded layout")
-        wait(app, lambda: desk.state.inventory is not None, 30, "the device inventory")
-        mem.live.render()
-        mem.live.view.zoom.setChecked(True)     # a small model in a big RAM: show its own bytes
-        settle(app)
-        save(mem, args.outdir / "memory-live.png")
-
-        mem.tabs.setCurrentWidget(mem.whatif)
-        mem.whatif.num_parallel.setValue(4)
-        save_whatif(app, mem, SIM_GPU, 8192, "a what-if plan", args.outdir / "memory-whatif.png")
-        save_whatif(app, mem, SIM_TINY, 131072, "a refused plan", args.outdir / "memory-whatif-refused.png")
-
-        # the Models menu (the tray's menu; in the window when the desktop has no tray)
-        menu = desk.tray.menu
-        desk.tray.populate()
-        menu.popup(chat.mapToGlobal(chat.rect().topLeft()) + chat.rect().center() / 4)
-        settle(app, 0.5)
-        save(menu, args.outdir / "tray-menu.png")
-        menu.hide()
+        shoot_chat(app, desk, args.outdir)
+        shoot_memory(app, desk, args.outdir)
+        shoot_whatif_picker(app, desk, args.outdir)
+        copy_for_the_manager(app, desk)
+        shoot_manager(app, desk, args.outdir)
+        shoot_settings(app, desk, args.outdir)
+        shoot_menu(app, desk, args.outdir)
     finally:
         desk.shutdown()
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            server.wait(60)
     return 0
+
+
+def start_server() -> subprocess.Popen:
+    """`strata serve` on a free port, as its own process (the GUI only ever talks to a service over HTTP)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, STRATA_HOST=f"127.0.0.1:{port}")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env)
+    proc.url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(proc.url + "/api/version", timeout=2).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > end:
+                proc.kill()
+                raise RuntimeError("screenshots: strata serve did not start") from None
+            time.sleep(0.2)
+
+
+def copy_for_the_manager(app, desk) -> None:
+    """A store model of one's own next to the built-in and the LM Studio one (a copy: no file is copied)."""
+    done = []
+    call = desk.bridge.call(lambda c: c.copy("smollm2:135m", "my-assistant:latest"))
+    call.finished.connect(lambda _r: done.append(1))
+    call.failed.connect(lambda e: done.append(e))
+    wait(app, lambda: bool(done), 60, "the copy")
+    desk.state.refresh()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ variable sets is shown greyed out with the variable's name: the environment wins
 """
 from __future__ import annotations
 
+import os
 import secrets
 
 from PySide6.QtCore import Signal
@@ -43,13 +44,14 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Strata — Settings")
-        self.resize(640, 620)
+        self.resize(640, 560)
         self.fields: dict[str, QWidget] = {}
         self.env = settings.overridden()
         lay = QVBoxLayout(self)
         lay.addWidget(self._build_server())
         lay.addWidget(self._build_models())
         lay.addWidget(self._build_sources())
+        lay.addStretch(1)
         self.message = QLabel()
         self.message.setObjectName("settingsMessage")
         self.message.setWordWrap(True)
@@ -70,10 +72,12 @@ class SettingsDialog(QDialog):
         self.fields[key] = widget
         label = QLabel(s.label)
         label.setToolTip(s.help)
-        if key in self.env:      # the environment wins: show it, but it is not this dialog's to change
+        if key in self.env:      # the environment wins: say so and with what; the file's value does not apply
+            var = self.env[key]
+            shown = "…" if key == "api_key" else os.environ.get(var, "")
             widget.setEnabled(False)
-            widget.setToolTip(f"Set by the environment variable {self.env[key]}, which wins over this file.")
-            label.setText(f"{s.label} (set by {self.env[key]})")
+            widget.setToolTip(f"Set by the environment variable {var}, which wins over this file.")
+            label.setText(f"{s.label} ({var}={shown})")
         form.addRow(label, widget)
 
     def _spin(self, key: str) -> QSpinBox:

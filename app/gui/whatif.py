@@ -75,6 +75,8 @@ class DevicePicker(QWidget):
         self.preset = QComboBox()
         self.preset.setObjectName("gpuPreset")
         self.preset.addItems([p.label for p in GPU_PRESETS] + [CUSTOM])
+        self.preset.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.preset.setMinimumContentsLength(16)         # long GPU names elide instead of widening the form
         self.count = QSpinBox(minimum=1, maximum=16, prefix="× ")
         self.count.setObjectName("gpuCount")
         self.custom_size = QDoubleSpinBox(decimals=1, minimum=0.5, maximum=4096, value=16, suffix=" GiB")
@@ -82,10 +84,12 @@ class DevicePicker(QWidget):
         add = QPushButton("Add")
         add.setObjectName("addGpu")
         add.clicked.connect(lambda: self.add_selected())
+        form.addRow("Add", self.preset)
         row = QHBoxLayout()
-        for w, stretch in ((self.preset, 1), (self.custom_size, 0), (self.count, 0), (add, 0)):
+        for w, stretch in ((self.custom_size, 0), (self.count, 0), (add, 0)):
             row.addWidget(w, stretch)
-        form.addRow("Add", row)
+        row.addStretch(1)
+        form.addRow("", row)
         remove = QPushButton("Remove selected")
         remove.setObjectName("removeGpu")
         remove.clicked.connect(lambda: self.remove_selected())
@@ -189,6 +193,7 @@ class PlanForm(QWidget):
         self.kv_type.addItems(KV_TYPES)
         self.picker = DevicePicker(state)
         form = QFormLayout(self)
+        form.setRowWrapPolicy(QFormLayout.WrapLongRows)
         form.addRow("Context length (per sequence)", self.num_ctx)
         form.addRow("Parallel sequences", self.num_parallel)
         form.addRow("KV cache type", self.kv_type)
@@ -217,6 +222,7 @@ class PlanResult(QWidget):
         self.result: dict | None = None
         self.title = QLabel(title)
         self.title.setObjectName("sectionTitle")
+        self.title.setWordWrap(True)         # "Plan B: ... on 24 GiB RAM, 2 × RTX 4090" must not widen the window
         self.warning = QLabel()
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
@@ -265,7 +271,8 @@ class WhatIfTab(QWidget):
         split.addWidget(self._build_form())
         split.addWidget(self._build_results())
         split.setStretchFactor(1, 1)
-        split.setSizes([400, 760])
+        split.setCollapsible(0, False)
+        split.setSizes([420, 760])
         QVBoxLayout(self).addWidget(split)
         state.models_changed.connect(self.on_models)
         state.devices_changed.connect(self._on_devices)
@@ -306,6 +313,8 @@ class WhatIfTab(QWidget):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(box)
+        scroll.setMinimumWidth(420)          # the form stays usable; the pictures take the rest
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         return scroll
 
     def _build_results(self) -> QWidget:
@@ -317,6 +326,7 @@ class WhatIfTab(QWidget):
         self.diff.setObjectName("planDifferences")
         self.diff.setHorizontalHeaderLabels(["", "Plan A", "Plan B"])
         self.diff.verticalHeader().setVisible(False)
+        self.diff.verticalHeader().setDefaultSectionSize(22)
         self.diff.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
         self.diff.setMaximumHeight(190)
         right = QWidget()
