@@ -250,14 +250,73 @@ def test_load_unload_and_plan_on_this_machine(qtbot, manager, service):
     assert len(w.view.strip.cells) == 30
 
 
-def test_pull_panel_says_what_the_service_answers(qtbot, manager, service):
-    """Models > Pull a model… against this service: its answer (success, or why not) is shown in the panel."""
-    m = manager
+@pytest.fixture
+def registry():
+    from registry_fixture import Registry
+
+    reg = Registry().start()
+    yield reg
+    reg.stop()
+
+
+def pull_by_name(qtbot, m, ref: str) -> None:
+    """Models > Pull a model…, tick plain http (the test registry is on loopback), type the name, Enter."""
     click_menu(qtbot, open_menu_bar(qtbot, m.desk.chat, "modelsMenu"), "pullModel")
     panel = m.pull_panel
     qtbot.waitUntil(panel.name.hasFocus, timeout=SHORT)
-    QTest.keyClicks(panel.name, "no-such-model:1b")
+    if not panel.insecure.isChecked():
+        click(qtbot, panel.insecure)
+    panel.name.selectAll()
+    QTest.keyClicks(panel.name, ref)
     QTest.keyClick(panel.name, Qt.Key_Return)
-    qtbot.waitUntil(lambda: not panel.busy and "no-such-model:1b" in panel.status.text(), timeout=WAIT)
-    assert panel.status.text().startswith("Could not pull no-such-model:1b:")
-    assert panel.pull_button.isEnabled() and not panel.cancel_button.isEnabled()
+
+
+def test_pull_from_a_registry_a_bar_per_file(qtbot, manager, service, registry, tmp_path):
+    """The real /api/pull against a registry served on loopback: a bar per layer of the manifest, then the
+    model in the list."""
+    from gguf_factory import write_dense_llama
+
+    m = manager
+    gguf = write_dense_llama(tmp_path / "pulled.gguf", seed=21).read_bytes()
+    manifest = registry.add_model("library/tiny", "latest", gguf, system="You are terse.", license="MIT")
+    pulled = []
+    m.pull_panel.pulled.connect(pulled.append)
+    pull_by_name(qtbot, m, f"{registry.host}/library/tiny")
+    qtbot.waitUntil(lambda: not m.pull_panel.busy, timeout=WAIT)
+    panel = m.pull_panel
+    assert panel.status.text().startswith("Pulled "), panel.status.text()
+    digests = [x["digest"] for x in manifest["layers"]] + [manifest["config"]["digest"]]
+    assert list(panel.bars) == digests                      # one bar per file, in the stream's order
+    assert all(b.value() == b.maximum() for b in panel.bars.values())
+    assert panel.progress.files[digests[0]].total == len(gguf)
+    qtbot.waitUntil(lambda: m.table_model.row_of("library-tiny:latest") >= 0, timeout=WAIT)
+    qtbot.waitUntil(lambda: m.selected_name() == "library-tiny:latest", timeout=WAIT)
+    assert "library-tiny:latest" in names(service.url)
+
+
+def test_cancel_a_pull(qtbot, manager, service, registry, tmp_path):
+    from gguf_factory import write_dense_llama
+
+    m = manager
+    gguf = write_dense_llama(tmp_path / "stalls.gguf", seed=22).read_bytes()
+    manifest = registry.add_model("library/stalls", "latest", gguf)
+    model = manifest["layers"][0]["digest"]
+    registry.faults.stall_after[model] = 1 << 20           # the download stops after 1 MiB until the client leaves
+    pull_by_name(qtbot, m, f"{registry.host}/library/stalls")
+    panel = m.pull_panel
+    qtbot.waitUntil(lambda: registry.stalled.is_set() and model in panel.bars, timeout=WAIT)
+    click(qtbot, panel.cancel_button)
+    qtbot.waitUntil(lambda: not panel.busy, timeout=SHORT)
+    assert panel.status.text() == f"Pull of {registry.host}/library/stalls cancelled."
+    assert registry.stall_released.wait(30)                 # the service stopped downloading
+    assert panel.bars[model].value() < panel.bars[model].maximum()
+    assert "library-stalls:latest" not in names(service.url)
+
+
+def test_a_failed_pull_says_why(qtbot, manager, registry):
+    m = manager
+    pull_by_name(qtbot, m, f"{registry.host}/library/absent")
+    qtbot.waitUntil(lambda: not m.pull_panel.busy, timeout=WAIT)
+    text = m.pull_panel.status.text()
+    assert text.startswith(f"Could not pull {registry.host}/library/absent:") and len(text) > 60, text
+    assert m.pull_panel.pull_button.isEnabled() and not m.pull_panel.cancel_button.isEnabled()

@@ -1,5 +1,6 @@
 """The model manager's pull panel against Ollama's exact progress stream for POST /api/pull, served by a small
-aiohttp stand-in on loopback ("pulling manifest", per layer {status: "pulling <12 hex>", digest, total,
+aiohttp stand-in on loopback (the panel against Strata's own /api/pull and a registry on loopback:
+test_gui_manager.py) ("pulling manifest", per layer {status: "pulling <12 hex>", digest, total,
 completed}, "verifying sha256 digest", "writing manifest", "success"; or an {"error"} line). The panel is driven
 by typing a name and clicking its buttons: a bar per file, the status line, Cancel closing the stream."""
 from __future__ import annotations

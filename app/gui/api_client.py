@@ -123,10 +123,12 @@ class ApiClient:
             async for obj in stream:
                 yield obj
 
-    async def pull_stream(self, model: str) -> AsyncIterator[dict]:
+    async def pull_stream(self, model: str, insecure: bool = False) -> AsyncIterator[dict]:
         """POST /api/pull, Ollama's progress stream: {"status": "pulling manifest"}, per layer {"status",
-        "digest", "total", "completed"}, "verifying sha256 digest", "writing manifest", "success"."""
-        async with aclosing(self.ndjson("/api/pull", {"model": model})) as stream:
+        "digest", "total", "completed"}, "verifying sha256 digest", "writing manifest", "success".
+        `insecure`: the registry may be plain http (Ollama's --insecure)."""
+        body = {"model": model, "insecure": True} if insecure else {"model": model}
+        async with aclosing(self.ndjson("/api/pull", body)) as stream:
             async for obj in stream:
                 yield obj
 

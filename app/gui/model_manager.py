@@ -40,6 +40,8 @@ class ModelManagerWindow(QMainWindow):
         self.shown: dict[str, dict] = {}          # /api/show answers, by name (capabilities, parameter count)
         self._showing: set[str] = set()
         self._pending_select = ""                 # a name to select when the list next has it (after a copy)
+        self._names_before: set[str] = set()
+        self._select_new = False
         self.dialog = None
         self.setWindowTitle("Strata — Models")
         self.resize(1060, 660)
@@ -71,7 +73,10 @@ class ModelManagerWindow(QMainWindow):
         for panel in (self.import_panel, self.pull_panel):
             panel.ended.connect(self.state.refresh)
         self.import_panel.imported.connect(lambda m: setattr(self, "_pending_select", m))
-        self.pull_panel.pulled.connect(lambda m: setattr(self, "_pending_select", m))
+        # a pulled model's local name is the store's choice ("host/library/x" -> "library-x:latest"): select
+        # whichever name is new once the list has it
+        self.pull_panel.started.connect(lambda _n: setattr(self, "_names_before", set(self.state.installed_names())))
+        self.pull_panel.pulled.connect(lambda _n: setattr(self, "_select_new", True))
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.addLayout(self._build_buttons())
@@ -95,8 +100,9 @@ class ModelManagerWindow(QMainWindow):
         row = QHBoxLayout()
         self.buttons: dict[str, QPushButton] = {}
         for key, text, slot in (("import", "Import…", self.import_file), ("copy", "Copy…", self.copy_selected),
-                                ("rename", "Rename…", self.rename_selected), ("delete", "Delete…", self.delete_selected),
-                                ("load", "Load", self.load_selected), ("unload", "Unload", self.unload_selected),
+                                ("rename", "Rename…", self.rename_selected),
+                                ("delete", "Delete…", self.delete_selected), ("load", "Load", self.load_selected),
+                                ("unload", "Unload", self.unload_selected),
                                 ("plan", "Plan on this machine", self.plan_selected)):
             b = QPushButton(text)
             b.setObjectName(f"{key}Button")
@@ -112,6 +118,9 @@ class ModelManagerWindow(QMainWindow):
         keep = self.selected_name()
         if self._pending_select and any(r.name == self._pending_select for r in rows):
             keep, self._pending_select = self._pending_select, ""
+        new = [r.name for r in rows if r.name not in self._names_before]
+        if self._select_new and new:
+            keep, self._select_new = new[0], False
         self.table_model.set_rows(rows)
         if keep:
             self.select(keep)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget,
+    QCheckBox, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget,
 )
 
 from app.gui.bridge import Call, ServiceBridge
@@ -95,7 +95,8 @@ class ImportPanel(QGroupBox):
 
 
 class PullPanel(QGroupBox):
-    pulled = Signal(str)            # model name
+    started = Signal(str)           # the name as typed
+    pulled = Signal(str)            # the name as typed (the store's local name may differ: see the manager)
     ended = Signal()
 
     def __init__(self, bridge: ServiceBridge, parent=None):
@@ -113,6 +114,9 @@ class PullPanel(QGroupBox):
         self.cancel_button = QPushButton("Cancel pull")
         self.cancel_button.setObjectName("cancelPull")
         self.cancel_button.setEnabled(False)
+        self.insecure = QCheckBox("Plain http registry (insecure)")
+        self.insecure.setObjectName("pullInsecure")
+        self.insecure.setToolTip("Ollama's --insecure: allow a registry without https, e.g. one on your own network")
         self.status = QLabel()
         self.status.setObjectName("pullStatus")
         self.status.setWordWrap(True)
@@ -128,6 +132,7 @@ class PullPanel(QGroupBox):
         row.addWidget(self.cancel_button)
         lay = QVBoxLayout(self)
         lay.addLayout(row)
+        lay.addWidget(self.insecure)
         lay.addWidget(self.status)
         lay.addWidget(self.files)
 
@@ -145,11 +150,13 @@ class PullPanel(QGroupBox):
         self.status.setText(f"Pulling {name}…")
         self.pull_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.call = self.bridge.stream(lambda c: c.pull_stream(name))
+        insecure = self.insecure.isChecked()
+        self.call = self.bridge.stream(lambda c: c.pull_stream(name, insecure))
         self.call.item.connect(self._on_item)
         self.call.finished.connect(lambda _r: self._on_finished())
         self.call.failed.connect(lambda err: self._end(f"Could not pull {name}: {err}"))
         self.call.cancelled.connect(lambda: self._end(f"Pull of {name} cancelled."))
+        self.started.emit(name)
 
     def _on_item(self, obj: dict) -> None:
         p = self.progress
