@@ -13,6 +13,7 @@ COMMAND_MODULES = [
     "app.cli.layout",    # plan, devices
     "app.cli.server",    # serve, run, ps
     "app.cli.desktop",   # gui
+    "app.cli.worker",    # worker (llama.cpp RPC server for another machine's Strata)
 ]
 
 

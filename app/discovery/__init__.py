@@ -1,11 +1,14 @@
-"""Device inventory: what llama.cpp can use here (ggml devices, in a child process), merged with NVML and host facts.
+"""Device inventory: what llama.cpp can use here (ggml devices, in a child process), merged with NVML and host facts,
+plus the devices of the RPC workers named in STRATA_RPC / settings (app.discovery.remote), marked remote.
 
 `discover(sim_path=None) -> Inventory`. A simulated inventory comes from `sim_path` or `STRATA_DEVICES=path.json`.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
+from app.discovery import remote
 from app.discovery.cpu_features import cpuinfo_features
 from app.discovery.ggml_probe import probe_ggml
 from app.discovery.host import cpu_cores, cpu_name, host_memory
@@ -83,7 +86,16 @@ def discover(sim_path: str | None = None) -> Inventory:
     if sim:
         return load_simulated(sim)
     notes: list[str] = []
-    probe, why = probe_ggml()
+    workers, worker_notes = remote.configured_workers()
+    workers, down = remote.reachable_workers(workers) if workers else ([], [])
+    notes += worker_notes + down
+    probe, why = probe_ggml(rpc_endpoints=workers)
+    if probe is None and workers:
+        # the child died while talking to a worker (llama.cpp's RPC client aborts on one that goes away):
+        # the local devices still count, without the workers
+        notes.append(f"probing the RPC workers ({', '.join(workers)}) failed: {why}; planning without them")
+        workers = []
+        probe, why = probe_ggml()
     ggml_devices = []
     features = tuple(probe.get("cpu_features") or ()) if probe else ()
     if probe is None:
@@ -92,8 +104,16 @@ def discover(sim_path: str | None = None) -> Inventory:
         ggml_devices = probe["devices"]
         if not probe.get("gpu_offload"):
             notes.append("this llama.cpp build has no GPU backend (CPU only)")
+        elif not any(d.get("type") in ("gpu", "igpu") for d in ggml_devices):
+            # llama_supports_gpu_offload() is also true for a build with only the RPC backend
+            notes.append("no local GPU (this llama.cpp build has no GPU backend, or it finds no GPU)")
     nv, nv_note = nvml_gpus()
     if nv_note:
         notes.append(nv_note)
-    return merge(ggml_devices, nv, host_memory(), cpu_cores(), cpu_name(), notes,
-                 features or cpuinfo_features())
+    inv = merge(ggml_devices, nv, host_memory(), cpu_cores(), cpu_name(), notes, features or cpuinfo_features())
+    if probe is not None and probe.get("remote_error"):
+        inv = replace(inv, notes=inv.notes + (f"RPC workers not used: {probe['remote_error']}",))
+    found = (probe or {}).get("remote") or []
+    if found:
+        inv = replace(inv, devices=inv.devices + tuple(remote.remote_devices(found, len(inv.devices))))
+    return inv

@@ -12,28 +12,38 @@ import subprocess
 import sys
 
 from app.discovery.cpu_features import ggml_cpu_features
+from app.discovery.remote import probe_remote
 from app.ggml import ggml_lib, llama_log
+from app.ggml.rpc import WorkerError
 
 TIMEOUT_S = 60
 
 
-def probe_here() -> dict:
-    """Run in the child: devices as ggml sees them (CPU included), and whether GPU offload is compiled in."""
+def probe_here(rpc_endpoints: list[str] | None = None) -> dict:
+    """Run in the child: devices as ggml sees them (CPU included), whether GPU offload is compiled in, and the
+    devices of the RPC workers at `rpc_endpoints` (app.discovery.remote; local devices are listed first, so
+    connecting to workers cannot change them)."""
     llama_log.install()          # keep llama.cpp's chatter off stdout/stderr
     devs = ggml_lib.list_devices()
     for d in devs:
         d.pop("handle", None)
-    return {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload(), "cpu_features": ggml_cpu_features()}
+    out = {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload(), "cpu_features": ggml_cpu_features()}
+    if rpc_endpoints:
+        try:
+            out["remote"] = probe_remote(rpc_endpoints)
+        except (OSError, WorkerError) as e:       # no RPC backend in this build, or a worker went away just now
+            out["remote"], out["remote_error"] = [], str(e)
+    return out
 
 
-def probe_ggml(timeout: float = TIMEOUT_S) -> tuple[dict | None, str | None]:
+def probe_ggml(timeout: float = TIMEOUT_S, rpc_endpoints: list[str] | None = None) -> tuple[dict | None, str | None]:
     """(result, None) or (None, why) when the child failed, crashed or hung."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        p = subprocess.run([sys.executable, "-m", "app.discovery.ggml_probe"], capture_output=True, text=True,
-                           timeout=timeout, env=env)
+        p = subprocess.run([sys.executable, "-m", "app.discovery.ggml_probe", ",".join(rpc_endpoints or ())],
+                           capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, f"ggml device enumeration did not finish in {timeout:.0f} s (driver hang?)"
     except OSError as e:
@@ -51,4 +61,5 @@ def probe_ggml(timeout: float = TIMEOUT_S) -> tuple[dict | None, str | None]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe_here()), flush=True)
+    print(json.dumps(probe_here([e for e in (sys.argv[1] if len(sys.argv) > 1 else "").split(",") if e])),
+          flush=True)

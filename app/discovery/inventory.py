@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 @dataclass(frozen=True)
 class Device:
-    id: str                 # stable id: "CPU", or the ggml device name ("CUDA0", "Vulkan0", ...)
+    id: str                 # stable id: "CPU", the ggml device name ("CUDA0", "Vulkan0", ...), or for a remote
+                            # device "RPC<i>[host:port]" (device i of that worker; llama.cpp's buffer name for it)
     name: str               # human name ("NVIDIA GeForce RTX 4090", "AMD EPYC ...")
     kind: str               # "cpu" | "gpu" | "igpu" | "accel"
     backend: str            # "CPU", "CUDA", "Metal", "Vulkan", ... ("SIM" for simulated)
@@ -19,11 +20,12 @@ class Device:
     utilization: int | None = None   # percent, from NVML
     ggml_free: int | None = None     # what ggml reported, kept when NVML disagrees
     nvml_free: int | None = None
+    endpoint: str | None = None      # a remote device: the "host:port" of the `strata worker` serving it (RPC)
 
 
 @dataclass(frozen=True)
 class Inventory:
-    devices: tuple[Device, ...]          # GPUs/accelerators, in ggml order (CPU not included)
+    devices: tuple[Device, ...]          # GPUs/accelerators, in ggml order (CPU not included), then remote devices
     host_ram_total: int
     host_ram_available: int
     cpu_cores: int
@@ -37,6 +39,10 @@ class Inventory:
     @property
     def gpus(self) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.kind != "cpu")
+
+    @property
+    def remote(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.endpoint)
 
     def to_dict(self) -> dict:
         return asdict(self)

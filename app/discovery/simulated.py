@@ -2,7 +2,9 @@
 
 Schema (sizes are bytes, or strings with a unit: "24 GiB", "512MiB", "8GB"):
     {"devices": [{"id": "CUDA0", "name": "RTX 4090", "total": "24 GiB", "free": "23 GiB",
-                  "kind": "gpu", "backend": "CUDA"}],            # kind/backend/free optional (gpu, SIM, = total)
+                  "kind": "gpu", "backend": "CUDA"},             # kind/backend/free optional (gpu, SIM, = total)
+                 {"endpoint": "192.168.1.20:50052", "total": "24 GiB"}],   # a remote device (strata worker):
+                                                  # id "RPC0[192.168.1.20:50052]" (its index at that worker) by default
      "host_ram_total": "64 GiB", "host_ram_available": "48 GiB", "cpu_cores": 16, "cpu_name": "...",
      "cpu_features": ["AVX2", "REPACK"]}     # optional: ggml CPU features (which weights llama.cpp repacks)
 A missing or wrong field raises ValueError naming it (e.g. `devices[1].total`).
@@ -14,6 +16,7 @@ import re
 from pathlib import Path
 
 from app.discovery.inventory import Device, Inventory
+from app.ggml import rpc
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000 ** 2, "mb": 1000 ** 2, "mib": 1024 ** 2,
           "g": 1000 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1000 ** 4, "tb": 1000 ** 4, "tib": 1024 ** 4}
@@ -41,6 +44,18 @@ def _req(d: dict, key: str, where: str):
     return d[key]
 
 
+def _endpoint(d: dict, where: str) -> str | None:
+    """A remote device's worker ("host:port"), or None for a local device."""
+    if d.get("endpoint") is None:
+        return None
+    if not isinstance(d["endpoint"], str):
+        raise ValueError(f"simulated inventory: {where}endpoint must be a \"host:port\" string, got {d['endpoint']!r}")
+    try:
+        return rpc.parse_endpoint(d["endpoint"])
+    except ValueError as e:
+        raise ValueError(f"simulated inventory: {where}endpoint: {e}") from None
+
+
 def inventory_from_dict(data: dict) -> Inventory:
     if not isinstance(data, dict):
         raise ValueError("simulated inventory: expected a JSON object with 'devices', 'host_ram_total', ...")
@@ -49,13 +64,22 @@ def inventory_from_dict(data: dict) -> Inventory:
         raise ValueError("simulated inventory: field devices must be a list")
     out = []
     seen = set()
+    per_worker: dict[str, int] = {}
     for i, d in enumerate(devs):
         w = f"devices[{i}]."
         if not isinstance(d, dict):
             raise ValueError(f"simulated inventory: {w[:-1]} must be an object")
-        dev_id = _req(d, "id", w)
+        endpoint = _endpoint(d, w)
+        if "id" in d or not endpoint:
+            dev_id = _req(d, "id", w)
+        else:
+            dev_id = rpc.remote_id(endpoint, per_worker.get(endpoint, 0))
         if not isinstance(dev_id, str) or not dev_id or dev_id.upper() == "CPU" or dev_id in seen:
             raise ValueError(f"simulated inventory: {w}id must be a unique non-empty name other than CPU, got {dev_id!r}")
+        if endpoint is None and rpc.parse_remote_id(dev_id):
+            endpoint = rpc.parse_remote_id(dev_id)[0]        # "RPC0[host:port]" names a remote device by itself
+        if endpoint:
+            per_worker[endpoint] = per_worker.get(endpoint, 0) + 1
         seen.add(dev_id)
         total = parse_size(_req(d, "total", w), f"{w}total")
         free = parse_size(d.get("free", total), f"{w}free")
@@ -64,8 +88,13 @@ def inventory_from_dict(data: dict) -> Inventory:
         kind = d.get("kind", "gpu")
         if kind not in KINDS:
             raise ValueError(f"simulated inventory: {w}kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        out.append(Device(id=dev_id, name=str(d.get("name", dev_id)), kind=kind, backend=str(d.get("backend", "SIM")),
-                          total=total, free=free, index=i, uuid=d.get("uuid"), pci_bus_id=d.get("pci_bus_id")))
+        if endpoint and kind == "cpu":     # llama.cpp's RPC client offloads to every remote device as to a GPU
+            raise ValueError(f"simulated inventory: {w}kind: a remote device (endpoint {endpoint}) cannot be 'cpu' "
+                             f"(a worker serving its CPU is offloaded to like a GPU: leave kind out)")
+        name = d.get("name", f"worker {endpoint}" if endpoint else dev_id)
+        out.append(Device(id=dev_id, name=str(name), kind=kind, backend=str(d.get("backend", "RPC" if endpoint else "SIM")),
+                          total=total, free=free, index=i, uuid=d.get("uuid"), pci_bus_id=d.get("pci_bus_id"),
+                          endpoint=endpoint))
     ram_total = parse_size(_req(data, "host_ram_total", ""), "host_ram_total")
     ram_avail = parse_size(data.get("host_ram_available", ram_total), "host_ram_available")
     cores = _req(data, "cpu_cores", "")

@@ -16,6 +16,7 @@ from typing import AsyncIterator, Callable
 
 from app.engine import protocol as P
 from app.engine.planner.types import Layout
+from app.ggml import rpc
 
 
 class RunnerError(RuntimeError):
@@ -74,6 +75,7 @@ class RunnerClient:
         self._on_progress = None
         self._exited: asyncio.Event | None = None
         self._closing = False
+        self._worker_down = ""      # why the RPC workers the layout uses stopped answering, when the runner died
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     async def start(self, on_progress: Callable[[float], None] | None = None) -> P.Loaded:
@@ -231,10 +233,21 @@ class RunnerClient:
                 except RuntimeError:    # the loop is closed
                     return
         self._proc.join()
+        self._worker_down = self._lost_workers()
         try:
             loop.call_soon_threadsafe(self._on_exit, self._proc.exitcode)
         except RuntimeError:
             pass
+
+    def _lost_workers(self) -> str:
+        """After an unexpected exit of a runner that used RPC workers: which of them no longer answer (llama.cpp's
+        RPC client aborts the runner when a worker dies or its connection breaks). Runs on the reader thread: the
+        handshakes take up to a few seconds, never on the event loop."""
+        endpoints = rpc.endpoints_of(self.layout.gpu_devices)
+        if self._closing or not endpoints:
+            return ""
+        down = rpc.unreachable(endpoints)
+        return "; ".join(down.values())
 
     def _dispatch(self, burst):
         for msg in burst:
@@ -270,13 +283,15 @@ class RunnerClient:
         self.alive = False
         self.exitcode = code
         name = self.model_name or self.layout.model_path
+        lost = (f": {self._worker_down}; layers of this model were on it"
+                if self._worker_down else "")
         if self._closing:
             err = RunnerError(f"the runner for {name} was closed")
         else:
-            err = RunnerError(f"the runner process for {name} ended unexpectedly ({describe_exit(code)})")
+            err = RunnerError(f"the runner process for {name} ended unexpectedly ({describe_exit(code)})" + lost)
         if not self._load_fut.done():
             self._load_fut.set_exception(LoadError(f"loading {name} failed: the runner process ended "
-                                                   f"({describe_exit(code)})"))
+                                                   f"({describe_exit(code)}){lost}"))
         for q in self._streams.values():
             q.put_nowait(err)
         for fut in self._futures.values():

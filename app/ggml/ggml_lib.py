@@ -68,6 +68,12 @@ def _candidates(base: str) -> list[str]:
     return [f"lib{base}.so.0", f"lib{base}.so"]
 
 
+def open_library(base: str) -> ctypes.CDLL:
+    """A ggml library by base name ("ggml-rpc") from libllama's directory; the loader hands back the copy already
+    in the process when libggml loaded it (same SONAME). OSError if it is not there."""
+    return _open(base)
+
+
 def _open(base: str) -> ctypes.CDLL:
     d = lib_dir()
     for name in _candidates(base):
@@ -147,7 +153,12 @@ def _s(b: bytes | None) -> str:
 
 
 def dev_by_name(name: str) -> int:
-    """Handle of the ggml device called `name` ("CPU", "CUDA0", ...); ValueError if there is none."""
+    """Handle of the ggml device called `name` ("CPU", "CUDA0", ...); ValueError if there is none.
+    A remote device id (`RPC<i>[host:port]`) connects this process to that worker (app.ggml.rpc)."""
+    if name.startswith("RPC") and "[" in name:
+        from app.ggml import rpc
+
+        return rpc.device_handle(name)
     h = api().fn("ggml_backend_dev_by_name")(name.encode())
     if not h:
         raise ValueError(f"no ggml device named {name!r} in this build (devices: {[d['name'] for d in list_devices()]})")

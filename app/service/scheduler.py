@@ -21,7 +21,9 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 
 from app.discovery.inventory import Inventory, subtract
+from app.discovery.remote import reserve_workers
 from app.engine.gguf.errors import GGUFError
+from app.ggml import rpc
 from app.engine.planner.types import Layout, PlanOptions
 
 from .collaborators import Collaborators
@@ -233,6 +235,7 @@ class Scheduler:
             msg = f"loading took longer than {self.config.load_timeout_s:.0f} s"
         log.warning("load of %s failed: %s", name, msg)
         model.state, model.error = "failed", msg
+        self._forget_workers(model)
         if self.models.get(name) is model:
             del self.models[name]
         if not model.closing:        # an unloaded model is gone, not "failed" in /api/ps
@@ -265,7 +268,8 @@ class Scheduler:
             too_many = self.config.max_loaded_models and len(others) >= self.config.max_loaded_models
             layout = None
             if not too_many:
-                layout = await self.plan(model.info, model.options, subtract(inventory, self.used_bytes(model.name)))
+                used = self.used_bytes(model.name)
+                layout = await self.plan(model.info, model.options, reserve_workers(subtract(inventory, used), used))
                 if layout.fits:
                     return layout
             idle = sorted((m for m in others if m.pending == 0), key=lambda m: m.last_used)
@@ -299,6 +303,7 @@ class Scheduler:
             return False
         model.closing = True
         self._cancel_expiry(model)
+        self._forget_workers(model)
         client = model.client
         if client is not None:
             try:
@@ -325,7 +330,14 @@ class Scheduler:
             self._schedule_expiry(model)
         return True
 
+    def _forget_workers(self, model: LoadedModel) -> None:
+        """A model on RPC workers ended: discover again before the next plan, so a worker that died is left out
+        and one this model held (a worker serves one runner at a time) is offered again."""
+        if model.layout is not None and rpc.endpoints_of(model.layout.gpu_devices):
+            self.inventory = None
+
     def _runner_exited(self, model: LoadedModel, code) -> None:
+        self._forget_workers(model)
         if model.closing or self.models.get(model.name) is not model:
             return
         log.warning("runner of %s exited (code %s); it will be loaded again on the next request", model.name, code)
