@@ -98,10 +98,11 @@ def cmd_plan(args) -> int:
         return 0 if layout.fits else 1
     print(f"{info.name} ({info.architecture}, {info.n_layer} layers, {_fmt(info.weight_bytes)} weights, "
           f"{info.quantization}) - num_ctx {args.ctx} x {args.parallel} seq, KV {args.kv_type}")
-    print(f"{'device':<10} {'blocks':<14} {'experts':<14} {'weights':>11} {'KV':>11} {'compute':>11} "
+    w = max([10] + [len(d.device_id) for d in layout.devices])        # remote ids name their machine: RPC0[host:port]
+    print(f"{'device':<{w}} {'blocks':<14} {'experts':<14} {'weights':>11} {'KV':>11} {'compute':>11} "
           f"{'total':>11} {'budget':>11}")
     for d in layout.devices:
-        print(f"{d.device_id:<10} {_ranges(d.layers):<14} {_ranges(d.expert_layers):<14} {_fmt(d.weights_total):>11} "
+        print(f"{d.device_id:<{w}} {_ranges(d.layers):<14} {_ranges(d.expert_layers):<14} {_fmt(d.weights_total):>11} "
               f"{_fmt(d.kv):>11} {_fmt(d.compute + d.output):>11} {_fmt(d.total):>11} {_fmt(d.budget):>11}")
     print(f"llama.cpp: n_gpu_layers={layout.n_gpu_layers} devices={list(layout.gpu_devices)} "
           f"tensor_split={list(layout.tensor_split)} op_offload={layout.op_offload}")
@@ -130,9 +131,11 @@ def cmd_devices(args) -> int:
           f"{_fmt(inv.host_ram_total)}" + (" (simulated)" if inv.simulated else ""))
     if not inv.devices:
         print("no GPU")
+    w = max([10] + [len(d.id) for d in inv.devices])
     for d in inv.devices:
         extra = f", {d.utilization}% busy" if d.utilization is not None else ""
-        print(f"{d.id:<10} {d.kind:<5} {d.backend:<7} {d.name}: {_fmt(d.free)} free of {_fmt(d.total)}"
+        extra += f", remote (strata worker at {d.endpoint})" if d.endpoint else ""
+        print(f"{d.id:<{w}} {d.kind:<5} {d.backend:<7} {d.name}: {_fmt(d.free)} free of {_fmt(d.total)}"
               + (f", PCI {d.pci_bus_id}" if d.pci_bus_id else "") + extra)
     for n in inv.notes:
         print(f"note: {n}")

@@ -1,7 +1,6 @@
 """Remote devices: the `strata worker`s this machine may use (llama.cpp RPC), as inventory devices.
 
-Workers are named in `STRATA_RPC=host:port,...` or, when that is unset, in the settings file's `rpc_workers`
-(a list of "host:port" or one comma-separated string). Read by `strata devices`, `strata plan` and `strata serve`
+Workers are named in `STRATA_RPC=host:port,...`. Read by `strata devices`, `strata plan` and `strata serve`
 through `discover()`. A worker that is unreachable, busy (a worker serves one client at a time) or malformed in
 the list is a note in the inventory, never an error: planning goes on with the devices that answered.
 
@@ -15,26 +14,21 @@ import os
 from dataclasses import replace
 
 from app.discovery.inventory import Device, Inventory
-from app.ggml import rpc
+from app.ggml import ggml_lib, rpc
 
 HELLO_TIMEOUT_S = 3.0
 
 
 def configured_workers() -> tuple[list[str], list[str]]:
-    """(endpoints, notes): STRATA_RPC if set (even empty: then no workers), else settings `rpc_workers`."""
-    notes: list[str] = []
-    raw = os.environ.get("STRATA_RPC")
-    source = "STRATA_RPC"
-    if raw is None:
-        source = "settings rpc_workers"
-        try:
-            from app.settings import load_settings
+    """(endpoints, notes) from STRATA_RPC ("host:port,host:port"); malformed entries become notes."""
+    return parse_workers(os.environ.get("STRATA_RPC"), "STRATA_RPC")
 
-            raw = load_settings().get("rpc_workers")
-        except ValueError as e:
-            return [], [f"RPC workers not read: {e}"]
-        if raw is None:
-            return [], []
+
+def parse_workers(raw, source: str) -> tuple[list[str], list[str]]:
+    """(endpoints, notes) from a comma-separated string or a list of "host:port" strings."""
+    if raw is None:
+        return [], []
+    notes: list[str] = []
     items = raw if isinstance(raw, list) else str(raw).split(",")
     out: list[str] = []
     for item in items:
@@ -65,9 +59,9 @@ def probe_remote(endpoints: list[str]) -> list[dict]:
     just answered `hello` (the client aborts the process on a worker it cannot reach)."""
     out = []
     for ep in endpoints:
-        handles = rpc.add_worker(ep)
+        handles = ggml_lib.rpc_add_worker(ep)
         for i in range(len(handles)):
-            free, total = rpc.device_memory(ep, i)
+            free, total = ggml_lib.rpc_device_memory(ep, i)
             out.append({"endpoint": ep, "index": i, "free": free, "total": total})
     return out
 

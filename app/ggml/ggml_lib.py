@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.ggml import rpc
+
 # enum ggml_backend_dev_type
 DEV_TYPE_CPU, DEV_TYPE_GPU, DEV_TYPE_IGPU, DEV_TYPE_ACCEL, DEV_TYPE_META = range(5)
 DEV_TYPE_NAMES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -66,12 +68,6 @@ def _candidates(base: str) -> list[str]:
     if sys.platform == "darwin":
         return [f"lib{base}.0.dylib", f"lib{base}.dylib", f"lib{base}.so"]
     return [f"lib{base}.so.0", f"lib{base}.so"]
-
-
-def open_library(base: str) -> ctypes.CDLL:
-    """A ggml library by base name ("ggml-rpc") from libllama's directory; the loader hands back the copy already
-    in the process when libggml loaded it (same SONAME). OSError if it is not there."""
-    return _open(base)
 
 
 def _open(base: str) -> ctypes.CDLL:
@@ -154,11 +150,9 @@ def _s(b: bytes | None) -> str:
 
 def dev_by_name(name: str) -> int:
     """Handle of the ggml device called `name` ("CPU", "CUDA0", ...); ValueError if there is none.
-    A remote device id (`RPC<i>[host:port]`) connects this process to that worker (app.ggml.rpc)."""
-    if name.startswith("RPC") and "[" in name:
-        from app.ggml import rpc
-
-        return rpc.device_handle(name)
+    A remote device id (`RPC<i>[host:port]`) connects this process to that worker (see rpc_device)."""
+    if rpc.parse_remote_id(name):
+        return rpc_device(name)
     h = api().fn("ggml_backend_dev_by_name")(name.encode())
     if not h:
         raise ValueError(f"no ggml device named {name!r} in this build (devices: {[d['name'] for d in list_devices()]})")
@@ -233,3 +227,88 @@ def max_devices() -> int:
     from llama_cpp import llama_cpp as L   # late: maps libllama (child processes only)
 
     return int(L.llama_max_devices())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# llama.cpp's RPC backend (libggml-rpc: one of libggml's NEEDED libraries when built with GGML_RPC, so the loader
+# hands back the copy already mapped). The client calls abort the process on a worker that does not answer:
+# each is preceded by rpc.hello (a handshake with a timeout), and they run in child processes only.
+
+_rpc_lock = threading.Lock()
+_rpc_lib: ctypes.CDLL | None = None
+_rpc_devices: dict[tuple[str, int], int] = {}
+
+
+def rpc_lib() -> ctypes.CDLL:
+    """Bind libggml-rpc once per process; OSError if this llama.cpp build has no RPC backend."""
+    global _rpc_lib
+    a = api()                               # loads libllama -> libggml -> libggml-rpc
+    with _rpc_lock:
+        if _rpc_lib is not None:
+            return _rpc_lib
+        try:
+            lib = _open("ggml-rpc")
+        except OSError as e:
+            raise OSError(f"this llama.cpp build has no RPC backend ({e}); rebuild it with -DGGML_RPC=on "
+                          f"(make rebuild-engine)") from None
+        size_p = ctypes.POINTER(ctypes.c_size_t)
+        for name, res, args in (
+                ("ggml_backend_rpc_start_server", None, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                                                         ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
+                ("ggml_backend_rpc_add_server", ctypes.c_void_p, [ctypes.c_char_p]),
+                ("ggml_backend_rpc_get_device_memory", None, [ctypes.c_char_p, ctypes.c_uint32, size_p, size_p])):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+        for name, res, args in (("ggml_backend_reg_dev_count", ctypes.c_size_t, [ctypes.c_void_p]),
+                                ("ggml_backend_reg_dev_get", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t])):
+            f = a.fn(name)
+            f.restype, f.argtypes = res, args
+        _rpc_lib = lib
+        return lib
+
+
+def rpc_add_worker(endpoint: str, timeout: float = 5.0) -> list[int]:
+    """Connect this process to a worker (its handshake checked first: rpc.WorkerError names it) and return its
+    device handles in order. llama.cpp keeps one connection per worker per process."""
+    rpc.hello(endpoint, timeout)
+    lib = rpc_lib()
+    reg = lib.ggml_backend_rpc_add_server(endpoint.encode())
+    if not reg:
+        raise rpc.WorkerError(f"RPC worker {endpoint} serves no device")
+    a = api()
+    handles = [a.fn("ggml_backend_reg_dev_get")(reg, i) for i in range(a.fn("ggml_backend_reg_dev_count")(reg))]
+    with _rpc_lock:
+        for i, h in enumerate(handles):
+            _rpc_devices[(endpoint, i)] = h
+    return handles
+
+
+def rpc_device(device_id: str) -> int:
+    """The device handle of a remote device id (`RPC<i>[host:port]`), connecting to its worker on first use."""
+    endpoint, index = rpc.parse_remote_id(device_id) or (None, 0)
+    if endpoint is None:
+        raise ValueError(f"{device_id!r} is not a remote device id (RPC<i>[host:port])")
+    with _rpc_lock:
+        h = _rpc_devices.get((endpoint, index))
+    if h is None:
+        handles = rpc_add_worker(endpoint)
+        if index >= len(handles):
+            raise rpc.WorkerError(f"RPC worker {endpoint} serves {len(handles)} device(s); {device_id} is not one")
+        h = handles[index]
+    return h
+
+
+def rpc_device_memory(endpoint: str, index: int) -> tuple[int, int]:
+    """(free, total) bytes of a worker's device through llama.cpp (`ggml_backend_rpc_get_device_memory`).
+    Call rpc_add_worker first (it checks that the worker answers; this call would abort otherwise)."""
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    rpc_lib().ggml_backend_rpc_get_device_memory(endpoint.encode(), index, ctypes.byref(free), ctypes.byref(total))
+    return int(free.value), int(total.value)
+
+
+def rpc_start_server(endpoint: str, cache_dir: str | None, n_threads: int, device_handles: list[int]) -> None:
+    """Serve `device_handles` on `endpoint` with llama.cpp's RPC server: blocks for ever (the GIL is released);
+    returns only when it cannot serve (the socket could not be opened)."""
+    devs = (ctypes.c_void_p * len(device_handles))(*device_handles)
+    rpc_lib().ggml_backend_rpc_start_server(endpoint.encode(), cache_dir.encode() if cache_dir else None,
+                                            max(1, int(n_threads)), len(device_handles), devs)

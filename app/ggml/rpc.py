@@ -1,4 +1,6 @@
-"""llama.cpp's RPC backend (`ggml-rpc`): the worker side (`start_server`) and the client side (remote devices).
+"""llama.cpp's RPC backend (`ggml-rpc`), the parts that need no library: endpoints, remote device ids, and the
+protocol's handshake in Python. The ctypes side (start a server, add a worker's devices, ask their memory) is in
+app.ggml.ggml_lib with the rest of the device API.
 
 A worker exposes its local devices over TCP; a client adds a worker's devices with `ggml_backend_rpc_add_server`
 and llama.cpp places layers on them like on local GPUs (docs/architecture.md, "Beyond one machine").
@@ -16,7 +18,6 @@ Facts about the protocol (ggml/src/ggml-rpc, protocol 7.x) that shape this modul
 """
 from __future__ import annotations
 
-import ctypes
 import re
 import socket
 import struct
@@ -146,99 +147,3 @@ def unreachable(endpoints, timeout: float = 2.0) -> dict[str, str]:
     for t in threads:
         t.join(timeout * 3 + 1)
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# ctypes over libggml-rpc (the same copy libggml already loaded: it is one of libggml's NEEDED libraries)
-
-_lock = threading.Lock()
-_lib = None
-_devices: dict[tuple[str, int], int] = {}
-
-
-def lib() -> ctypes.CDLL:
-    """Bind libggml-rpc once per process; OSError if this llama.cpp build has no RPC backend."""
-    global _lib
-    with _lock:
-        if _lib is not None:
-            return _lib
-        from app.ggml import ggml_lib
-
-        a = ggml_lib.api()                  # loads libllama -> libggml -> libggml-rpc (when built with GGML_RPC)
-        try:
-            rpc = ggml_lib.open_library("ggml-rpc")
-        except OSError as e:
-            raise OSError(f"this llama.cpp build has no RPC backend ({e}); rebuild it with -DGGML_RPC=on "
-                          f"(make rebuild-engine)") from None
-        rpc.ggml_backend_rpc_start_server.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
-                                                      ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
-        rpc.ggml_backend_rpc_start_server.restype = None
-        rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
-        rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
-        rpc.ggml_backend_rpc_get_device_memory.argtypes = [ctypes.c_char_p, ctypes.c_uint32,
-                                                           ctypes.POINTER(ctypes.c_size_t),
-                                                           ctypes.POINTER(ctypes.c_size_t)]
-        rpc.ggml_backend_rpc_get_device_memory.restype = None
-        for name, res, args in (("ggml_backend_reg_dev_count", ctypes.c_size_t, [ctypes.c_void_p]),
-                                ("ggml_backend_reg_dev_get", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t])):
-            f = a.fn(name)
-            f.restype, f.argtypes = res, args
-        _lib = rpc
-        return rpc
-
-
-def available() -> bool:
-    try:
-        lib()
-        return True
-    except OSError:
-        return False
-
-
-def add_worker(endpoint: str, timeout: float = 5.0) -> list[int]:
-    """Connect this process to a worker (handshake checked first) and return its device handles, in order."""
-    hello(endpoint, timeout)
-    from app.ggml import ggml_lib
-
-    rpc = lib()
-    reg = rpc.ggml_backend_rpc_add_server(endpoint.encode())
-    if not reg:
-        raise WorkerError(f"RPC worker {endpoint} serves no device")
-    a = ggml_lib.api()
-    n = a.fn("ggml_backend_reg_dev_count")(reg)
-    handles = [a.fn("ggml_backend_reg_dev_get")(reg, i) for i in range(n)]
-    with _lock:
-        for i, h in enumerate(handles):
-            _devices[(endpoint, i)] = h
-    return handles
-
-
-def device_handle(device_id: str) -> int:
-    """The ggml device handle of a remote device id (`RPC<i>[host:port]`), connecting to its worker if needed."""
-    parsed = parse_remote_id(device_id)
-    if parsed is None:
-        raise ValueError(f"{device_id!r} is not a remote device id (RPC<i>[host:port])")
-    endpoint, index = parsed
-    with _lock:
-        h = _devices.get(parsed)
-    if h is None:
-        handles = add_worker(endpoint)
-        if index >= len(handles):
-            raise WorkerError(f"RPC worker {endpoint} serves {len(handles)} device(s); {device_id} is not one")
-        h = handles[index]
-    return h
-
-
-def device_memory(endpoint: str, index: int) -> tuple[int, int]:
-    """(free, total) bytes of a worker's device, asked through llama.cpp (`ggml_backend_rpc_get_device_memory`).
-    Call `add_worker` first (it checks that the worker answers; this call would abort otherwise)."""
-    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-    lib().ggml_backend_rpc_get_device_memory(endpoint.encode(), index, ctypes.byref(free), ctypes.byref(total))
-    return int(free.value), int(total.value)
-
-
-def start_server(endpoint: str, cache_dir: str | None, n_threads: int, device_handles: list[int]) -> None:
-    """Serve `device_handles` on `endpoint` (blocks for ever; returns only if the socket cannot be opened)."""
-    devs = (ctypes.c_void_p * len(device_handles))(*device_handles)
-    lib().ggml_backend_rpc_start_server(endpoint.encode(), cache_dir.encode() if cache_dir else None,
-                                        max(1, int(n_threads)), len(device_handles), devs)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.ggml import ggml_lib, llama_log
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.ggml.rpc_serve")
@@ -20,16 +22,14 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir")
     a = ap.parse_args(argv)
 
-    from app.ggml import ggml_lib, llama_log, rpc
-
     llama_log.install()              # llama.cpp's log lines go to Python logging (stderr), not raw to the terminal
     try:
         handles = [ggml_lib.dev_by_name(name) for name in a.devices.split(",") if name]
-        rpc.lib()
+        ggml_lib.rpc_lib()
     except (ValueError, OSError) as e:
         print(f"strata worker: {e}", file=sys.stderr, flush=True)
         return 3
-    rpc.start_server(a.endpoint, a.cache_dir, a.threads, handles)
+    ggml_lib.rpc_start_server(a.endpoint, a.cache_dir, a.threads, handles)
     # start_server only returns when it could not serve (socket error): say so for the parent
     print(f"strata worker: llama.cpp's RPC server could not listen on {a.endpoint}", file=sys.stderr, flush=True)
     return 3

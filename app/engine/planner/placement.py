@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from app.discovery.inventory import Device, Inventory
 from app.engine.planner.types import DevicePlan, Layout, PlanOptions
-from app.engine.planner import repack
+from app.engine.planner import network, repack
 from app.engine.planner.memory import (EXPERTS_RE, FFN_RE, MemoryModel, estimate_compute, fit_measured_kv,
                                        memory_model)
 from app.engine.gguf.model_info import ModelInfo
@@ -30,11 +30,13 @@ QUANTIZED_KV = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
 
 
 def usable_gpus(inventory: Inventory) -> tuple[Device, ...]:
-    """Devices llama.cpp offloads layers to: discrete GPUs; integrated GPUs only when there is no discrete one."""
-    gpus = tuple(d for d in inventory.devices if d.kind == "gpu")
-    if not gpus:
-        gpus = tuple(d for d in inventory.devices if d.kind == "igpu")
-    return gpus
+    """Devices llama.cpp offloads layers to: discrete GPUs; integrated GPUs only when there is no discrete one;
+    then RPC workers' devices (llama.cpp offloads to them like to GPUs; they do not hide a local iGPU). This is
+    the order of `tensor_split` entries; llama.cpp's `devices` order puts the remote ones first (network.py)."""
+    local = tuple(d for d in inventory.devices if d.kind == "gpu" and not d.endpoint)
+    if not local:
+        local = tuple(d for d in inventory.devices if d.kind == "igpu" and not d.endpoint)
+    return local + tuple(d for d in inventory.devices if d.endpoint)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,13 +264,14 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
         return Config((), (), False, 0)
 
     if o.tensor_split is not None:
-        used = tuple(i for i, w in enumerate(o.tensor_split) if w > 0)
+        used = network.remote_first(gpus, tuple(i for i, w in enumerate(o.tensor_split) if w > 0))
         weights = [float(o.tensor_split[i]) for i in used]
         reasons.append(f"tensor_split={list(o.tensor_split)} set: layers split in that proportion")
         c = _best_for_order(cs, used, n, moe, fixed_k, fixed_m, weights)
         return c or _forced(cs, used, n, moe, fixed_k, fixed_m, weights)
 
-    idx = list(range(len(gpus)))
+    idx = [i for i, d in enumerate(gpus) if not d.endpoint]        # local GPUs first; workers only if needed
+    remote = [i for i, d in enumerate(gpus) if d.endpoint]
     by_room = sorted(idx, key=lambda i: -cs.budget[i])
     if o.main_gpu is not None:
         by_room.remove(o.main_gpu)
@@ -277,8 +280,9 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
     n_full = fixed_k if fixed_k is not None else n
     if fixed_m:
         n_full = min(n_full, n - fixed_m)
+    want_k = fixed_k if fixed_k is not None else n
     best: Config | None = None
-    for count in range(1, len(gpus) + 1):
+    for count in range(1, len(idx) + 1):
         chosen = by_room[:count]
         # the order matters (the last GPU holds the output layer; blocks differ in size): try every order of a
         # few GPUs, inventory order first so that ties keep it; for many GPUs, inventory order and biggest-last
@@ -291,17 +295,43 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
                     c is not None and best is not None and score(c, n, moe) == score(best, n, moe)
                     and len(c.order) < len(best.order)):
                 best = c
-        want_k = fixed_k if fixed_k is not None else n
         if best is not None and best.k >= want_k and score(best, n, moe)[1] >= n_full:
             if count > 1:
                 reasons.append(f"the model needs {count} GPUs; layers spread evenly over them")
-            elif len(gpus) > 1:
+            elif len(idx) > 1:
                 reasons.append(f"fits on one GPU ({gpus[best.order[-1]].id}); the others are left free")
             break
+    if remote and not (best is not None and best.k >= want_k and score(best, n, moe)[1] >= n_full):
+        with_workers = _with_workers(cs, idx, remote, best, n, moe, fixed_k, fixed_m, want_k, n_full)
+        if score(with_workers, n, moe) > score(best, n, moe):
+            reasons.append(f"local GPUs hold {best.k if best else 0} of {n} blocks; RPC workers take "
+                           f"{with_workers.k - (best.k if best else 0)} more (workers are used only when they "
+                           f"let more of the model off the CPU)")
+            return with_workers     # not spread: greedy back to front fills local GPUs first, workers take the rest
     if best is None:
         # nothing the user's settings allow fits: still return what they asked for (marked as not fitting)
-        return _forced(cs, tuple(sorted(by_room)), n, moe, fixed_k, fixed_m, None)
+        return _forced(cs, tuple(sorted(by_room or remote)), n, moe, fixed_k, fixed_m, None)
     return _spread(cs, best) if best.k else best
+
+
+def _with_workers(cs: Costs, local: list[int], remote: list[int], local_best: Config | None, n: int, moe: bool,
+                  fixed_k, fixed_m, want_k: int, n_full: int) -> Config | None:
+    """The local GPUs do not hold the model: add the fewest workers' devices (most room first) that let the most
+    blocks off the CPU, in front of the local GPUs in their best order (network.remote_first); a try without the
+    local GPUs covers ones too small for even the output layer."""
+    local_order = local_best.order if (local_best is not None and local_best.k) else tuple(sorted(local))
+    by_room = sorted(remote, key=lambda i: -cs.budget[i])
+    best: Config | None = None
+    for count in range(1, len(remote) + 1):         # ties keep the fewer workers, and the local GPUs in use
+        chosen = network.remote_first(cs.gpus, tuple(by_room[:count]))
+        with_local = _best_for_order(cs, chosen + local_order, n, moe, fixed_k, fixed_m, None)
+        alone = _best_for_order(cs, chosen, n, moe, fixed_k, fixed_m, None) if local_order else None
+        c = alone if score(alone, n, moe) > score(with_local, n, moe) else with_local
+        if score(c, n, moe) > score(best, n, moe):
+            best = c
+        if best is not None and best.k >= want_k and score(best, n, moe)[1] >= n_full:
+            break
+    return best
 
 
 def _forced(cs: Costs, order: tuple[int, ...], n: int, moe: bool, fixed_k: int | None, fixed_m: int | None,
@@ -476,9 +506,12 @@ def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
                        f"({human_size(inventory.host_ram_available)} available minus a {human_size(o.margin)} margin)")
     weights_on_cpu = any(cs.exp[i] or cs.ffn[i] or cs.attn[i] for i in range(n - c.k)) or (c.k and (c.partial or c.m > n - c.k))
     op_offload = bool(c.k) and bool(gpus)
-    if op_offload and weights_on_cpu:
+    reasons += network.hop_reasons(gpus, c.order, c.counts, n - c.k, info.n_embd, info.n_vocab,
+                                   o.num_ubatch) if c.k else []
+    local_gpu = any(not gpus[g].endpoint for g in c.order) if c.k else False   # RPC devices take no offloaded ops
+    if op_offload and local_gpu and weights_on_cpu:
         reasons.append("op_offload on: large batches stream CPU-held weights to the GPU")
-    elif op_offload:
+    elif op_offload and local_gpu:
         reasons.append("op_offload on (all layers on GPU; no effect)")
 
     devices, layer_dev, exp_dev = _device_plans(cs, c, gpus, o, mm)
