@@ -54,7 +54,6 @@ class Worker:
         raise AssertionError(f"worker {self.endpoint} not ready: {self.output()}")
 
     def output(self) -> str:
-        self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def kill(self) -> None:

@@ -15,10 +15,11 @@ LOCAL = "this machine"
 
 
 def remote_first(gpus: tuple[Device, ...], order: tuple[int, ...]) -> tuple[int, ...]:
-    """llama.cpp's `devices` order for these indices into `gpus`: remote devices first, grouped by worker, then
-    the local ones (llama.cpp's own default order too). Blocks then flow CPU -> workers -> local GPUs and the
-    output layer stays on a local GPU when there is one, so the big logits never cross the network."""
-    rem = sorted((i for i in order if gpus[i].endpoint), key=lambda i: (gpus[i].endpoint, gpus[i].index))
+    """llama.cpp's `devices` order for these indices into `gpus`: remote devices first, in inventory order (the
+    order workers are listed in; a worker's devices are next to each other), then the local ones (llama.cpp's own
+    default order too). Blocks then flow CPU -> workers -> local GPUs and the output layer stays on a local GPU
+    when there is one, so the big logits never cross the network."""
+    rem = sorted(i for i in order if gpus[i].endpoint)
     return tuple(rem) + tuple(i for i in order if not gpus[i].endpoint)
 
 
