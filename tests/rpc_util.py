@@ -75,6 +75,6 @@ class Worker:
         self.log.close()
 
 
-def start_workers(home: Path, n: int) -> list[Worker]:
-    workers = [Worker(home / f"w{i}") for i in range(n)]
+def start_workers(home: Path, n: int, threads: int = 1) -> list[Worker]:
+    workers = [Worker(home / f"w{i}", threads) for i in range(n)]
     return [w.wait_ready() for w in workers]

@@ -16,6 +16,10 @@ import sys
 import threading
 import time
 
+from app.discovery.ggml_probe import probe_ggml
+from app.ggml.rpc import DEFAULT_PORT, WorkerError, hello
+from app.paths import cache_dir
+
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 RESTARTS_PER_MINUTE = 5
@@ -102,17 +106,16 @@ def _port_free(host: str, port: int) -> str | None:
 
 
 def _probe_local() -> list[dict]:
-    from app.discovery.ggml_probe import probe_ggml
-
+    """This machine's ggml devices (in a child process, as discovery does); RuntimeError if there is no RPC backend."""
     probe, why = probe_ggml()
     if probe is None:
         raise RuntimeError(why)
+    if probe.get("rpc_backend"):
+        raise RuntimeError(probe["rpc_backend"])
     return probe["devices"]
 
 
 def cmd_worker(args) -> int:
-    from app.ggml.rpc import DEFAULT_PORT
-
     port = DEFAULT_PORT if args.port is None else args.port
     try:
         if not 1 <= port <= 65535:
@@ -128,8 +131,6 @@ def cmd_worker(args) -> int:
     threads = args.threads or _default_threads()
     cache = None
     if not args.no_cache:
-        from app.paths import cache_dir
-
         cache = args.cache_dir or str(cache_dir() / "rpc")
         os.makedirs(cache, exist_ok=True)
     endpoint = f"{host}:{port}"
@@ -172,8 +173,6 @@ def _spawn(endpoint: str, names: list[str], threads: int, cache: str | None) -> 
 
 
 def _wait_ready(proc: subprocess.Popen, endpoint: str, timeout: float = 60.0) -> bool:
-    from app.ggml.rpc import WorkerError, hello
-
     host, port = endpoint.rsplit(":", 1)
     probe = f"127.0.0.1:{port}" if host == "0.0.0.0" else endpoint
     deadline = time.monotonic() + timeout

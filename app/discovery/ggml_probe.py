@@ -27,13 +27,23 @@ def probe_here(rpc_endpoints: list[str] | None = None) -> dict:
     devs = ggml_lib.list_devices()
     for d in devs:
         d.pop("handle", None)
-    out = {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload(), "cpu_features": ggml_cpu_features()}
+    out = {"devices": devs, "gpu_offload": ggml_lib.supports_gpu_offload(), "cpu_features": ggml_cpu_features(),
+           "rpc_backend": _has_rpc()}
     if rpc_endpoints:
         try:
             out["remote"] = probe_remote(rpc_endpoints)
         except (OSError, WorkerError) as e:       # no RPC backend in this build, or a worker went away just now
             out["remote"], out["remote_error"] = [], str(e)
     return out
+
+
+def _has_rpc() -> str | None:
+    """None when this llama.cpp build has the RPC backend, else why not."""
+    try:
+        ggml_lib.rpc_lib()
+        return None
+    except OSError as e:
+        return str(e)
 
 
 def probe_ggml(timeout: float = TIMEOUT_S, rpc_endpoints: list[str] | None = None) -> tuple[dict | None, str | None]:

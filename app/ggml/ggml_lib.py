@@ -230,7 +230,7 @@ def max_devices() -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# llama.cpp's RPC backend (libggml-rpc: one of libggml's NEEDED libraries when built with GGML_RPC, so the loader
+# llama.cpp's RPC backend (docs/architecture.md, llama.cpp facts 14; libggml-rpc is one of libggml's NEEDED libraries, so the loader
 # hands back the copy already mapped). The client calls abort the process on a worker that does not answer:
 # each is preceded by rpc.hello (a handshake with a timeout), and they run in child processes only.
 
