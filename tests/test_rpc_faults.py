@@ -43,10 +43,13 @@ def server(tmp_path_factory, workers, smollm2_path):
         os.environ["STRATA_RPC"] = old
 
 
-def _layout(url: str) -> dict:
+def _strata(url: str) -> dict:
     ps = httpx.get(url + "/api/ps", timeout=30).json()["models"]
-    entry = next(m for m in ps if m["name"] == MODEL)
-    return entry["strata"]["layout"]
+    return next(m for m in ps if m["name"] == MODEL)["strata"]
+
+
+def _layout(url: str) -> dict:
+    return _strata(url)["layout"]
 
 
 def test_killing_a_worker_mid_stream(server, workers):
@@ -60,8 +63,11 @@ def test_killing_a_worker_mid_stream(server, workers):
         for part in stream:
             got.append(part.response)
             if len(got) == 3:
-                lay = _layout(server.url)
-                assert lay["gpu_devices"] == [f"RPC0[{w0.endpoint}]", f"RPC0[{w1.endpoint}]"]
+                st = _strata(server.url)
+                ids = [f"RPC0[{w0.endpoint}]", f"RPC0[{w1.endpoint}]"]
+                assert st["layout"]["gpu_devices"] == ids
+                for dev in ids:          # /api/ps: predicted next to actual for each worker too
+                    assert st["actual"][dev]["model"] > 0 and st["predicted_kinds"][dev]["model"] > 0
                 w1.kill()
     assert len(got) >= 3
     msg = str(err.value)
