@@ -58,6 +58,9 @@ SETTINGS: tuple[Setting, ...] = (
             "memory the planner leaves free on each device for other programs"),
     Setting("external_sources", "STRATA_EXTERNAL_MODELS", list, list(EXTERNAL_SOURCES), "Other apps' folders",
             "where to look for models you already have (read-only; nothing is copied)"),
+    Setting("rpc_workers", "STRATA_RPC", list, [], "RPC workers",
+            "host:port of `strata worker`s on other computers whose GPUs (or CPU) this machine may use; "
+            "trusted networks only (no authentication, no encryption)"),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
 # keep_alive as Ollama takes it: seconds, or a Go duration ("5m", "1h30m", "-1s")

@@ -218,3 +218,20 @@ def test_handshake_names_the_worker_and_the_reason(tcp_server):
     dead = f"127.0.0.1:{s.getsockname()[1]}"
     s.close()
     assert "unreachable" in rpc.unreachable([dead, ep], timeout=0.5)[dead]
+
+
+def test_workers_from_the_settings_file_unless_strata_rpc_is_set(monkeypatch):
+    from app import settings
+    from app.discovery.remote import configured_workers
+
+    monkeypatch.delenv("STRATA_RPC", raising=False)
+    assert configured_workers() == ([], [])
+    settings.save({"rpc_workers": [W1, "bad entry"]})
+    eps, notes = configured_workers()
+    assert eps == [W1] and "bad entry" in notes[0] and notes[0].startswith("settings rpc_workers")
+    monkeypatch.setenv("STRATA_RPC", W2)
+    assert configured_workers() == ([W2], [])
+    settings.settings_path().write_text('{"rpc_workers": "not a list"}')
+    monkeypatch.delenv("STRATA_RPC")
+    eps, notes = configured_workers()
+    assert eps == [] and "rpc_workers" in notes[0]

@@ -1,6 +1,7 @@
 """Remote devices: the `strata worker`s this machine may use (llama.cpp RPC), as inventory devices.
 
-Workers are named in `STRATA_RPC=host:port,...`. Read by `strata devices`, `strata plan` and `strata serve`
+Workers are named in `STRATA_RPC=host:port,...` or, when that is unset, the settings file's `rpc_workers` (the
+desktop app's Settings dialog). Read by `strata devices`, `strata plan` and `strata serve`
 through `discover()`. A worker that is unreachable, busy (a worker serves one client at a time) or malformed in
 the list is a note in the inventory, never an error: planning goes on with the devices that answered.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from app import settings
 from app.discovery.inventory import Device, Inventory
 from app.ggml import ggml_lib, rpc
 
@@ -20,8 +22,16 @@ HELLO_TIMEOUT_S = 3.0
 
 
 def configured_workers() -> tuple[list[str], list[str]]:
-    """(endpoints, notes) from STRATA_RPC ("host:port,host:port"); malformed entries become notes."""
-    return parse_workers(os.environ.get("STRATA_RPC"), "STRATA_RPC")
+    """(endpoints, notes) from STRATA_RPC ("host:port,host:port") when it is set, else from the settings file's
+    `rpc_workers`; malformed entries, or a settings file that cannot be read, become notes."""
+    raw = os.environ.get("STRATA_RPC")
+    if raw is not None and raw.strip():
+        return parse_workers(raw, "STRATA_RPC")
+    try:
+        listed = settings.load().get("rpc_workers")
+    except settings.SettingsError as e:
+        return [], [f"RPC workers from the settings file not used: {e}"]
+    return parse_workers(listed, "settings rpc_workers")
 
 
 def parse_workers(raw, source: str) -> tuple[list[str], list[str]]:
