@@ -62,6 +62,30 @@ def write_split_dense_llama(path, n_parts: int = 3, n_layer: int = 3, n_embd: in
     return m.finish_split()
 
 
+def write_lora_llama(path, n_layer: int = 3, n_embd: int = 64, n_ff: int = 128, rank: int = 8, alpha: float = 16.0,
+                     arch: str = "llama", seed: int = 4) -> Path:
+    """A LoRA adapter GGUF (as convert_lora_to_gguf.py writes one) for write_dense_llama's shapes: attn_q and
+    ffn_up of every layer, large enough to change what the model says."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(str(path), arch)
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", alpha)
+    for i in range(n_layer):
+        for name, n_out in (("attn_q", n_embd), ("ffn_up", n_ff)):
+            a = rng.standard_normal((rank, n_embd)) * 0.5          # numpy shapes are ggml's ne reversed
+            b = rng.standard_normal((n_out, rank)) * 0.5
+            w.add_tensor(f"blk.{i}.{name}.weight.lora_a", a.astype(np.float32))
+            w.add_tensor(f"blk.{i}.{name}.weight.lora_b", b.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def write_moe_qwen3(path, n_layer: int = 3, n_expert: int = 4, n_expert_used: int = 2, n_embd: int = 64,
                     n_head: int = 4, n_head_kv: int = 2, head_dim: int = 32, n_ff_exp: int = 64,
                     qtype: str | None = None, n_ctx: int = 2048, seed: int = 1, chat_template: str | None = None) -> Path:

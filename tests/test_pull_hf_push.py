@@ -4,6 +4,7 @@ pulled whole and loaded by their first part; push to a loopback registry and pul
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def test_create_from_uploaded_blobs(oc, http, tmp_path, home):
     r = http.post("/api/create", json={"model": "x", "files": {"m.gguf": "sha256:" + "1" * 64}})
     assert r.status_code == 400 and "upload it first" in r.text
     r = http.post("/api/create", json={"model": "x", "files": {"m.gguf": digest}, "adapters": {"a.gguf": digest}})
-    assert r.status_code == 400 and "adapters" in r.json()["error"]
+    assert r.status_code == 400 and "not a LoRA adapter" in r.json()["error"]
 
 
 def test_create_from_uploaded_split_parts(oc, tmp_path):
@@ -224,7 +225,8 @@ def test_the_cli_progress_view_draws_ollamas_stream():
              {"status": "pulling 0123456789ab", "digest": "sha256:0123456789ab" + "0" * 52, "total": 2_000_000,
               "completed": 2_000_000},
              {"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
-    for out, expect in ((Tty(), "100% ▕█████████████████████████▏ 2 MB/2 MB"), (io.StringIO(), "0123456789ab 2 MB")):
+    bar = "100% ▕█████████████████████████▏ 2 MB/2 MB"
+    for out, expect in ((Tty(), bar), (io.StringIO(), "0123456789ab 2 MB")):
         view = ProgressView(out)
         for line in lines:
             view.update(line)
@@ -232,3 +234,41 @@ def test_the_cli_progress_view_draws_ollamas_stream():
         text = out.getvalue()
         assert text.startswith("pulling manifest\n") and text.endswith("writing manifest\nsuccess\n")
         assert expect in text
+
+
+# ---- LoRA adapters ----------------------------------------------------------------------------------------
+
+def test_lora_adapters_from_uploads_and_modelfile_change_the_output_and_travel_with_push(oc, http, registry,
+                                                                                        tmp_path):
+    from gguf_factory import write_lora_llama
+
+    base = write_dense_llama(tmp_path / "base.gguf", seed=61)
+    lora = write_lora_llama(tmp_path / "lora.gguf")
+    greedy = {"temperature": 0, "num_predict": 8, "seed": 1}
+    oc.create("lora-base", files={"base.gguf": oc.create_blob(base)})
+    assert oc.create("lora-on", from_="lora-base", adapters={"lora.gguf": oc.create_blob(lora)}).status == "success"
+    assert "ADAPTER " in oc.show("lora-on").modelfile and "ADAPTER " not in oc.show("lora-base").modelfile
+    plain = oc.generate("lora-base", prompt="The sky is", options=greedy, keep_alive=0).response
+    with_lora = oc.generate("lora-on", prompt="The sky is", options=greedy, keep_alive=0).response
+    assert plain != with_lora                                      # the runner applied the adapter
+    # the Modelfile spelling: ADAPTER <path on this machine>
+    mf = f"FROM lora-base\nADAPTER {lora}\n"
+    r = http.post("/api/create", json={"model": "lora-mf", "modelfile": mf, "stream": False})
+    assert r.status_code == 200, r.text
+    assert oc.generate("lora-mf", prompt="The sky is", options=greedy, keep_alive=0).response == with_lora
+    # a model GGUF is not an adapter; an adapter for another architecture does not fit
+    r = http.post("/api/create", json={"model": "bad-lora", "from": "lora-base",
+                                       "adapters": {"x.gguf": oc.create_blob(base)}, "stream": False})
+    assert r.status_code == 400 and "not a LoRA adapter" in r.json()["error"]
+    other = write_lora_llama(tmp_path / "qwen-lora.gguf", arch="qwen3")
+    r = http.post("/api/create", json={"model": "bad-lora", "from": "lora-base",
+                                       "adapters": {"q.gguf": oc.create_blob(other)}, "stream": False})
+    assert r.status_code == 400 and "qwen3" in r.json()["error"]
+    assert "bad-lora:latest" not in names(http)
+    # pushed, the adapter is an Ollama adapter layer; pulled back, it is applied again
+    target = f"{registry.host}/team/lora-on:latest"
+    oc.push(target, insecure=True)
+    media = [x["mediaType"] for x in json.loads(registry.manifests[("team/lora-on", "latest")])["layers"]]
+    assert "application/vnd.ollama.image.adapter" in media
+    assert oc.pull(target, insecure=True).status == "success"
+    assert oc.generate(target, prompt="The sky is", options=greedy, keep_alive=0).response == with_lora

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from app.engine.gguf.adapter import read_adapter
+from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.split import SPLIT_NAME, part_path
 
 from . import appkeys as keys
@@ -204,17 +206,58 @@ def _file_digests(files, what: str) -> list[tuple[str, str]]:
     return out
 
 
-async def create_from_files(request: web.Request, body: dict, name: str, parameters: dict, template: str | None,
-                            system: str | None, license: str | None, stream: bool) -> web.StreamResponse:
-    """`files` as Ollama documents it: {"model.gguf": "sha256:..."} of blobs uploaded with POST /api/blobs; a
-    split model is its parts, named ...-00001-of-0000N.gguf."""
-    if body.get("adapters"):
-        raise ApiError(400, "'adapters' (LoRA) are not supported yet: Strata's runner does not apply LoRA "
-                            "adapters; merge the adapter into the model (llama.cpp's llama-export-lora)",
-                       param="adapters")
+async def create_from_files(request: web.Request, body: dict, name: str, from_: str | None, parameters: dict,
+                            template: str | None, system: str | None, license: str | None,
+                            stream: bool) -> web.StreamResponse:
+    """`files` and `adapters` as Ollama documents them: {"model.gguf": "sha256:..."} of blobs uploaded with
+    POST /api/blobs (a split model is its parts, named ...-00001-of-0000N.gguf); `adapters` are LoRA GGUFs put on
+    the model made from `files`, or on `from`."""
+    files = _model_files(body) if body.get("files") else []
+    adapters = _file_digests(body.get("adapters"), "adapters") if body.get("adapters") else []
+    if not files and not from_:
+        raise ApiError(400, "'files' or 'from' is required with 'adapters'", param="from")
+    store = request.app[keys.STORE]
+    await _check_writable(request, name)
+    sources = {}
+    for fname, hex_ in files + adapters:      # every blob must be here before anything starts (a clear 400)
+        src = await store.call("blob_path", hex_)
+        if src is None:
+            raise ApiError(400, f"blob sha256:{hex_} ({fname}) is not on this server; upload it first with "
+                                "POST /api/blobs/sha256:<digest>", param="files" if (fname, hex_) in files
+                           else "adapters")
+        sources[hex_] = src
+    for fname, hex_ in adapters:
+        try:
+            await asyncio.to_thread(read_adapter, sources[hex_])
+        except GGUFError as e:
+            raise ApiError(400, f"adapters: {fname}: {str(e).split(': ', 1)[-1]}", param="adapters") from None
+
+    async def job(emit) -> None:
+        await emit(progress_line("parsing GGUF"))
+        names = ([f"sha256-{files[0][1]}.gguf"] if len(files) == 1 else
+                 [part_path(f"sha256-{files[0][1]}", i + 1, len(files)) for i in range(len(files))])
+        placed = []
+        for (_fname, hex_), dest in zip(files + adapters, names + [f"sha256-{h}.gguf" for _, h in adapters]):
+            placed.append(await store.call("adopt_blob", sources[hex_], dest))
+            await emit(progress_line(f"using existing layer sha256:{hex_}"))
+        lora = tuple(str(p) for p in placed[len(files):])
+        if files:
+            await store.call("add_model", name, placed[0], files[0][1], parameters, template, system, license,
+                             "uploaded (/api/create files)", lora)
+        else:
+            await store.call("create", name, from_, parameters, template, system, license, lora)
+        for (_fname, hex_), dest in zip(files, placed):      # split parts now live under their split names
+            if Path(sources[hex_]) != Path(dest):
+                await store.call("release_blob", sources[hex_])
+        await emit(progress_line("writing manifest"))
+        await emit(progress_line("success"))
+
+    return await _progress_response(request, stream, job)
+
+
+def _model_files(body: dict) -> list[tuple[str, str]]:
     files = sorted(_file_digests(body.get("files"), "files"))
-    ggufs = [(f, h) for f, h in files if f.lower().endswith(".gguf") or len(files) == 1]
-    if len(ggufs) != len(files):
+    if len(files) > 1 and not all(f.lower().endswith(".gguf") for f, _ in files):
         raise ApiError(400, "only GGUF files can make a model (safetensors conversion is not supported)",
                        param="files")
     if len(files) > 1:
@@ -223,30 +266,4 @@ async def create_from_files(request: web.Request, body: dict, name: str, paramet
         if counts != {len(files)}:
             raise ApiError(400, "several files must be the parts of one split GGUF (...-00001-of-0000N.gguf)",
                            param="files")
-    store = request.app[keys.STORE]
-    await _check_writable(request, name)
-    sources = []
-    for fname, hex_ in files:           # every blob must be here before anything starts (a clear 400)
-        src = await store.call("blob_path", hex_)
-        if src is None:
-            raise ApiError(400, f"blob sha256:{hex_} ({fname}) is not on this server; upload it first with "
-                                "POST /api/blobs/sha256:<digest>", param="files")
-        sources.append(src)
-
-    async def job(emit) -> None:
-        await emit(progress_line("parsing GGUF"))
-        names = ([f"sha256-{files[0][1]}.gguf"] if len(files) == 1 else
-                 [part_path(f"sha256-{files[0][1]}", i + 1, len(files)) for i in range(len(files))])
-        placed = []
-        for (_fname, hex_), src, dest in zip(files, sources, names):
-            placed.append(await store.call("adopt_blob", src, dest))
-            await emit(progress_line(f"using existing layer sha256:{hex_}"))
-        await store.call("add_model", name, placed[0], files[0][1], parameters, template, system, license,
-                         "uploaded (/api/create files)")
-        for src, dest in zip(sources, placed):      # split parts now live under their split names
-            if Path(src) != Path(dest):
-                await store.call("release_blob", src)
-        await emit(progress_line("writing manifest"))
-        await emit(progress_line("success"))
-
-    return await _progress_response(request, stream, job)
+    return files

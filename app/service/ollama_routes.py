@@ -83,7 +83,8 @@ async def show(request):
     template = record.template or (info.chat_template if info else None) or ""
     caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
     return web.json_response({
-        "modelfile": render_modelfile(str(record.path), record.parameters or {}, record.template, record.system),
+        "modelfile": render_modelfile(str(record.path), record.parameters or {}, record.template, record.system,
+                                      record.adapters, record.license),
         "parameters": render_parameters(record.parameters or {}),
         "template": template,
         "system": record.system or "",
@@ -107,14 +108,16 @@ async def create(request):
     if body.get("quantize"):
         raise ApiError(400, "quantize is not supported: create from an already quantized GGUF", param="quantize")
     parameters: dict = {}
-    template = system = None
+    template = system = mf_license = None
     from_ = None
+    adapter_paths: list[str] = []
     if body.get("modelfile") is not None:
         try:
             mf = parse_modelfile(field(body, "modelfile", str))
         except ModelfileError as e:
             raise ApiError(400, f"Modelfile: {e}", param="modelfile") from None
         from_, parameters, template, system = mf.from_, dict(mf.parameters), mf.template, mf.system
+        adapter_paths, mf_license = mf.adapters, mf.license
     if body.get("from") is not None:
         from_ = field(body, "from", str)
     raw_params = field(body, "parameters", dict)
@@ -129,15 +132,16 @@ async def create(request):
         template = field(body, "template", str)
     if body.get("system") is not None:
         system = field(body, "system", str)
-    license = _license(body)
+    license = _license(body) or mf_license
     if body.get("files") or body.get("adapters"):     # uploaded GGUF blobs (POST /api/blobs first)
-        return await model_routes.create_from_files(request, body, name, parameters, template, system, license,
-                                                    stream)
+        return await model_routes.create_from_files(request, body, name, from_, parameters, template, system,
+                                                    license, stream)
     if not from_:
         raise ApiError(400, "'from' (a model name or a GGUF path on this machine) or a 'modelfile' with FROM is "
                             "required", param="from")
     try:
-        record = await store.call("create", name, from_, parameters, template, system, license)
+        adapters = tuple([str(await store.call("add_adapter", p)) for p in adapter_paths])
+        record = await store.call("create", name, from_, parameters, template, system, license, adapters)
     except Exception as e:  # noqa: BLE001 - mapped by type
         raise store_error(e, name) from None
     statuses = [{"status": "reading model metadata"}, {"status": f"using {record.path}"},

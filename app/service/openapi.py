@@ -37,7 +37,7 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
                             _obj({"model": STR, "verbose": BOOL}, ["model"])),
     ("POST", "/api/create"): ("ollama", "Create a model from a model or GGUF path (`from`), uploaded GGUF blobs "
                                         "(`files`) or a Modelfile",
-                              _obj({"model": STR, "from": STR, "modelfile": STR, "files": OBJ, "parameters": OBJ,
+                              _obj({"model": STR, "from": STR, "modelfile": STR, "files": OBJ, "adapters": OBJ, "parameters": OBJ,
                                     "template": STR, "system": STR, "license": {"oneOf": [STR, {"type": "array"}]},
                                     "stream": BOOL}, ["model"])),
     ("POST", "/api/copy"): ("ollama", "Copy a model under a new name",

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from app.discovery.inventory import Inventory, subtract
@@ -194,7 +195,9 @@ class Scheduler:
             async with self._load_lock:
                 if self._closed:
                     raise ApiError(503, "the service is shutting down")
-                model.layout = await self._place(model)
+                # LoRA adapters are the record's, applied by the runner after the load (not planned: small)
+                model.layout = replace(await self._place(model),
+                                       lora_adapters=tuple(getattr(model.record, "adapters", ()) or ()))
                 if model.closing or self._closed:
                     # unloaded (deleted, keep_alive 0, shutdown) while it was being planned: unload() found no
                     # runner to close, so a runner started now would belong to nobody and hold the memory

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 import time
 from contextlib import closing
@@ -22,11 +21,13 @@ from pathlib import Path
 from typing import Callable
 
 from app import paths
+from app.engine.gguf.adapter import read_adapter
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.engine.gguf.split import part_path, sibling_paths
 from app.service.names import InvalidName, normalize_name, sanitize_name
 from app.service.registry.reference import parse_reference
+from app.service.store_blobs import StoreBlobs
 from app.settings import EXTERNAL_SOURCES
 
 __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]
@@ -45,7 +46,8 @@ CREATE TABLE IF NOT EXISTS models (
     template    TEXT,
     system      TEXT,
     origin      TEXT,                       -- where it was imported from
-    license     TEXT                        -- LICENSE text (pulled models, /api/create)
+    license     TEXT,                       -- LICENSE text (pulled models, /api/create)
+    adapters    TEXT NOT NULL DEFAULT '[]'  -- JSON list of LoRA adapter GGUFs (in the store's folder)
 );
 CREATE TABLE IF NOT EXISTS file_hashes (   -- sha256 of files we do not own (built-in, external), by version
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL
@@ -79,6 +81,7 @@ class ModelRecord:
     system: str | None = None
     origin: str | None = None        # import source path, or where an external model was found
     license: str | None = None
+    adapters: tuple[str, ...] = ()   # LoRA adapter GGUFs applied on load
 
     @property
     def model(self) -> str:
@@ -119,7 +122,7 @@ def _copy_and_hash(src: Path, dst: Path, progress: Progress | None, total: int) 
     return h.hexdigest()
 
 
-class ModelStore:
+class ModelStore(StoreBlobs):
     def __init__(self, db_path: str | os.PathLike | None = None, models_dir: str | os.PathLike | None = None,
                  discover_external: bool | tuple[str, ...] = True):
         """`discover_external`: False, True (every other app's folders) or the sources to scan ("ollama", ...)."""
@@ -132,6 +135,8 @@ class ModelStore:
             columns = {row[1] for row in db.execute("PRAGMA table_info(models)")}
             if "license" not in columns:                       # a store made before pulls existed
                 db.execute("ALTER TABLE models ADD COLUMN license TEXT")
+            if "adapters" not in columns:
+                db.execute("ALTER TABLE models ADD COLUMN adapters TEXT NOT NULL DEFAULT '[]'")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.db_path, timeout=30)
@@ -148,7 +153,8 @@ class ModelStore:
         return ModelRecord(name=r["name"], path=r["path"], size=r["size"], sha256=r["sha256"],
                            modified_at=r["modified_at"], source="store", read_only=False,
                            parameters=json.loads(r["parameters"] or "{}"), template=r["template"],
-                           system=r["system"], origin=r["origin"], license=r["license"])
+                           system=r["system"], origin=r["origin"], license=r["license"],
+                           adapters=tuple(json.loads(r["adapters"] or "[]")))
 
     def _builtin_record(self) -> ModelRecord | None:
         p = builtin_model_path()
@@ -315,54 +321,16 @@ class ModelStore:
         else:
             os.replace(tmp, dest)
 
-    # ---- blobs by digest (pulls, /api/blobs, /api/create with files) ----------------------------------------
-    def blob_dir(self) -> Path:
-        return self.models_dir
-
-    def blob_path(self, digest_hex: str, size: int | None = None) -> Path | None:
-        """A file on this machine whose sha256 is `digest_hex`: a stored blob, a model's file in the store, a
-        built-in/external file hashed before, or another app's content-addressed blob (Ollama, HF cache)."""
-        own = self.models_dir / f"sha256-{digest_hex}.gguf"
-        candidates = [own]
-        with closing(self._connect()) as db:
-            candidates += [Path(r["path"]) for r in db.execute(
-                "SELECT path FROM models WHERE sha256 = ? UNION SELECT path FROM file_hashes WHERE sha256 = ?",
-                (digest_hex, digest_hex))]
-        candidates += [Path(r.path) for r in self._external_records() if r.sha256 == digest_hex]
-        for p in candidates:
-            try:
-                if p.is_file() and (size is None or p.stat().st_size == size):
-                    return p
-            except OSError:
-                continue
-        return None
-
-    def adopt_blob(self, src: Path, dest_name: str) -> Path:
-        """Put a file known by its digest under `dest_name` in the store (hard link, else copy), unhashed: the
-        source is content-addressed (see blob_path)."""
-        dest = self.models_dir / dest_name
-        if Path(src).resolve() == dest.resolve():
-            return dest
-        tmp = self.models_dir / f".adopt-{os.getpid()}-{time.monotonic_ns()}.partial"
-        try:
-            try:
-                os.link(src, tmp)
-            except OSError:
-                shutil.copyfile(src, tmp)
-            self._place(tmp, dest, Path(src).stat().st_size)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return dest
-
-    def release_blob(self, path: Path) -> None:
-        """Delete a blob of the store's folder that no model uses (a pull or upload that did not become a model)."""
-        with closing(self._connect()) as db:
-            self._delete_blob_if_unused(db, Path(path))
+    def _check_adapters(self, adapters: tuple[str, ...], architecture: str) -> None:
+        for a in adapters:
+            p = Path(a)
+            if p.resolve().parent != self.models_dir.resolve():
+                raise StoreError(f"adapter {a} is not in the store's folder")
+            read_adapter(p, architecture)
 
     def add_model(self, name: str, path: Path, digest_hex: str | None, parameters: dict | None = None,
                   template: str | None = None, system: str | None = None, license: str | None = None,
-                  origin: str | None = None) -> ModelRecord:
+                  origin: str | None = None, adapters: tuple[str, ...] = ()) -> ModelRecord:
         """Register a GGUF that is already in the store's folder (a pull, an upload): checked, then written in
         one transaction, so a model is either fully there or not at all."""
         key = normalize_name(name)
@@ -371,31 +339,35 @@ class ModelStore:
         if path.resolve().parent != self.models_dir.resolve():
             raise StoreError(f"{path} is not in the store's folder")
         info = read_model_info(path)
+        self._check_adapters(adapters, info.architecture)
         return self._put(key, path, info.file_size, digest_hex, dict(parameters or {}), template, system, origin,
-                         license)
+                         license, adapters)
 
     def _put(self, key: str, blob: Path, size: int, digest: str | None, parameters: dict, template: str | None,
-             system: str | None, origin: str | None, license: str | None = None) -> ModelRecord:
+             system: str | None, origin: str | None, license: str | None = None,
+             adapters: tuple[str, ...] = ()) -> ModelRecord:
         try:
             params_json = json.dumps(parameters, sort_keys=True)
         except (TypeError, ValueError) as e:
             raise StoreError(f"parameters must be JSON values: {e}") from None
         with closing(self._connect()) as db:
             with db:
-                old = db.execute("SELECT path FROM models WHERE name = ?", (key,)).fetchone()
+                old = db.execute("SELECT path, adapters FROM models WHERE name = ?", (key,)).fetchone()
                 db.execute("INSERT OR REPLACE INTO models (name, path, size, sha256, modified_at, parameters, "
-                           "template, system, origin, license) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "template, system, origin, license, adapters) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (key, str(blob), size, digest, time.time(), params_json, template, system, origin,
-                            license))
-            if old and old["path"] != str(blob):
-                self._delete_blob_if_unused(db, Path(old["path"]))
+                            license, json.dumps(list(adapters))))
+            if old:
+                for p in [old["path"], *json.loads(old["adapters"] or "[]")]:
+                    self._delete_blob_if_unused(db, Path(p))
             row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
         return self._row_record(row)
 
     def create(self, name: str, from_name_or_path: str, parameters: dict | None = None, template: str | None = None,
-               system: str | None = None, license: str | None = None) -> ModelRecord:
+               system: str | None = None, license: str | None = None,
+               adapters: tuple[str, ...] = ()) -> ModelRecord:
         """Modelfile-style: a new name from an existing model (FROM name) or a GGUF path, with PARAMETERs,
-        TEMPLATE and SYSTEM layered over the base's."""
+        TEMPLATE and SYSTEM layered over the base's, and LoRA `adapters` (stored GGUFs) added to its own."""
         key = normalize_name(name)
         self._check_writable(key)
         if parameters is not None and not isinstance(parameters, dict):
@@ -411,11 +383,14 @@ class ModelStore:
                 raise ModelNotFound(f"FROM {from_name_or_path!r}: no such model or GGUF file")
             base = self.import_gguf(p, key)
         merged = {**base.parameters, **(parameters or {})}
+        all_adapters = tuple(dict.fromkeys([*base.adapters, *adapters]))
+        if adapters:
+            self._check_adapters(adapters, read_model_info(base.path).architecture)
         return self._put(key, Path(base.path), base.size, base.sha256, merged,
                          template if template is not None else base.template,
                          system if system is not None else base.system,
                          base.origin if base.source == "store" else f"{base.source}: {base.name}",
-                         license if license is not None else base.license)
+                         license if license is not None else base.license, all_adapters)
 
     def copy(self, src: str, dst: str) -> ModelRecord:
         rec = self.get(src)
@@ -426,7 +401,7 @@ class ModelStore:
         Path(rec.path).stat()                                  # the file must still be there
         origin = rec.origin if rec.source == "store" else f"{rec.source}: {rec.name}"
         return self._put(key, Path(rec.path), rec.size, rec.sha256, dict(rec.parameters), rec.template,
-                         rec.system, origin, rec.license)
+                         rec.system, origin, rec.license, rec.adapters)
 
     def remove(self, name: str) -> ModelRecord:
         key = self.lookup_key(name)
@@ -439,7 +414,8 @@ class ModelStore:
                                     "remove it with the app that owns it")
             with db:
                 db.execute("DELETE FROM models WHERE name = ?", (key,))
-            self._delete_blob_if_unused(db, Path(row["path"]))
+            for p in [row["path"], *json.loads(row["adapters"] or "[]")]:
+                self._delete_blob_if_unused(db, Path(p))
         return self._row_record(row)
 
     def _delete_blob_if_unused(self, db, path: Path) -> None:
@@ -450,7 +426,8 @@ class ModelStore:
             return
         if not inside or not path.name.startswith("sha256-"):
             return
-        if db.execute("SELECT 1 FROM models WHERE path = ? LIMIT 1", (str(path),)).fetchone():
+        if db.execute("SELECT 1 FROM models WHERE path = ? OR instr(adapters, ?) > 0 LIMIT 1",
+                      (str(path), json.dumps(str(path)))).fetchone():
             return
         for part in sibling_paths(str(path)) or [str(path)]:     # a split model goes with all of its parts
             Path(part).unlink(missing_ok=True)

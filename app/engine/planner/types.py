@@ -79,6 +79,7 @@ class Layout:
     fits: bool
     reasons: tuple[str, ...] = field(default_factory=tuple)      # why each decision was made
     suggestions: tuple[str, ...] = field(default_factory=tuple)  # when it does not fit: what would
+    lora_adapters: tuple[str, ...] = ()      # LoRA adapter GGUFs the runner applies (scale 1) after loading
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -7,6 +7,7 @@ this process only; the parent sees the pipe close (docs/architecture.md, "Proces
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sys
@@ -81,6 +82,7 @@ def load(layout, n_threads, send):
         if not ctx:
             L.llama_model_free(model)
             raise RuntimeError(_load_error(lines, "llama.cpp could not create the context (not enough memory?)"))
+        _apply_lora(model, ctx, layout.lora_adapters, lines)
         _warm_up(model, ctx)
     device_ids = [d.device_id for d in layout.devices]
     actual = alloc_report.parse_buffer_lines(lines, device_ids)
@@ -88,6 +90,27 @@ def load(layout, n_threads, send):
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
                       n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0)
     return model, ctx, loaded
+
+
+def _apply_lora(model, ctx, paths, lines) -> None:
+    """The model's LoRA adapters (Modelfile ADAPTER / /api/create `adapters`), each at scale 1 as Ollama applies
+    them. llama.cpp frees them with the model."""
+    if not paths:
+        return
+    adapters = []
+    for p in paths:
+        a = L.llama_adapter_lora_init(model, str(p).encode())
+        if not a:
+            L.llama_free(ctx)
+            L.llama_model_free(model)
+            raise RuntimeError(_load_error(lines, f"llama.cpp could not load the LoRA adapter {p}"))
+        adapters.append(a)
+    arr = (L.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
+    scales = (ctypes.c_float * len(adapters))(*([1.0] * len(adapters)))
+    if L.llama_set_adapters_lora(ctx, arr, len(adapters), scales) != 0:
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+        raise RuntimeError(_load_error(lines, "llama.cpp could not apply the LoRA adapters"))
 
 
 def _warm_up(model, ctx) -> None:

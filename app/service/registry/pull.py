@@ -28,8 +28,8 @@ from app.service.modelfile import ModelfileError, parse_param_value
 
 from . import hf
 from .download import Downloader, RegistryError, Source
-from .ollama import (MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROMPT, MEDIA_SYSTEM, MEDIA_TEMPLATE,
-                     SMALL_MEDIA, RegistryClient)
+from .ollama import (MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROMPT, MEDIA_SYSTEM,
+                     MEDIA_TEMPLATE, SMALL_MEDIA, RegistryClient)
 from .reference import Reference
 
 log = logging.getLogger("strata.pull")
@@ -61,6 +61,7 @@ class ModelFile:
     source: Source
     dest_name: str | None              # None: known only once hashed (a Hub file stored in git, not LFS)
     local: Path | None = None          # already on this machine (a store blob, another app's blob, the HF cache)
+    adapter: bool = False              # a LoRA adapter layer, not (a part of) the model
 
 
 @dataclass
@@ -112,10 +113,12 @@ class Puller:
             await emit(progress_line("verifying sha256 digest"))
             paths = [await self._finish(f, dl) for f in plan.files]
             await emit(progress_line("writing manifest"))
+            lora = tuple(str(p) for f, p in zip(plan.files, paths) if f.adapter)
+            model = next(p for f, p in zip(plan.files, paths) if not f.adapter)
             try:
-                record = await self.store.call("add_model", name, paths[0], _hex_of(paths[0]),
+                record = await self.store.call("add_model", name, model, _hex_of(model),
                                                meta.get("parameters"), meta.get("template"), meta.get("system"),
-                                               meta.get("license"), plan.origin)
+                                               meta.get("license"), plan.origin, lora)
             except GGUFError as e:       # verified bytes, but not a model Strata can run: do not keep them
                 for f, p in zip(plan.files, paths):
                     if f.local is None:
@@ -144,9 +147,13 @@ class Puller:
                 f = ModelFile(client.blob_source(layer), names[models.index(layer)])
                 plan.files.append(f)
                 plan.steps.append(("model", f))
+            elif layer.media_type == MEDIA_ADAPTER:
+                f = ModelFile(client.blob_source(layer), f"sha256-{layer.hex}.gguf", adapter=True)
+                plan.files.append(f)
+                plan.steps.append(("model", f))
             elif layer.media_type in SMALL_MEDIA:
                 plan.steps.append(("small", layer))
-            else:                  # projector (vision), adapter, tensor layers: not used by Strata (see README)
+            else:                  # projector (vision), tensor layers: not used by Strata (see README)
                 log.info("%s: skipping layer %s (%s)", ref.display(), layer.digest[:19], layer.media_type)
         return plan
 
@@ -166,11 +173,12 @@ class Puller:
 
     async def _find_local(self, plan: Plan) -> None:
         """Blobs this machine already has (same digest): in the store, imported, or another app's."""
-        split = len(plan.files) > 1          # parts are stored under split names, not their own digests
+        # a split model's parts are stored under split names, not their own digests
+        split = sum(not f.adapter for f in plan.files) > 1
         for f in plan.files:
             if f.dest_name is None:
                 continue
-            if f.local is None and not split:
+            if f.local is None and not (split and not f.adapter):
                 f.local = await self.store.call("blob_path", f.source.hex, f.source.size)
             if f.local is None:
                 dest = Path(await self.store.call("blob_dir")) / f.dest_name
