@@ -113,7 +113,7 @@ def test_stop_cancels_the_request(qtbot, desk, service):
     call = chat.call
     cancelled = []
     call.cancelled.connect(lambda: cancelled.append(True))
-    qtbot.waitUntil(lambda: len(chat._reply_parts) >= 3, timeout=WAIT)
+    qtbot.waitUntil(lambda: len(chat.pending.parts if chat.pending else []) >= 3, timeout=WAIT)
     assert chat.stop_button.isEnabled()
     qtbot.mouseClick(chat.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
@@ -142,7 +142,7 @@ def test_switching_or_deleting_a_chat_while_it_streams(qtbot, desk):
     chat.extra_options = {"num_predict": 4000}
     chat.send("Tell me a long story about the sea.")
     first = chat.conversation.id
-    qtbot.waitUntil(lambda: len(chat._reply_parts) >= 2, timeout=WAIT)
+    qtbot.waitUntil(lambda: len(chat.pending.parts if chat.pending else []) >= 2, timeout=WAIT)
     second = chat.new_chat()                 # stops the stream; the partial reply goes to the first chat
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
     assert chat.conversation.id == second.id and chat.transcript.messages == []
@@ -151,7 +151,7 @@ def test_switching_or_deleting_a_chat_while_it_streams(qtbot, desk):
     assert desk.history.messages(second.id) == []
     # deleting the chat that is streaming: the stream stops, nothing is saved anywhere, no error
     chat.send("Another long story, please.")
-    qtbot.waitUntil(lambda: len(chat._reply_parts) >= 2, timeout=WAIT)
+    qtbot.waitUntil(lambda: len(chat.pending.parts if chat.pending else []) >= 2, timeout=WAIT)
     chat.delete_conversation(second.id)
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
     assert [c.id for c in desk.history.conversations()] == [first]
@@ -368,7 +368,7 @@ def test_quitting_while_a_reply_streams_keeps_what_arrived(qtbot, service, strat
     d.chat.num_ctx.setValue(2048)
     d.chat.extra_options = {"num_predict": 4000}
     d.chat.send("Tell me a long story about mountains.")
-    qtbot.waitUntil(lambda: len(d.chat._reply_parts) >= 2, timeout=WAIT)
+    qtbot.waitUntil(lambda: len(d.chat.pending.parts if d.chat.pending else []) >= 2, timeout=WAIT)
     d.shutdown()
     qtbot.wait(200)            # late deliveries from the closed bridge must not touch the closed database
     h = ChatHistory()

@@ -62,24 +62,6 @@ class FirstRunHint(QFrame):
         self.setVisible(False)
 
 
-def chat_stats(final: dict, ttft_ms: float | None, n_chunks: int, elapsed_s: float) -> dict:
-    """Stats under a reply from the final NDJSON object (Ollama's eval_count/eval_duration in ns), falling back
-    to what the client counted when the server sent no totals (a stopped stream)."""
-    tokens = int(final.get("eval_count") or n_chunks)
-    dur_ns = final.get("eval_duration")
-    if dur_ns:
-        tok_s = tokens / (dur_ns / 1e9)
-    elif ttft_ms is not None and elapsed_s > ttft_ms / 1000:
-        tok_s = max(0, tokens - 1) / (elapsed_s - ttft_ms / 1000)
-    else:
-        tok_s = 0.0
-    out = {"tokens": tokens, "tok_s": round(tok_s, 1), "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1)}
-    for k in ("prompt_eval_count", "load_duration", "done_reason"):
-        if k in final:
-            out[k] = final[k]
-    return out
-
-
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
 
 

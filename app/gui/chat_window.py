@@ -5,8 +5,6 @@ re-renders at most every 50 ms. Chats and their settings live in SQLite (`ChatHi
 """
 from __future__ import annotations
 
-import time
-
 from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
@@ -15,9 +13,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.bridge import Call
-from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, chat_stats, format_stats
+from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, format_stats
 from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
 from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
+from app.gui.reply import PendingReply
 from app.gui.state import ServiceState
 
 TOP_LOGPROBS = 5
@@ -38,7 +37,7 @@ class ChatWindow(QMainWindow):
         self.history = history
         self.conversation: Conversation | None = None
         self.call: Call | None = None
-        self._reply = None
+        self.pending: PendingReply | None = None     # the reply streaming now
         self.extra_options: dict = {}     # more Ollama options for every request (num_predict, seed...)
         self.dialog = None                # the question or prompt open over this window, if any
         self.setWindowTitle("Strata — Chat")
@@ -399,15 +398,7 @@ class ChatWindow(QMainWindow):
                              "one) and pick it above.")
             return
         body = self.request_body()
-        self._reply = self.transcript.add("assistant", "")
-        self._reply_conv = self.conversation.id
-        self._reply_model = model
-        self._reply_parts: list[str] = []
-        self._reply_logprobs: list[dict] = []
-        self._reply_final: dict = {}
-        self._reply_chunks = 0
-        self._t0 = time.monotonic()
-        self._ttft_ms = None
+        self.pending = PendingReply(self.conversation.id, model, self.transcript.add("assistant", ""))
         self.call = self.bridge.stream(lambda c: c.chat_stream(body))
         self.call.item.connect(self._on_chunk)
         self.call.finished.connect(lambda _r: self._end_reply(stopped=False))
@@ -416,60 +407,45 @@ class ChatWindow(QMainWindow):
         self._update_buttons()
 
     def _on_chunk(self, obj: dict) -> None:
-        if self._reply is None:
-            return
-        piece = (obj.get("message") or {}).get("content") or obj.get("response") or ""
-        if piece:
-            if self._ttft_ms is None:
-                self._ttft_ms = (time.monotonic() - self._t0) * 1000
-            self._reply_parts.append(piece)
-            self._reply_chunks += 1
-            if self._reply in self.transcript.messages:   # not when the user has switched to another chat
-                self.transcript.stream_text(self._reply, "".join(self._reply_parts))
-        if obj.get("logprobs"):
-            self._reply_logprobs.extend(obj["logprobs"])
-        if obj.get("done"):
-            self._reply_final = obj
+        p = self.pending
+        if p is not None and p.add(obj) and p.widget in self.transcript.messages:   # (not after a chat switch)
+            self.transcript.stream_text(p.widget, p.text)
 
     def _end_reply(self, stopped: bool) -> None:
-        reply, self._reply = self._reply, None
+        pending, self.pending = self.pending, None
         self.call = None
-        if reply is not None:
-            self._save_reply(reply, stopped)
+        if pending is not None:
+            self._save_reply(pending, stopped)
         self._update_buttons()
 
-    def _save_reply(self, reply, stopped: bool) -> None:
+    def _save_reply(self, p: PendingReply, stopped: bool) -> None:
         """Save what arrived to the chat it belongs to. The user may have switched chats meanwhile (the widget
         is gone: save only) or deleted that chat (nothing to save to)."""
-        shown = reply in self.transcript.messages
+        shown = p.widget in self.transcript.messages
         if shown:
             self.transcript.flush()
-        text = "".join(self._reply_parts)
-        stats = chat_stats(self._reply_final, self._ttft_ms, self._reply_chunks, time.monotonic() - self._t0)
-        stats["model"] = self._reply_model
-        if stopped:
-            stats["stopped"] = True
-        if not text:
+        stats = p.stats(stopped)
+        if not p.text:
             if shown:
-                self.transcript.remove(reply)    # nothing arrived: no empty bubble
+                self.transcript.remove(p.widget)    # nothing arrived: no empty bubble
             return
         try:
-            self.history.get(self._reply_conv)
+            self.history.get(p.conversation_id)
         except KeyError:
             return
-        msg = self.history.add_message(self._reply_conv, "assistant", text, stats, self._reply_logprobs)
+        msg = self.history.add_message(p.conversation_id, "assistant", p.text, stats, p.logprobs)
         if shown:
-            reply.message_id = msg.id
-            reply.set_content(text)
-            reply.set_logprobs(self._reply_logprobs)
-            reply.set_stats(stats)
+            p.widget.message_id = msg.id
+            p.widget.set_content(p.text)
+            p.widget.set_logprobs(p.logprobs)
+            p.widget.set_stats(stats)
         self.statusBar().showMessage(format_stats(stats), 8000)
 
     def _on_failed(self, error: str) -> None:
-        reply, self._reply = self._reply, None
+        pending, self.pending = self.pending, None
         self.call = None
-        if reply is not None:
-            self._save_reply(reply, stopped=True)   # keep whatever arrived before the error
+        if pending is not None:
+            self._save_reply(pending, stopped=True)   # keep whatever arrived before the error
         self._show_error(error)
         self._update_buttons()
 

@@ -1,0 +1,60 @@
+"""A reply while it streams (plain data, no Qt): the pieces of text and logprobs that arrived from /api/chat's
+NDJSON, the final object's totals, and the stats shown under the reply when it ends."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+def chat_stats(final: dict, ttft_ms: float | None, n_chunks: int, elapsed_s: float) -> dict:
+    """Stats under a reply from the final NDJSON object (Ollama's eval_count/eval_duration in ns), falling back
+    to what the client counted when the server sent no totals (a stopped stream)."""
+    tokens = int(final.get("eval_count") or n_chunks)
+    dur_ns = final.get("eval_duration")
+    if dur_ns:
+        tok_s = tokens / (dur_ns / 1e9)
+    elif ttft_ms is not None and elapsed_s > ttft_ms / 1000:
+        tok_s = max(0, tokens - 1) / (elapsed_s - ttft_ms / 1000)
+    else:
+        tok_s = 0.0
+    out = {"tokens": tokens, "tok_s": round(tok_s, 1), "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1)}
+    for k in ("prompt_eval_count", "load_duration", "done_reason"):
+        if k in final:
+            out[k] = final[k]
+    return out
+
+
+@dataclass
+class PendingReply:
+    conversation_id: int           # the chat it belongs to (the user may switch chats while it streams)
+    model: str
+    widget: object                 # its MessageWidget in the transcript
+    parts: list[str] = field(default_factory=list)
+    logprobs: list[dict] = field(default_factory=list)
+    final: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+    ttft_ms: float | None = None
+
+    def add(self, obj: dict) -> bool:
+        """Take one NDJSON object; True when the text grew."""
+        piece = (obj.get("message") or {}).get("content") or obj.get("response") or ""
+        if piece:
+            if self.ttft_ms is None:
+                self.ttft_ms = (time.monotonic() - self.t0) * 1000
+            self.parts.append(piece)
+        if obj.get("logprobs"):
+            self.logprobs.extend(obj["logprobs"])
+        if obj.get("done"):
+            self.final = obj
+        return bool(piece)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def stats(self, stopped: bool) -> dict:
+        stats = chat_stats(self.final, self.ttft_ms, len(self.parts), time.monotonic() - self.t0)
+        stats["model"] = self.model
+        if stopped:
+            stats["stopped"] = True
+        return stats
