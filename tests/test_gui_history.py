@@ -95,7 +95,7 @@ def test_parse_sse_events_and_comments():
 
 
 def test_chat_stats_from_the_final_object():
-    from app.gui.chat_window import chat_stats
+    from app.gui.reply import chat_stats
 
     s = chat_stats({"eval_count": 50, "eval_duration": 500_000_000, "done_reason": "stop"}, 120.0, 49, 1.0)
     assert s == {"tokens": 50, "tok_s": 100.0, "ttft_ms": 120.0, "done_reason": "stop"}
