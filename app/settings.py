@@ -51,9 +51,9 @@ SETTINGS: tuple[Setting, ...] = (
             "how long an idle model stays loaded: 5m, 1h, 0 (unload at once), -1 (forever)"),
     Setting("num_threads", "STRATA_NUM_THREADS", int, 0, "CPU threads", "llama.cpp threads per model; 0 = all "
             "cores but one"),
-    Setting("prompt_cache_mib", "STRATA_PROMPT_CACHE_MIB", int, 0, "Prompt cache (MiB)",
-            "host RAM kept for evicted prompt prefixes, so a returning conversation skips its prompt; "
-            "0 = the engine's default"),
+    Setting("prompt_cache_mib", "STRATA_PROMPT_CACHE_MIB", int, -1, "Prompt cache (MiB)",
+            "host RAM per model kept for conversations that lost their slot, so a returning conversation skips "
+            "its prompt; 0 = off, -1 = automatic (10% of the available RAM, at most 4 GiB)", minimum=-1),
     Setting("gpu_margin_mib", "STRATA_GPU_MARGIN_MIB", int, 512, "GPU margin (MiB)",
             "memory the planner leaves free on each device for other programs"),
     Setting("external_sources", "STRATA_EXTERNAL_MODELS", list, list(EXTERNAL_SOURCES), "Other apps' folders",

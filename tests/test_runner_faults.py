@@ -293,3 +293,53 @@ def test_delete_while_planning_leaves_no_runner_behind(server):
             pytest.skip("the runner had already started when the model was deleted (fast machine)")
         assert "short-lived:latest" not in [m["name"] for m in c.get("/api/ps").json()["models"]]
         _wait(lambda: _runner_children() == before, "no runner left behind for the deleted model", timeout=30)
+
+
+def test_a_stopped_runner_is_killed_by_the_watchdog(tmp_path):
+    """A runner that stops making progress (SIGSTOP here; a driver can hang the same way): while requests wait
+    and no decode step completes within the watchdog limit, the service kills it, every waiting request gets a
+    5xx naming the model and the reason, and the next request loads the model again."""
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", runner_watchdog_s=3)
+    svc = ServiceThread(cfg, store_factory=_store_factory(tmp_path)).start()
+    try:
+        with httpx.Client(base_url=svc.url, timeout=DEADLINE) as c:
+            pid = _loaded_pid(c)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                results: dict = {}
+
+                def call(key, path, body):
+                    try:
+                        results[key] = httpx.post(svc.url + path, json=body, timeout=DEADLINE)
+                    except Exception as e:  # noqa: BLE001 - recorded for the assertions
+                        results[key] = e
+
+                calls = [("ollama", "/api/generate", {"model": MODEL, "prompt": "Hi", "stream": False}),
+                         ("openai", "/v1/chat/completions", {"model": MODEL, "max_tokens": 4,
+                                                             "messages": [{"role": "user", "content": "Hi"}]})]
+                threads = [threading.Thread(target=call, args=a, daemon=True) for a in calls]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(DEADLINE)
+                    assert not t.is_alive(), "a request to a stopped runner is still waiting"
+            finally:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            r = results["ollama"]
+            assert isinstance(r, httpx.Response) and r.status_code == 500, r
+            err = r.json()["error"]
+            assert MODEL in err and "no decode step completed in 3 s" in err and "loads" in err, err
+            r = results["openai"]
+            assert isinstance(r, httpx.Response) and r.status_code == 500, r
+            assert "no decode step completed" in r.json()["error"]["message"], r.text
+            with pytest.raises(ProcessLookupError):
+                _wait(lambda: os.kill(pid, 0) and False, "the stopped runner was killed", timeout=30)
+            r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
+                                              "options": {"num_predict": 2}})
+            assert r.status_code == 200, r.text
+            assert _entry(c)["strata"]["pid"] not in (None, pid)
+    finally:
+        svc.stop()

@@ -10,13 +10,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import os
 import signal
 import threading
+import time
 from typing import AsyncIterator, Callable
 
+from app.discovery.host import host_memory
 from app.engine import protocol as P
 from app.engine.planner.types import Layout
 from app.ggml import rpc
+
+DEFAULT_WATCHDOG_SECONDS = 300.0    # generous: one step of a big model on a slow CPU can take tens of seconds
+PROMPT_CACHE_SHARE = 0.10           # default prompt cache: this share of the host's available RAM ...
+PROMPT_CACHE_MAX = 4 << 30          # ... at most this much per loaded model
 
 
 class RunnerError(RuntimeError):
@@ -45,6 +52,30 @@ def describe_exit(code: int | None) -> str:
 _ids = itertools.count(1)
 
 
+def default_prompt_cache_bytes() -> int:
+    """STRATA_PROMPT_CACHE_MIB (0 = off), else a modest share of the RAM available now."""
+    raw = os.environ.get("STRATA_PROMPT_CACHE_MIB", "").strip()
+    if raw:
+        try:
+            return max(0, int(raw)) << 20
+        except ValueError:
+            pass
+    try:
+        _, available = host_memory()
+    except OSError:
+        return 0
+    return int(min(PROMPT_CACHE_MAX, available * PROMPT_CACHE_SHARE))
+
+
+def default_watchdog_seconds() -> float:
+    """STRATA_RUNNER_WATCHDOG (seconds, 0 = off), else DEFAULT_WATCHDOG_SECONDS."""
+    raw = os.environ.get("STRATA_RUNNER_WATCHDOG", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_WATCHDOG_SECONDS
+    except ValueError:
+        return DEFAULT_WATCHDOG_SECONDS
+
+
 def _runner_process(*args) -> None:
     """The runner child's target (pickled by name for the 'spawn' start). The import is here, not at the top:
     app/engine/runner/ (llama.cpp, the batcher) is loaded only in the runner child, never in the service
@@ -55,11 +86,20 @@ def _runner_process(*args) -> None:
 
 
 class RunnerClient:
-    def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None):
+    def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None,
+                 prompt_cache_bytes: int | None = None, watchdog_seconds: float | None = None):
         self.layout = layout
         self.n_threads = n_threads
         self.model_name = model_name
         self.log_dir = str(log_dir) if log_dir else None
+        # host RAM the runner may keep sequence states in (the prompt cache); accounted as its own memory kind
+        self.prompt_cache_bytes = default_prompt_cache_bytes() if prompt_cache_bytes is None else prompt_cache_bytes
+        self.watchdog_seconds = default_watchdog_seconds() if watchdog_seconds is None else watchdog_seconds
+        self._last_progress = time.monotonic()
+        self._stalled: str | None = None
+        self._watchdog_task: asyncio.Task | None = None
+        self.prompt_cache_used = 0          # bytes the runner's host-RAM prompt cache holds now
+        self.prompt_cache_entries = 0
         self.alive = False
         self.pid: int | None = None
         self.loaded: P.Loaded | None = None
@@ -88,7 +128,8 @@ class RunnerClient:
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
         self._proc = mp.Process(target=_runner_process, name=f"strata-runner-{self.model_name or 'model'}",
-                                args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir),
+                                args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir,
+                                      self.prompt_cache_bytes),
                                 daemon=True)
         await self._loop.run_in_executor(None, self._proc.start)
         child.close()
@@ -97,10 +138,13 @@ class RunnerClient:
         self.alive = True
         threading.Thread(target=self._read_loop, name=f"strata-runner-reader-{self.pid}", daemon=True).start()
         try:
-            return await self._load_fut
+            loaded = await self._load_fut
         except BaseException:
             await self.close()
             raise
+        if self.watchdog_seconds > 0:
+            self._watchdog_task = self._loop.create_task(self._watchdog())
+        return loaded
 
     async def close(self) -> None:
         """End the process (all its memory comes back). Idempotent."""
@@ -142,6 +186,7 @@ class RunnerClient:
         if req.id in self._streams:
             raise RequestError(f"request id {req.id!r} is already in flight")
         q: asyncio.Queue = asyncio.Queue()
+        self._work_starts()
         self._streams[req.id] = q
         self.in_flight += 1
         finished = False
@@ -195,6 +240,7 @@ class RunnerClient:
         if not self.alive:
             raise RunnerError("the runner is not running")
         fut = asyncio.get_running_loop().create_future()
+        self._work_starts()
         self._futures[rid] = fut
         self.in_flight += 1
         try:
@@ -203,6 +249,30 @@ class RunnerClient:
         finally:
             self._futures.pop(rid, None)
             self.in_flight -= 1
+
+    def _work_starts(self) -> None:
+        if not self._streams and not self._futures:
+            self._last_progress = time.monotonic()     # the watchdog measures from when work is pending
+
+    async def _watchdog(self) -> None:
+        """While work is pending and no decode step completes for `watchdog_seconds`, kill the runner: every
+        waiting request then fails with a message naming the model and why (`_on_exit`), and the scheduler's
+        exit callback lets the next request load the model again. A stopped (SIGSTOP) or hung runner, or a
+        driver stuck in a kernel, would otherwise keep every request to this model waiting forever."""
+        limit = self.watchdog_seconds
+        period = max(0.05, min(1.0, limit / 4))
+        while self.alive and not self._closing:
+            await asyncio.sleep(period)
+            if not (self._streams or self._futures) or time.monotonic() - self._last_progress <= limit:
+                continue
+            if not self.alive or self._closing:
+                return
+            self._stalled = f"no decode step completed in {limit:g} s while requests were waiting"
+            try:
+                self._proc.kill()
+            except (OSError, ValueError):
+                pass
+            return
 
     def _send(self, msg) -> None:
         try:
@@ -252,6 +322,13 @@ class RunnerClient:
     def _dispatch(self, burst):
         for msg in burst:
             rid = getattr(msg, "id", None)
+            if isinstance(msg, (P.StepsDone, P.TokenEvent, P.DoneEvent, P.ErrorEvent, P.EmbedResult)):
+                self._last_progress = time.monotonic()
+                if isinstance(msg, P.StepsDone):
+                    continue
+            if isinstance(msg, P.PromptCacheState):
+                self.prompt_cache_used, self.prompt_cache_entries = msg.bytes, msg.entries
+                continue
             if isinstance(msg, (P.TokenEvent, P.DoneEvent)) or (isinstance(msg, P.ErrorEvent) and rid in self._streams):
                 q = self._streams.get(rid)
                 if q is not None:
@@ -285,7 +362,10 @@ class RunnerClient:
         name = self.model_name or self.layout.model_path
         lost = (f": {self._worker_down}; layers of this model were on it"
                 if self._worker_down else "")
-        if self._closing:
+        if self._stalled:
+            err = RunnerError(f"the runner for {name} stopped making progress ({self._stalled}); it was killed, "
+                              f"and the next request loads {name} again")
+        elif self._closing:
             err = RunnerError(f"the runner for {name} was closed")
         else:
             err = RunnerError(f"the runner process for {name} ended unexpectedly ({describe_exit(code)})" + lost)
@@ -298,6 +378,8 @@ class RunnerClient:
             if not fut.done():
                 fut.set_exception(err)
         self._exited.set()
+        if self._watchdog_task is not None:
+            self._watchdog_task.cancel()
         for cb in list(self._exit_cbs):
             try:
                 cb(code)

@@ -2,7 +2,7 @@
 
 Plain dataclasses sent over a multiprocessing Connection. Parent -> runner: GenerateRequest, EmbedRequest,
 Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, TokenEvent, DoneEvent, ErrorEvent,
-EmbedResult, Stats, TokenizeResult.
+EmbedResult, Stats, TokenizeResult, StepsDone, PromptCacheState.
 """
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ class GenerateRequest:
     parallel_tool_calls: bool = True
     template_kwargs: dict = field(default_factory=dict)   # enable_thinking, reasoning_effort
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
+    context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
+    cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)
 
 
 @dataclass
@@ -133,6 +135,7 @@ class DoneEvent:
     generation_seconds: float
     context_tokens: list[int] | None = None
     stop_string: str | None = None          # the stop string that ended it (reason "stop")
+    cached_tokens: int = 0                  # of prompt_tokens, how many were found in the prompt cache
 
 
 @dataclass
@@ -158,3 +161,21 @@ class Stats:
     decode_fraction: float                  # share of wall time inside llama_decode (recent window)
     id: str = ""                            # echoes StatsRequest.id
     steps: int = 0                          # decode steps since load
+    prompt_cache_bytes: int = 0             # host RAM held by the prompt cache
+    prompt_cache_limit: int = 0             # its bound (0 = off)
+    prompt_cache_entries: int = 0
+    cache_hit_tokens: int = 0               # prompt tokens taken from the cache instead of decoded, since load
+
+
+@dataclass
+class PromptCacheState:
+    """Sent by the runner when its host-RAM prompt cache changes size (the service shows and budgets it)."""
+    bytes: int
+    entries: int
+    limit: int
+
+
+@dataclass
+class StepsDone:
+    """Sent by the runner at most once a second while decode steps complete: the parent's watchdog."""
+    steps: int

@@ -56,7 +56,10 @@ def live(config: ServiceConfig, store) -> Collaborators:
         return await asyncio.to_thread(plan_layout, info, inventory, options)
 
     def new_runner(layout: Layout, name: str) -> RunnerClient:
-        return RunnerClient(layout, model_name=name)       # threads: layout.options.n_threads
+        cache_mib = config.prompt_cache_mib                 # -1: the engine's default share of available RAM
+        return RunnerClient(layout, model_name=name,       # threads: layout.options.n_threads
+                            prompt_cache_bytes=None if cache_mib < 0 else cache_mib << 20,
+                            watchdog_seconds=config.runner_watchdog_s)
 
     async def digest(record):
         return await with_digest(store, record)

@@ -14,7 +14,10 @@ Environment variables (all optional):
   STRATA_DEVICES       path of a simulated inventory JSON (what-if planning, tests)
   STRATA_NUM_THREADS   llama.cpp threads per runner (default: cores - 1, at least 1)
   STRATA_MAX_BODY      request body limit in bytes (default 32 MiB)
-  STRATA_PROMPT_CACHE_MIB  host RAM for evicted prompt prefixes (0 = the engine's default)
+  STRATA_PROMPT_CACHE_MIB  host RAM per loaded model for saved conversation states (prompt cache):
+                       -1 (default) = 10% of the RAM available at load, at most 4 GiB; 0 = off
+  STRATA_RUNNER_WATCHDOG   seconds without a completed decode step, while requests wait, before a runner
+                       is killed and its requests fail (default 300; 0 = off; loading has its own progress)
   STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
   STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
 """
@@ -113,9 +116,10 @@ class ServiceConfig:
     max_body: int = 32 * 1024 * 1024
     retry_after_s: int = 2                     # the Retry-After sent with a 503 for a full queue
     load_timeout_s: float = 600.0
-    prompt_cache_mib: int = 0                  # 0 = the engine's default
+    prompt_cache_mib: int = -1                 # -1 = the engine's default share of available RAM; 0 = off
     gpu_margin_mib: int = 512
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
+    runner_watchdog_s: float = 300.0           # 0 = off
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceConfig":
@@ -135,9 +139,10 @@ class ServiceConfig:
             devices_json=env.get("STRATA_DEVICES") or None,
             n_threads=_int_env("STRATA_NUM_THREADS", default_threads(), minimum=1, env=env),
             max_body=_int_env("STRATA_MAX_BODY", 32 * 1024 * 1024, minimum=1024, env=env),
-            prompt_cache_mib=_int_env("STRATA_PROMPT_CACHE_MIB", 0, env=env),
+            prompt_cache_mib=_int_env("STRATA_PROMPT_CACHE_MIB", -1, minimum=-1, env=env),
             gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
+            runner_watchdog_s=float(_int_env("STRATA_RUNNER_WATCHDOG", 300, env=env)),
         )
         return replace(cfg, **overrides) if overrides else cfg
 

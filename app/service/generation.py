@@ -83,7 +83,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
     runner_request = protocol.GenerateRequest(
         id=new_id(), prompt=prompt, messages=messages, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
-        logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos)
+        logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context)
     return Job(req, record.name, ro, runner_request)
 
 
@@ -123,9 +123,10 @@ class Generation:
             return TextDelta(ev.text, tuple(ev.logprobs or ()))
         if isinstance(ev, protocol.DoneEvent):
             self._metrics.count_tokens(self.lease.model.name, ev.prompt_tokens, ev.completion_tokens,
-                                       ev.generation_seconds)
+                                       ev.generation_seconds, ev.cached_tokens)
             return Finished(ev.reason, ev.prompt_tokens, ev.completion_tokens, ev.prompt_seconds,
-                            ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None)
+                            ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None,
+                            ev.cached_tokens)
         if isinstance(ev, protocol.ErrorEvent):
             status = 400 if ev.kind == "invalid" else 500
             raise ApiError(status, f"model {self.job.model!r}: {ev.message}")

@@ -86,4 +86,11 @@ class LoadedModel:
             "queued": max(0, self.queued),
             "keep_alive": self.keep_alive,
             "pid": getattr(self.client, "pid", None),
+            "prompt_cache": self.prompt_cache(),
         }
+
+    def prompt_cache(self) -> dict:
+        """The runner's host-RAM prompt cache: its own memory kind, on the host (CPU), apart from `predicted`."""
+        c = self.client
+        return {"bytes": getattr(c, "prompt_cache_used", 0), "limit": getattr(c, "prompt_cache_bytes", 0),
+                "entries": getattr(c, "prompt_cache_entries", 0)}

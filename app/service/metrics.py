@@ -23,12 +23,15 @@ class Metrics:
         self.rejected: dict[str, int] = defaultdict(int)                      # model -> 503s for a full queue
         self.loads: dict[tuple[str, str], int] = defaultdict(int)             # (model, "ok"|"failed") -> n
         self.last_tok_s: dict[str, float] = {}                                # model -> tok/s of the last request
+        self.cached_tokens: dict[str, int] = defaultdict(int)                 # model -> prompt tokens from cache
 
     def count_request(self, route: str, method: str, status: int) -> None:
         self.requests[(route, method, status)] += 1
 
-    def count_tokens(self, model: str, prompt: int, completion: int, gen_seconds: float) -> None:
+    def count_tokens(self, model: str, prompt: int, completion: int, gen_seconds: float, cached: int = 0) -> None:
         self.tokens[(model, "prompt")] += prompt
+        if cached:
+            self.cached_tokens[model] += cached
         self.tokens[(model, "completion")] += completion
         self.gen_seconds[model] += gen_seconds
         if gen_seconds > 0 and completion > 0:
@@ -52,6 +55,9 @@ class Metrics:
                [({"model": m}, float(s)) for m, s in sorted(self.gen_seconds.items())])
         family("strata_tokens_per_second", "gauge", "Completion tokens per second of the last finished request.",
                [({"model": m}, float(v)) for m, v in sorted(self.last_tok_s.items())])
+        family("strata_prompt_cache_hit_tokens_total", "counter",
+               "Prompt tokens taken from the prompt cache instead of decoded (part of the prompt tokens).",
+               [({"model": m}, n) for m, n in sorted(self.cached_tokens.items())])
         family("strata_queue_rejected_total", "counter", "Requests refused with 503 because the model's queue was full.",
                [({"model": m}, n) for m, n in sorted(self.rejected.items())])
         family("strata_model_loads_total", "counter", "Model loads, by result.",
@@ -70,6 +76,10 @@ class Metrics:
                 for dev, b in m.predicted.items():
                     samples.append(({"model": m.name, "device": dev}, b))
             family("strata_model_memory_bytes", "gauge", "Predicted bytes per model and device.", samples)
+            family("strata_prompt_cache_bytes", "gauge", "Host RAM held by each model's prompt cache.",
+                   [({"model": m.name}, m.prompt_cache()["bytes"]) for m in models])
+            family("strata_prompt_cache_limit_bytes", "gauge", "The bound of each model's prompt cache (0 = off).",
+                   [({"model": m.name}, m.prompt_cache()["limit"]) for m in models])
         if inventory is not None:
             samples_t, samples_f = [({"device": "CPU"}, inventory.host_ram_total)], [({"device": "CPU"}, inventory.host_ram_available)]
             for d in inventory.devices:

@@ -48,6 +48,7 @@ class GenerationRequest:
     top_logprobs: int = 0
     stream: bool = False
     want_context: bool = False                   # Ollama /api/generate: return the context token ids
+    context: list[int] | None = None             # Ollama /api/generate: token ids of a previous reply, before prompt
 
 
 @dataclass

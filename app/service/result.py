@@ -28,6 +28,7 @@ class Finished:
     prompt_seconds: float
     generation_seconds: float
     context_tokens: tuple[int, ...] | None = None
+    cached_tokens: int = 0               # of prompt_tokens, how many came from the prompt cache
 
 
 Event = TextDelta | Finished

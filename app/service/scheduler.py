@@ -82,6 +82,9 @@ class Scheduler:
                 continue
             for dev, b in m.predicted.items():
                 used[dev] = used.get(dev, 0) + b
+            cache = m.prompt_cache()["bytes"]       # what the prompt cache holds now (bounded by its limit)
+            if cache:
+                used["CPU"] = used.get("CPU", 0) + cache
         return used
 
     def effective_inventory(self) -> Inventory | None:

@@ -73,7 +73,7 @@ class Admission:
             toks, text = self.infill_tokens(req), ""
         else:
             text = self.prompt_text(req)
-            toks = self.tokens_of(text)
+            toks = self.tokens_of(text, self.context_tokens(req))
         seq.n_keep = min(N_KEEP, len(toks))
         if len(toks) > self.n_ctx_seq:            # keep the start (system prompt head) and the most recent part
             toks = toks[:seq.n_keep] + toks[len(toks) - (self.n_ctx_seq - seq.n_keep):]
@@ -133,10 +133,12 @@ class Admission:
         toks += [suf] + tokenize(self.vocab, req.suffix, False, False) + [mid]
         return toks
 
-    def tokens_of(self, text: str) -> list[int]:
-        toks = tokenize(self.vocab, text, add_special=True, parse_special=True)
+    def tokens_of(self, text: str, context: list[int] | None = None) -> list[int]:
+        """`text` tokenized, after the `context` token ids when given (then no BOS is added in between)."""
+        toks = tokenize(self.vocab, text, add_special=not context, parse_special=True)
         if len(toks) >= 2 and toks[0] == toks[1] == self.bos_id:
             toks = toks[1:]                       # the template wrote BOS and the tokenizer added another
+        toks = (context or []) + toks
         if not toks:
             raise ValueError("the prompt is empty")
         return toks
@@ -144,4 +146,16 @@ class Admission:
     def prompt_tokens(self, req) -> list[int]:
         if req.suffix is not None:
             return self.infill_tokens(req)
-        return self.tokens_of(self.prompt_text(req))
+        return self.tokens_of(self.prompt_text(req), self.context_tokens(req))
+
+    def context_tokens(self, req) -> list[int]:
+        """Ollama's /api/generate `context`: the token ids a previous reply returned, put before this prompt
+        as they are (no detokenize/retokenize round trip, so the prompt cache finds them in KV)."""
+        ctx = req.context
+        if not ctx:
+            return []
+        if not isinstance(ctx, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ctx):
+            raise ValueError("context must be a list of token ids")
+        if not all(0 <= t < self.n_vocab for t in ctx):
+            raise ValueError(f"context holds a token id outside the vocabulary (0..{self.n_vocab - 1})")
+        return list(ctx)

@@ -34,6 +34,7 @@ from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.output_thread import OutputThread
+from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.testhooks import Hooks
 
@@ -45,10 +46,12 @@ log = logging.getLogger("strata.engine")
 # status or return code) keeps its level even then.
 ABORT_LOG_LINES = ("failed with error 1", "compute status: 1", "removing memory module entries",
                    "failed to decode, ret = 2")
+BEAT_SECONDS = 1.0              # at most one StepsDone message per second while steps complete
 
 
 class Batcher:
-    def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None):
+    def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
+                 prompt_cache_bytes: int = 0):
         self.model, self.ctx, self.send = model, ctx, send
         self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
         self.vocab = L.llama_model_get_vocab(model)
@@ -62,6 +65,7 @@ class Batcher:
         self.embedder = embedder
         self.admit_fn = admit               # output thread: Seq -> None (fills prompt/chain/detok/stop) or raises
         self.slots: list[Seq | None] = [None] * self.n_slots
+        self.placement = Placement(ctx, model, self.n_slots, prompt_cache_bytes)
         self.seqs: dict[str, Seq] = {}
         self.ready: deque[Seq] = deque()
         self.embed_jobs: deque = deque()
@@ -74,6 +78,8 @@ class Batcher:
         self.in_batch: set[str] = set()
         self.steps = 0
         self._timing: deque = deque(maxlen=128)   # (seconds in llama_decode, seconds of the whole step)
+        self._last_beat = 0.0
+        self._cache_reported = (0, 0)
         # abort without the GIL: strlen(flag) != 0 aborts the running decode; a Python callback would take the
         # GIL once per graph node and slow a decode by ~80% while another thread is busy (docs/architecture.md,
         # "Runner")
@@ -125,7 +131,7 @@ class Batcher:
         busy = sum(x[1] for x in t)
         return P.Stats(slots_total=self.n_slots, slots_busy=sum(s is not None for s in self.slots),
                        queued=len(self.ready), decode_fraction=(sum(x[0] for x in t) / busy) if busy else 0.0,
-                       id=req_id, steps=self.steps)
+                       id=req_id, steps=self.steps, **self.placement.stats())
 
     def stop(self, timeout: float = 10.0) -> None:
         llama_log.remove_level_rule(self._relevel_abort_lines)
@@ -144,6 +150,7 @@ class Batcher:
                 self._flag[0] = b"\x00"
                 self._reap()
                 self._admit_ready()
+                self.placement.serve_waiting(self.slots)
                 if self.embed_jobs:
                     self._run_embed(self.embed_jobs.popleft())
                     continue
@@ -160,7 +167,8 @@ class Batcher:
 
     def _release(self, seq: Seq, reason: str):
         if seq.slot is not None:
-            L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
+            # the slot keeps the sequence's cells for the next request (prompt cache); not after a failure
+            self.placement.release(seq, reason != "error", self.slots)
             self.slots[seq.slot] = None
             seq.slot = None
         if seq.chain:
@@ -176,30 +184,39 @@ class Batcher:
             if self.ready[0].cancelled:
                 self._release(self.ready.popleft(), "cancelled")
                 continue
-            try:
-                i = self.slots.index(None)
-            except ValueError:
+            if None not in self.slots:
                 return
             seq = self.ready.popleft()
             if self.hooks.abort_marker and seq.req.prompt == self.hooks.abort_marker:
                 os.abort()   # test hook: die like a GGML_ASSERT would, mid-request
-            L.llama_memory_seq_rm(self.mem, i, -1, -1)
+            i = self.placement.place(seq, self.slots)
             seq.slot, self.slots[i] = i, seq
             seq.t_admit = time.perf_counter()
+            self._report_cache()
+
+    def _report_cache(self) -> None:
+        host = self.placement.host
+        state = (host.bytes, len(host.entries))
+        if state != self._cache_reported:
+            self._cache_reported = state
+            self.send(P.PromptCacheState(bytes=host.bytes, entries=len(host.entries), limit=host.limit))
 
     def _context_shift(self, seq: Seq):
         """The sequence filled its context: drop the oldest half after the kept prefix."""
         n_keep = min(seq.n_keep, max(0, seq.n_past - 2))
         n_discard = (seq.n_past - n_keep) // 2
-        if self.can_shift:
+        if self.can_shift and seq.slot not in self.placement.slots.shared:
             L.llama_memory_seq_rm(self.mem, seq.slot, n_keep, n_keep + n_discard)
             L.llama_memory_seq_add(self.mem, seq.slot, n_keep + n_discard, seq.n_past, -n_discard)
             seq.n_past -= n_discard
             seq.history = seq.history[:n_keep] + seq.history[n_keep + n_discard:]
-        else:  # cannot shift (e.g. recurrent / some SWA caches): clear and re-process the kept window
+            seq.n_exact = n_keep if seq.n_exact is None else min(seq.n_exact, n_keep)
+        else:  # cannot shift (e.g. recurrent / some SWA caches), or cells shared with another sequence (a shift
+            # would move them for both): clear this sequence's cells and re-process the kept window
             window = seq.history[:n_keep] + seq.history[n_keep + n_discard:] + [seq.pending]
             L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
-            seq.history, seq.n_past = [], 0
+            self.placement.slots.shared.discard(seq.slot)
+            seq.history, seq.n_past, seq.n_exact = [], 0, None
             seq.prompt, seq.todo, seq.state = np.asarray(window, dtype=np.int32), 0, PREFILL
 
     # ---- one step: build batch -> decode -> sample -> finish ---------------------------------------------------
@@ -219,7 +236,11 @@ class Batcher:
         self._advance(plan)
         results, finished = self._sample(outs)
         self._finish(results, finished)
-        self._timing.append((t_decode, time.perf_counter() - t_start))
+        t_end = time.perf_counter()
+        self._timing.append((t_decode, t_end - t_start))
+        if t_end - self._last_beat >= BEAT_SECONDS:     # the parent's watchdog: steps are still completing
+            self._last_beat = t_end
+            self.send(P.StepsDone(self.steps))
         return True
 
     def _build_batch(self, b: NpBatch):
@@ -341,6 +362,8 @@ class Batcher:
 
     def _run_embed(self, job):
         req, token_lists, n_tokens = job
+        if self.embedder.is_embedding_model:
+            self.placement.forget_all()     # it decodes on this context and clears its memory
         try:
             vectors = self.embedder.embed(token_lists, normalize=req.normalize)
             self.send(P.EmbedResult(req.id, vectors, n_tokens))

@@ -134,7 +134,8 @@ def _warm_up(model, ctx) -> None:
         log.warning("warm-up decode returned %d", rc)
 
 
-def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str = "", log_dir: str | None = None):
+def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str = "", log_dir: str | None = None,
+                prompt_cache_bytes: int = 0):
     """The runner process: route logs, load, then serve the Connection until Shutdown or the parent leaves."""
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
@@ -157,7 +158,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     vocab_out = Vocab(L.llama_model_get_vocab(model), loaded.n_vocab)
     embedder = Embedder(model, ctx, lambda: context_params(layout, n_threads))
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, _chat_facts(layout.model_path))
-    batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks())
+    batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
+                      prompt_cache_bytes=prompt_cache_bytes)
     batcher.start()
     send(loaded)
     _serve(conn, batcher, send, L.llama_model_get_vocab(model), admission)

@@ -117,7 +117,8 @@ class OutputThread:
             completion_tokens=seq.n_out if seq.out_reason else seq.n_gen,
             prompt_seconds=max(0.0, t_first - seq.t_admit) if seq.t_admit else 0.0,
             generation_seconds=max(0.0, seq.t_done - t_first) if seq.t_admit else 0.0,
-            context_tokens=ctx_tokens, stop_string=seq.stop.matched if seq.stop is not None else None))
+            context_tokens=ctx_tokens, stop_string=seq.stop.matched if seq.stop is not None else None,
+            cached_tokens=seq.n_cached))
 
     def on_embed(self, req: P.EmbedRequest):
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 PREFILL, GEN = "prefill", "gen"
+WAIT = "wait"                   # placed in a slot, waiting for another sequence to compute a shared prefix
 N_KEEP = 4                      # tokens kept at the start of a sequence on context shift (Ollama's num_keep)
 
 
@@ -25,6 +26,10 @@ class Seq:
         self.n_prompt = 0
         self.n_past = 0                 # tokens in this sequence's KV cells
         self.history: list[int] = []    # the tokens in KV, for the re-process fallback and `context`
+        self.n_cached = 0               # prompt tokens found in KV cells (prompt cache), not decoded again
+        self.n_exact: int | None = None  # after a context shift: how many leading cells equal a cold computation
+        self.wait_src = None            # state WAIT: the running Seq whose first `wait_n` cells this one copies
+        self.wait_n = 0
         self.pending = -1               # sampled, not yet decoded
         self.n_gen = 0
         self.chain = None

@@ -50,6 +50,7 @@ def parse_generate(body: dict) -> GenerationRequest:
     ctx = field(body, "context", list)
     if ctx is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in ctx):
         raise ApiError(400, "'context' must be a list of token ids", param="context")
+    req.context = ctx or None
     _no_images(body, "generate")
     if suffix:
         raise ApiError(400, f"model {req.model!r} does not support insert (suffix / fill-in-the-middle)",

@@ -24,7 +24,9 @@ def finish_reason(done: Finished | None) -> str:
 def usage(done: Finished | None) -> dict:
     p = done.prompt_tokens if done else 0
     c = done.completion_tokens if done else 0
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    cached = done.cached_tokens if done else 0          # prompt tokens found in the prompt cache (like OpenAI)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def chat_logprobs(items, top: int) -> dict:

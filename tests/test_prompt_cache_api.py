@@ -1,0 +1,83 @@
+"""The prompt cache seen from the APIs, with the official clients against a live server (SmolLM2, CPU): the next
+turn of a conversation reports its cached prompt tokens (OpenAI `usage.prompt_tokens_details.cached_tokens`)
+while the prompt counts stay whole; /api/generate's `context` continues from the cache; /api/ps and /metrics show
+the cache as its own memory kind and count its hits."""
+from __future__ import annotations
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from app.service.config import ServiceConfig
+from app.service.server import ServiceThread
+from service_util import store_factory
+
+MODEL = "smollm2:135m"
+USER = "Name three things you can find in a kitchen, and say why a cook needs each of them. Be brief."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, smollm2_path):
+    home = tmp_path_factory.mktemp("svc-prompt-cache")
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", prompt_cache_mib=32)
+    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def ai(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_openai_chat_reports_cached_tokens_and_the_whole_prompt(ai):
+    msgs = [{"role": "user", "content": USER}]
+    r1 = ai.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0)
+    msgs += [{"role": "assistant", "content": r1.choices[0].message.content},
+             {"role": "user", "content": "Now name one more."}]
+    stream = ai.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0, stream=True,
+                                        stream_options={"include_usage": True})
+    usage = [c.usage for c in stream if c.usage][-1]
+    assert usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens
+    assert usage.prompt_tokens > usage.prompt_tokens_details.cached_tokens    # the whole prompt is counted
+
+
+def test_openai_completions_reuse_a_prefix(ai):
+    prompt = "A list of fruits that are red: strawberry, cherry,"
+    ai.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
+    r = ai.completions.create(model=MODEL, prompt=prompt + " and", max_tokens=4, temperature=0)
+    assert r.usage.prompt_tokens_details.cached_tokens > 0
+    assert r.usage.prompt_tokens > r.usage.prompt_tokens_details.cached_tokens
+
+
+def test_ollama_generate_context_and_chat(server):
+    oc = ollama.Client(host=server.url)
+    r1 = oc.generate(model=MODEL, prompt="My name is Ada.", options={"num_predict": 8, "temperature": 0})
+    assert r1.context
+    r2 = oc.generate(model=MODEL, prompt="What is my name?", context=r1.context,
+                     options={"num_predict": 8, "temperature": 0})
+    assert r2.prompt_eval_count > len(r1.context)          # context + the new prompt, all counted
+    raw = oc.generate(model=MODEL, prompt="Once upon a time", raw=True, options={"num_predict": 4, "temperature": 0})
+    assert raw.done
+    msgs = [{"role": "user", "content": USER}]
+    c1 = oc.chat(model=MODEL, messages=msgs, options={"num_predict": 8, "temperature": 0})
+    c2 = oc.chat(model=MODEL, messages=msgs + [c1.message, {"role": "user", "content": "And a fourth?"}],
+                 options={"num_predict": 8, "temperature": 0})
+    assert c2.prompt_eval_count > c1.prompt_eval_count
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        bad = c.post("/api/generate", json={"model": MODEL, "prompt": "x", "context": [-5], "stream": False})
+        assert bad.status_code == 400 and "context" in bad.json()["error"], bad.text
+
+
+def test_ps_and_metrics_show_the_cache(server, ai):
+    ai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": USER}], max_tokens=2)
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        m = next(m for m in c.get("/api/ps").json()["models"] if m["name"] == MODEL)
+        pc = m["strata"]["prompt_cache"]
+        assert pc["limit"] == 32 << 20 and 0 <= pc["bytes"] <= pc["limit"] and pc["entries"] >= 0
+        text = c.get("/metrics").text
+    hits = [ln for ln in text.splitlines() if ln.startswith(f'strata_prompt_cache_hit_tokens_total{{model="{MODEL}"}}')]
+    assert hits and int(hits[0].split()[-1]) > 0
+    assert f'strata_prompt_cache_limit_bytes{{model="{MODEL}"}} {32 << 20}' in text
+    assert f'strata_prompt_cache_bytes{{model="{MODEL}"}}' in text
