@@ -125,7 +125,7 @@ class SettingsDialog(QDialog):
         for key in ("num_parallel", "num_ctx", "num_threads", "prompt_cache_mib", "gpu_margin_mib"):
             self._row(form, key, self._spin(key))
         self.fields["num_threads"].setSpecialValueText("automatic (all cores but one)")
-        self.fields["prompt_cache_mib"].setSpecialValueText("the engine's default")
+        self.fields["prompt_cache_mib"].setSpecialValueText("automatic (10% of free RAM, at most 4 GiB)")   # -1; 0 = off
         self.fields["num_ctx"].setSingleStep(1024)
         self.fields["gpu_margin_mib"].setSingleStep(128)
         self.keep_alive = QLineEdit()
