@@ -33,6 +33,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "bench" / "_build" / "llama-server"
+if not SERVER.exists() and (ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server").exists():
+    SERVER = ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server"     # built, not yet copied
 NUM_CTX, N_PAR, N_BATCH = 2048, 4, 512
 MAX_TOKENS = 40
 
