@@ -25,6 +25,10 @@ def main() -> int:
     a = ap.parse_args()
 
     import numpy as np
+
+    from app.ggml import cxx_runtime
+
+    cxx_runtime.preload()   # numpy is already loaded: without this a static-libstdc++ build segfaults (cxx_runtime)
     from llama_cpp import llama_cpp as L
 
     from app.discovery import discover

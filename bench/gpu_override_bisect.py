@@ -15,6 +15,8 @@ llama-cpp-python's own log callback, llama_cpp imported first):
   split      tensor_split = [n_layer+1, 0, ...] (llama_max_devices floats) and n_gpu_layers = n_layer+1
   layout     params from load_params.model_params(plan(...cpu_moe=n_layer)) (the exact struct gpu_layout_check loads)
   nommap     load_mode NONE (experts then go to the CUDA_Host pinned buffer instead of CPU_Mapped)
+  preload    app.ggml.cxx_runtime.preload() before llama_cpp loads (after numpy with np_first): the fix
+  runner     the whole engine path instead: RunnerClient(plan(...cpu_moe=n_layer)) in a runner process, 8 tokens
 On a machine without a GPU the devices list is empty (CPU-only load) and `layout` forces the override into a CPU plan.
 """
 from __future__ import annotations
@@ -27,7 +29,37 @@ import sys
 
 MATRIX = ["base", "np_first", "log", "discover", "regex", "split", "nommap", "layout",
           "regex+split+log", "np_first+log+layout", "log+discover+layout", "np_first+log+discover+layout",
-          "np_first+log+discover+layout+nommap"]
+          "np_first+log+discover+layout+nommap", "np_first+preload", "np_first+log+discover+layout+preload",
+          "preload+log+discover+layout", "runner"]
+
+
+def runner_child(model: str) -> None:
+    """The engine's own path: plan with every expert on the CPU, load in a runner process, generate."""
+    import asyncio
+
+    from app.discovery import discover
+    from app.engine import protocol as P
+    from app.engine.client import RunnerClient
+    from app.engine.gguf.model_info import read_model_info
+    from app.engine.planner.search import plan
+    from app.engine.planner.types import PlanOptions
+
+    info = read_model_info(model)
+    lay = plan(info, discover(), PlanOptions(num_ctx=2048, cpu_moe=info.n_layer))
+    print(f"params: runner ngl={lay.n_gpu_layers} devices={lay.gpu_devices} ov={lay.tensor_buft_overrides}", flush=True)
+
+    async def go():
+        c = RunnerClient(lay, n_threads=4)
+        loaded = await c.start()
+        print("loaded True", {d: {k: v for k, v in a.items() if v} for d, a in loaded.actual.items()}, flush=True)
+        try:
+            evs = [e async for e in c.generate(P.GenerateRequest(id="g", prompt="hello", raw=True, num_predict=8,
+                                                                   ignore_eos=True))]
+            print("generated", evs[-1].reason, evs[-1].completion_tokens, flush=True)
+        finally:
+            await c.close()
+
+    asyncio.run(go())
 
 
 def child(model: str, toggles: set[str]) -> None:
@@ -36,6 +68,10 @@ def child(model: str, toggles: set[str]) -> None:
     faulthandler.enable()
     if "np_first" in toggles:
         import numpy  # noqa: F401
+    if "preload" in toggles:
+        from app.ggml import cxx_runtime
+
+        print("preload:", cxx_runtime.preload(), flush=True)
     import ctypes
     import dataclasses
 
@@ -116,7 +152,10 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        child(a.model, set(a.child.split("+")) - {"base"})
+        if a.child == "runner":
+            runner_child(a.model)
+        else:
+            child(a.model, set(a.child.split("+")) - {"base"})
         return 0
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -126,10 +165,14 @@ def main() -> int:
         out = (p.stdout + p.stderr).strip().splitlines()
         params = next((ln for ln in out if ln.startswith("params:")), "")
         print(f"{v:<40} rc={p.returncode:<4} {params[8:]}", flush=True)
+        for ln in out:
+            if ln.startswith(("loaded", "generated")) or "buffer size" in ln:
+                print("    " + ln.strip()[:300], flush=True)
         if p.returncode != 0:
             print("    " + "\n    ".join(out[-25:]), flush=True)
-            if a.gdb and shutil.which("gdb"):
-                g = subprocess.run(["gdb", "-q", "-batch", "-ex", "run", "-ex", "bt 40", "-ex", "info sharedlibrary",
+            gdb = shutil.which("gdb") or shutil.which("cuda-gdb")     # the lent GPU machines have cuda-gdb only
+            if a.gdb and gdb:
+                g = subprocess.run([gdb, "-q", "-batch", "-ex", "run", "-ex", "bt 40", "-ex", "info sharedlibrary",
                                     "--args", *cmd], capture_output=True, text=True, env=env, timeout=300)
                 print("    gdb: " + "\n    ".join(g.stdout.strip().splitlines()[-120:]), flush=True)
     return 0

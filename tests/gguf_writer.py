@@ -6,6 +6,7 @@ Shapes follow ENGINE-NOTES "Synthetic GGUFs for tests": numpy shapes are ggml's 
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +38,12 @@ _F16_FIELDS = {GGMLQuantizationType.Q4_K: (0, 4), GGMLQuantizationType.IQ4_NL: (
 
 
 def smollm2_gguf_path() -> Path:
+    """SmolLM2's GGUF (its tokenizer.* keys are all we read). STRATA_TOKENIZER_GGUF names another GGUF holding the
+    same keys: a lent GPU machine has no built-in model, so bench/gpu_session.sh carries a tokenizer-only copy
+    (bench/gpu_prepare.sh writes it)."""
+    override = os.environ.get("STRATA_TOKENIZER_GGUF")
+    if override:
+        return Path(override)
     from app.engine.gguf.builtin_model import builtin_model_path
 
     p = builtin_model_path()
@@ -118,12 +125,14 @@ class ModelWriter:
         self.w.add_key_value(f"{self.arch}.{suffix}", list(values), GGUFValueType.ARRAY, sub_type=item)
 
     def weight(self, name: str, *shape: int, quantize: bool = True) -> None:
+        if quantize and self.qtype in _F16_FIELDS and len(shape) >= 2:
+            # raw blocks need no float data: skipping it keeps multi-GB models (the GPU benchmark's) fast to write
+            self.w.add_tensor(name, self._raw_blocks(shape), raw_dtype=self.qtype)
+            return
         data = (self.rng.standard_normal(shape) * 0.02).astype(np.float32)
         if quantize and self.qtype is not None and len(shape) >= 2:
             if self.qtype == GGMLQuantizationType.F16:
                 self.w.add_tensor(name, data.astype(np.float16))
-            elif self.qtype in _F16_FIELDS:
-                self.w.add_tensor(name, self._raw_blocks(shape), raw_dtype=self.qtype)
             else:
                 self.w.add_tensor(name, quants.quantize(data, self.qtype), raw_dtype=self.qtype)
         else:

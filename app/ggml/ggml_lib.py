@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.ggml import rpc
+from app.ggml import cxx_runtime, rpc
 
 # enum ggml_backend_dev_type
 DEV_TYPE_CPU, DEV_TYPE_GPU, DEV_TYPE_IGPU, DEV_TYPE_ACCEL, DEV_TYPE_META = range(5)
@@ -127,6 +127,7 @@ def api() -> GgmlApi:
     with _lock:
         if _api is not None:
             return _api
+        cxx_runtime.preload()                 # before libllama maps (docs/architecture.md, "llama.cpp facts" 15)
         from llama_cpp import llama_cpp as L  # noqa: F401  late: loads libllama and its NEEDED ggml libraries
 
         a = GgmlApi(ggml=_open("ggml"), base=_open("ggml-base"))

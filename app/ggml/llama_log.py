@@ -18,6 +18,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from app.ggml import cxx_runtime
+
 logger = logging.getLogger("strata.llama")
 
 GGML_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -68,6 +70,7 @@ def install() -> None:
     with _lock:
         if _callback is not None:
             return
+        cxx_runtime.preload()                  # before libllama maps (docs/architecture.md, "llama.cpp facts" 15)
         from llama_cpp import llama_cpp as L   # late: maps libllama (child processes only)
 
         _callback = L.llama_log_callback(_on_log)

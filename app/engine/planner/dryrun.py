@@ -25,7 +25,7 @@ from app.engine.planner.types import Layout, PlanOptions
 from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner import llama_params as load_params
 from app.engine.planner.search import plan
-from app.ggml import alloc_report, llama_log
+from app.ggml import alloc_report, cxx_runtime, llama_log
 from app.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ def dry_run_here(layout: Layout, n_threads: int = 1) -> dict:
     """Load `layout` with no_alloc in THIS process and return what llama.cpp reserved:
     {"compute": {dev: bytes}, "output": {dev: bytes}, "kv": [bytes, n_lines] of every KV cache / recurrent state
     (all devices), "lines": [buffer and cache size lines]}. Raises DryRunError."""
+    cxx_runtime.preload()                  # before libllama maps (docs/architecture.md, "llama.cpp facts" 15)
     from llama_cpp import llama_cpp as L   # late: maps libllama; only the dry-run child process calls this
 
     llama_log.install()

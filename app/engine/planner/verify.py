@@ -23,7 +23,7 @@ from app.engine.planner import llama_params as load_params
 from app.engine.planner.dryrun import dry_run_here
 from app.engine.planner.options import plan_options
 from app.engine.planner.search import plan
-from app.ggml import alloc_report, llama_log
+from app.ggml import alloc_report, cxx_runtime, llama_log
 from app.engine.planner.compare import KINDS, compare, predicted_of  # noqa: F401 - KINDS: verify's callers
 
 MiB = 1024 * 1024
@@ -33,6 +33,7 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
                 n_threads: int = 1) -> list[dict]:
     """In THIS process: for each (num_ctx, num_parallel, kv_type[, flash_attn]) plan, dry-run, plan, load for real,
     compare."""
+    cxx_runtime.preload()                  # before libllama maps (docs/architecture.md, "llama.cpp facts" 15)
     from llama_cpp import llama_cpp as L   # late: maps libllama; only the verify child process calls this
 
     llama_log.install()
