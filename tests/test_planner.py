@@ -372,3 +372,15 @@ def test_brute_force_sweep_with_user_settings():
             o = replace(o, num_gpu=fixed_k + 1)
         lay = plan(info, inv, o, COMPUTE)
         check_layout(info, inv, lay, fixed_k=fixed_k, fixed_m=fixed_m)
+
+
+def test_gpu_too_small_for_any_block_is_not_in_the_plan():
+    """A GPU whose budget holds no block (nor its compute buffer): everything on the CPU, and the plan lists no GPU
+    device. Before, it listed the GPU with a compute buffer llama.cpp never allocates (an empty `devices` list
+    allocates nothing there): the predicted-vs-actual check on an H100 flagged it (docs/gpu-results.md)."""
+    info = dense_8b()
+    inv = inventory_from_dict({"devices": [{"id": "CUDA0", "total": "8 GiB", "free": "600 MiB", "backend": "CUDA"}],
+                               "host_ram_total": "64 GiB", "cpu_cores": 8})
+    lay = plan(info, inv, PlanOptions(num_ctx=2048))
+    assert lay.n_gpu_layers == 0 and lay.gpu_devices == () and lay.fits, lay.reasons
+    assert [d.device_id for d in lay.devices] == ["CPU"], lay.devices

@@ -457,8 +457,9 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
     plans.append(DevicePlan("CPU", "CPU", tuple(cpu["layers"]), tuple(cpu["experts"]),
                             {k2: v for k2, v in cpu["weights"].items() if v}, cpu["kv"], cs.compute_cpu,
                             output=mm.output_buffer, budget=cs.host_budget, mapped=mapped))
-    last = len(c.order) - 1
-    for j, g in enumerate(c.order):
+    order = c.order if c.k else ()          # no block on a GPU: llama.cpp gets no device, allocates nothing there
+    last = len(order) - 1
+    for j, g in enumerate(order):
         d = gpus[g]
         s = acc.get(d.id, {"layers": [], "experts": [], "weights": {}, "kv": 0})
         comp = cs.compute_out[g] if j == last else cs.compute_mid[g]
