@@ -4,7 +4,7 @@ tokenizer; the text is noise, the shapes, bytes, placement and kernels are real)
     python bench/gpu_models.py DIR [small|big|all]
 
 - moe-small.gguf   qwen3moe 8 layers, 32 experts (4 used), n_embd 256, Q4_0: the crash bisect and the gpu test
-- dense-small.gguf llama 4 layers, n_embd 256, Q8_0: tests/test_engine_gpu.py's all-on-GPU test
+- dense-small.gguf llama 4 layers, n_embd 256, Q8_0: tests/test_runner_gpu.py's all-on-GPU test
 - moe-30b.gguf     Qwen3-30B-A3B shape at reduced width: 48 layers, 128 experts (8 used), n_embd 1024 (Qwen3: 2048),
                    16 query / 2 KV heads of 128 (Qwen3: 32 / 4), expert FFN 512 (Qwen3: 768), Q4_K: ~5.6 GB
 - dense-3b.gguf    Llama-3.2-3B shape: 28 layers, n_embd 3072, 24 / 8 heads of 128, FFN 8192, Q4_K: ~1.8 GB

@@ -120,9 +120,9 @@ stage_layoutcheck() {
 }
 
 stage_test() {
-  pyenv; el "pytest tests/test_engine_gpu.py"
+  pyenv; el "pytest tests/test_runner_gpu.py"
   (cd "$WT" && STRATA_GPU_TEST_MODEL=$M/dense-small.gguf timeout 400 python3 -m pytest -q -s -p no:cacheprovider \
-     -rs tests/test_engine_gpu.py 2>&1 | tee "$R/pytest-gpu.txt" | tail -40)
+     -rs tests/test_runner_gpu.py 2>&1 | tee "$R/pytest-gpu.txt" | tail -40)
 }
 
 stage_moebench() {
