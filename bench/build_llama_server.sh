@@ -24,6 +24,8 @@ cmake -S "$LLAMA" -B "$BUILD/cmake" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_SER
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
   -DBUILD_SHARED_LIBS=OFF -DGGML_RPC=ON "-DCMAKE_C_FLAGS=-U__AMX_INT8__" "-DCMAKE_CXX_FLAGS=-U__AMX_INT8__" ${CMAKE_EXTRA:-}
 cmake --build "$BUILD/cmake" --target llama-server -j "$JOBS"
-cmake --build "$BUILD/cmake" --target rpc-server -j "$JOBS"
+# llama.cpp's own RPC worker (tools/rpc: target ggml-rpc-server), for comparing with `strata worker`
+cmake --build "$BUILD/cmake" --target ggml-rpc-server -j "$JOBS"
+cp "$BUILD/cmake/bin/ggml-rpc-server" "$BUILD/rpc-server"
 cp "$BUILD/cmake/bin/llama-server" "$BUILD/llama-server"
 echo "built $BUILD/llama-server"
