@@ -21,8 +21,9 @@ import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
 from gguf_families import FAMILY_LIST
-from gguf_writer import (QTYPES, Family, ModelWriter, attention, common_keys, embeddings, n_vocab_of_tokenizer,  # noqa: F401
-                         smollm2_gguf_path, smollm2_tokenizer_kv, template_text, tokenizer_keys)
+from gguf_writer import (QTYPES, Family, ModelWriter, attention, common_keys, embeddings,  # noqa: F401
+                         n_vocab_of_tokenizer, smollm2_gguf_path, smollm2_tokenizer_kv, template_text,
+                         tokenizer_keys)
 
 
 def write_dense_llama(path, n_layer: int = 3, n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2,
@@ -88,7 +89,8 @@ def write_lora_llama(path, n_layer: int = 3, n_embd: int = 64, n_ff: int = 128, 
 
 def write_moe_qwen3(path, n_layer: int = 3, n_expert: int = 4, n_expert_used: int = 2, n_embd: int = 64,
                     n_head: int = 4, n_head_kv: int = 2, head_dim: int = 32, n_ff_exp: int = 64,
-                    qtype: str | None = None, n_ctx: int = 2048, seed: int = 1, chat_template: str | None = None) -> Path:
+                    qtype: str | None = None, n_ctx: int = 2048, seed: int = 1,
+                    chat_template: str | None = None) -> Path:
     """A `qwen3moe` model: every layer has n_expert experts (ffn_*_exps) and a router (ffn_gate_inp)."""
     m = ModelWriter(path, "qwen3moe", f"synthetic-qwen3moe-{n_layer}L-{n_expert}E", qtype, seed, chat_template)
     common_keys(m, n_layer, n_ctx, n_embd, n_ff_exp, n_head, n_head_kv, head_dim)

@@ -1,6 +1,8 @@
 """The memory model: weight parts from the tensor table, KV bytes as llama.cpp sizes them, output buffer."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.engine.planner.memory import (MiB, block_parts, context_shape, kv_bytes_per_layer, memory_model,
@@ -75,3 +77,28 @@ def test_moe_experts_are_the_bulk():
     assert all(p.bytes("experts") > 20 * p.bytes("attn") for p in parts)
     assert abs(info.weight_bytes - 18.6e9) / 18.6e9 < 0.02      # the published Q4_K_M file is 18.6 GB
     assert abs(dense_8b().weight_bytes - 4.92e9) / 4.92e9 < 0.02  # Llama-3.1-8B Q4_K_M: 4.92 GB
+
+
+def test_output_reserve_plans_the_embedding_growth():
+    """An embedding request makes every token of its batch an output, and llama.cpp grows the host output
+    buffer to logits + embeddings for all of them: a generative model embeds in chunks sized to keep that near
+    32 MiB, an embedding model decodes a whole input (up to a ubatch) at once. The plan counts it on the CPU."""
+    from app.discovery.simulated import inventory_from_dict
+    from app.engine.planner.memory import embed_chunk_tokens, memory_model
+    from app.engine.planner.search import plan
+    from app.engine.planner.types import PlanOptions
+
+    info = build_info(arch="llama", name="gen", n_layer=2, n_embd=576, n_head=9, n_head_kv=3, head_dim=64,
+                      n_ff=1536, n_vocab=49152, wtype="Q8_0", more_bits_type="Q8_0", out_type="Q8_0", embd_type="Q8_0")
+    chunk = embed_chunk_tokens(49152, 576, 512)
+    assert chunk == 168 and chunk * (49152 + 576) * 4 <= 32 << 20
+    mm = memory_model(info, 4096, 4)
+    assert mm.output_buffer == 49152 * 4 * 4
+    assert mm.output_buffer + mm.output_reserve == chunk * (49152 + 576) * 4
+    embed = replace(info, is_embedding=True)
+    mm_e = memory_model(embed, 4096, 1)
+    assert mm_e.output_buffer + mm_e.output_reserve == 512 * (49152 + 576) * 4      # a whole ubatch of outputs
+    inv = inventory_from_dict({"devices": [], "host_ram_total": "64 GiB", "cpu_cores": 4})
+    cpu = plan(info, inv, PlanOptions(num_ctx=4096, num_parallel=4)).devices[0]
+    assert cpu.output_reserve == mm.output_reserve and cpu.total == (cpu.weights_total + cpu.kv + cpu.compute
+                                                                      + cpu.output + cpu.output_reserve)

@@ -378,6 +378,68 @@ def test_embeddings_are_deterministic_and_normalised(loop, runner):
     assert cut.prompt_tokens == 2048                                # truncated to the embedding context
 
 
+# MEAN pooling over the whole input by llama.cpp itself, in a context of its own: the reference for what the
+# runner computes on its own context in chunks
+MEAN_POOLED = r"""
+import json, sys
+import numpy as np
+from llama_cpp import llama_cpp as L
+from app.engine.runner.batch import NpBatch
+from app.engine.runner.embeddings import tokenize
+quiet = L.llama_log_callback(lambda *a: None)       # kept referenced: llama.cpp calls it later
+L.llama_log_set(quiet, None)
+L.llama_backend_init()
+mp = L.llama_model_default_params(); mp.n_gpu_layers = 0
+model = L.llama_model_load_from_file(sys.argv[1].encode(), mp)
+cp = L.llama_context_default_params()
+cp.embeddings, cp.pooling_type, cp.n_seq_max = True, 1, 1
+cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+ctx = L.llama_init_from_model(model, cp)
+toks = tokenize(L.llama_model_get_vocab(model), sys.argv[2], add_special=True, parse_special=False)
+b = NpBatch(512); b.add_span(toks, 0, 0, logits_last=True, logits_all=True)
+assert L.llama_decode(ctx, b.struct) == 0
+v = np.ctypeslib.as_array(L.llama_get_embeddings_seq(ctx, 0), shape=(L.llama_model_n_embd(model),)).astype(float)
+print(json.dumps((v / np.linalg.norm(v)).tolist()))
+"""
+
+
+def test_generative_embeddings_cut_to_num_ctx_on_the_runners_own_context(loop, smollm2_path):
+    """Ollama's `truncate` cuts an input to num_ctx: with num_ctx 256 a 330-token input is embedded as its first
+    256 tokens (or refused with truncate=false). The runner embeds in a free slot of its own context, in chunks,
+    and gets what MEAN pooling over the whole input gives; a generation running meanwhile is not disturbed."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    c = RunnerClient(cpu_layout(smollm2_path, num_ctx=256, num_parallel=2, n_batch=64), n_threads=1)
+    run(loop, c.start())
+    text = " ".join(f"item{i}" for i in range(120))          # 330 tokens with SmolLM2's tokenizer
+    medium = " ".join(f"step {i} of the plan" for i in range(30))
+    gen = P.GenerateRequest(id=rid(), prompt="Once upon a time", sampling=greedy(), num_predict=40, ignore_eos=True)
+    try:
+        alone = run(loop, collect(c, gen))[0]
+
+        async def both():
+            g = asyncio.ensure_future(collect(c, P.GenerateRequest(**{**gen.__dict__, "id": rid()})))
+            e = await c.embed(P.EmbedRequest(id=rid(), inputs=[text, medium]))
+            return (await g)[0], e
+
+        during, emb = run(loop, both())
+        with pytest.raises(RequestError, match="truncate"):
+            run(loop, c.embed(P.EmbedRequest(id=rid(), inputs=[text], truncate=False)))
+    finally:
+        run(loop, c.close())
+    assert during == alone                                  # the embedding took a free slot, nothing else
+    n_medium = emb.prompt_tokens - 256
+    assert 100 < n_medium < 256
+    ref = subprocess.run([sys.executable, "-c", MEAN_POOLED, str(smollm2_path), medium], capture_output=True,
+                         text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    cos = float(np.dot(json.loads(ref.stdout), emb.embeddings[1]))
+    assert cos > 0.9999, cos
+
+
 def _tiny_runner(loop, path, monkeypatch, **env):
     for k, v in env.items():
         monkeypatch.setenv(k, v)

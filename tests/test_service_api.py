@@ -182,6 +182,17 @@ def test_embed(oc):
     assert len(legacy.embedding) == 576
 
 
+def test_embed_truncates_to_num_ctx(oc):
+    """Ollama's /api/embed with truncate cuts an input to the load's num_ctx (a generative model embeds on its
+    own context), and refuses it with truncate=false."""
+    text = " ".join(f"item{i}" for i in range(120))            # 330 tokens with SmolLM2's tokenizer
+    r = oc.embed(model=MODEL, input=text, options={"num_ctx": 256}, truncate=True)
+    assert r.prompt_eval_count == 256 and len(r.embeddings[0]) == 576
+    with pytest.raises(ollama.ResponseError) as e:       # keep_alive 0: the other tests get the default load back
+        oc.embed(model=MODEL, input=text, options={"num_ctx": 256}, truncate=False, keep_alive=0)
+    assert e.value.status_code == 400 and "truncate" in str(e.value)
+
+
 def test_ps_shows_strata_layout(oc, http):
     oc.generate(model=MODEL, prompt="hi", options=TINY)
     ps = oc.ps()
@@ -202,7 +213,9 @@ def test_ps_shows_strata_layout(oc, http):
         for kind in ("model", "repack", "kv", "compute", "output"):   # compute: measured by the dry run
             assert abs(pk[dev][kind] - act[kind]) <= 0.02 * act[kind] + 64 * 1024, (dev, kind, pk[dev], act)
     cpu = next(d for d in s["layout"]["devices"] if d["device_id"] == "CPU")
-    assert sum(pk["CPU"].values()) == s["predicted"]["CPU"] + cpu["mapped"], "old field: totals without mapped"
+    assert sum(pk["CPU"].values()) + cpu["output_reserve"] == s["predicted"]["CPU"] + cpu["mapped"], \
+        "old field: totals without mapped, with the output buffer's planned growth for embeddings"
+    assert cpu["output_reserve"] > 0
 
 
 def test_empty_prompt_loads_and_keep_alive_zero_unloads(http):

@@ -60,8 +60,9 @@ class LoadedModel:
     def predicted_kinds(self) -> dict[str, dict[str, int]]:
         """Per device, what llama.cpp's buffer lines will say, in the same kinds as `actual` (model, repack, kv,
         compute, output): "model" includes the mapped file pages beyond what the CPU reads (DevicePlan.mapped,
-        reclaimable page cache) because llama.cpp counts them in CPU_Mapped. `predicted` (totals without those
-        pages) stays what the memory accounting and the metrics use."""
+        reclaimable page cache) because llama.cpp counts them in CPU_Mapped; "output" is the buffer at load, without
+        its planned growth on an embedding request (DevicePlan.output_reserve). `predicted` (totals without those
+        pages, with that growth) stays what the memory accounting and the metrics use."""
         return predicted_of(self.layout) if self.layout is not None else {}
 
     @property

@@ -198,6 +198,31 @@ def output_buffer_bytes(info: ModelInfo, num_parallel: int, embedding: bool = Fa
     return floats * 4
 
 
+EMBED_OUTPUT_BUDGET = 32 * MiB   # host output growth allowed for a generative model's embedding chunk
+
+
+def embed_chunk_tokens(n_vocab: int, n_embd: int, n_batch: int) -> int:
+    """Tokens per llama_decode when a generative model embeds on its own context (app.engine.runner.embeddings):
+    every token is an output then, so llama.cpp grows the host output buffer to chunk x (n_vocab + n_embd) f32;
+    the chunk keeps that near EMBED_OUTPUT_BUDGET (168 tokens for SmolLM2's 49152-token vocabulary)."""
+    return max(1, min(n_batch, EMBED_OUTPUT_BUDGET // max(1, (n_vocab + n_embd) * 4)))
+
+
+def output_reserve_bytes(info: ModelInfo, num_ctx: int, num_parallel: int, num_batch: int = 512,
+                         num_ubatch: int = 512, embedding: bool = False) -> int:
+    """How far the host output buffer grows beyond its size at load when an embedding request comes: llama.cpp
+    makes every token of an embedding batch an output and reallocates the buffer for logits + embeddings of all
+    of them (llama_context::output_reserve; it never shrinks). An embedding model decodes a whole input (up to
+    min(n_ubatch, n_ctx_seq) tokens) at once; a generative model decodes embed_chunk_tokens at a time."""
+    cs = context_shape(num_ctx, num_parallel, num_batch, num_ubatch)
+    row = (info.n_vocab + info.n_embd) * 4
+    if embedding or info.is_embedding:
+        n_out = min(cs.n_ubatch, cs.n_ctx_seq)
+    else:
+        n_out = embed_chunk_tokens(info.n_vocab, info.n_embd, cs.n_batch)
+    return max(0, n_out * row - output_buffer_bytes(info, num_parallel, embedding))
+
+
 def estimate_compute(info: ModelInfo, num_ctx: int, num_parallel: int, num_batch: int = 512, num_ubatch: int = 512,
                      flash_attn: bool | None = None, with_output: bool = True) -> int:
     """Rough compute-buffer size for ONE device running the graph (used only when no dry run measured it).
@@ -283,11 +308,12 @@ class MemoryModel:
     output: int                         # output.weight; with tied embeddings: the duplicate made on a GPU
     output_tied: bool
     other: int                          # output_norm etc. (go with the output layer)
-    output_buffer: int                  # host output buffer (CPU)
+    output_buffer: int                  # host output buffer (CPU) at load
     n_tensors_other: int = 2
     spans: tuple[SpanGroup, ...] = ()   # for llama.cpp's mapped span and the repack split (app.engine.planner.repack)
     output_repack: int = 0              # a tied output on the CPU: its repacked copy of token_embd (real, extra)
     cpu_features: tuple[str, ...] = ()
+    output_reserve: int = 0             # its growth on the first embedding request (output_reserve_bytes)
 
     def part_bytes(self, il: int, part: str, gpu: bool = False) -> int:
         p = self.parts[il]
@@ -318,6 +344,7 @@ def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str 
         output_tied=tied,
         other=info.other_bytes,
         output_buffer=output_buffer_bytes(info, num_parallel, embedding),
+        output_reserve=output_reserve_bytes(info, num_ctx, num_parallel, num_batch, num_ubatch, embedding),
         spans=span_groups(info, tuple(cpu_features)),
         output_repack=tied_output_repack(info, tuple(cpu_features)),
         cpu_features=tuple(cpu_features),

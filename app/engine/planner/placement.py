@@ -103,7 +103,7 @@ class Costs:
     def cpu_usage(self, c: Config) -> int:
         k = c.k
         first_gpu = self.n - k
-        b = self.mm.token_embd + self.mm.output_buffer + self.compute_cpu
+        b = self.mm.token_embd + self.mm.output_buffer + self.mm.output_reserve + self.compute_cpu
         b += 0 if k else self.out_cpu
         for i in range(first_gpu):
             b += self.attn[i] + self.ffn[i] + self.exp[i]
@@ -456,7 +456,8 @@ def _device_plans(cs: Costs, c: Config, gpus: tuple[Device, ...], o: PlanOptions
     cpu = acc["CPU"]
     plans.append(DevicePlan("CPU", "CPU", tuple(cpu["layers"]), tuple(cpu["experts"]),
                             {k2: v for k2, v in cpu["weights"].items() if v}, cpu["kv"], cs.compute_cpu,
-                            output=mm.output_buffer, budget=cs.host_budget, mapped=mapped))
+                            output=mm.output_buffer, budget=cs.host_budget, mapped=mapped,
+                            output_reserve=mm.output_reserve))
     order = c.order if c.k else ()          # no block on a GPU: llama.cpp gets no device, allocates nothing there
     last = len(order) - 1
     for j, g in enumerate(order):

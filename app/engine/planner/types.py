@@ -44,6 +44,8 @@ class DevicePlan:
     mapped: int = 0                  # CPU: file pages llama.cpp maps beyond the weights it reads from the mapping
                                      # (repacked originals, GPU tensors in between): in its CPU_Mapped figure,
                                      # droppable page cache, so NOT in `total`
+    output_reserve: int = 0          # CPU: how far the output buffer grows on the first embedding request (every
+                                     # token an output); planned for, allocated by llama.cpp only then
 
     @property
     def weights_total(self) -> int:
@@ -51,7 +53,7 @@ class DevicePlan:
 
     @property
     def total(self) -> int:
-        return self.weights_total + self.kv + self.compute + self.output
+        return self.weights_total + self.kv + self.compute + self.output + self.output_reserve
 
 
 @dataclass(frozen=True)

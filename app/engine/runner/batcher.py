@@ -151,8 +151,8 @@ class Batcher:
                 self._reap()
                 self._admit_ready()
                 self.placement.serve_waiting(self.slots)
-                if self.embed_jobs:
-                    self._run_embed(self.embed_jobs.popleft())
+                if self.embed_jobs and self._run_embed(self.embed_jobs[0]):
+                    self.embed_jobs.popleft()
                     continue
                 if not self._step():
                     self.wake.wait(0.5)
@@ -360,16 +360,25 @@ class Batcher:
         for seq, reason in finished:
             self._release(seq, reason)
 
-    def _run_embed(self, job):
+    def _run_embed(self, job) -> bool:
+        """Run one embedding job to the end; False (job kept) while a generative model has no free slot for it
+        (the service leases a slot per embedding request, so one frees up as running sequences finish)."""
         req, token_lists, n_tokens = job
+        seq_id = 0
         if self.embedder.is_embedding_model:
             self.placement.forget_all()     # it decodes on this context and clears its memory
+        else:
+            free = [i for i, s in enumerate(self.slots) if s is None]
+            if not free:
+                return False
+            seq_id = self.placement.borrow(free)   # the least useful cached prefix goes (to the host cache)
         try:
-            vectors = self.embedder.embed(token_lists, normalize=req.normalize)
+            vectors = self.embedder.embed(token_lists, normalize=req.normalize, seq=seq_id)
             self.send(P.EmbedResult(req.id, vectors, n_tokens))
         except Exception as e:
             log.exception("embedding failed")
             self.send(P.EmbedResult(req.id, [], 0, error=f"embedding failed: {e}"))
+        return True
 
 
 def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:

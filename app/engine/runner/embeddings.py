@@ -3,9 +3,14 @@
 - Embedding models (a pooling type, or encoder architectures such as BERT): the runner's own context was
   created with `embeddings=True`; a whole input must fit in one ubatch (non-causal attention), so the limit is
   min(n_ubatch, n_ctx per sequence).
-- Generative models: a second, small context with `embeddings=True` and MEAN pooling is created on first use
-  (n_seq_max = 1, a power of two: MEAN pooling aborts otherwise, docs/architecture.md "Runner"), batch =
-  context size so an input is one batch.
+- Generative models embed on the runner's own context too, in a free slot, as Ollama does: the limit is the
+  load's num_ctx (Ollama's `truncate` cuts to num_ctx), and no second context is created. For the embedding,
+  `llama_set_embeddings(ctx, true)` makes llama.cpp return every token's final hidden state (the context's pooling
+  is NONE); the input is decoded in chunks and the states averaged, which is exactly MEAN pooling. Every token of
+  a chunk is an output, so llama.cpp grows the host output buffer to chunk x (n_vocab + n_embd) floats: the chunk
+  comes from the planner (memory.embed_chunk_tokens), which plans that growth (DevicePlan.output_reserve).
+  (A separate embeddings context of 2048 tokens cost SmolLM2 ~830 MiB - a 2048-token ubatch of logits in its
+  compute buffer and again in its output buffer - that no plan saw.)
 Inputs longer than the limit are truncated when `truncate` is true (the default) and refused otherwise.
 """
 from __future__ import annotations
@@ -17,8 +22,7 @@ from llama_cpp import llama_cpp as L
 
 from app.engine.runner.batch import NpBatch
 
-POOLING_NONE, POOLING_MEAN = 0, 1
-GENERATIVE_EMBED_CTX = 2048     # context of the side context for generative models
+POOLING_NONE = 0
 
 
 class InputTooLong(ValueError):
@@ -55,21 +59,22 @@ def l2_normalize(v: np.ndarray) -> np.ndarray:
 
 
 class Embedder:
-    def __init__(self, model, main_ctx, context_params_fn):
+    def __init__(self, model, ctx, num_ctx: int, chunk: int):
+        """`num_ctx`: the load's context per sequence (the limit for a generative model); `chunk`: tokens per
+        decode when a generative model embeds (memory.embed_chunk_tokens)."""
         self.model = model
         self.vocab = L.llama_model_get_vocab(model)
         self.n_embd = L.llama_model_n_embd(model)
-        self.main_ctx = main_ctx
-        self._make_params = context_params_fn     # () -> llama_context_params for the side context
-        self.own_ctx = None
-        pooled_main = L.llama_pooling_type(main_ctx) not in (POOLING_NONE, -1)
-        self.is_embedding_model = pooled_main or (L.llama_model_has_encoder(model)
-                                                  and not L.llama_model_has_decoder(model))
+        self.ctx = ctx
+        self.chunk = max(1, chunk)
+        pooled = L.llama_pooling_type(ctx) not in (POOLING_NONE, -1)
+        self.is_embedding_model = pooled or (L.llama_model_has_encoder(model)
+                                             and not L.llama_model_has_decoder(model))
         if self.is_embedding_model:
-            self.limit = min(L.llama_n_ubatch(main_ctx), L.llama_n_ctx_seq(main_ctx))
+            self.limit = min(L.llama_n_ubatch(ctx), L.llama_n_ctx_seq(ctx))
         else:
-            self.limit = min(GENERATIVE_EMBED_CTX, L.llama_model_n_ctx_train(model) or GENERATIVE_EMBED_CTX)
-        self._batch = None
+            self.limit = max(1, min(num_ctx, L.llama_n_ctx_seq(ctx)))
+        self._batch = NpBatch(self.limit if self.is_embedding_model else min(self.chunk, self.limit))
 
     def prepare(self, inputs, truncate: bool) -> tuple[list[list[int]], int]:
         """Tokenize and apply the truncation rule; returns (token lists, tokens counted). Any thread."""
@@ -83,51 +88,58 @@ class Embedder:
             out.append(fit_tokens(toks, self.limit, truncate, i))
         return out, sum(len(t) for t in out)
 
-    def _context(self):
-        if self.is_embedding_model:
-            return self.main_ctx
-        if self.own_ctx is None:
-            cp = self._make_params()
-            cp.embeddings = True
-            cp.pooling_type = POOLING_MEAN
-            cp.n_ctx = cp.n_batch = cp.n_ubatch = self.limit
-            cp.n_seq_max = 1
-            ctx = L.llama_init_from_model(self.model, cp)
-            if not ctx:
-                raise RuntimeError("could not create the embedding context (out of memory?)")
-            self.own_ctx = ctx
-        return self.own_ctx
-
-    def embed(self, token_lists: list[list[int]], normalize: bool = True) -> list[list[float]]:
-        """Context thread only."""
-        ctx = self._context()
-        if self._batch is None:
-            self._batch = NpBatch(self.limit)
-        mem = L.llama_get_memory(ctx)
-        use_encode = L.llama_model_has_encoder(self.model) and not L.llama_model_has_decoder(self.model)
+    def embed(self, token_lists: list[list[int]], normalize: bool = True, seq: int = 0) -> list[list[float]]:
+        """Context thread only. A generative model uses sequence `seq`, whose cells must be free; they are free
+        again afterwards."""
+        embed_one = self._embed_pooled if self.is_embedding_model else self._embed_chunked
         out = []
         for toks in token_lists:
-            if mem:
-                L.llama_memory_clear(mem, True)
-            b = self._batch
-            b.clear()
-            b.add_span(toks, 0, 0, logits_last=True, logits_all=True)
-            rc = (L.llama_encode if use_encode else L.llama_decode)(ctx, b.struct)
-            if rc != 0:
-                raise RuntimeError(f"embedding decode failed with code {rc}")
-            ptr = L.llama_get_embeddings_seq(ctx, 0)
-            if ptr:
-                v = np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
-            else:   # pooling NONE on an embedding model: mean of the token embeddings
-                rows = [np.ctypeslib.as_array(L.llama_get_embeddings_ith(ctx, i), shape=(self.n_embd,))
-                        for i in range(len(toks))]
-                v = np.mean(np.stack(rows), axis=0).astype(np.float64)
+            v = embed_one(toks, seq)
             out.append((l2_normalize(v) if normalize else v).tolist())
-        if mem and not self.is_embedding_model:
-            L.llama_memory_clear(mem, True)
         return out
 
+    def _embed_pooled(self, toks: list[int], _seq: int) -> np.ndarray:
+        """An embedding model: the whole input in one batch of its own (embedding) context, pooled by llama.cpp."""
+        mem = L.llama_get_memory(self.ctx)
+        if mem:
+            L.llama_memory_clear(mem, True)
+        b = self._batch
+        b.clear()
+        b.add_span(toks, 0, 0, logits_last=True, logits_all=True)
+        use_encode = L.llama_model_has_encoder(self.model) and not L.llama_model_has_decoder(self.model)
+        rc = (L.llama_encode if use_encode else L.llama_decode)(self.ctx, b.struct)
+        if rc != 0:
+            raise RuntimeError(f"embedding decode failed with code {rc}")
+        ptr = L.llama_get_embeddings_seq(self.ctx, 0)
+        if ptr:
+            return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+        # pooling NONE on an embedding model: mean of the token embeddings
+        rows = [np.ctypeslib.as_array(L.llama_get_embeddings_ith(self.ctx, i), shape=(self.n_embd,))
+                for i in range(len(toks))]
+        return np.mean(np.stack(rows), axis=0).astype(np.float64)
+
+    def _embed_chunked(self, toks: list[int], seq: int) -> np.ndarray:
+        """A generative model: decode the input on sequence `seq` in chunks with embeddings on, average the
+        tokens' final hidden states (MEAN pooling), then give the cells back."""
+        mem = L.llama_get_memory(self.ctx)
+        L.llama_memory_seq_rm(mem, seq, -1, -1)
+        L.llama_set_embeddings(self.ctx, True)
+        acc = np.zeros(self.n_embd, dtype=np.float64)
+        try:
+            b = self._batch
+            for pos in range(0, len(toks), self.chunk):
+                part = toks[pos:pos + self.chunk]
+                b.clear()
+                b.add_span(part, pos, seq, logits_last=True, logits_all=True)
+                rc = L.llama_decode(self.ctx, b.struct)
+                if rc != 0:
+                    raise RuntimeError(f"embedding decode failed with code {rc}")
+                ptr = L.llama_get_embeddings(self.ctx)
+                acc += np.ctypeslib.as_array(ptr, shape=(len(part), self.n_embd)).sum(axis=0, dtype=np.float64)
+        finally:
+            L.llama_set_embeddings(self.ctx, False)
+            L.llama_memory_seq_rm(mem, seq, -1, -1)
+        return acc / len(toks)
+
     def close(self):
-        if self.own_ctx is not None:
-            L.llama_free(self.own_ctx)
-            self.own_ctx = None
+        pass

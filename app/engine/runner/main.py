@@ -19,6 +19,7 @@ from llama_cpp import llama_cpp as L
 from app.ggml import alloc_report, llama_log
 from app.engine import protocol as P
 from app.engine.planner.llama_params import context_params, model_params
+from app.engine.planner.memory import embed_chunk_tokens
 from app.engine.planner.types import Layout
 from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.runner.admission import Admission
@@ -166,7 +167,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         conn.close()
         return
     vocab_out = Vocab(L.llama_model_get_vocab(model), loaded.n_vocab)
-    embedder = Embedder(model, ctx, lambda: context_params(layout, n_threads))
+    embedder = Embedder(model, ctx, layout.options.num_ctx, embed_chunk_tokens(
+        loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, _chat_facts(layout.model_path))
     batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
                       prompt_cache_bytes=prompt_cache_bytes)

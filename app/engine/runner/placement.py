@@ -71,6 +71,11 @@ class Placement:
         self._start(seq, self._trim(slot, n_slot))
         return slot
 
+    def borrow(self, free: list[int]) -> int:
+        """A free slot emptied for work that is not a sequence (a generative model's embedding, which clears its
+        cells when done): the one whose cached prefix is worth least, saved to the host cache when worth it."""
+        return self._take(self.slots.victim(free), 0)
+
     def _take(self, slot: int, keep: int) -> int:
         """Make `slot` ready for a new sequence keeping its first `keep` cached tokens; what it held beyond
         that goes to the host cache first when it is worth keeping. Returns the slot."""
