@@ -30,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SERVER = ROOT / "bench" / "_build" / "llama-server"
+SERVER = next((p for p in (ROOT / "bench" / "_build" / "llama-server",
+                           ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server") if p.exists()),
+              ROOT / "bench" / "_build" / "llama-server")
 N_GEN = 128
 NUM_CTX, N_PAR, N_BATCH = 2048, 4, 512
 
@@ -92,14 +94,93 @@ class StrataEngine:
         await self.client.close()
 
 
-class ServerEngine:
-    name = "llama-server"
+class StrataApiEngine:
+    """Strata through its HTTP API: `python -m app serve` in a temporary STRATA_HOME, Ollama's /api/generate
+    streaming NDJSON, the model loaded with the same slots, context and batch as llama-server. `threads` None =
+    Strata's default (STRATA_NUM_THREADS unset)."""
+    name = "strata"
 
-    def __init__(self, model: str, threads: int):
+    def __init__(self, model: str, threads: int | None):
+        import tempfile
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.cmd = [str(SERVER), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(NUM_CTX * N_PAR),
+        self.home = tempfile.mkdtemp(prefix="strata-bench-")
+        self.model_path = model
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+        self.env.update(STRATA_HOME=self.home, STRATA_HOST=f"127.0.0.1:{self.port}", STRATA_NUM_PARALLEL=str(N_PAR),
+                        STRATA_NUM_CTX=str(NUM_CTX), STRATA_KEEP_ALIVE="-1", PYTHONPATH=str(ROOT))
+        if threads:
+            self.env["STRATA_NUM_THREADS"] = str(threads)
+        self.name_in_store = "bench"
+        self.proc = None
+        self.session = None
+
+    async def start(self):
+        import aiohttp
+
+        subprocess.run([sys.executable, "-m", "app", "import", self.model_path, "--name", self.name_in_store],
+                       env=self.env, check=True, capture_output=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
+        for _ in range(600):
+            try:
+                async with self.session.get(f"http://127.0.0.1:{self.port}/api/version") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"strata serve exited with {self.proc.returncode}")
+            await asyncio.sleep(0.1)
+        raise RuntimeError("strata serve did not answer")
+
+    async def stream(self, prompt: str, n_predict: int):
+        body = {"model": self.name_in_store, "prompt": prompt, "raw": True, "stream": True,
+                "options": {"num_predict": n_predict, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+                            "repeat_penalty": 1.0, "ignore_eos": True, "num_ctx": NUM_CTX, "num_batch": N_BATCH}}
+        t0 = time.perf_counter()
+        times, n_prompt = [], 0
+        async with self.session.post(f"http://127.0.0.1:{self.port}/api/generate", json=body) as r:
+            r.raise_for_status()
+            async for raw in r.content:
+                now = time.perf_counter()
+                d = json.loads(raw)
+                if d.get("response"):
+                    times.append(now)
+                if d.get("done"):
+                    n_prompt = d.get("prompt_eval_count", 0)
+                    n = d.get("eval_count", len(times))
+                    if len(times) < n and times:         # several tokens in one chunk: spread evenly
+                        times = [times[0] + (times[-1] - times[0]) * i / max(1, n - 1) for i in range(n)]
+        return t0, times, n_prompt
+
+    async def decode_fraction(self):
+        return float("nan")
+
+    async def stop(self):
+        import shutil
+
+        if self.session:
+            await self.session.close()
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(30)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class ServerEngine:
+    name = "llama-server"
+
+    def __init__(self, model: str, threads: int | None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        # threads None = llama-server's own default (its -t default: the physical cores)
+        tflags = ["-t", str(threads), "-tb", str(threads)] if threads else []
+        self.cmd = [str(SERVER), "-m", model, *tflags, "-c", str(NUM_CTX * N_PAR),
                     "-np", str(N_PAR), "-b", str(N_BATCH), "-ub", str(N_BATCH), "--no-kv-unified", "-fa", "auto",
                     "--no-cache-prompt", "-cram", "0", "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = None
@@ -182,21 +263,25 @@ METRIC_KEYS = {"gen": (m_gen, "gen tok/s"), "prompt": (m_prompt, "prompt tok/s")
                "streams": (m_streams, "4-stream tok/s"), "ttft": (m_ttft, "TTFT ms")}
 
 
-async def main(args):
-    model = args.model
-    if model is None:
-        from app.engine.gguf.builtin_model import builtin_model_path
+def builtin_or(model: str | None) -> str:
+    if model is not None:
+        return model
+    from app.engine.gguf.builtin_model import builtin_model_path
 
-        model = str(builtin_model_path())
-    if not SERVER.exists():
-        sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
-    chosen = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    return str(builtin_model_path())
+
+
+def chosen_metrics(spec: str):
+    chosen = [m.strip() for m in spec.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in METRIC_KEYS]
     if unknown or not chosen:
         sys.exit(f"--metrics: unknown {unknown or chosen}; choose from {','.join(METRIC_KEYS)}")
-    metrics = [METRIC_KEYS[m][0] for m in chosen]
-    keys = [METRIC_KEYS[m][1] for m in chosen]
-    engines = [StrataEngine(model, args.threads), ServerEngine(model, args.threads)]
+    return [METRIC_KEYS[m][0] for m in chosen], [METRIC_KEYS[m][1] for m in chosen]
+
+
+async def run_pair(engines, metrics, reps: int):
+    """Start both engines, warm them up, measure every metric `reps` times alternating the order (A/B, then
+    B/A) so the machine's noise hits both alike; stop them. -> ({engine: [row per rep]}, decode fractions)."""
     for e in engines:
         await e.start()
     try:
@@ -204,8 +289,7 @@ async def main(args):
             await e.stream("Hello", 8)
         results = {e.name: [] for e in engines}
         fractions = []
-        # alternate per metric (A/B, then B/A next repetition) so the machine's noise hits both alike
-        for rep in range(args.reps):
+        for rep in range(reps):
             order = engines if rep % 2 == 0 else engines[::-1]
             row = {e.name: {} for e in engines}
             for metric in metrics:
@@ -218,12 +302,23 @@ async def main(args):
     finally:
         for e in engines:
             await e.stop()
+    return results, [f for f in fractions if f == f]
+
+
+async def main(args):
+    model = builtin_or(args.model)
+    if not SERVER.exists():
+        sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
+    metrics, keys = chosen_metrics(args.metrics)
+    strata = StrataApiEngine(model, args.threads) if args.api else StrataEngine(model, args.threads)
+    results, fractions = await run_pair([strata, ServerEngine(model, args.threads)], metrics, args.reps)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in results.items()}
     n_prompt = results["strata"][0].get("prompt tokens", "-")
     print(f"\nmodel {Path(model).name}, threads {args.threads}, {N_PAR} slots x {NUM_CTX} ctx, batch {N_BATCH}, "
-          f"{args.reps} alternating reps (medians), prompt {n_prompt} tokens, gen {N_GEN} tokens greedy\n")
-    print(f"| metric | Strata | llama-server | ratio |")
-    print(f"| --- | ---: | ---: | ---: |")
+          f"{args.reps} alternating reps (medians), prompt {n_prompt} tokens, gen {N_GEN} tokens greedy, "
+          f"{'HTTP API' if args.api else 'runner level'}\n")
+    print("| metric | Strata | llama-server | ratio |")
+    print("| --- | ---: | ---: | ---: |")
     for k in keys:
         s, l = med["strata"][k], med["llama-server"][k]
         ratio = (l / s) if k == "TTFT ms" else (s / l)
@@ -248,4 +343,6 @@ if __name__ == "__main__":
     ap.add_argument("--metrics", default="gen,prompt,streams,ttft",
                     help="comma-separated subset of gen,prompt,streams,ttft (default: all)")
     ap.add_argument("--reps-table", action="store_true", help="also print every repetition's value")
+    ap.add_argument("--api", action="store_true", help="Strata through its HTTP API (strata serve, /api/generate) "
+                                                      "instead of the runner client")
     asyncio.run(main(ap.parse_args()))
