@@ -20,7 +20,7 @@ def refused(fn, *args, match, param):
 def test_tools_shapes():
     assert parse_tools([WEATHER]) == [WEATHER]
     flat = parse_tools([{"type": "function", "name": "f", "parameters": {"type": "object"}}])
-    assert flat == [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert flat == [{"type": "function", "function": {"name": "f", "description": "", "parameters": {"type": "object"}}}]
     assert parse_tools(None) is None and parse_tools([]) is None
 
 

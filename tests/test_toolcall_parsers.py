@@ -257,3 +257,32 @@ def test_command_r_action_thinking_and_response_markup():
 def test_llama4_python_start_section():
     check("llama3", '<|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"}}<|python_end|>',
           calls=[W])
+
+
+def test_harmony_bare_json_call_from_a_forced_grammar():
+    check("harmony", '{"name": "get_weather", "arguments": {"city": "Paris"}}', calls=[W])
+
+
+# ---- random replies made of every family's markup -----------------------------------------------------------
+
+FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "[", "]", '"name"', ":", '"get_weather"',
+             ",", '"arguments"', '{"city": "Paris"}', " ", "\n", "hello", "```", "json", "<|python_tag|>",
+             "[TOOL_CALLS]", "[ARGS]", "<|channel|>", "analysis", "final", "<|message|>", "<|end|>", "<|start|>",
+             " to=functions.get_weather", "<start_function_call>", "call:get_weather", "<escape>",
+             "<end_function_call>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "[THINK]",
+             "[/THINK]", "<|START_ACTION|>", "<|END_ACTION|>", "get_weather(", ")", "'", '"', "\\", "<", "|"]
+
+
+@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "llama3", "mistral", "deepseek", "functiongemma",
+                                    "pythonic", "harmony", "generic", "command_r"])
+def test_random_markup_never_leaks_and_streaming_agrees(family):
+    from app.engine.gguf.chat_facts import MARKER_TOKENS
+    rng = random.Random(family)
+    for _ in range(400):
+        text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 25)))
+        whole = parse_all(family, text, TOOLS)
+        leaked = [m for m in MARKER_TOKENS.get(family, ()) if m in whole.content]
+        assert not leaked, (text, whole.content)
+        s_content, s_thinking, s_calls = streamed(family, text)
+        assert (s_content, s_thinking, [(c.name, c.arguments) for c in s_calls]) == \
+            (whole.content, whole.thinking, [(c.name, c.arguments) for c in whole.calls]), text

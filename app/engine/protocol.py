@@ -44,7 +44,8 @@ class GenerateRequest:
     ignore_eos: bool = False
     echo_prompt_tokens: bool = False
     # tools and thinking (issue 14; docs/architecture.md, "Tool calls")
-    tools: list[dict] | None = None         # OpenAI function shape, handed to the chat template
+    tools: list[dict] | None = None         # OpenAI function shape: the grammar's calls, and the template's tools
+    render_tools: bool = True               # False: the template cannot show tools (the service described them)
     tool_choice: str | None = None          # "auto" | "required" | a function name: the runner adds a grammar
     parallel_tool_calls: bool = True
     template_kwargs: dict = field(default_factory=dict)   # enable_thinking, reasoning_effort

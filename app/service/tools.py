@@ -42,10 +42,9 @@ def function_tool(name, description, parameters, where: str, param: str) -> dict
         raise _bad(f"{where}.parameters must be a JSON schema object", param)
     if description is not None and not isinstance(description, str):
         raise _bad(f"{where}.description must be a string", param)
-    fn = {"name": name, "parameters": parameters}
-    if description:
-        fn["description"] = description
-    return {"type": "function", "function": fn}
+    # description always present: some templates (gpt-oss) concatenate it, and a missing key fails them
+    return {"type": "function", "function": {"name": name, "description": description or "",
+                                             "parameters": parameters}}
 
 
 def parse_tools(raw, param: str = "tools") -> list[dict] | None:

@@ -88,8 +88,11 @@ class Admission:
         seq.stop_bytes = StopBytes(stops) if any(stops) else None
 
     def grammar(self, req):
-        """A tool-call grammar when the request's tool_choice asks for one, else the `format` grammar."""
-        if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw:
+        """A tool-call grammar when the request's tool_choice asks for one, else the `format` grammar (with
+        tool_choice auto an explicit `format` wins: it is what the client constrained)."""
+        wants_format = req.json_mode or req.json_schema is not None
+        if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw and \
+                not (wants_format and req.tool_choice == "auto"):
             g = tool_grammar.for_request(req.tools, req.tool_choice, self.family, req.parallel_tool_calls)
             if g is not None:
                 return g
@@ -105,7 +108,8 @@ class Admission:
 
     def render(self, messages, req) -> str:
         return chat_template.render_chat(self.template, messages, bos_token=self.bos, eos_token=self.eos,
-                                         tools=req.tools, template_kwargs=req.template_kwargs)
+                                         tools=req.tools if req.render_tools else None,
+                                         template_kwargs=req.template_kwargs)
 
     def prompt_text(self, req) -> str:
         """The text to tokenize: messages through the chat template (or joined, raw), or the prompt."""

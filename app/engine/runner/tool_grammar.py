@@ -66,8 +66,8 @@ def _convert(schema: dict, rule: str) -> str:
 
 def forced(tools: list[dict], only: str | None = None, parallel: bool = False) -> ToolGrammar:
     body = _convert(call_schema(tools, only), "call")
-    root = 'root ::= tc-ws call tc-ws' if not parallel or only else \
-        'root ::= tc-ws (call | "[" tc-ws call ("," tc-ws call)* "]") tc-ws'
+    # no free whitespace around the call: a greedy small model would fill num_predict with newlines
+    root = 'root ::= call' if not parallel or only else 'root ::= call | "[" call ("," " "? call)* "]"'
     return ToolGrammar(f"{root}\ntc-ws ::= [ \\t\\n]*\n{body}")
 
 

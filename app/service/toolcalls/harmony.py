@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 
-from .jsonscan import loads_lenient
+from .jsonscan import calls_from_text, loads_lenient
 from .stream import held_suffix
 from .types import Delta, ToolCall
 
 START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>",
                                                          "<|call|>", "<|return|>", "<|constrain|>")
 _BODY_ENDS = (END, CALL, RETURN, START)
+_STRAY = (CHANNEL, MESSAGE, CONSTRAIN)          # header markup inside a message body: removed
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 
@@ -49,8 +50,15 @@ class HarmonyParser:
         out = Delta()
         self._run(out, final=True)
         if self.mode == "header" and (self.header + self.buf).strip():
-            # no <|message|> at all: a model that ignored the format; its words are the content
-            self._route(_strip_markup(self.header + self.buf), "final", out)
+            # no <|message|> at all: a model that ignored the format (or a forced call's bare JSON): a JSON
+            # call naming a supplied tool is a call, anything else is content
+            text = _strip_markup(self.header + self.buf)
+            calls = calls_from_text(text) if self.tool_names else None
+            if calls and all(c.name in self.tool_names for c in calls):
+                out.calls.extend(calls)
+                self.n_calls += len(calls)
+            else:
+                self._route(text, "final", out)
         elif self.mode == "body":
             self._end_message(out)
         self.buf = self.header = ""
@@ -67,17 +75,19 @@ class HarmonyParser:
                 self.mode = "body"
                 continue
             first, hit = -1, None
-            for m in _BODY_ENDS:
+            for m in _BODY_ENDS + _STRAY:
                 i = self.buf.find(m)
                 if i != -1 and (first == -1 or i < first):
                     first, hit = i, m
             if hit is None:
-                keep = 0 if final else held_suffix(self.buf, _BODY_ENDS)
+                keep = 0 if final else held_suffix(self.buf, _BODY_ENDS + _STRAY)
                 self._route(self.buf[:len(self.buf) - keep], self.channel, out)
                 self.buf = self.buf[len(self.buf) - keep:]
                 return
             self._route(self.buf[:first], self.channel, out)
             self.buf = self.buf[first + len(hit):]
+            if hit in _STRAY:
+                continue
             self._end_message(out)
             self.mode = "header"
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from app.engine.gguf.chat_facts import MARKER_TOKENS
+
 from .families import FamilySpec, Section, spec_for
 from .formats import pythonic
 from .jsonscan import calls_from_text, json_end, mend
@@ -51,7 +53,14 @@ class OutputParser:
         if self.spec.think:
             markers += [(self.spec.think[0], "think", None), (self.spec.think[1], "drop", None)]
         markers += [(m, "strip", None) for m in self.spec.strip]
+        # a section's end marker with no section open (the model wrote it twice, or alone), and the family's
+        # other marker tokens (Mistral's [ARGS], DeepSeek's separators...) outside a section: removed
+        known = {m for m, _, _ in markers}
+        extra = [sec.end for sec in self.spec.sections if sec.end and sec.end != "```"]
+        extra += [m for m in MARKER_TOKENS.get(self.spec.name, ()) if m not in known]
+        markers += [(m, "strip", None) for m in dict.fromkeys(extra) if m not in known]
         self.markers = markers
+        self.scrub = tuple(sorted({m for m, _, _ in markers} - {"```"}, key=len, reverse=True))
 
     # ---- public ---------------------------------------------------------------------------------------------
     def feed(self, text: str) -> Delta:
@@ -131,13 +140,14 @@ class OutputParser:
         if calls:
             self._calls(calls, out)
         else:                                    # not a call after all: keep what the model said, minus markup
+            for m in self.scrub:
+                body = body.replace(m, "")
             self._content(body, out)
         self.mode = "text"
         return True
 
     def _bare(self, out: Delta, final: bool) -> bool:
         s = self.buf.lstrip()
-        lead = len(self.buf) - len(s)
         if s.startswith("```"):
             nl = s.find("\n")
             close = s.find("```", nl + 1) if nl >= 0 else -1
@@ -161,10 +171,8 @@ class OutputParser:
         if calls:
             self.buf = rest
             self._calls(calls, out)
-        else:
-            self.expect_call = False             # it was content; later JSON is content too
-            self._content(self.buf[:lead] + s[:len(s) - len(rest)] if rest else self.buf, out)
-            self.buf = rest
+        else:                                    # not a call: read it again as text (markers, thinking...)
+            self.expect_call = False
         self.mode = "text"
         return True
 
