@@ -37,6 +37,8 @@ from rpc_util import start_workers  # noqa: E402  (real `strata worker` processe
 
 NUM_CTX, N_BATCH, N_GEN = 2048, 512, 128
 bench_engine.NUM_CTX, bench_engine.N_PAR, bench_engine.N_BATCH = NUM_CTX, 1, N_BATCH
+if not bench_engine.SERVER.exists():         # the build script stops before copying it when rpc-server fails
+    bench_engine.SERVER = ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server"
 
 
 class StrataEngine(bench_engine.StrataEngine):
@@ -134,13 +136,12 @@ async def main(args):
 def report(model, layout, args, results):
     keys = ("prompt tok/s", "gen tok/s")
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in results.items()}
-    cpu = next(d for d in layout.devices if d.device_id == "CPU")
     where = ", ".join(f"{d.device_id} blocks {min(d.layers)}-{max(d.layers)}" for d in layout.devices if d.layers)
     print(f"\nmodel {Path(model).name}, threads {args.threads} (runner, llama-server and each worker), 1 slot x "
           f"{NUM_CTX} ctx, batch {N_BATCH}, {args.reps} rotating reps (medians), prompt "
           f"{results['strata local'][0].get('prompt tokens', '-')} tokens, gen {N_GEN} tokens greedy")
     print(f"split: -ngl {layout.n_gpu_layers} -ts {','.join(f'{x:g}' for x in layout.tensor_split)}: {where}"
-          f"{' (+ token embedding on the CPU)' if cpu.layers else ''}\n")
+          f" + output; token embedding on the CPU\n")
     print("| metric | placement | Strata | llama-server | ratio |")
     print("| --- | --- | ---: | ---: | ---: |")
     for k in keys:
