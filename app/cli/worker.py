@@ -132,13 +132,14 @@ def cmd_worker(args) -> int:
     cache = None
     if not args.no_cache:
         cache = args.cache_dir or str(cache_dir() / "rpc")
-        os.makedirs(cache, exist_ok=True)
     endpoint = f"{host}:{port}"
     _print_plan(endpoint, devices, local, threads, cache)
     if not ipaddress.ip_address(host).is_loopback:
         print(security_warning(host, port), file=sys.stderr, flush=True)
     if args.list:
         return 0
+    if cache:
+        os.makedirs(cache, exist_ok=True)
     why = _port_free(host, port)
     if why:
         print(f"strata worker: cannot listen on {endpoint}: {why} (another worker or rpc-server there? use --port)",
@@ -157,8 +158,9 @@ def _print_plan(endpoint: str, devices: list[dict], local: list[dict], threads: 
     if others:
         print(f"  (also here, not served: {', '.join(others)}; choose with --device)")
     print(f"tensor cache: {cache or 'off'}")
-    print(f"clients add it with STRATA_RPC={endpoint if not endpoint.startswith('0.0.0.0') else 'THIS-MACHINE-IP:' + endpoint.split(':')[1]}",
-          flush=True)
+    host, port = endpoint.rsplit(":", 1)
+    reach = f"<this machine's address>:{port}" if host == "0.0.0.0" else endpoint
+    print(f"clients add it with STRATA_RPC={reach}", flush=True)
 
 
 def _spawn(endpoint: str, names: list[str], threads: int, cache: str | None) -> subprocess.Popen:
