@@ -12,7 +12,8 @@ import pytest
 from gguf_factory import write_minimal
 
 from app.cli import main
-from app.cli.models import human_ago, human_count, human_size, progress_line
+from app.cli.models import human_ago, progress_line
+from app.format import format_bytes, format_count
 
 
 def strata(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
@@ -134,12 +135,12 @@ def test_progress_bar_on_a_terminal(tmp_path):
 
 
 def test_formatting():
-    assert human_size(512) == "512 B"
-    assert human_size(98_362_432) == "98.4 MB"
-    assert human_size(4_700_000_000) == "4.7 GB"
-    assert human_size(137_000_000) == "137 MB"
-    assert human_size(2_000_000) == "2 MB"
-    assert human_count(134_515_008) == "134.52M" and human_count(7_000_000_000) == "7B"
+    assert format_bytes(512, si=True) == "512 B"
+    assert format_bytes(98_362_432, si=True) == "98.4 MB"
+    assert format_bytes(4_700_000_000, si=True) == "4.7 GB"
+    assert format_bytes(137_000_000, si=True) == "137 MB"
+    assert format_bytes(2_000_000, si=True) == "2 MB"
+    assert format_count(134_515_008) == "134.52M" and format_count(7_000_000_000) == "7B"
     assert human_ago(100.0, now=100.2) == "Less than a second ago"
     assert human_ago(0, now=3 * 86400 + 5) == "3 days ago"
     assert human_ago(0, now=60) == "1 minute ago"

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from app.gui.api_client import parse_sse
+from app.api_client import parse_sse
 from app.gui.history import ChatHistory
 
 

@@ -349,6 +349,40 @@ def test_bad_requests_get_4xx_json_naming_the_problem(http, path, body, status, 
     assert word.lower() in (err["message"] if isinstance(err, dict) else err).lower()
 
 
+_CHAT = [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize("path,body,name", [
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"num_predict": 1e30}}, "num_predict"),
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"num_predict": 2**31}}, "num_predict"),
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"top_k": 2**40}}, "top_k"),
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"num_ctx": 1.5}}, "num_ctx"),
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"temperature": float("inf")}}, "temperature"),
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "options": {"temperature": float("nan")}}, "temperature"),
+    ("/api/chat", {"model": MODEL, "messages": _CHAT, "options": {"seed": 2**70}}, "seed"),
+    ("/api/generate", {"model": MODEL, "prompt": "hi", "top_logprobs": 1e30}, "top_logprobs"),
+    ("/api/embed", {"model": MODEL, "input": "hi", "dimensions": 2**40}, "dimensions"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": _CHAT, "max_tokens": 1e30}, "max_tokens"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": _CHAT, "max_completion_tokens": 2**31},
+     "max_completion_tokens"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": _CHAT, "seed": 1e30}, "seed"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": _CHAT, "n": 1e30}, "n"),
+    ("/v1/chat/completions", {"model": MODEL, "messages": _CHAT, "temperature": float("nan")}, "temperature"),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2**31}, "max_tokens"),
+    ("/v1/embeddings", {"model": MODEL, "input": "hi", "dimensions": 1e30}, "dimensions"),
+])
+def test_numbers_of_the_wrong_kind_or_out_of_range_are_400_naming_the_field(http, path, body, name):
+    """Integers must be integers within int32 (a seed within int64) and numbers finite, in every dialect."""
+    raw = json.dumps(body)       # NaN / Infinity as Python writes them (some clients do)
+    r = http.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    if path.startswith("/v1/"):
+        assert err["param"] == name and name in err["message"]
+    else:
+        assert name in err
+
+
 def test_oversized_body_is_413(http):
     r = http.post("/api/generate", json={"model": MODEL, "prompt": "x" * 100_000})
     assert r.status_code == 413 and "too large" in r.json()["error"]

@@ -12,6 +12,7 @@ from app.service.modelfile import ModelfileError, parse_modelfile, render_modelf
 from app.service.dialects.openai.parse import parse_logit_bias, sampling_options
 from app.service.generation import request_options
 from app.service.options import parse_ollama_options, plan_options
+from app.service.request import field
 from app.service.keep_alive import parse_keep_alive
 from app.service.security import Guard
 
@@ -55,6 +56,36 @@ def test_bad_options_are_400_naming_the_option(opts, word):
     with pytest.raises(ApiError) as e:
         parse_ollama_options(opts)
     assert e.value.status == 400 and word in e.value.message
+
+
+@pytest.mark.parametrize("opts,word", [
+    ({"num_predict": 1e30}, "num_predict"), ({"num_predict": 2**31}, "num_predict"), ({"top_k": 2**40}, "top_k"),
+    ({"num_ctx": 1e30}, "num_ctx"), ({"repeat_last_n": -(2**31) - 1}, "repeat_last_n"), ({"seed": 2**64}, "seed"),
+    ({"temperature": float("inf")}, "temperature"), ({"mirostat_tau": float("-inf")}, "mirostat_tau"),
+])
+def test_integers_beyond_int32_and_numbers_not_finite_are_400(opts, word):
+    with pytest.raises(ApiError) as e:
+        parse_ollama_options(opts)
+    assert e.value.status == 400 and word in e.value.message and e.value.param == word
+
+
+def test_in_range_integers_and_64_bit_seeds_are_taken():
+    ro = parse_ollama_options({"num_predict": 2**31 - 1, "seed": 2**40 + 5, "repeat_last_n": 64.0})
+    assert ro.num_predict == 2**31 - 1 and ro.sampling.seed == 5 and ro.sampling.repeat_last_n == 64
+
+
+@pytest.mark.parametrize("body,typ,ok", [
+    ({"n": 2**31 - 1}, int, True), ({"n": 2**31}, int, False), ({"n": -(2**31)}, int, True), ({"n": 1e30}, int, False),
+    ({"n": 3.0}, int, True), ({"n": 3.5}, int, False), ({"n": True}, int, False), ({"n": float("nan")}, float, False),
+    ({"n": float("inf")}, float, False), ({"n": 10**400}, float, False), ({"n": 1.5}, float, True),
+])
+def test_request_fields_are_checked_for_kind_and_range(body, typ, ok):
+    if ok:
+        assert field(body, "n", typ) == body["n"]
+        return
+    with pytest.raises(ApiError) as e:
+        field(body, "n", typ)
+    assert e.value.status == 400 and e.value.param == "n" and "'n'" in e.value.message
 
 
 def test_options_must_be_an_object():

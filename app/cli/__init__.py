@@ -1,35 +1,29 @@
-"""`strata` command line. Each concern registers its own sub-commands from its own module, so the
-areas (models, plan/devices, serve/run/ps, gui) stay independent; modules are imported lazily by name."""
+"""`strata` command line. Each concern registers its own sub-commands from its own module, so the areas
+(models, plan/devices, serve/run/ps, gui) stay independent."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# module -> it defines `register(subparsers)`; each sub-command sets `func(args) -> int`.
-COMMAND_MODULES = [
-    "app.cli.models",    # list, show, import, cp, rm
-    "app.cli.pull",      # pull, push
-    "app.cli.layout",    # plan, devices
-    "app.cli.server",    # serve, run, ps
-    "app.cli.desktop",   # gui
-    "app.cli.worker",    # worker (llama.cpp RPC server for another machine's Strata)
-]
+from app import __version__
+from app.cli import desktop, layout, models, pull, server, worker
+
+# each defines `register(subparsers)`; each sub-command sets `func(args) -> int`.
+COMMAND_MODULES = (
+    models,     # list, show, import, cp, rm
+    pull,       # pull, push
+    layout,     # plan, devices
+    server,     # serve, run, ps, stop
+    desktop,    # gui
+    worker,     # worker (llama.cpp RPC server for another machine's Strata)
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app import __version__
-
     parser = argparse.ArgumentParser(prog="strata", description="Run GGUF language models on your own machine.")
     parser.add_argument("--version", action="version", version=f"strata {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # that area has not been built yet
-                continue
-            raise
+    for mod in COMMAND_MODULES:
         mod.register(sub)
     return parser
 

@@ -6,10 +6,15 @@ Ollama-compatible server), the window attaches to it instead of failing.
 """
 from __future__ import annotations
 
-import json
+import signal
 import sys
 import threading
-import urllib.request
+
+from app.api_client import ApiClient
+from app.service.config import ConfigError, ServiceConfig
+from app.service.server import ServiceError, ServiceThread
+
+from .loop_thread import LoopThread
 
 
 def register(sub) -> None:
@@ -20,20 +25,16 @@ def register(sub) -> None:
 
 
 def _answers(url: str, api_key: str | None) -> bool:
-    req = urllib.request.Request(url.rstrip("/") + "/api/version")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+    loop, client = LoopThread(), ApiClient(url, api_key)
     try:
-        with urllib.request.urlopen(req, timeout=2) as r:
-            return "version" in json.loads(r.read() or b"{}")
-    except Exception:
-        return False
+        return loop.run(client.alive())
+    finally:
+        loop.run(client.close())
+        loop.close()
 
 
 def start_service(config):
     """Start the hosted service; returns (service or None, url). None when another server already answers."""
-    from app.service.server import ServiceError, ServiceThread
-
     service = ServiceThread(config)
     try:
         service.start()
@@ -46,8 +47,9 @@ def start_service(config):
 
 
 def run(args) -> int:
+    # Qt and the GUI are imported here, not at the top: every `strata` command imports this module to build
+    # the parser, and the others must neither pay for Qt nor fail where it cannot load.
     from app.gui.desktop import has_display
-    from app.service.config import ConfigError, ServiceConfig
 
     try:
         config = ServiceConfig.from_env()
@@ -78,9 +80,7 @@ def run(args) -> int:
 def _quit_on_signals(desk) -> None:
     """Ctrl+C / SIGTERM quit cleanly (service stopped, runners ended). Python runs signal handlers only when it
     gets control, so a cheap timer hands it control a few times a second while Qt's loop waits."""
-    import signal
-
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QTimer   # late: Qt only for the gui command (see run())
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: desk.quit())
@@ -94,12 +94,10 @@ def run_headless(config) -> int:
     if service is None:
         print(f"strata: no display; a service already listens at {url}")
         return 0
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())   # before saying where: a caller may stop it at once
     print(f"strata: no display found (DISPLAY/WAYLAND_DISPLAY unset); service listening at {url}", flush=True)
     print("strata: press Ctrl+C to stop", flush=True)
-    import signal
-
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
         while not done.wait(1.0):
             pass

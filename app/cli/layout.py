@@ -5,9 +5,13 @@ import json
 import sys
 from pathlib import Path
 
+from app.discovery import discover
+from app.engine.gguf.model_info import GGUFError, read_model_info
+from app.engine.planner.options import plan_layout, plan_options
 from app.engine.planner.types import KV_TYPES
+from app.format import format_bytes
+from app.service.store import ModelStore
 
-GiB = 1024 ** 3
 MiB = 1024 ** 2
 
 
@@ -39,19 +43,9 @@ def resolve_model(name: str) -> Path:
     if p.is_file():
         return p
     try:
-        from app.service.store import ModelStore
-    except ImportError:
-        ModelStore = None  # noqa: N806
-    if ModelStore is not None:
-        try:
-            return Path(ModelStore().resolve_path(name))
-        except Exception as e:  # ModelNotFound, InvalidName: say so
-            raise FileNotFoundError(f"{name}: not a file and not a model in the store ({e})") from None
-    raise FileNotFoundError(f"{name}: no such file")
-
-
-def _fmt(n: int) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
+        return Path(ModelStore().resolve_path(name))
+    except Exception as e:  # ModelNotFound, InvalidName: say so
+        raise FileNotFoundError(f"{name}: not a file and not a model in the store ({e})") from None
 
 
 def _ranges(xs) -> str:
@@ -70,10 +64,6 @@ def _ranges(xs) -> str:
 
 
 def cmd_plan(args) -> int:
-    from app.discovery import discover
-    from app.engine.gguf.model_info import GGUFError, read_model_info
-    from app.engine.planner.options import plan_layout, plan_options
-
     try:
         path = resolve_model(args.model)
         info = read_model_info(path)
@@ -96,14 +86,15 @@ def cmd_plan(args) -> int:
         print(json.dumps({"model": args.model, "fits": layout.fits, "layout": layout.to_dict(),
                           "inventory": inv.to_dict(), "suggestions": list(layout.suggestions)}, indent=2))
         return 0 if layout.fits else 1
-    print(f"{info.name} ({info.architecture}, {info.n_layer} layers, {_fmt(info.weight_bytes)} weights, "
+    print(f"{info.name} ({info.architecture}, {info.n_layer} layers, {format_bytes(info.weight_bytes)} weights, "
           f"{info.quantization}) - num_ctx {args.ctx} x {args.parallel} seq, KV {args.kv_type}")
     w = max([10] + [len(d.device_id) for d in layout.devices])        # remote ids name their machine: RPC0[host:port]
     print(f"{'device':<{w}} {'blocks':<14} {'experts':<14} {'weights':>11} {'KV':>11} {'compute':>11} "
           f"{'total':>11} {'budget':>11}")
     for d in layout.devices:
-        print(f"{d.device_id:<{w}} {_ranges(d.layers):<14} {_ranges(d.expert_layers):<14} {_fmt(d.weights_total):>11} "
-              f"{_fmt(d.kv):>11} {_fmt(d.compute + d.output):>11} {_fmt(d.total):>11} {_fmt(d.budget):>11}")
+        sizes = (d.weights_total, d.kv, d.compute + d.output, d.total, d.budget)
+        print(f"{d.device_id:<{w}} {_ranges(d.layers):<14} {_ranges(d.expert_layers):<14} "
+              + " ".join(f"{format_bytes(b):>11}" for b in sizes))
     print(f"llama.cpp: n_gpu_layers={layout.n_gpu_layers} devices={list(layout.gpu_devices)} "
           f"tensor_split={list(layout.tensor_split)} op_offload={layout.op_offload}")
     for pat, dev in layout.tensor_buft_overrides:
@@ -117,8 +108,6 @@ def cmd_plan(args) -> int:
 
 
 def cmd_devices(args) -> int:
-    from app.discovery import discover
-
     try:
         inv = discover(args.devices)
     except ValueError as e:
@@ -127,15 +116,15 @@ def cmd_devices(args) -> int:
     if args.json:
         print(json.dumps(inv.to_dict(), indent=2))
         return 0
-    print(f"CPU: {inv.cpu_name or '?'}, {inv.cpu_cores} cores, RAM {_fmt(inv.host_ram_available)} available of "
-          f"{_fmt(inv.host_ram_total)}" + (" (simulated)" if inv.simulated else ""))
+    print(f"CPU: {inv.cpu_name or '?'}, {inv.cpu_cores} cores, RAM {format_bytes(inv.host_ram_available)} available of "
+          f"{format_bytes(inv.host_ram_total)}" + (" (simulated)" if inv.simulated else ""))
     if not inv.devices:
         print("no GPU")
     w = max([10] + [len(d.id) for d in inv.devices])
     for d in inv.devices:
         extra = f", {d.utilization}% busy" if d.utilization is not None else ""
         extra += f", remote (strata worker at {d.endpoint})" if d.endpoint else ""
-        print(f"{d.id:<{w}} {d.kind:<5} {d.backend:<7} {d.name}: {_fmt(d.free)} free of {_fmt(d.total)}"
+        print(f"{d.id:<{w}} {d.kind:<5} {d.backend:<7} {d.name}: {format_bytes(d.free)} free of {format_bytes(d.total)}"
               + (f", PCI {d.pci_bus_id}" if d.pci_bus_id else "") + extra)
     for n in inv.notes:
         print(f"note: {n}")

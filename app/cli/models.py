@@ -8,7 +8,9 @@ import time
 
 from app.engine.gguf.kv_shape import describe as describe_kv_shape
 from app.engine.gguf.model_info import GGUFError, ModelInfo
+from app.format import format_bytes, format_count, format_duration
 from app.service.names import InvalidName
+from app.service.store import ModelStore, StoreError
 
 
 def register(sub) -> None:
@@ -40,33 +42,8 @@ def register(sub) -> None:
 
 # ---- formatting (pure) -----------------------------------------------------------------------------------
 
-def human_size(n: int) -> str:
-    """Decimal units, as Ollama prints them: 98 MB, 4.7 GB."""
-    if n < 1000:
-        return f"{n} B"
-    v = float(n)
-    for unit in ("KB", "MB", "GB", "TB", "PB"):
-        v /= 1000
-        if v < 1000 or unit == "PB":
-            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}".replace(".0 ", " ")
-    raise AssertionError
-
-
-def human_count(n: int) -> str:
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.2f}".rstrip("0").rstrip(".") + unit
-    return str(n)
-
-
 def human_ago(t: float, now: float | None = None) -> str:
-    d = max(0.0, (now if now is not None else time.time()) - t)
-    for secs, unit in ((365 * 86400, "year"), (30 * 86400, "month"), (7 * 86400, "week"), (86400, "day"),
-                       (3600, "hour"), (60, "minute"), (1, "second")):
-        if d >= secs:
-            k = int(d // secs)
-            return f"{k} {unit}{'s' if k != 1 else ''} ago"
-    return "Less than a second ago"
+    return f"{format_duration((now if now is not None else time.time()) - t)} ago"
 
 
 def table(rows: list[list[str]]) -> str:
@@ -77,14 +54,15 @@ def table(rows: list[list[str]]) -> str:
 def progress_line(phase: str, done: int, total: int, width: int = 30) -> str:
     frac = min(1.0, done / total) if total else 1.0
     filled = int(frac * width)
-    return f"{phase:<8} {frac * 100:3.0f}% |{'█' * filled}{' ' * (width - filled)}| {human_size(done)}/{human_size(total)}"
+    bar = '█' * filled + ' ' * (width - filled)
+    return f"{phase:<8} {frac * 100:3.0f}% |{bar}| {format_bytes(done, si=True)}/{format_bytes(total, si=True)}"
 
 
 def show_text(rec, info: ModelInfo) -> str:
     kv_heads = sorted(set(info.n_head_kv))
     rows = [
         ("architecture", info.architecture),
-        ("parameters", human_count(info.n_params)),
+        ("parameters", format_count(info.n_params)),
         ("context length", str(info.context_length)),
         ("embedding length", str(info.n_embd)),
         ("quantization", info.quantization),
@@ -102,17 +80,18 @@ def show_text(rec, info: ModelInfo) -> str:
     out = ["  Model"] + [f"    {k:<20}{v}" for k, v in rows]
 
     totals = {c: sum(layer.bytes_by_class[c] for layer in info.layers) for c in info.layers[0].bytes_by_class}
-    wrows = [(f"layers: {c}", human_size(totals[c])) for c in totals if totals[c]]
-    wrows.append(("token embedding", human_size(info.token_embd_bytes)))
-    wrows.append(("output", human_size(info.output_bytes) if info.output_bytes else "tied to token embedding"))
+    wrows = [(f"layers: {c}", format_bytes(totals[c], si=True)) for c in totals if totals[c]]
+    wrows.append(("token embedding", format_bytes(info.token_embd_bytes, si=True)))
+    output = format_bytes(info.output_bytes, si=True) if info.output_bytes else "tied to token embedding"
+    wrows.append(("output", output))
     if info.other_bytes:
-        wrows.append(("other", human_size(info.other_bytes)))
-    wrows.append(("total", human_size(info.weight_bytes)))
+        wrows.append(("other", format_bytes(info.other_bytes, si=True)))
+    wrows.append(("total", format_bytes(info.weight_bytes, si=True)))
     out += ["", "  Weights"] + [f"    {k:<20}{v}" for k, v in wrows]
 
     out += ["", "  File"]
     out += [f"    {'name':<20}{rec.name}", f"    {'source':<20}{rec.source}" + (" (read-only)" if rec.read_only else ""),
-            f"    {'path':<20}{rec.path}", f"    {'size':<20}{human_size(rec.size)}"]
+            f"    {'path':<20}{rec.path}", f"    {'size':<20}{format_bytes(rec.size, si=True)}"]
     if rec.sha256:
         out.append(f"    {'sha256':<20}{rec.sha256}")
     if rec.origin:
@@ -129,9 +108,7 @@ def show_text(rec, info: ModelInfo) -> str:
 
 # ---- commands --------------------------------------------------------------------------------------------
 
-def _store():
-    from app.service.store import ModelStore
-
+def _store() -> ModelStore:
     return ModelStore()
 
 
@@ -141,8 +118,6 @@ def _fail(e: BaseException) -> int:
 
 
 def _errors():
-    from app.service.store import StoreError
-
     return (StoreError, GGUFError, InvalidName, OSError)
 
 
@@ -163,7 +138,7 @@ def cmd_list(args) -> int:
                 digest = store.sha256(r.name)      # cached after the first time
             except OSError:
                 digest = None
-        rows.append([r.name, digest[:12] if digest else "-", human_size(r.size), human_ago(r.modified_at),
+        rows.append([r.name, digest[:12] if digest else "-", format_bytes(r.size, si=True), human_ago(r.modified_at),
                      r.source])
     print(table(rows))
     return 0
@@ -222,7 +197,7 @@ def cmd_import(args) -> int:
         return _fail(e)
     bar.end()
     how = "copied" if bar.phase == "copying" else "linked"
-    print(f"imported {rec.name} ({human_size(rec.size)}, {how}) sha256:{rec.sha256}")
+    print(f"imported {rec.name} ({format_bytes(rec.size, si=True)}, {how}) sha256:{rec.sha256}")
     return 0
 
 

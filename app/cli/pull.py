@@ -9,9 +9,12 @@ from __future__ import annotations
 import sys
 import time
 
-from app.cli.models import human_size
-from app.cli.server import ApiClient, _client
+from app.api_client import ApiError
+from app.format import format_bytes
 from app.service.registry.reference import InvalidReference, parse_reference
+from app.service.server import ServiceError
+
+from .server import service_client
 
 
 def register(sub) -> None:
@@ -58,16 +61,16 @@ class ProgressView:
                 self.out.flush()
         elif done >= total and status != self.current:
             self.current = status
-            print(f"{status} {human_size(total)}", file=self.out, flush=True)
+            print(f"{status} {format_bytes(total, si=True)}", file=self.out, flush=True)
 
     @staticmethod
     def bar(status: str, done: int, total: int, first: tuple[float, int], now: float, width: int = 25) -> str:
         frac = min(1.0, done / total) if total else 1.0
         filled = int(frac * width)
         rate = (done - first[1]) / (now - first[0]) if now > first[0] else 0
-        speed = f"  {human_size(int(rate))}/s" if rate and done < total else ""
+        speed = f"  {format_bytes(int(rate), si=True)}/s" if rate and done < total else ""
         return (f"{status} {frac * 100:3.0f}% ▕{'█' * filled}{' ' * (width - filled)}▏ "
-                f"{human_size(done)}/{human_size(total)}{speed}   ")
+                f"{format_bytes(done, si=True)}/{format_bytes(total, si=True)}{speed}   ")
 
     def _end_line(self) -> None:
         if self.tty and self.current is not None:
@@ -79,25 +82,14 @@ class ProgressView:
 
 
 def _transfer(path: str, body: dict) -> int:
-    client = _client()
-    local = None
-    if not client.alive():
-        from app.service.config import ServiceConfig
-        from app.service.server import ServiceError, ServiceThread
-
-        try:    # nothing is listening: a service in this process for the transfer, on a free port
-            local = ServiceThread(ServiceConfig.from_env(port=0)).start()
-        except ServiceError as e:
-            print(f"Error: {e}", file=sys.stderr)
-            return 1
-        client = ApiClient(local.url)
     view = ProgressView()
     try:
-        for line in client.stream(path, body):
-            view.update(line)
+        with service_client() as (loop, client):     # a service in this process when none answers
+            for line in loop.iterate(client.ndjson(path, body)):
+                view.update(line)
         view.close()
         return 0
-    except RuntimeError as e:
+    except (ServiceError, ApiError) as e:
         view.close()
         print(f"Error: {e}", file=sys.stderr)
         return 1
@@ -105,9 +97,6 @@ def _transfer(path: str, body: dict) -> int:
         view.close()
         print("stopped; pull again to resume where it stopped", file=sys.stderr)
         return 130
-    finally:
-        if local is not None:
-            local.stop()
 
 
 def cmd_pull(args) -> int:

@@ -5,15 +5,20 @@
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from app.api_client import NO_TOTAL, ApiClient, ApiError
+from app.format import format_bytes, format_duration
+from app.service.config import ConfigError, ServiceConfig, parse_host
+from app.service.server import ServiceError, ServiceThread
+
+from .loop_thread import LoopThread
 
 
 def register(sub) -> None:
@@ -41,9 +46,6 @@ def register(sub) -> None:
 # ---- serve --------------------------------------------------------------------------------------------
 
 def cmd_serve(args) -> int:
-    from app.service.config import ConfigError, ServiceConfig, parse_host
-    from app.service.server import ServiceError, ServiceThread
-
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -73,66 +75,32 @@ def cmd_serve(args) -> int:
     return 0
 
 
-# ---- a small HTTP client ---------------------------------------------------------------------------------
-
-class ApiClient:
-    def __init__(self, base_url: str, api_key: str | None = None):
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-
-    def _req(self, method: str, path: str, body=None) -> urllib.request.Request:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
-
-    def call(self, method: str, path: str, body=None, timeout=30.0) -> dict:
-        try:
-            with urllib.request.urlopen(self._req(method, path, body), timeout=timeout) as r:
-                return json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(_error_text(e)) from None
-
-    def stream(self, path: str, body: dict):
-        """Yield each NDJSON object of a streaming POST; an {"error"} line raises."""
-        try:
-            r = urllib.request.urlopen(self._req("POST", path, body), timeout=None)
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(_error_text(e)) from None
-        with r:
-            for line in r:
-                if not line.strip():
-                    continue
-                obj = json.loads(line)
-                if "error" in obj:
-                    raise RuntimeError(obj["error"])
-                yield obj
-
-    def alive(self) -> bool:
-        try:
-            self.call("GET", "/api/version", timeout=2)
-            return True
-        except (OSError, RuntimeError):
-            return False
-
-
-def _error_text(e: urllib.error.HTTPError) -> str:
-    try:
-        body = json.loads(e.read())
-        err = body.get("error")
-        return err.get("message") if isinstance(err, dict) else str(err)
-    except Exception:  # noqa: BLE001
-        return f"HTTP {e.code} {e.reason}"
-
+# ---- talking to the service ------------------------------------------------------------------------------
 
 def _client() -> ApiClient:
-    from app.service.config import ServiceConfig
-
+    """The client of the service STRATA_HOST names (a service bound to every address answers on loopback)."""
     cfg = ServiceConfig.from_env()
     host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
-    from dataclasses import replace
     return ApiClient(replace(cfg, host=host).base_url, cfg.api_key)
+
+
+@contextmanager
+def service_client():
+    """(loop, client) of the service at STRATA_HOST; when nothing answers there, of a service started in this
+    process for the command, on a free port, and stopped after it (as `ollama run` needs a server, `strata run`
+    brings one). Raises ServiceError when that service cannot start."""
+    loop, client, local = LoopThread(), _client(), None
+    try:
+        if not loop.run(client.alive()):
+            local = ServiceThread(ServiceConfig.from_env(port=0)).start()
+            loop.run(client.close())
+            client = ApiClient(local.url, local.config.api_key)
+        yield loop, client
+    finally:
+        loop.run(client.close())
+        loop.close()
+        if local is not None:
+            local.stop()
 
 
 # ---- run ------------------------------------------------------------------------------------------------
@@ -140,28 +108,18 @@ def _client() -> ApiClient:
 class ProgressBar:
     """Load progress from /api/events, drawn on stderr while the load request waits."""
 
-    def __init__(self, client: ApiClient, model: str):
-        self.client, self.model = client, model
+    def __init__(self, loop: LoopThread, client: ApiClient, model: str):
+        self.loop, self.client, self.model = loop, client, model
         self.stop = threading.Event()
         self.progress = 0.0
-        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.task = None
 
-    def _listen(self):
+    async def _listen(self):
         try:
-            req = self.client._req("GET", "/api/events")
-            with urllib.request.urlopen(req, timeout=None) as r:
-                event = None
-                for raw in r:
-                    if self.stop.is_set():
-                        return
-                    line = raw.decode().rstrip("\n")
-                    if line.startswith("event: "):
-                        event = line[7:]
-                    elif line.startswith("data: ") and event == "load_progress":
-                        data = json.loads(line[6:])
-                        if data.get("model", "").split(":")[0] == self.model.split(":")[0]:
-                            self.progress = float(data.get("progress", 0))
-                            self.draw()
+            async for etype, data in self.client.events():
+                if etype == "load_progress" and data.get("model", "").split(":")[0] == self.model.split(":")[0]:
+                    self.progress = float(data.get("progress", 0))
+                    self.draw()
         except Exception:  # noqa: BLE001 - the bar is a nicety
             pass
 
@@ -174,11 +132,12 @@ class ProgressBar:
         sys.stderr.flush()
 
     def __enter__(self):
-        self.thread.start()
+        self.task = self.loop.spawn(self._listen())
         return self
 
     def __exit__(self, *exc):
         self.stop.set()
+        self.task.cancel()
         if sys.stderr.isatty():
             sys.stderr.write("\r" + " " * 60 + "\r")
             sys.stderr.flush()
@@ -198,50 +157,47 @@ def _print_stats(final: dict) -> None:
 
 
 def cmd_run(args) -> int:
-    client = _client()
-    local = None
-    if not client.alive():
-        from app.service.config import ServiceConfig
-        from app.service.server import ServiceError, ServiceThread
-
-        try:   # nothing is listening: run a service in this process for the session, on a free port
-            local = ServiceThread(ServiceConfig.from_env(port=0)).start()
-        except ServiceError as e:
-            print(f"strata run: {e}", file=sys.stderr)
-            return 1
-        client = ApiClient(local.url)
     try:
-        return _run(client, args)
-    except RuntimeError as e:
+        with service_client() as (loop, client):
+            return _run(loop, client, args)
+    except ServiceError as e:
+        print(f"strata run: {e}", file=sys.stderr)
+        return 1
+    except ApiError as e:
         print(f"\nError: {e}", file=sys.stderr)
         return 1
-    finally:
-        if local is not None:
-            local.stop()
 
 
-def _run(client: ApiClient, args) -> int:
+def _run(loop: LoopThread, client: ApiClient, args) -> int:
     base = {"model": args.model}
     if args.keepalive is not None:
         base["keep_alive"] = args.keepalive
     if args.format:
         base["format"] = args.format
-    with ProgressBar(client, args.model):
-        client.call("POST", "/api/generate", {**base, "stream": False}, timeout=None)
+    with ProgressBar(loop, client, args.model):
+        loop.run(client.request("POST", "/api/generate", {**base, "stream": False}, timeout=NO_TOTAL))
     prompt = " ".join(args.prompt)
     if not prompt and not sys.stdin.isatty():
         prompt = sys.stdin.read()
     if prompt:
-        final = {}
-        for obj in client.stream("/api/generate", {**base, "prompt": prompt}):
-            sys.stdout.write(obj.get("response", ""))
-            sys.stdout.flush()
-            if obj.get("done"):
-                final = obj
-        print()
-        if args.verbose:
-            _print_stats(final)
-        return 0
+        return _one_shot(loop, client, base, prompt, args.verbose)
+    return _interactive(loop, client, base, args.verbose)
+
+
+def _one_shot(loop: LoopThread, client: ApiClient, base: dict, prompt: str, verbose: bool) -> int:
+    final = {}
+    for obj in loop.iterate(client.ndjson("/api/generate", {**base, "prompt": prompt})):
+        sys.stdout.write(obj.get("response", ""))
+        sys.stdout.flush()
+        if obj.get("done"):
+            final = obj
+    print()
+    if verbose:
+        _print_stats(final)
+    return 0
+
+
+def _interactive(loop: LoopThread, client: ApiClient, base: dict, verbose: bool) -> int:
     messages: list[dict] = []
     print("Send a message (/bye to quit, /clear to forget the conversation)", file=sys.stderr)
     while True:
@@ -260,7 +216,7 @@ def _run(client: ApiClient, args) -> int:
         messages.append({"role": "user", "content": line})
         answer, final = [], {}
         try:
-            for obj in client.stream("/api/chat", {**base, "messages": messages}):
+            for obj in loop.iterate(client.ndjson("/api/chat", {**base, "messages": messages})):
                 piece = obj.get("message", {}).get("content", "")
                 answer.append(piece)
                 sys.stdout.write(piece)
@@ -271,23 +227,13 @@ def _run(client: ApiClient, args) -> int:
             print("\n(interrupted)", file=sys.stderr)
         print("\n")
         messages.append({"role": "assistant", "content": "".join(answer)})
-        if args.verbose and final:
+        if verbose and final:
             _print_stats(final)
 
 
 # ---- ps / stop ------------------------------------------------------------------------------------------
 
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
-
 def _until(expires_at: str) -> str:
-    from datetime import datetime, timezone
-
     try:
         t = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
     except ValueError:
@@ -297,35 +243,37 @@ def _until(expires_at: str) -> str:
         return "Forever"
     if secs <= 0:
         return "Stopping..."
-    if secs < 60:
-        return f"{secs:.0f} seconds from now"
-    if secs < 3600:
-        return f"{secs / 60:.0f} minutes from now"
-    return f"{secs / 3600:.0f} hours from now"
+    return f"{format_duration(secs)} from now"
+
+
+def _processor(size: int, vram: int) -> str:
+    if vram and vram >= size:
+        return "100% GPU"
+    if vram:
+        return f"{100 * (size - vram) / size:.0f}%/{100 * vram / size:.0f}% CPU/GPU"
+    return "100% CPU"
 
 
 def cmd_ps(args) -> int:
-    client = _client()
+    loop, client = LoopThread(), _client()
     try:
-        models = client.call("GET", "/api/ps").get("models", [])
-    except (OSError, RuntimeError) as e:
-        print(f"strata ps: cannot reach the service at {client.base_url}: {e}", file=sys.stderr)
+        models = loop.run(client.ps())
+    except ApiError as e:
+        print(f"strata ps: {e}", file=sys.stderr)
         return 1
+    finally:
+        loop.run(client.close())
+        loop.close()
     rows = [("NAME", "STATE", "SIZE", "PROCESSOR", "SLOTS", "CONTEXT", "UNTIL")]
     for m in models:
         s = m.get("strata", {})
         size, vram = m.get("size", 0), m.get("size_vram", 0)
-        if vram and vram >= size:
-            proc = "100% GPU"
-        elif vram:
-            proc = f"{100 * (size - vram) / size:.0f}%/{100 * vram / size:.0f}% CPU/GPU"
-        else:
-            proc = "100% CPU"
         state = s.get("state", "loaded")
         if state == "loading":
             state = f"loading {100 * s.get('progress', 0):.0f}%"
-        rows.append((m["name"], state, _size(size), proc, f"{s.get('slots_busy', 0)}/{s.get('slots_total', 0)}",
-                     str(m.get("context_length", "")), _until(m.get("expires_at", ""))))
+        rows.append((m["name"], state, format_bytes(size, si=True), _processor(size, vram),
+                     f"{s.get('slots_busy', 0)}/{s.get('slots_total', 0)}", str(m.get("context_length", "")),
+                     _until(m.get("expires_at", ""))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -333,10 +281,13 @@ def cmd_ps(args) -> int:
 
 
 def cmd_stop(args) -> int:
-    client = _client()
+    loop, client = LoopThread(), _client()
     try:
-        client.call("POST", "/api/generate", {"model": args.model, "keep_alive": 0, "stream": False})
-    except (OSError, RuntimeError) as e:
+        loop.run(client.unload(args.model))
+    except ApiError as e:
         print(f"strata stop: {e}", file=sys.stderr)
         return 1
+    finally:
+        loop.run(client.close())
+        loop.close()
     return 0

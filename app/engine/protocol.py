@@ -42,7 +42,6 @@ class GenerateRequest:
     logprobs: bool = False
     top_logprobs: int = 0                   # 0..20
     ignore_eos: bool = False
-    echo_prompt_tokens: bool = False
     # tools and thinking (issue 14; docs/architecture.md, "Tool calls")
     tools: list[dict] | None = None         # OpenAI function shape: the grammar's calls, and the template's tools
     render_tools: bool = True               # False: the template cannot show tools (the service described them)

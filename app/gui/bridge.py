@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.gui.api_client import ApiClient, ApiError
+from app.api_client import ApiClient, ApiError
 
 
 class LoopThread:

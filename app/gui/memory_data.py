@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.format import format_bytes  # noqa: F401 - the GUI modules take it from here
+
 # Segment kinds in the order they stack, bottom to top. OVER is not a segment: it marks what lies above capacity.
 # MAPPED: file pages llama.cpp maps beyond the weights the CPU reads from the mapping (originals of repacked
 # weights, GPU tensors lying in between; DevicePlan.mapped). llama.cpp counts them in its CPU_Mapped figure, but
@@ -25,15 +27,6 @@ MAPPED_NOTE = "mapped file pages, reclaimable (llama.cpp counts them in CPU_Mapp
 # Layer-strip colours, one per device: CPU is always the first (teal); GPUs take the rest in order.
 CPU_COLOR = "#72b7b2"
 GPU_COLORS = ("#4c78a8", "#54a24b", "#eeca3b", "#ff9da6", "#9d755d", "#bab0ac", "#f58518", "#b279a2")
-
-
-def format_bytes(n: int | float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def exact_bytes(n: int) -> str:

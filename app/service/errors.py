@@ -29,14 +29,6 @@ def _default_type(status: int) -> str:
     return "server_error"
 
 
-def bad_request(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param)
-
-
-def not_found(message: str, param: str | None = "model") -> ApiError:
-    return ApiError(404, message, param=param, code="model_not_found" if param == "model" else None)
-
-
 def is_openai_path(path: str) -> bool:
     return path.startswith("/v1/") or path == "/v1"
 

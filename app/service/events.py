@@ -9,8 +9,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-EVENT_TYPES = ("load_started", "load_progress", "loaded", "unloaded", "load_failed", "memory")
-
 
 @dataclass(frozen=True)
 class Event:

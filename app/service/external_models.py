@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app.service.names import InvalidName, normalize_name, sanitize_name
@@ -246,8 +246,6 @@ def discover_external(home: Path | None = None, sources=SOURCES) -> list[Externa
 
 
 def _unique_names(models: list[ExternalModel]) -> list[ExternalModel]:
-    from dataclasses import replace
-
     taken: set[str] = set()
     out = []
     for m in models:

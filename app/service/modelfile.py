@@ -97,6 +97,17 @@ def _read_value(text: str, pos: int, lineno: int) -> tuple[str, int]:
     return text[pos:end].strip(), end
 
 
+def _token(text: str, pos: int) -> tuple[str, int]:
+    """The word at `pos` and where the blanks after it end."""
+    n, k = len(text), pos
+    while k < n and not text[k].isspace():
+        k += 1
+    word = text[pos:k]
+    while k < n and text[k] in " \t":
+        k += 1
+    return word, k
+
+
 def parse_modelfile(text: str) -> Modelfile:
     if not isinstance(text, str):
         raise ModelfileError("the Modelfile must be text")
@@ -113,59 +124,54 @@ def parse_modelfile(text: str) -> Modelfile:
             nl = text.find("\n", pos)
             pos = n if nl < 0 else nl + 1
             continue
-        j = pos
-        while j < n and not text[j].isspace():
-            j += 1
-        word = text[pos:j].upper()
+        name, j = _token(text, pos)
+        word = name.upper()
         if word not in INSTRUCTIONS:
-            raise ModelfileError(f"line {lineno}: unknown instruction {text[pos:j]!r}")
-        while j < n and text[j] in " \t":
-            j += 1
-        if word == "PARAMETER":
-            k = j
-            while k < n and not text[k].isspace():
-                k += 1
-            key = text[j:k].lower()
-            while k < n and text[k] in " \t":
-                k += 1
-            raw, pos = _read_value(text, k, lineno)
-            if not key or raw == "":
-                raise ModelfileError(f"line {lineno}: PARAMETER needs a name and a value")
-            value = parse_param_value(key, raw)
-            if key in LIST_PARAMS:
-                mf.parameters.setdefault(key, []).extend(value)
-            else:
-                mf.parameters[key] = value
-        elif word == "MESSAGE":
-            k = j
-            while k < n and not text[k].isspace():
-                k += 1
-            role = text[j:k].lower()
-            if role not in ("system", "user", "assistant"):
-                raise ModelfileError(f"line {lineno}: MESSAGE role must be system, user or assistant")
-            while k < n and text[k] in " \t":
-                k += 1
-            content, pos = _read_value(text, k, lineno)
-            mf.messages.append({"role": role, "content": content})
-        else:
-            value, pos = _read_value(text, j, lineno)
-            if word == "FROM":
-                if not value:
-                    raise ModelfileError(f"line {lineno}: FROM needs a model name or a path")
-                mf.from_ = value
-            elif word == "TEMPLATE":
-                mf.template = value
-            elif word == "SYSTEM":
-                mf.system = value
-            elif word == "LICENSE":
-                mf.license = value
-            elif word == "ADAPTER":
-                if not value:
-                    raise ModelfileError(f"line {lineno}: ADAPTER needs the path of a LoRA adapter GGUF")
-                mf.adapters.append(value)
+            raise ModelfileError(f"line {lineno}: unknown instruction {name!r}")
+        pos = _instruction(mf, word, text, j, lineno)
     if not mf.from_:
         raise ModelfileError("the Modelfile has no FROM line")
     return mf
+
+
+def _instruction(mf: Modelfile, word: str, text: str, j: int, lineno: int) -> int:
+    """Apply one instruction whose arguments start at `j`; returns where the next one may start."""
+    if word == "PARAMETER":
+        key, k = _token(text, j)
+        key = key.lower()
+        raw, pos = _read_value(text, k, lineno)
+        if not key or raw == "":
+            raise ModelfileError(f"line {lineno}: PARAMETER needs a name and a value")
+        value = parse_param_value(key, raw)
+        if key in LIST_PARAMS:
+            mf.parameters.setdefault(key, []).extend(value)
+        else:
+            mf.parameters[key] = value
+        return pos
+    if word == "MESSAGE":
+        role, k = _token(text, j)
+        role = role.lower()
+        if role not in ("system", "user", "assistant"):
+            raise ModelfileError(f"line {lineno}: MESSAGE role must be system, user or assistant")
+        content, pos = _read_value(text, k, lineno)
+        mf.messages.append({"role": role, "content": content})
+        return pos
+    value, pos = _read_value(text, j, lineno)
+    if word == "FROM":
+        if not value:
+            raise ModelfileError(f"line {lineno}: FROM needs a model name or a path")
+        mf.from_ = value
+    elif word == "TEMPLATE":
+        mf.template = value
+    elif word == "SYSTEM":
+        mf.system = value
+    elif word == "LICENSE":
+        mf.license = value
+    elif word == "ADAPTER":
+        if not value:
+            raise ModelfileError(f"line {lineno}: ADAPTER needs the path of a LoRA adapter GGUF")
+        mf.adapters.append(value)
+    return pos
 
 
 def render_modelfile(from_: str, parameters: dict, template: str | None, system: str | None,

@@ -104,36 +104,41 @@ class Guard:
 
 
 def make_middlewares(config: ServiceConfig) -> list:
-    guard = Guard(config)
+    """[errors, security]: errors outermost, so a refusal by the security middleware is JSON too."""
+    return [_errors_middleware, _security_middleware(Guard(config), config.api_key)]
 
-    @web.middleware
-    async def errors_middleware(request: web.Request, handler):
-        resp = await _errors_as_json(request, handler)
-        cors = request.get(CORS_KEY)
-        if cors and not resp.prepared:      # an allowed page must be able to read the error too
-            resp.headers.update(cors)
-        return resp
 
-    async def _errors_as_json(request: web.Request, handler):
-        try:
-            return await handler(request)
-        except ApiError as e:
-            return web.json_response(error_body(request.path, e), status=e.status, headers=e.headers)
-        except web.HTTPException as e:
-            if e.status < 400:
-                raise
-            msg = _http_message(e, request)
-            err = ApiError(e.status, msg)
-            headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after", "www-authenticate")}
-            return web.json_response(error_body(request.path, err), status=e.status, headers=headers)
-        except (ConnectionResetError, web.RequestPayloadError) as e:   # client went away / sent garbage mid-body
-            err = ApiError(400, f"could not read the request body: {e}")
-            return web.json_response(error_body(request.path, err), status=400)
-        except Exception as e:  # a bug on our side: say so, keep serving
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
-            return web.json_response(error_body(request.path, err), status=500)
+@web.middleware
+async def _errors_middleware(request: web.Request, handler):
+    resp = await _errors_as_json(request, handler)
+    cors = request.get(CORS_KEY)
+    if cors and not resp.prepared:      # an allowed page must be able to read the error too
+        resp.headers.update(cors)
+    return resp
 
+
+async def _errors_as_json(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return web.json_response(error_body(request.path, e), status=e.status, headers=e.headers)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        msg = _http_message(e, request)
+        err = ApiError(e.status, msg)
+        headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after", "www-authenticate")}
+        return web.json_response(error_body(request.path, err), status=e.status, headers=headers)
+    except (ConnectionResetError, web.RequestPayloadError) as e:   # client went away / sent garbage mid-body
+        err = ApiError(400, f"could not read the request body: {e}")
+        return web.json_response(error_body(request.path, err), status=400)
+    except Exception as e:  # a bug on our side: say so, keep serving
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
+        return web.json_response(error_body(request.path, err), status=500)
+
+
+def _security_middleware(guard: Guard, api_key: str | None):
     @web.middleware
     async def security_middleware(request: web.Request, handler):
         if not guard.host_allowed(request.headers.get("Host")):
@@ -153,10 +158,10 @@ def make_middlewares(config: ServiceConfig) -> list:
                 "Access-Control-Allow-Headers": request.headers.get("Access-Control-Request-Headers", CORS_HEADERS),
                 "Access-Control-Max-Age": "600",
             })
-        if config.api_key and request.path not in OPEN_PATHS:
+        if api_key and request.path not in OPEN_PATHS:
             auth = request.headers.get("Authorization", "")
             token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-            if not token or not hmac.compare_digest(token.encode(), config.api_key.encode()):
+            if not token or not hmac.compare_digest(token.encode(), api_key.encode()):
                 raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <STRATA_API_KEY>'",
                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         if cors:
@@ -166,7 +171,7 @@ def make_middlewares(config: ServiceConfig) -> list:
             resp.headers.update(cors)
         return resp
 
-    return [errors_middleware, security_middleware]
+    return security_middleware
 
 
 def _http_message(e: web.HTTPException, request: web.Request) -> str:

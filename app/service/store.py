@@ -25,6 +25,7 @@ from app.engine.gguf.adapter import read_adapter
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.engine.gguf.split import part_path, sibling_paths
+from app.service.external_models import discover_external
 from app.service.names import InvalidName, normalize_name, sanitize_name
 from app.service.registry.reference import parse_reference
 from app.service.store_blobs import StoreBlobs
@@ -168,8 +169,6 @@ class ModelStore(StoreBlobs):
     def _external_records(self) -> list[ModelRecord]:
         if not self.discover_external:
             return []
-        from app.service.external_models import discover_external
-
         sources = EXTERNAL_SOURCES if self.discover_external is True else self.discover_external
         return [ModelRecord(name=m.name, path=str(m.path), size=m.size, sha256=m.sha256,
                             modified_at=m.modified_at, source=m.source, read_only=True,

@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+from app.engine.gguf.errors import GGUFError
+
 from .errors import ApiError
+from .modelfile import ModelfileError
+from .names import InvalidName
+from .store import ModelNotFound, StoreError
 
 
 class StoreProxy:
@@ -43,16 +48,14 @@ class StoreProxy:
 
 
 def store_error(e: Exception, name: str = "") -> ApiError:
-    """Store exceptions as HTTP errors (the store's own types, matched by name so this module does not
-    depend on how the store is written)."""
-    kind = type(e).__name__
+    """Store exceptions as HTTP errors, by type."""
     what = f"model {name!r}" if name else "model"
-    if kind == "ModelNotFound":
+    if isinstance(e, ModelNotFound):
         return ApiError(404, f"{what} not found; see /api/tags, or add it with /api/create or `strata import`",
                         param="model", code="model_not_found")
-    if kind in ("InvalidName", "InvalidReference"):
+    if isinstance(e, InvalidName):        # InvalidReference (registry names) is one too
         return ApiError(400, f"invalid model name: {e}", param="model")
-    if kind in ("GGUFError", "ModelfileError", "ValueError", "ReadOnlyModel", "ModelExists", "StoreError"):
+    if isinstance(e, (GGUFError, ModelfileError, StoreError)):
         return ApiError(400, str(e))
     if isinstance(e, FileNotFoundError):
         return ApiError(400, f"file not found: {e.filename or e}")

@@ -8,11 +8,13 @@ import threading
 from aiohttp import web
 
 from app.discovery.inventory import subtract
+from app.discovery.simulated import inventory_from_dict
 
 from . import appkeys as keys
 
 from .errors import ApiError
 from .http_util import NDJSONWriter, SSEWriter, read_json
+from .openapi import build_openapi
 from .options import parse_ollama_options, plan_options
 from .request import field, model_name
 from .store_proxy import store_error
@@ -29,13 +31,6 @@ async def devices(request):
     else:
         inv = await scheduler.get_inventory()
     return web.json_response(inv.to_dict())
-
-
-def _inventory_from_json(data: dict):
-    """A simulated inventory from the same JSON a STRATA_DEVICES file holds (parsed by discovery itself)."""
-    from app.discovery.simulated import inventory_from_dict
-
-    return inventory_from_dict(data)
 
 
 async def layout(request):
@@ -64,7 +59,7 @@ async def layout(request):
             raise ApiError(400, "'devices' must be an inventory object (the STRATA_DEVICES file format)",
                            param="devices")
         try:
-            inventory = await asyncio.to_thread(_inventory_from_json, devices_json)
+            inventory = await asyncio.to_thread(inventory_from_dict, devices_json)
         except Exception as e:  # noqa: BLE001 - a malformed simulated inventory is the client's mistake
             raise ApiError(400, f"'devices': {e}", param="devices") from None
     else:
@@ -157,8 +152,6 @@ async def metrics(request):
 
 
 async def openapi(request):
-    from .openapi import build_openapi
-
     return web.json_response(build_openapi(request.app))
 
 

@@ -42,7 +42,6 @@ _BLK = re.compile(r"^blk\.(\d+)\.")
 KV_BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
             "q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18)}
 
-CPU_ALIGN = 32       # ggml CPU buffer alignment (TENSOR_ALIGNMENT); also GGUF's default data alignment
 GPU_ALIGN = 256      # CUDA/Vulkan/Metal buffer alignments are <= 256
 
 

@@ -1,10 +1,12 @@
-"""HTTP client of the Strata service, used by the GUI (no Qt here; `bridge.py` connects it to Qt).
+"""THE HTTP client of the Strata service, used by the GUI (no Qt here; gui/bridge.py connects it to Qt) and the
+CLI (cli/loop_thread.py runs it from plain code). Only they import it; the service never does.
 
 Coroutines run on an asyncio loop that is not the GUI thread. Every call returns parsed JSON or raises
 `ApiError` with the server's message, so the GUI can show it in the chat instead of a traceback.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import aclosing
 from typing import Any, AsyncIterator
@@ -68,6 +70,14 @@ class ApiClient:
 
     async def version(self) -> dict:
         return await self.request("GET", "/api/version")
+
+    async def alive(self, timeout: float = 2.0) -> bool:
+        """Whether a Strata (or any Ollama-compatible) service answers here."""
+        try:
+            answer = await self.request("GET", "/api/version", timeout=aiohttp.ClientTimeout(total=timeout))
+        except (ApiError, asyncio.TimeoutError):
+            return False
+        return isinstance(answer, dict) and "version" in answer
 
     async def tags(self) -> list[dict]:
         return (await self.request("GET", "/api/tags")).get("models", [])
