@@ -29,6 +29,14 @@ def click(qtbot, widget) -> None:
     QTest.mouseClick(widget, Qt.LeftButton, pos=pos)
 
 
+def double_click(view, index) -> None:
+    """A double-click on an item view's cell as the mouse makes it: a click, then the second press that Qt
+    turns into a double-click (QTest.mouseDClick alone is only that second half, which views ignore)."""
+    pos = view.visualRect(index).center()
+    QTest.mouseClick(view.viewport(), Qt.LeftButton, pos=pos)
+    QTest.mouseDClick(view.viewport(), Qt.LeftButton, pos=pos)
+
+
 def _action_named(menu: QMenu, name: str):
     for a in menu.actions():
         if a.objectName() == name or a.text().replace("&", "") == name:

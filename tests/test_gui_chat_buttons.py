@@ -8,7 +8,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractItemView, QFileDialog, QMessageBox
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from gui_util import SHORT, WAIT, answer_box, answer_text, click, dialog_of, type_into
+from gui_util import SHORT, WAIT, answer_box, answer_text, click, dialog_of, double_click, type_into
 from service_util import store_factory
 
 
@@ -114,19 +114,23 @@ def test_new_rename_and_delete_buttons_with_their_dialogs(qtbot, desk):
     answer_text(qtbot, dlg, "Holiday plans")
     assert desk.history.get(cid).title == "Holiday plans"
     assert chat.conversations.items[chat.conv_view.currentIndex().row()].title == "Holiday plans"
-    # F2 on the selected title renames it in place (the list's edit key; double-click does the same)
-    chat.conv_view.setFocus()
-    QTest.keyClick(chat.conv_view, Qt.Key_F2)
-    qtbot.waitUntil(lambda: chat.conv_view.state() == QAbstractItemView.State.EditingState, timeout=SHORT)
-    editor = chat.conv_view.focusWidget()
-    editor.selectAll()
-    QTest.keyClicks(editor, "Trip")
-    QTest.keyClick(editor, Qt.Key_Return)
-    qtbot.waitUntil(lambda: desk.history.get(cid).title == "Trip", timeout=SHORT)
+    # renamed in place in the list: by F2 on the selected title, and by a double-click on it
+    for how, title in (("F2", "Trip"), ("double-click", "Trip to Rome")):
+        if how == "F2":
+            chat.conv_view.setFocus()
+            QTest.keyClick(chat.conv_view, Qt.Key_F2)
+        else:
+            double_click(chat.conv_view, chat.conversations.index(chat.conversations.row_of(cid)))
+        qtbot.waitUntil(lambda: chat.conv_view.state() == QAbstractItemView.State.EditingState, timeout=SHORT)
+        editor = chat.conv_view.focusWidget()
+        editor.selectAll()
+        QTest.keyClicks(editor, title)
+        QTest.keyClick(editor, Qt.Key_Return)
+        qtbot.waitUntil(lambda: desk.history.get(cid).title == title, timeout=SHORT)
     # Delete asks; No keeps the chat, Yes deletes it
     click(qtbot, chat.delete_button)
     box = dialog_of(qtbot, chat, "deleteChatDialog")
-    assert "Trip" in box.text()
+    assert "Trip to Rome" in box.text()
     answer_box(qtbot, box, QMessageBox.No)
     assert len(desk.history.conversations()) == 2
     click(qtbot, chat.delete_button)

@@ -320,3 +320,36 @@ def test_a_failed_pull_says_why(qtbot, manager, registry):
     text = m.pull_panel.status.text()
     assert text.startswith(f"Could not pull {registry.host}/library/absent:") and len(text) > 60, text
     assert m.pull_panel.pull_button.isEnabled() and not m.pull_panel.cancel_button.isEnabled()
+
+
+def test_pickers_double_click_and_the_live_tab(qtbot, manager, service, dense_gguf):
+    """The chat's model picker and the live memory tab's controls, used by clicking; a double-click on a row in
+    the manager loads that model."""
+    from gui_util import choose, double_click, press
+
+    m = manager
+    api(service.url, "/api/import", {"path": str(dense_gguf), "model": "picked:v1", "stream": False})
+    chat = m.desk.open_chat()
+    qtbot.waitUntil(lambda: chat.models.row_of("picked:v1") >= 0, timeout=WAIT)
+    click(qtbot, chat.new_button)
+    choose(qtbot, chat.model_picker, chat.models.describe(chat.models.rows[chat.models.row_of("picked:v1")]))
+    assert chat.selected_model() == "picked:v1" and m.desk.history.get(chat.conversation.id).model == "picked:v1"
+    # double-click a row: that model loads
+    for name in [x["name"] for x in api(service.url, "/api/ps")["models"]]:
+        api(service.url, "/api/generate", {"model": name, "keep_alive": 0})
+    m.state.refresh()
+    qtbot.waitUntil(lambda: row_texts(m, MODEL)[7] == "not loaded", timeout=WAIT)
+    idx = m.table_model.index(m.table_model.row_of(MODEL), 0)
+    double_click(m.table, idx)
+    qtbot.waitUntil(lambda: [x["name"] for x in api(service.url, "/api/ps")["models"]] == [MODEL], timeout=WAIT)
+    qtbot.waitUntil(lambda: row_texts(m, MODEL)[7] == "loaded", timeout=WAIT)
+    # the live tab shows it; its zoom box zooms the bars
+    press(qtbot, chat, Qt.Key_M, Qt.ControlModifier)
+    live = m.desk.memory.live
+    qtbot.waitUntil(lambda: live.model_combo.findText(MODEL) >= 0, timeout=WAIT)
+    choose(qtbot, live.model_combo, MODEL)
+    qtbot.waitUntil(lambda: len(live.view.strip.cells) == 30, timeout=WAIT)
+    click(qtbot, live.view.zoom)
+    assert live.view.bars.zoom is True
+    click(qtbot, live.view.zoom)
+    assert live.view.bars.zoom is False
