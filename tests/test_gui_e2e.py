@@ -279,6 +279,10 @@ def test_tray_actions_call_the_api(qtbot, desk, service):
     live.model_combo.setCurrentText(MODEL)
     live.render()
     assert len(live.view.strip.cells) == 30 and {c.device for c in live.view.strip.cells} == {"CPU"}
+    # the prompt cache is its own kind: what /api/ps says the runner holds, and its limit in the status line
+    cache = running(service)[0]["strata"]["prompt_cache"]
+    assert cache["limit"] > 0 and "prompt cache" in live.status.text()
+    assert live.view.bars.columns[0].get("prompt_cache") == cache["bytes"]
     assert live.view.bars.columns[0].get("weights") > 0
     [row] = [r for r in live.comparison.rows if r.device_id == "CPU"]
     assert row.predicted > 0 and row.actual and row.actual > 0

@@ -267,3 +267,37 @@ def test_zoom_shows_only_the_model_on_one_scale(qtbot):
     cpu_h = sum(r.height() for _k, _b, r in bars.segment_rects(0))
     assert gpu_h == pytest.approx(bars.column_rect(1).height())
     assert cpu_h == pytest.approx(gpu_h * (697 * MiB) / (3 * GiB + 768 * MiB), rel=1e-6)
+
+
+def test_the_prompt_cache_is_its_own_kind_on_the_cpu_column(qtbot):
+    """/api/ps "strata.prompt_cache.bytes": host RAM the loaded model's runner holds for evicted prompts."""
+    from app.gui.memory_data import PROMPT_CACHE, SEGMENT_LABELS
+    from app.gui.memory_view import MemoryBars
+
+    inv, lay = make_inventory().to_dict(), make_layout().to_dict()
+    plain = device_columns(inv, lay, resident=True)
+    cached = device_columns(inv, lay, resident=True, prompt_cache=300 * MiB)
+    cpu, gpu = cached
+    assert cpu.get(PROMPT_CACHE) == 300 * MiB and gpu.get(PROMPT_CACHE) == 0
+    assert cpu.get(OTHERS) == plain[0].get(OTHERS) - 300 * MiB      # it was counted as others' memory before
+    assert sum(s.bytes for s in cpu.segments) == cpu.capacity
+    assert SEGMENT_LABELS[PROMPT_CACHE] == "Prompt cache"
+    bars = MemoryBars()
+    qtbot.addWidget(bars)
+    bars.resize(400, 400)
+    bars.set_columns(cached)
+    bars.set_zoom(True)
+    assert PROMPT_CACHE in bars.visible_kinds()
+    assert bars.scale_of(0) >= cpu.get(PROMPT_CACHE) + cpu.get(WEIGHTS)
+    [(kind, b, rect)] = [x for x in bars.segment_rects(0) if x[0] == PROMPT_CACHE]
+    assert b == 300 * MiB and rect.height() > 0
+    assert "prompt cache" in bars.tooltip_text(0, PROMPT_CACHE, b)
+
+
+def test_prompt_cache_line_in_the_live_status():
+    from app.gui.memory_window import prompt_cache_text
+
+    assert prompt_cache_text({"bytes": 12 * MiB, "limit": 400 * MiB, "entries": 3}) == \
+        ", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)"
+    assert prompt_cache_text({"bytes": 0, "limit": 0, "entries": 0}) == ", prompt cache off"
+    assert prompt_cache_text({}) == ""

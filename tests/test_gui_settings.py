@@ -48,6 +48,8 @@ def test_save_writes_the_file_the_service_reads(qtbot, strata_home, clean_env):
         assert len(key) >= 24
         dlg.origins.setFocus()
         QTest.keyClicks(dlg.origins, "https://a.example")
+        dlg.rpc_workers.setFocus()
+        QTest.keyClicks(dlg.rpc_workers, "10.0.0.2:50052")
         type_into(dlg.fields["num_parallel"], "2")
         type_into(dlg.fields["num_ctx"], "8192")
         type_into(dlg.fields["num_threads"], "3")
@@ -60,7 +62,8 @@ def test_save_writes_the_file_the_service_reads(qtbot, strata_home, clean_env):
         saved = json.loads((strata_home / "settings.json").read_text())
         assert saved == {"host": "0.0.0.0:12345", "api_key": key, "origins": ["https://a.example"],
                          "num_parallel": 2, "num_ctx": 8192, "num_threads": 3, "prompt_cache_mib": 256,
-                         "gpu_margin_mib": 1024, "keep_alive": "1h", "external_sources": ["ollama", "huggingface"]}
+                         "gpu_margin_mib": 1024, "keep_alive": "1h", "external_sources": ["ollama", "huggingface"],
+                         "rpc_workers": ["10.0.0.2:50052"]}
         cfg = ServiceConfig.from_env()
         assert (cfg.host, cfg.port, cfg.api_key, cfg.num_ctx, cfg.external_sources) == (
             "0.0.0.0", 12345, key, 8192, ("ollama", "huggingface"))

@@ -13,16 +13,22 @@ from app.format import format_bytes  # noqa: F401 - the GUI modules take it from
 # MAPPED: file pages llama.cpp maps beyond the weights the CPU reads from the mapping (originals of repacked
 # weights, GPU tensors lying in between; DevicePlan.mapped). llama.cpp counts them in its CPU_Mapped figure, but
 # they are page cache the kernel can drop, so they are carved out of the free part, never out of the budget.
+# PROMPT_CACHE: the runner's host-RAM prompt cache (prefixes of conversations that lost their slot; /api/ps
+# "strata.prompt_cache"): the model's own memory on the CPU, but not in the plan (it grows to its limit with use).
 WEIGHTS, MAPPED, KV, COMPUTE, OTHERS, FREE, OVER = "weights", "mapped", "kv", "compute", "others", "free", "over"
-SEGMENT_ORDER = (WEIGHTS, MAPPED, KV, COMPUTE, OTHERS, FREE)
+PROMPT_CACHE = "prompt_cache"
+SEGMENT_ORDER = (WEIGHTS, MAPPED, KV, COMPUTE, PROMPT_CACHE, OTHERS, FREE)
+MODEL_KINDS = (WEIGHTS, MAPPED, KV, COMPUTE, PROMPT_CACHE)      # what a zoomed bar shows
 SEGMENT_LABELS = {
     WEIGHTS: "Model weights", MAPPED: "Mapped file pages (reclaimable)", KV: "KV cache", COMPUTE: "Compute graph",
-    OTHERS: "Used by others", FREE: "Free", OVER: "Does not fit",
+    PROMPT_CACHE: "Prompt cache", OTHERS: "Used by others", FREE: "Free", OVER: "Does not fit",
 }
 SEGMENT_COLORS = {
-    WEIGHTS: "#4c78a8", MAPPED: "#c6dbef", KV: "#f58518", COMPUTE: "#b279a2", OTHERS: "#9d9d9d", FREE: "#e9ecef",
-    OVER: "#e45756",
+    WEIGHTS: "#4c78a8", MAPPED: "#c6dbef", KV: "#f58518", COMPUTE: "#b279a2", PROMPT_CACHE: "#bcbd22",
+    OTHERS: "#9d9d9d", FREE: "#e9ecef", OVER: "#e45756",
 }
+PROMPT_CACHE_NOTE = ("the runner's prompt cache: prompts of conversations that lost their slot, kept in host RAM "
+                     "so a returning conversation skips them; it grows with use up to its limit")
 MAPPED_NOTE = "mapped file pages, reclaimable (llama.cpp counts them in CPU_Mapped; the kernel can drop them)"
 # Layer-strip colours, one per device: CPU is always the first (teal); GPUs take the rest in order.
 CPU_COLOR = "#72b7b2"
@@ -77,12 +83,14 @@ def _plan_parts(dp: dict) -> dict[str, int]:
             COMPUTE: int(dp.get("compute") or 0) + int(dp.get("output") or 0)}
 
 
-def device_columns(inventory: dict | None, layout: dict | None, resident: bool = False) -> list[Column]:
+def device_columns(inventory: dict | None, layout: dict | None, resident: bool = False,
+                   prompt_cache: int = 0) -> list[Column]:
     """One column per device: system RAM first, then each GPU in inventory order.
 
     `resident=True` means the model is loaded, so the inventory's free memory already excludes what it uses:
     "used by others" is then used minus ours. For a plan (what-if), ours is placed on top of what is used now,
-    and whatever exceeds the free memory shows as "does not fit".
+    and whatever exceeds the free memory shows as "does not fit". `prompt_cache`: bytes the loaded model's
+    prompt cache holds in host RAM (its own kind on the CPU column).
     """
     inventory = inventory or {}
     plans = {dp["device_id"]: _plan_parts(dp) for dp in (layout or {}).get("devices", [])}
@@ -104,14 +112,15 @@ def device_columns(inventory: dict | None, layout: dict | None, resident: bool =
 
     columns = []
     for dev_id, name, total, free in devices:
-        parts = plans.get(dev_id, {WEIGHTS: 0, KV: 0, COMPUTE: 0})
+        parts = dict(plans.get(dev_id, {WEIGHTS: 0, KV: 0, COMPUTE: 0}))
+        parts[PROMPT_CACHE] = prompt_cache if dev_id == "CPU" else 0
         ours = sum(parts.values())
         used = max(0, total - free)
         others = max(0, used - ours) if resident else used
         free_after = max(0, total - others - ours)
         mapped = mapped_of.get(dev_id, 0)
         shown = min(mapped, free_after)      # reclaimable page cache: it takes free room, never causes "over"
-        segs = [Segment(k, parts[k]) for k in (WEIGHTS, KV, COMPUTE)]
+        segs = [Segment(k, parts[k]) for k in (WEIGHTS, KV, COMPUTE, PROMPT_CACHE)]
         segs += [Segment(MAPPED, shown), Segment(OTHERS, others), Segment(FREE, free_after - shown)]
         columns.append(Column(dev_id, name, total, segs, mapped=mapped))
     return columns

@@ -7,7 +7,8 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.gui.memory_data import (
-    COMPUTE, FREE, KV, MAPPED, MAPPED_NOTE, OTHERS, OVER, SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS,
+    COMPUTE, KV, MAPPED, MAPPED_NOTE, MODEL_KINDS, OVER, PROMPT_CACHE, PROMPT_CACHE_NOTE, SEGMENT_COLORS, SEGMENT_LABELS,
+    SEGMENT_ORDER, WEIGHTS,
     Column, LayerCell,
     device_colors, device_columns,
     exact_bytes, format_bytes, layer_cells, layout_device_ids,
@@ -39,12 +40,12 @@ class MemoryBars(QWidget):
         self.update()
 
     def visible_kinds(self) -> tuple[str, ...]:
-        return tuple(k for k in SEGMENT_ORDER if k not in (OTHERS, FREE)) if self.zoom else SEGMENT_ORDER
+        return MODEL_KINDS if self.zoom else SEGMENT_ORDER
 
     def scale_of(self, i: int) -> int:
         """Bytes that fill the bar of column i: its own total, or (zoomed) the largest model footprint."""
         if self.zoom:
-            return max(1, max(sum(c.get(k) for k in (WEIGHTS, MAPPED, KV, COMPUTE)) for c in self.columns))
+            return max(1, max(sum(c.get(k) for k in MODEL_KINDS) for c in self.columns))
         return max(1, self.columns[i].total)
 
     def sizeHint(self) -> QSize:
@@ -125,7 +126,7 @@ class MemoryBars(QWidget):
             p.setFont(small)
             p.drawText(slot.adjusted(2, HEADER_H / 2 - 2, -2, 0), Qt.AlignCenter,
                        self.fontMetrics().elidedText(col.name, Qt.ElideRight, int(slot.width()) - 4))
-            ours = sum(col.get(k) for k in ("weights", "kv", "compute"))
+            ours = sum(col.get(k) for k in (WEIGHTS, KV, COMPUTE, PROMPT_CACHE))
             foot = QRectF(slot.left(), bar.bottom() + 2, slot.width(), FOOTER_H - 2)
             text = f"{format_bytes(ours)} / {format_bytes(col.capacity)}"
             scale = f" (bar = {format_bytes(self.scale_of(i))})" if self.zoom else ""
@@ -152,6 +153,8 @@ class MemoryBars(QWidget):
         text = f"{col.device_id} — {SEGMENT_LABELS[kind]}\n{exact_bytes(b)}\nof {exact_bytes(col.capacity)}"
         if kind == MAPPED:
             text += f"\n{MAPPED_NOTE}" + (f"; all of them: {exact_bytes(col.mapped)}" if col.mapped > b else "")
+        elif kind == PROMPT_CACHE:
+            text += f"\n{PROMPT_CACHE_NOTE}"
         elif kind == WEIGHTS and col.mapped:
             text += f"\n+ {exact_bytes(col.mapped)} of {MAPPED_NOTE}"
         return text
@@ -278,9 +281,10 @@ class LayoutView(QWidget):
         self.inventory: dict | None = None
         self.layout_dict: dict | None = None
 
-    def show_layout(self, inventory: dict | None, layout: dict | None, resident: bool = False) -> None:
+    def show_layout(self, inventory: dict | None, layout: dict | None, resident: bool = False,
+                    prompt_cache: int = 0) -> None:
         self.inventory, self.layout_dict = inventory, layout
-        self.bars.set_columns(device_columns(inventory, layout, resident=resident))
+        self.bars.set_columns(device_columns(inventory, layout, resident=resident, prompt_cache=prompt_cache))
         colors = device_colors(layout_device_ids(layout, inventory))
         self.strip.set_cells(layer_cells(layout), colors)
         while self._device_legend_lay.count():

@@ -7,11 +7,19 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from app.gui.memory_data import predicted_vs_actual
+from app.gui.memory_data import format_bytes, predicted_vs_actual
 from app.gui.memory_view import LayoutView
 from app.gui.models import ComparisonTableModel, DeviceTableModel
 from app.gui.state import ServiceState
 from app.gui.whatif import WhatIfTab
+
+
+def prompt_cache_text(cache: dict) -> str:
+    """", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)" from /api/ps "strata.prompt_cache"; "" when off."""
+    if not cache.get("limit"):
+        return ", prompt cache off" if cache else ""
+    return (f", prompt cache {format_bytes(int(cache.get('bytes') or 0))} of {format_bytes(int(cache['limit']))}"
+            f" ({int(cache.get('entries') or 0)} prompts)")
 
 
 def _table(model) -> QTableView:
@@ -95,7 +103,9 @@ class LiveTab(QWidget):
         entry = self.state.running(name) if name else None
         st = (entry or {}).get("strata") or {}
         layout = st.get("layout")
-        self.view.show_layout(self.state.inventory, layout, resident=st.get("state") == "loaded")
+        cache = st.get("prompt_cache") or {}
+        self.view.show_layout(self.state.inventory, layout, resident=st.get("state") == "loaded",
+                              prompt_cache=int(cache.get("bytes") or 0))
         self.comparison.set_rows(predicted_vs_actual(st.get("predicted"), st.get("actual"), layout,
                                                      st.get("predicted_kinds")) if layout else [])
         if entry is None:
@@ -105,7 +115,7 @@ class LiveTab(QWidget):
         else:
             busy, total = st.get("slots_busy"), st.get("slots_total")
             self.status.setText(f"{name}: {st.get('state', 'loaded')}"
-                                + (f", {busy}/{total} slots busy" if total else ""))
+                                + (f", {busy}/{total} slots busy" if total else "") + prompt_cache_text(cache))
 
 
 class MemoryWindow(QMainWindow):

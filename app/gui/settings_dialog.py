@@ -117,6 +117,10 @@ class SettingsDialog(QDialog):
         self.origins.setPlaceholderText("one per line, e.g. https://app.example.com")
         self.origins.setMaximumHeight(60)
         self._row(form, "origins", self.origins)
+        self.rpc_workers = QPlainTextEdit()
+        self.rpc_workers.setPlaceholderText("one host:port per line (strata worker on another computer)")
+        self.rpc_workers.setMaximumHeight(48)
+        self._row(form, "rpc_workers", self.rpc_workers)
         return box
 
     def _build_models(self) -> QGroupBox:
@@ -166,6 +170,7 @@ class SettingsDialog(QDialog):
         self.port.setValue(port)
         self.api_key.setText(v["api_key"])
         self.origins.setPlainText("\n".join(v["origins"]))
+        self.rpc_workers.setPlainText("\n".join(v["rpc_workers"]))
         for key in INT_MAX:
             self.fields[key].setValue(v[key])
         self.keep_alive.setText(v["keep_alive"])
@@ -175,6 +180,7 @@ class SettingsDialog(QDialog):
     def values(self) -> dict:
         out = {"host": join_host(self.address.text(), self.port.value()), "api_key": self.api_key.text().strip(),
                "origins": [o.strip() for o in self.origins.toPlainText().splitlines() if o.strip()],
+               "rpc_workers": [w.strip() for w in self.rpc_workers.toPlainText().splitlines() if w.strip()],
                "keep_alive": self.keep_alive.text().strip(),
                "external_sources": [s for s, cb in self.sources.items() if cb.isChecked()]}
         out.update({key: self.fields[key].value() for key in INT_MAX})
