@@ -33,7 +33,22 @@ def is_openai_path(path: str) -> bool:
     return path.startswith("/v1/") or path == "/v1"
 
 
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def anthropic_error(err: ApiError) -> dict:
+    kind = ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
 def error_body(path: str, err: ApiError) -> dict:
+    if is_anthropic_path(path):
+        return anthropic_error(err)
     if is_openai_path(path):
         return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
     return {"error": err.message}

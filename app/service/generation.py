@@ -21,6 +21,7 @@ from typing import AsyncIterator
 from app.engine import protocol
 from app.engine.client import RequestError, RunnerError
 
+from . import chat_features
 from .errors import ApiError
 from .gotemplate import TemplateError, render as render_template
 from .keep_alive import KeepAlive
@@ -56,6 +57,8 @@ class Job:
     model: str                          # the store's name for it
     options: RequestOptions
     runner_request: protocol.GenerateRequest
+    facts: object = None                # engine.gguf.chat_facts.ChatFacts (None: unreadable; plain text)
+    parse_reply: bool = False           # read thinking and tool calls out of the reply (chat_features)
 
     @property
     def keep_alive(self) -> KeepAlive:
@@ -66,13 +69,15 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
     """Find the model (404), check the options over its defaults (400), apply its SYSTEM and TEMPLATE."""
     record = await scheduler.resolve(req.model)
     ro = request_options(req.options, record.parameters, req.logit_bias)
+    facts = await chat_features.facts_for(record.path)
+    chat_features.check(req, facts, req.model)
     prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
     if messages is not None:
         messages = with_default_system(messages, record.system)
     else:
         system = system or record.system
         template = req.template or record.template
-        if template and not raw:
+        if template and not raw and req.suffix is None:
             try:   # an Ollama (Go) prompt template: render it here and send the result raw
                 prompt = render_template(template, {"System": system or "", "Prompt": prompt or "", "Response": ""})
                 system, raw = None, True
@@ -80,11 +85,14 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
                 if req.template:
                     raise ApiError(400, f"template: {e}", param="template") from None
                 # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
+    extra = chat_features.runner_fields(req, facts, messages)
     runner_request = protocol.GenerateRequest(
-        id=new_id(), prompt=prompt, messages=messages, system=system, raw=raw, sampling=ro.sampling,
+        id=new_id(), prompt=prompt, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
-        logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context)
-    return Job(req, record.name, ro, runner_request)
+        logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
+        **extra)
+    parse_reply = not raw and req.suffix is None
+    return Job(req, record.name, ro, runner_request, facts, parse_reply)
 
 
 def runner_error(e: Exception, model: str) -> ApiError:
@@ -107,12 +115,20 @@ class Generation:
     async def events(self) -> AsyncIterator[Event]:
         """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
         name = self.job.model
+        reader = chat_features.ReplyReader(self.job.request, self.job.facts) if self.job.parse_reply else None
         self._stream = self.lease.client.generate(self.job.runner_request)
         try:
             async for ev in self._stream:
                 out = self._translate(ev)
-                self.result.add(out)
-                yield out
+                if reader is None:
+                    events = [out]
+                elif isinstance(out, TextDelta):
+                    events = reader.feed(out)
+                else:                            # Finished: what the parser still holds comes first
+                    events = reader.finish() + [out]
+                for e in events:
+                    self.result.add(e)
+                    yield e
         except RunnerError as e:
             raise runner_error(e, name) from None
         finally:
@@ -126,7 +142,7 @@ class Generation:
                                        ev.generation_seconds, ev.cached_tokens)
             return Finished(ev.reason, ev.prompt_tokens, ev.completion_tokens, ev.prompt_seconds,
                             ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None,
-                            ev.cached_tokens)
+                            ev.cached_tokens, ev.stop_string)
         if isinstance(ev, protocol.ErrorEvent):
             status = 400 if ev.kind == "invalid" else 500
             raise ApiError(status, f"model {self.job.model!r}: {ev.message}")
@@ -192,3 +208,14 @@ async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
         metrics.count_tokens(lease.model.name, res.prompt_tokens, 0, 0.0)
         return EmbeddingResult(name, fit_dimensions(res.embeddings, req.dimensions), res.prompt_tokens,
                                lease.load_wait, time.monotonic() - t0)
+
+
+async def count_prompt(scheduler, req: GenerationRequest) -> int:
+    """How many tokens the request's prompt is once rendered (template, tools, SYSTEM): asked of the model's
+    runner, which renders exactly as it would for a generation."""
+    job = await prepare(scheduler, req)
+    async with scheduler.lease(job.model, job.options, job.keep_alive) as lease:
+        try:
+            return await lease.client.count_prompt(job.runner_request)
+        except RunnerError as e:
+            raise runner_error(e, job.model) from None

@@ -11,6 +11,7 @@ from app import __version__
 
 from . import appkeys as keys
 from . import model_routes
+from .chat_features import facts_for
 from .errors import ApiError
 from .http_util import NDJSONWriter, read_json
 from .modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
@@ -80,8 +81,17 @@ async def show(request):
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     record = await with_digest(store, await scheduler.resolve(name))
     info = await _info_or_none(scheduler, record)
-    template = record.template or (info.chat_template if info else None) or ""
-    caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
+    facts = await facts_for(record.path) if info is not None else None
+    template = record.template or (facts.template if facts else None) or ""
+    if facts is not None:
+        caps = list(facts.capabilities)
+    else:
+        caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
+    strata = {"source": record.source, "read_only": bool(record.read_only), "path": str(record.path),
+              "digest": digest_of(record)}
+    if facts is not None:     # which chat template is used and why (a GGUF without one gets a built-in)
+        strata["chat"] = {**facts.to_dict(), "template_source": "modelfile" if record.template
+                          else facts.template_source}
     return web.json_response({
         "modelfile": render_modelfile(str(record.path), record.parameters or {}, record.template, record.system,
                                       record.adapters, record.license),
@@ -93,8 +103,7 @@ async def show(request):
         "model_info": _model_info_json(info) if info else {},
         "capabilities": caps,
         "modified_at": iso_time(record.modified_at),
-        "strata": {"source": record.source, "read_only": bool(record.read_only), "path": str(record.path),
-                   "digest": digest_of(record)},
+        "strata": strata,
     })
 
 

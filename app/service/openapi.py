@@ -26,7 +26,7 @@ def _obj(props: dict, required=()) -> dict:
 
 
 GEN_COMMON = {"model": STR, "stream": BOOL, "keep_alive": KEEP_ALIVE, "options": OPTIONS, "format": FORMAT,
-              "logprobs": BOOL, "top_logprobs": INT}
+              "logprobs": BOOL, "top_logprobs": INT, "think": {"oneOf": [BOOL, STR]}}
 
 ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
     # (method, path): (tag, summary, request schema)
@@ -68,14 +68,35 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
                                              "max_completion_tokens": INT, "temperature": {"type": "number"},
                                              "top_p": {"type": "number"}, "stop": {"oneOf": [STR, {"type": "array"}]},
                                              "seed": INT, "logprobs": BOOL, "top_logprobs": INT,
-                                             "response_format": OBJ, "logit_bias": OBJ}, ["model", "messages"])),
+                                             "response_format": OBJ, "logit_bias": OBJ,
+                                             "tools": {"type": "array"}, "tool_choice": {"oneOf": [STR, OBJ]},
+                                             "parallel_tool_calls": BOOL, "reasoning_effort": STR},
+                                            ["model", "messages"])),
     ("POST", "/v1/completions"): ("openai", "OpenAI text completions (SSE when stream=true)",
                                   _obj({"model": STR, "prompt": STR, "stream": BOOL, "max_tokens": INT,
                                         "echo": BOOL, "logprobs": INT, "stop": {"oneOf": [STR, {"type": "array"}]},
-                                        "seed": INT}, ["model", "prompt"])),
+                                        "seed": INT, "suffix": STR}, ["model", "prompt"])),
     ("POST", "/v1/embeddings"): ("openai", "OpenAI embeddings (float or base64)",
                                  _obj({"model": STR, "input": {"oneOf": [STR, {"type": "array", "items": STR}]},
                                        "encoding_format": STR, "dimensions": INT}, ["model", "input"])),
+    ("POST", "/v1/messages"): ("anthropic", "Anthropic Messages API (SSE events when stream=true)",
+                               _obj({"model": STR, "messages": {"type": "array"}, "max_tokens": INT,
+                                     "system": {"oneOf": [STR, {"type": "array"}]}, "stream": BOOL,
+                                     "stop_sequences": {"type": "array", "items": STR},
+                                     "temperature": {"type": "number"}, "top_p": {"type": "number"}, "top_k": INT,
+                                     "tools": {"type": "array"}, "tool_choice": OBJ, "thinking": OBJ},
+                                    ["model", "messages", "max_tokens"])),
+    ("POST", "/v1/messages/count_tokens"): ("anthropic", "Anthropic: tokens of a Messages request's prompt",
+                                            _obj({"model": STR, "messages": {"type": "array"},
+                                                  "system": {"oneOf": [STR, {"type": "array"}]},
+                                                  "tools": {"type": "array"}}, ["model", "messages"])),
+    ("POST", "/v1/responses"): ("openai", "OpenAI Responses API, stateless (SSE events when stream=true)",
+                                _obj({"model": STR, "input": {"oneOf": [STR, {"type": "array"}]},
+                                      "instructions": STR, "stream": BOOL, "max_output_tokens": INT,
+                                      "temperature": {"type": "number"}, "top_p": {"type": "number"},
+                                      "tools": {"type": "array"}, "tool_choice": {"oneOf": [STR, OBJ]},
+                                      "parallel_tool_calls": BOOL, "reasoning": OBJ, "text": OBJ},
+                                     ["model", "input"])),
     ("GET", "/v1/models"): ("openai", "List models", None),
     ("GET", "/v1/models/{model}"): ("openai", "One model", None),
     ("GET", "/api/devices"): ("strata", "Device inventory (GPUs, host RAM); ?refresh=1 discovers again", None),

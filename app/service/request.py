@@ -49,6 +49,12 @@ class GenerationRequest:
     stream: bool = False
     want_context: bool = False                   # Ollama /api/generate: return the context token ids
     context: list[int] | None = None             # Ollama /api/generate: token ids of a previous reply, before prompt
+    # tools, thinking, fill-in-the-middle (tools.py has the shapes; docs/architecture.md, "Tool calls")
+    tools: list[dict] | None = None              # {"type": "function", "function": {name, description, parameters}}
+    tool_choice: str | None = None               # None (= auto) | "none" | "auto" | "required" | a function's name
+    parallel_tool_calls: bool = True
+    think: bool | str | None = None              # None: the template's default; "low" / "medium" / "high": effort
+    suffix: str | None = None                    # completion requests: the text after the gap (insert)
 
 
 @dataclass

@@ -20,6 +20,21 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ThinkingDelta:
+    """Reasoning text, apart from the answer (a thinking model's <think> block, gpt-oss's analysis channel)."""
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallEvent:
+    """One complete tool call the model made; `index` counts the calls of this reply from 0."""
+    index: int
+    id: str
+    name: str
+    arguments: dict
+
+
+@dataclass(frozen=True)
 class Finished:
     """The last event of a generation."""
     reason: str                          # "stop" | "length" | "cancelled"
@@ -29,9 +44,10 @@ class Finished:
     generation_seconds: float
     context_tokens: tuple[int, ...] | None = None
     cached_tokens: int = 0               # of prompt_tokens, how many came from the prompt cache
+    stop_string: str | None = None       # the request's stop string that ended it
 
 
-Event = TextDelta | Finished
+Event = TextDelta | ThinkingDelta | ToolCallEvent | Finished
 
 
 @dataclass
@@ -40,6 +56,8 @@ class GenerationResult:
     answers read it whole; streaming renderers read it at the end (usage, timings)."""
     model: str                                       # the model's name in the store (resolved)
     pieces: list[str] = field(default_factory=list)
+    thinking_pieces: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCallEvent] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finished: Finished | None = None
     load_wait: float = 0.0                           # seconds spent waiting for the model to load
@@ -49,12 +67,20 @@ class GenerationResult:
         if isinstance(ev, TextDelta):
             self.pieces.append(ev.text)
             self.logprobs.extend(ev.logprobs)
+        elif isinstance(ev, ThinkingDelta):
+            self.thinking_pieces.append(ev.text)
+        elif isinstance(ev, ToolCallEvent):
+            self.tool_calls.append(ev)
         elif isinstance(ev, Finished):
             self.finished = ev
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def thinking(self) -> str:
+        return "".join(self.thinking_pieces)
 
     @property
     def elapsed(self) -> float:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .anthropic import routes as anthropic
 from .ollama import routes as ollama
 from .openai import routes as openai
+from .responses import routes as responses
 
-DIALECTS = (ollama, openai)
+DIALECTS = (ollama, openai, anthropic, responses)
 
 
 def add_routes(app: web.Application) -> None:

@@ -12,7 +12,7 @@ from .. import generation
 from ..errors import ApiError
 from ..http_util import NDJSONWriter, SSEEvent
 from ..request import GenerationRequest
-from ..result import Finished, GenerationResult, TextDelta
+from ..result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 
 Frame = dict | str | SSEEvent   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
 
@@ -29,6 +29,14 @@ class Renderer:
 
     def delta(self, ev: TextDelta) -> Iterable[Frame]:
         raise NotImplementedError
+
+    def thinking(self, ev: ThinkingDelta) -> Iterable[Frame]:
+        """Reasoning text as it comes (dialects without a place for it show nothing)."""
+        return ()
+
+    def tool_call(self, ev: ToolCallEvent) -> Iterable[Frame]:
+        """One complete tool call."""
+        return ()
 
     def finished(self, ev: Finished) -> Iterable[Frame]:
         """The Finished event as it passes (most dialects say everything in closing() instead)."""
@@ -65,6 +73,10 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
             async for ev in gen.events():
                 if isinstance(ev, TextDelta):
                     await _send(w, renderer.delta(ev))
+                elif isinstance(ev, ThinkingDelta):
+                    await _send(w, renderer.thinking(ev))
+                elif isinstance(ev, ToolCallEvent):
+                    await _send(w, renderer.tool_call(ev))
                 elif isinstance(ev, Finished):
                     await _send(w, renderer.finished(ev))
         except ApiError as e:

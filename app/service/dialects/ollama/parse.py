@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...errors import ApiError
 from ...keep_alive import request_keep_alive
 from ...request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
+from ...tools import check_tool_results, parse_tool_calls, parse_tools
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -30,7 +31,7 @@ def _common(req: GenerationRequest, body: dict) -> GenerationRequest:
     top = field(body, "top_logprobs", int, 0)
     in_range("top_logprobs", top, 0, 20, f"'top_logprobs' must be between 0 and 20, got {top}")
     req.logprobs, req.top_logprobs = logprobs or top > 0, top
-    field(body, "think", (bool, str))     # accepted, ignored: these models have no thinking mode
+    req.think = field(body, "think", (bool, str))    # checked against the model in chat_features.check
     return req
 
 
@@ -52,10 +53,8 @@ def parse_generate(body: dict) -> GenerationRequest:
         raise ApiError(400, "'context' must be a list of token ids", param="context")
     req.context = ctx or None
     _no_images(body, "generate")
-    if suffix:
-        raise ApiError(400, f"model {req.model!r} does not support insert (suffix / fill-in-the-middle)",
-                       param="suffix")
-    req.want_context = not req.raw
+    req.suffix = suffix or None              # insert: checked against the model's FIM tokens
+    req.want_context = not req.raw and req.suffix is None
     return req
 
 
@@ -78,11 +77,14 @@ def parse_messages(raw, key: str = "messages") -> list[dict]:
             raise ApiError(400, f"{key}[{i}].content must be a string", param=key)
         _no_images(m, f"{key}[{i}]")
         msg = {"role": role, "content": content}
-        if m.get("tool_calls"):
-            msg["tool_calls"] = m["tool_calls"]
-        if m.get("tool_name"):
-            msg["tool_name"] = m["tool_name"]
+        if m.get("tool_calls") is not None:
+            msg["tool_calls"] = parse_tool_calls(m["tool_calls"], f"{key}[{i}]", key)
+        if m.get("tool_name") is not None:
+            msg["name"] = field(m, "tool_name", str, name=f"{key}[{i}].tool_name")
+        if isinstance(m.get("thinking"), str) and m["thinking"]:
+            msg["reasoning_content"] = m["thinking"]      # the name Hugging Face templates read
         out.append(msg)
+    check_tool_results(out, key)
     return out
 
 
@@ -91,8 +93,7 @@ def parse_chat(body: dict) -> GenerationRequest:
     req = GenerationRequest(model=model_name(body))
     req.messages = parse_messages(body.get("messages"))
     _common(req, body)
-    if field(body, "tools", list):
-        raise ApiError(400, f"{req.model} does not support tools", param="tools")
+    req.tools = parse_tools(body.get("tools"))    # Ollama has no tool_choice: tools mean "auto"
     return req
 
 

@@ -7,7 +7,7 @@ from app.engine.protocol import TokenLogprob
 from ...errors import ApiError
 from ...ollama_schema import now_iso
 from ...request import EmbeddingRequest, GenerationRequest
-from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta
+from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from ..base import Renderer
 
 
@@ -41,18 +41,29 @@ def timing_fields(done: Finished | None, total_seconds: float, load_seconds: flo
     return d
 
 
+def tool_call_json(ev: ToolCallEvent) -> dict:
+    """Ollama's shape (its `ollama` package: ToolCall.Function with name, arguments object, index)."""
+    return {"id": ev.id, "function": {"index": ev.index, "name": ev.name, "arguments": ev.arguments}}
+
+
 class OllamaRenderer(Renderer):
     """/api/generate (`response`) and /api/chat (`message`)."""
 
     def __init__(self, model: str, req: GenerationRequest, *, chat: bool):
         self.model, self.req, self.chat = model, req, chat
 
-    def _chunk(self, text: str, lps) -> dict:
+    def _chunk(self, text: str, lps, thinking: str = "", calls=()) -> dict:
         d = {"model": self.model, "created_at": now_iso()}
         if self.chat:
             d["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                d["message"]["thinking"] = thinking
+            if calls:
+                d["message"]["tool_calls"] = [tool_call_json(c) for c in calls]
         else:
             d["response"] = text
+            if thinking:
+                d["thinking"] = thinking
         d["done"] = False
         if self.req.logprobs and lps:
             d["logprobs"] = logprobs_json(lps, self.req.top_logprobs)
@@ -71,6 +82,13 @@ class OllamaRenderer(Renderer):
     def delta(self, ev: TextDelta):
         return [self._chunk(ev.text, ev.logprobs)]
 
+    def thinking(self, ev: ThinkingDelta):
+        return [self._chunk("", None, thinking=ev.text)]
+
+    def tool_call(self, ev: ToolCallEvent):
+        """Each complete call in its own done:false chunk, as Ollama streams them."""
+        return [self._chunk("", None, calls=[ev])]
+
     def closing(self, result: GenerationResult):
         return [self._final(result, "", None)]
 
@@ -79,6 +97,10 @@ class OllamaRenderer(Renderer):
 
     def complete(self, result: GenerationResult) -> dict:
         final = self._final(result, result.text, result.logprobs)
+        if result.thinking:
+            (final["message"] if self.chat else final)["thinking"] = result.thinking
+        if result.tool_calls and self.chat:
+            final["message"]["tool_calls"] = [tool_call_json(c) for c in result.tool_calls]
         if self.req.logprobs:
             final["logprobs"] = logprobs_json(result.logprobs, self.req.top_logprobs)
         return final

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ...errors import ApiError
 from ...options import check_int, check_number, parse_stop
 from ...request import EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name
+from ...tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
 
 @dataclass(frozen=True)
 class WireChoices:
@@ -57,7 +58,20 @@ def parse_messages(raw) -> list[dict]:
         if role is None:
             raise ApiError(400, f"messages[{i}].role must be one of system, developer, user, assistant, tool; "
                                 f"got {m.get('role')!r}", param="messages")
-        out.append({"role": role, "content": _content_text(m.get("content"), i)})
+        msg = {"role": role, "content": _content_text(m.get("content"), i)}
+        if role == "assistant" and m.get("tool_calls") is not None:
+            msg["tool_calls"] = parse_tool_calls(m["tool_calls"], f"messages[{i}]", "messages")
+        if role == "assistant" and isinstance(m.get("function_call"), dict):      # the deprecated single call
+            msg["tool_calls"] = parse_tool_calls([{"function": m["function_call"]}], f"messages[{i}]", "messages")
+        if role == "assistant" and isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
+            msg["reasoning_content"] = m["reasoning_content"]
+        if role == "tool":
+            if m.get("role") == "function":                 # deprecated: answered by function name
+                msg["name"] = field(m, "name", str, required=True, name=f"messages[{i}].name")
+            else:
+                msg["tool_call_id"] = field(m, "tool_call_id", str, required=True, name=f"messages[{i}].tool_call_id")
+        out.append(msg)
+    check_tool_results(out)
     return out
 
 
@@ -130,6 +144,38 @@ def _check_n(body: dict) -> None:
         raise ApiError(400, f"'n' must be 1 (one choice per request), got {n}", param="n")
 
 
+def _parse_tools(req: GenerationRequest, body: dict) -> None:
+    """tools / tool_choice / parallel_tool_calls, and the deprecated functions / function_call."""
+    if body.get("tools") is not None:
+        req.tools = parse_tools(body.get("tools"))
+        req.tool_choice = parse_tool_choice(body.get("tool_choice"), req.tools)
+    elif body.get("functions") is not None:
+        fns = field(body, "functions", list)
+        req.tools = parse_tools([{"type": "function", "function": f} for f in fns], "functions")
+        fc = body.get("function_call")
+        fc = {"type": "function", "function": fc} if isinstance(fc, dict) else fc
+        req.tool_choice = parse_tool_choice(fc, req.tools, "function_call")
+    elif body.get("tool_choice") is not None:
+        req.tool_choice = parse_tool_choice(body.get("tool_choice"), None)
+    req.parallel_tool_calls = field(body, "parallel_tool_calls", bool, True)
+
+
+EFFORTS = {"none": False, "minimal": False, "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+
+
+def parse_reasoning_effort(body: dict):
+    """reasoning_effort (or reasoning.effort) -> the internal `think`; None when absent."""
+    effort = body.get("reasoning_effort")
+    if effort is None and isinstance(body.get("reasoning"), dict):
+        effort = body["reasoning"].get("effort")
+    if effort is None:
+        return None
+    if effort not in EFFORTS:
+        raise ApiError(400, f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {effort!r}",
+                       param="reasoning_effort")
+    return EFFORTS[effort]
+
+
 def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
     """/v1/chat/completions."""
     req = GenerationRequest(model=model_name(body), messages=parse_messages(body.get("messages")))
@@ -137,8 +183,8 @@ def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
     wire = WireChoices(include_usage=_include_usage(body))
     _check_n(body)
     req.json_mode, req.json_schema = parse_response_format(body.get("response_format"))
-    if field(body, "tools", list) or field(body, "functions", list):
-        raise ApiError(400, f"{req.model} does not support tools", param="tools")
+    _parse_tools(req, body)
+    req.think = parse_reasoning_effort(body)
     req.logprobs = field(body, "logprobs", bool, False)
     req.top_logprobs = field(body, "top_logprobs", int, 0)
     in_range("top_logprobs", req.top_logprobs, 0, 20, "'top_logprobs' must be between 0 and 20")
@@ -168,8 +214,7 @@ def parse_completion(body: dict) -> tuple[GenerationRequest, WireChoices]:
     _check_n(body)
     if field(body, "best_of", int, 1) != 1:
         raise ApiError(400, "'best_of' must be 1", param="best_of")
-    if body.get("suffix"):
-        raise ApiError(400, "'suffix' (insert) is not supported by this model", param="suffix")
+    req.suffix = field(body, "suffix", str) or None     # insert: checked against the model's FIM tokens
     echo = field(body, "echo", bool, False)
     lp = field(body, "logprobs", int)
     if lp is not None:

@@ -3,22 +3,32 @@ chat.completion.chunk, text_completion, embeddings, models. Streams are SSE endi
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import time
 
 from ...errors import ApiError
 from ...http_util import SSEWriter
-from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta
+from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from ..base import Renderer
 from .parse import WireChoices
 
 FINGERPRINT = "fp_strata"
 
 
-def finish_reason(done: Finished | None) -> str:
+def finish_reason(done: Finished | None, tool_calls=()) -> str:
+    if tool_calls:
+        return "tool_calls"
     if done is None:
         return "stop"
     return "length" if done.reason == "length" else "stop"
+
+
+def tool_call_json(ev: ToolCallEvent, *, streamed: bool = False) -> dict:
+    """OpenAI's shape: arguments as a JSON string; a streamed one also carries its index."""
+    d = {"id": ev.id, "type": "function",
+         "function": {"name": ev.name, "arguments": json.dumps(ev.arguments, ensure_ascii=False)}}
+    return {"index": ev.index, **d} if streamed else d
 
 
 def usage(done: Finished | None) -> dict:
@@ -90,19 +100,36 @@ class ChatRenderer(_OpenAIRenderer):
         lp = chat_logprobs(ev.logprobs, self.top) if self.logprobs and ev.logprobs else None
         return [self._chunk({"content": ev.text}, logprobs=lp)]
 
+    def thinking(self, ev: ThinkingDelta):
+        return [self._chunk({"reasoning_content": ev.text})]         # llama-server's name for it
+
+    def tool_call(self, ev: ToolCallEvent):
+        """The whole call in one delta (id, name, all arguments): clients concatenate argument pieces by index."""
+        return [self._chunk({"tool_calls": [tool_call_json(ev, streamed=True)]})]
+
     def closing(self, result: GenerationResult):
-        out = [self._chunk({}, finish=finish_reason(result.finished))]
+        out = [self._chunk({}, finish=finish_reason(result.finished, result.tool_calls))]
         if self.wire.include_usage:
             out.append(self._usage_chunk(result.finished))
         return out + ["[DONE]"]
+
+    @staticmethod
+    def _message(result: GenerationResult) -> dict:
+        msg = {"role": "assistant", "content": result.text if result.text or not result.tool_calls else None,
+               "refusal": None}
+        if result.thinking:
+            msg["reasoning_content"] = result.thinking
+        if result.tool_calls:
+            msg["tool_calls"] = [tool_call_json(c) for c in result.tool_calls]
+        return msg
 
     def complete(self, result: GenerationResult) -> dict:
         lp = chat_logprobs(result.logprobs, self.top) if self.logprobs else None
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
-                         "logprobs": lp, "finish_reason": finish_reason(result.finished)}],
+            "choices": [{"index": 0, "message": self._message(result), "logprobs": lp,
+                         "finish_reason": finish_reason(result.finished, result.tool_calls)}],
             "usage": usage(result.finished),
         }
 

@@ -1,0 +1,130 @@
+"""Tools, thinking and fill-in-the-middle for one generation, whichever dialect asked.
+
+- check(): a request that needs what the model cannot do is a 400 naming the capability and the field, as
+  Ollama answers ("... does not support tools"). Capabilities come from the GGUF (engine/gguf/chat_facts).
+- runner_fields(): what the runner needs: the tools for the template (or, for a template that knows none and
+  a forced call, a system message describing them), tool_choice for the grammar, thinking switches.
+- ReplyReader: the model's text -> TextDelta / ThinkingDelta / ToolCallEvent, through the family's parser
+  (service/toolcalls), so markup never reaches content. See docs/architecture.md, "Tool calls".
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from app.engine.gguf.chat_facts import ChatFacts, read_chat_facts
+
+from .errors import ApiError
+from .request import GenerationRequest
+from .result import TextDelta, ThinkingDelta, ToolCallEvent
+from .toolcalls import make_parser
+from .tools import mistral_ids, new_call_id, tool_names
+
+FORCED = ("required",)
+EFFORTS = ("low", "medium", "high")
+
+
+async def facts_for(path) -> ChatFacts | None:
+    """The model's chat facts (reading the vocabulary takes a moment the first time: off the event loop)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, read_chat_facts, str(path))
+    except Exception:  # noqa: BLE001 - an unreadable file fails later with its own clear error
+        return None
+
+
+def forced(req: GenerationRequest) -> bool:
+    """tool_choice "required" or a function's name: the grammar makes the call, whatever the template."""
+    return bool(req.tool_choice) and req.tool_choice not in ("none", "auto")
+
+
+def check(req: GenerationRequest, facts: ChatFacts | None, model: str) -> None:
+    caps = facts.capabilities if facts else ("completion",)
+    if req.tools and req.tool_choice != "none" and "tools" not in caps and not forced(req):
+        raise ApiError(400, f"model {model!r} does not support tools (its chat template has no tool calling); "
+                            "tool_choice 'required' or a named function still works through a grammar",
+                       param="tools")
+    if req.think and "thinking" not in caps:
+        raise ApiError(400, f"model {model!r} does not support thinking", param="think")
+    if isinstance(req.think, str) and req.think not in EFFORTS:
+        raise ApiError(400, f"'think' must be true, false, or one of {', '.join(EFFORTS)}, got {req.think!r}",
+                       param="think")
+    if req.suffix is not None and "insert" not in caps:
+        raise ApiError(400, f"model {model!r} does not support insert (suffix / fill-in-the-middle: it has no "
+                            "FIM tokens)", param="suffix")
+
+
+def template_kwargs(think, facts: ChatFacts | None) -> dict:
+    """`think` as the template variables thinking templates read (Qwen3's enable_thinking, gpt-oss's
+    reasoning_effort)."""
+    if think is None:
+        return {}
+    if isinstance(think, str):
+        return {"enable_thinking": True, "reasoning_effort": think}
+    if facts is not None and facts.think_toggle == "reasoning_effort":
+        return {} if think else {"reasoning_effort": "low"}      # gpt-oss cannot turn it off: least effort
+    return {"enable_thinking": bool(think)}
+
+
+def tool_prompt(tools: list[dict]) -> str:
+    lines = [json.dumps(t["function"], ensure_ascii=False) for t in tools]
+    return ("You can call these functions:\n" + "\n".join(lines) + "\nTo call one, answer with only a JSON object: "
+            '{"name": <function name>, "arguments": <its arguments as an object>}.')
+
+
+def with_tool_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """For a template that cannot show tools: describe them in the system message."""
+    text = tool_prompt(tools)
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}] + messages[1:]
+    return [{"role": "system", "content": text}] + messages
+
+
+def runner_fields(req: GenerationRequest, facts: ChatFacts | None, messages: list[dict] | None) -> dict:
+    """The GenerateRequest fields for tools, thinking and insert, and the messages the template gets."""
+    out: dict = {"template_kwargs": template_kwargs(req.think, facts), "suffix": req.suffix}
+    use_tools = bool(req.tools) and req.tool_choice != "none"
+    if messages is not None and facts is not None and facts.family == "mistral":
+        messages = mistral_ids(messages)
+    if use_tools:
+        renders = facts is not None and facts.renders_tools
+        out["tools"] = req.tools if renders else None
+        if not renders and messages is not None:
+            messages = with_tool_prompt(messages, req.tools)
+        out["tool_choice"] = req.tool_choice or "auto"
+        out["parallel_tool_calls"] = req.parallel_tool_calls
+    out["messages"] = messages
+    return out
+
+
+class ReplyReader:
+    """Turns the runner's text into the service's events through the model family's reply parser."""
+
+    def __init__(self, req: GenerationRequest, facts: ChatFacts | None):
+        use_tools = bool(req.tools) and req.tool_choice != "none"
+        self.parser = make_parser(facts.family if facts else "generic", tool_names(req.tools) if use_tools else ())
+        self.drop_thinking = req.think is False
+        self.n_calls = 0
+        self.pending_lp: tuple = ()
+
+    def feed(self, ev: TextDelta) -> list:
+        self.pending_lp += tuple(ev.logprobs)
+        return self._events(self.parser.feed(ev.text))
+
+    def finish(self) -> list:
+        out = self._events(self.parser.finish())
+        if self.pending_lp:                      # logprobs of tokens that showed no content (markup, thinking)
+            out.append(TextDelta("", self.pending_lp))
+            self.pending_lp = ()
+        return out
+
+    def _events(self, d) -> list:
+        out: list = []
+        if d.thinking and not self.drop_thinking:
+            out.append(ThinkingDelta(d.thinking))
+        if d.content:
+            out.append(TextDelta(d.content, self.pending_lp))
+            self.pending_lp = ()
+        for c in d.calls:
+            out.append(ToolCallEvent(self.n_calls, new_call_id(), c.name, c.arguments))
+            self.n_calls += 1
+        return out

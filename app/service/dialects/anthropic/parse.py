@@ -1,0 +1,199 @@
+"""Anthropic's Messages API wire format -> the internal request (as the `anthropic` package's types define it).
+
+System text, content blocks (text, tool_use, tool_result, thinking), tools with `input_schema`, tool_choice
+(auto / any / tool / none), `thinking`, `stop_sequences`, sampling fields -> internal (Ollama) option names.
+Errors are 400s naming the field; the error middleware writes them in Anthropic's shape."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ...errors import ApiError
+from ...options import check_int, check_number, parse_stop
+from ...request import GenerationRequest, field, model_name
+from ...tools import call_message, check_tool_results, function_tool
+
+ROLES = ("user", "assistant")
+
+
+@dataclass(frozen=True)
+class WireChoices:
+    stop_sequences: tuple[str, ...] = ()
+
+
+def _bad(message: str, param: str = "messages") -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def _text_of(content, where: str) -> str:
+    """A tool_result's content or the system field: a string or a list of text blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for j, b in enumerate(content):
+            if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
+                kind = b.get("type") if isinstance(b, dict) else type(b).__name__
+                raise _bad(f"{where}[{j}]: only text blocks are supported here, got {kind!r}")
+            parts.append(b["text"])
+        return "".join(parts)
+    raise _bad(f"{where} must be a string or a list of text blocks")
+
+
+def _user(blocks, i: int) -> list[dict]:
+    """A user turn: tool results become tool messages (first, in order), the text one user message."""
+    out, text = [], []
+    for j, b in enumerate(blocks):
+        where = f"messages[{i}].content[{j}]"
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "text" and isinstance(b.get("text"), str):
+            text.append(b["text"])
+        elif kind == "tool_result":
+            tid = b.get("tool_use_id")
+            if not isinstance(tid, str) or not tid:
+                raise _bad(f"{where}.tool_use_id is required")
+            content = _text_of(b.get("content"), f"{where}.content")
+            if b.get("is_error"):
+                content = f"Error: {content}"
+            out.append({"role": "tool", "content": content, "tool_call_id": tid})
+        elif kind in ("image", "document", "search_result"):
+            raise _bad(f"{where}: {kind} blocks are not supported by this model")
+        else:
+            raise _bad(f"{where}: unknown or malformed content block {kind!r}")
+    if text or not out:
+        out.append({"role": "user", "content": "".join(text)})
+    return out
+
+
+def _assistant(blocks, i: int) -> dict:
+    msg: dict = {"role": "assistant", "content": ""}
+    text, calls, thinking = [], [], []
+    for j, b in enumerate(blocks):
+        where = f"messages[{i}].content[{j}]"
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "text" and isinstance(b.get("text"), str):
+            text.append(b["text"])
+        elif kind == "tool_use":
+            name, tid, args = b.get("name"), b.get("id"), b.get("input", {})
+            if not isinstance(name, str) or not name:
+                raise _bad(f"{where}.name is required")
+            if not isinstance(tid, str) or not tid:
+                raise _bad(f"{where}.id is required")
+            if not isinstance(args, dict):
+                raise _bad(f"{where}.input must be an object, got {json.dumps(args)[:60]}")
+            calls.append(call_message(name, args, tid))
+        elif kind == "thinking" and isinstance(b.get("thinking"), str):
+            thinking.append(b["thinking"])
+        elif kind == "redacted_thinking":
+            continue
+        else:
+            raise _bad(f"{where}: unknown or malformed content block {kind!r}")
+    msg["content"] = "".join(text)
+    if calls:
+        msg["tool_calls"] = calls
+    if thinking:
+        msg["reasoning_content"] = "".join(thinking)     # the name Hugging Face templates (Qwen3...) read
+    return msg
+
+
+def parse_messages(raw) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise _bad("'messages' must be a non-empty array")
+    out: list[dict] = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise _bad(f"messages[{i}].role must be one of user, assistant")
+        content = m.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise _bad(f"messages[{i}].content must be a string or an array of content blocks")
+        if m["role"] == "user":
+            out.extend(_user(blocks, i))
+        else:
+            out.append(_assistant(blocks, i))
+    check_tool_results(out)
+    return out
+
+
+def parse_tools(raw) -> list[dict] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise _bad("'tools' must be an array", "tools")
+    tools = []
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict):
+            raise _bad(f"tools[{i}] must be an object", "tools")
+        kind = t.get("type", "custom")
+        if kind not in ("custom", None):
+            raise _bad(f"tools[{i}].type {kind!r}: server tools are not supported (only custom tools)", "tools")
+        tools.append(function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools[{i}]",
+                                   "tools"))
+    return tools or None
+
+
+def parse_tool_choice(raw, tools) -> tuple[str | None, bool]:
+    """-> (internal tool_choice, parallel calls allowed)."""
+    if raw is None:
+        return None, True
+    if not isinstance(raw, dict) or raw.get("type") not in ("auto", "any", "tool", "none"):
+        raise _bad("'tool_choice.type' must be one of auto, any, tool, none", "tool_choice")
+    parallel = not field(raw, "disable_parallel_tool_use", bool, False, name="tool_choice.disable_parallel_tool_use")
+    kind = raw["type"]
+    if kind == "none":
+        return "none", parallel
+    if not tools:
+        raise _bad(f"'tool_choice' is {kind!r} but no tools were given", "tool_choice")
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    name = raw.get("name")
+    if not isinstance(name, str) or name not in [t["function"]["name"] for t in tools]:
+        raise _bad(f"'tool_choice.name' must name one of the tools, got {name!r}", "tool_choice")
+    return name, parallel
+
+
+def parse_thinking(raw):
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("type") not in ("enabled", "disabled", "adaptive"):
+        raise _bad("'thinking.type' must be enabled, disabled or adaptive", "thinking")
+    return raw["type"] != "disabled"
+
+
+def sampling_options(body: dict) -> dict:
+    opts: dict = {"num_predict": check_int("max_tokens", field(body, "max_tokens", int, required=True), 1)}
+    if body.get("temperature") is not None:
+        opts["temperature"] = check_number("temperature", body["temperature"], 0, 1)
+    if body.get("top_p") is not None:
+        opts["top_p"] = check_number("top_p", body["top_p"], 0, 1)
+    if body.get("top_k") is not None:
+        opts["top_k"] = check_int("top_k", body["top_k"], 0)
+    if body.get("stop_sequences") is not None:
+        opts["stop"] = parse_stop("stop_sequences", body["stop_sequences"])
+    return opts
+
+
+def parse_system(raw) -> str | None:
+    if raw is None:
+        return None
+    return _text_of(raw, "system")
+
+
+def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[GenerationRequest, WireChoices]:
+    """/v1/messages (and /v1/messages/count_tokens, which needs no max_tokens)."""
+    req = GenerationRequest(model=model_name(body), messages=parse_messages(body.get("messages")))
+    system = parse_system(body.get("system"))
+    if system:
+        req.messages = [{"role": "system", "content": system}] + req.messages
+    req.tools = parse_tools(body.get("tools"))
+    req.tool_choice, req.parallel_tool_calls = parse_tool_choice(body.get("tool_choice"), req.tools)
+    req.think = parse_thinking(body.get("thinking"))
+    if count_only:
+        return req, WireChoices()
+    req.stream = field(body, "stream", bool, False)
+    req.options = sampling_options(body)
+    return req, WireChoices(tuple(req.options.get("stop", ())))

@@ -1,0 +1,113 @@
+"""The internal result -> Anthropic's Messages wire format: a `message` object, or the event stream
+message_start, content_block_start / _delta / _stop per block (thinking, text, tool_use), message_delta,
+message_stop. Errors are {"type": "error", "error": {"type", "message"}}."""
+from __future__ import annotations
+
+import json
+import uuid
+
+from ...errors import ApiError, anthropic_error
+from ...http_util import SSEEvent, SSEWriter
+from ...result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ..base import Renderer
+from .parse import WireChoices
+
+def new_message_id() -> str:
+    return "msg_" + uuid.uuid4().hex[:24]
+
+
+def tool_use_id(call_id: str) -> str:
+    return call_id if call_id.startswith("toolu_") else "toolu_" + call_id.removeprefix("call_")
+
+
+def stop_reason(result: GenerationResult) -> tuple[str, str | None]:
+    done = result.finished
+    if result.tool_calls:
+        return "tool_use", None
+    if done is not None and done.reason == "length":
+        return "max_tokens", None
+    if done is not None and done.stop_string:
+        return "stop_sequence", done.stop_string
+    return "end_turn", None
+
+
+def usage(done: Finished | None) -> dict:
+    return {"input_tokens": done.prompt_tokens if done else 0, "output_tokens": done.completion_tokens if done else 0}
+
+
+class MessagesRenderer(Renderer):
+    writer = SSEWriter
+
+    def __init__(self, model: str, wire: WireChoices, *, show_thinking: bool = True):
+        self.model, self.wire, self.id = model, wire, new_message_id()
+        self.show_thinking = show_thinking
+        self.index = -1              # the open content block's index
+        self.open_kind = None        # "thinking" | "text" | None
+
+    # ---- streamed -------------------------------------------------------------------------------------------
+    def _ev(self, name: str, data: dict) -> SSEEvent:
+        return SSEEvent(name, {"type": name, **data})
+
+    def opening(self):
+        msg = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+        return [self._ev("message_start", {"message": msg}), self._ev("ping", {})]
+
+    def _switch(self, kind: str | None, block: dict | None = None) -> list:
+        out = []
+        if self.open_kind is not None and (kind != self.open_kind or block is not None):
+            out.append(self._ev("content_block_stop", {"index": self.index}))
+            self.open_kind = None
+        if kind is not None and self.open_kind is None:
+            self.index += 1
+            self.open_kind = kind
+            out.append(self._ev("content_block_start", {"index": self.index, "content_block": block}))
+        return out
+
+    def delta(self, ev: TextDelta):
+        if not ev.text:
+            return []
+        out = [] if self.open_kind == "text" else self._switch("text", {"type": "text", "text": ""})
+        out.append(self._ev("content_block_delta", {"index": self.index,
+                                                    "delta": {"type": "text_delta", "text": ev.text}}))
+        return out
+
+    def thinking(self, ev: ThinkingDelta):
+        if not ev.text or not self.show_thinking:
+            return []
+        out = [] if self.open_kind == "thinking" else self._switch(
+            "thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        out.append(self._ev("content_block_delta", {"index": self.index,
+                                                    "delta": {"type": "thinking_delta", "thinking": ev.text}}))
+        return out
+
+    def tool_call(self, ev: ToolCallEvent):
+        out = self._switch("tool_use", {"type": "tool_use", "id": tool_use_id(ev.id), "name": ev.name, "input": {}})
+        out.append(self._ev("content_block_delta", {"index": self.index, "delta": {
+            "type": "input_json_delta", "partial_json": json.dumps(ev.arguments, ensure_ascii=False)}}))
+        out += self._switch(None)
+        return out
+
+    def closing(self, result: GenerationResult):
+        out = self._switch(None)
+        reason, seq = stop_reason(result)
+        out.append(self._ev("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq},
+                                              "usage": {"output_tokens": usage(result.finished)["output_tokens"]}}))
+        out.append(self._ev("message_stop", {}))
+        return out
+
+    def error(self, err: ApiError):
+        return [SSEEvent("error", anthropic_error(err))]
+
+    # ---- whole ----------------------------------------------------------------------------------------------
+    def complete(self, result: GenerationResult) -> dict:
+        content = []
+        if result.thinking and self.show_thinking:
+            content.append({"type": "thinking", "thinking": result.thinking, "signature": ""})
+        if result.text or not result.tool_calls:
+            content.append({"type": "text", "text": result.text})
+        for c in result.tool_calls:
+            content.append({"type": "tool_use", "id": tool_use_id(c.id), "name": c.name, "input": c.arguments})
+        reason, seq = stop_reason(result)
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
+                "stop_reason": reason, "stop_sequence": seq, "usage": usage(result.finished)}

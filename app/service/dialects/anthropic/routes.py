@@ -1,0 +1,30 @@
+"""Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens. Each handler is
+parse (parse.py) -> run (generation.py, via base.serve) -> render (render.py)."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from ... import generation
+from ...http_util import read_json
+from ..base import context, serve
+from . import parse, render
+
+
+async def messages(request):
+    req, wire = parse.parse_messages_request(await read_json(request))
+    return await serve(request, req, lambda job: render.MessagesRenderer(req.model, wire,
+                                                                         show_thinking=req.think is not False))
+
+
+async def count_tokens(request):
+    """The prompt's tokens through the model's chat template (tools included), counted by its runner."""
+    scheduler, _, _ = context(request)
+    req, _ = parse.parse_messages_request(await read_json(request), count_only=True)
+    n = await generation.count_prompt(scheduler, req)
+    return web.json_response({"input_tokens": n})
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/v1/messages", messages)
+    r.add_post("/v1/messages/count_tokens", count_tokens)

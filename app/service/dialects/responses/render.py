@@ -1,0 +1,164 @@
+"""The internal result -> OpenAI's Responses wire format: a `response` object whose `output` holds reasoning,
+message and function_call items, or the event stream response.created ... response.completed (each event
+carries its `type` and a `sequence_number`)."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from ...errors import ApiError
+from ...http_util import SSEEvent, SSEWriter
+from ...result import GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ..base import Renderer
+from .parse import WireChoices
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def usage(result: GenerationResult) -> dict:
+    d = result.finished
+    i, o = (d.prompt_tokens, d.completion_tokens) if d else (0, 0)
+    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": o,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o}
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" \
+        else []
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+
+def reasoning_item(item_id: str, text: str | None) -> dict:
+    return {"type": "reasoning", "id": item_id, "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}] if text is not None else []}
+
+
+def call_item(item_id: str, ev: ToolCallEvent, status: str = "completed") -> dict:
+    return {"type": "function_call", "id": item_id, "call_id": ev.id, "name": ev.name,
+            "arguments": json.dumps(ev.arguments, ensure_ascii=False) if status == "completed" else "",
+            "status": status}
+
+
+class ResponsesRenderer(Renderer):
+    writer = SSEWriter
+
+    def __init__(self, model: str, wire: WireChoices, *, show_thinking: bool = True):
+        self.model, self.wire = model, wire
+        self.show_thinking = show_thinking
+        self.id = _id("resp")
+        self.created = int(time.time())
+        self.seq = 0
+        self.output: list[dict] = []       # finished items (streaming)
+        self.open: dict | None = None      # {"kind", "id", "text"} of the item being streamed
+
+    def _response(self, status: str, output: list[dict], result: GenerationResult | None = None) -> dict:
+        w = self.wire
+        incomplete = None
+        if result is not None and result.finished is not None and result.finished.reason == "length":
+            status, incomplete = "incomplete", {"reason": "max_output_tokens"}
+        return {
+            "id": self.id, "object": "response", "created_at": self.created, "status": status, "error": None,
+            "incomplete_details": incomplete, "instructions": w.instructions, "max_output_tokens": w.max_output_tokens,
+            "model": self.model, "output": output, "parallel_tool_calls": w.parallel_tool_calls,
+            "previous_response_id": None, "reasoning": {"effort": w.effort, "summary": None}, "store": False,
+            "temperature": w.temperature, "text": {"format": w.text_format or {"type": "text"}},
+            "tool_choice": w.tool_choice, "tools": list(w.tools), "top_p": w.top_p, "truncation": "disabled",
+            "usage": usage(result) if result is not None else None, "metadata": {},
+        }
+
+    # ---- streamed -------------------------------------------------------------------------------------------
+    def _ev(self, name: str, **data) -> SSEEvent:
+        ev = SSEEvent(name, {"type": name, "sequence_number": self.seq, **data})
+        self.seq += 1
+        return ev
+
+    def opening(self):
+        return [self._ev("response.created", response=self._response("in_progress", [])),
+                self._ev("response.in_progress", response=self._response("in_progress", []))]
+
+    def _close_open(self) -> list:
+        o, self.open = self.open, None
+        if o is None:
+            return []
+        idx = len(self.output)
+        if o["kind"] == "message":
+            item = message_item(o["id"], o["text"])
+            part = item["content"][0]
+            out = [self._ev("response.output_text.done", item_id=o["id"], output_index=idx, content_index=0,
+                            text=o["text"], logprobs=[]),
+                   self._ev("response.content_part.done", item_id=o["id"], output_index=idx, content_index=0,
+                            part=part)]
+        else:
+            item = reasoning_item(o["id"], o["text"])
+            out = [self._ev("response.reasoning_text.done", item_id=o["id"], output_index=idx, content_index=0,
+                            text=o["text"])]
+        self.output.append(item)
+        return out + [self._ev("response.output_item.done", output_index=idx, item=item)]
+
+    def _open(self, kind: str) -> list:
+        if self.open is not None and self.open["kind"] == kind:
+            return []
+        out = self._close_open()
+        item_id = _id("msg" if kind == "message" else "rs")
+        self.open = {"kind": kind, "id": item_id, "text": ""}
+        idx = len(self.output)
+        if kind == "message":
+            out.append(self._ev("response.output_item.added", output_index=idx,
+                                item=message_item(item_id, "", "in_progress")))
+            out.append(self._ev("response.content_part.added", item_id=item_id, output_index=idx, content_index=0,
+                                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))
+        else:
+            out.append(self._ev("response.output_item.added", output_index=idx, item=reasoning_item(item_id, None)))
+        return out
+
+    def delta(self, ev: TextDelta):
+        if not ev.text:
+            return []
+        out = self._open("message")
+        self.open["text"] += ev.text
+        out.append(self._ev("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output),
+                            content_index=0, delta=ev.text, logprobs=[]))
+        return out
+
+    def thinking(self, ev: ThinkingDelta):
+        if not ev.text or not self.show_thinking:
+            return []
+        out = self._open("reasoning")
+        self.open["text"] += ev.text
+        out.append(self._ev("response.reasoning_text.delta", item_id=self.open["id"], output_index=len(self.output),
+                            content_index=0, delta=ev.text))
+        return out
+
+    def tool_call(self, ev: ToolCallEvent):
+        out = self._close_open()
+        idx, item_id = len(self.output), _id("fc")
+        args = json.dumps(ev.arguments, ensure_ascii=False)
+        item = call_item(item_id, ev)
+        out += [self._ev("response.output_item.added", output_index=idx, item=call_item(item_id, ev, "in_progress")),
+                self._ev("response.function_call_arguments.delta", item_id=item_id, output_index=idx, delta=args),
+                self._ev("response.function_call_arguments.done", item_id=item_id, output_index=idx, arguments=args,
+                         name=ev.name),
+                self._ev("response.output_item.done", output_index=idx, item=item)]
+        self.output.append(item)
+        return out
+
+    def closing(self, result: GenerationResult):
+        out = self._close_open()
+        return out + [self._ev("response.completed", response=self._response("completed", self.output, result))]
+
+    def error(self, err: ApiError):
+        return [self._ev("error", code=err.code or err.type, message=err.message, param=err.param)]
+
+    # ---- whole ----------------------------------------------------------------------------------------------
+    def complete(self, result: GenerationResult) -> dict:
+        output = []
+        if result.thinking and self.show_thinking:
+            output.append(reasoning_item(_id("rs"), result.thinking))
+        if result.text or not result.tool_calls:
+            output.append(message_item(_id("msg"), result.text))
+        for c in result.tool_calls:
+            output.append(call_item(_id("fc"), c))
+        return self._response("completed", output, result)

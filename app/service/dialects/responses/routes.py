@@ -1,0 +1,16 @@
+"""OpenAI's Responses API: POST /v1/responses (stateless), parse -> run -> render like every dialect."""
+from __future__ import annotations
+
+from ...http_util import read_json
+from ..base import serve
+from . import parse, render
+
+
+async def responses(request):
+    req, wire = parse.parse_responses(await read_json(request))
+    return await serve(request, req, lambda job: render.ResponsesRenderer(req.model, wire,
+                                                                          show_thinking=req.think is not False))
+
+
+def add_routes(app) -> None:
+    app.router.add_post("/v1/responses", responses)
