@@ -87,7 +87,7 @@ def runner_fields(req: GenerationRequest, facts: ChatFacts | None, messages: lis
         messages = mistral_ids(messages)
     if use_tools:
         renders = facts is not None and facts.renders_tools
-        out["tools"] = req.tools if renders else None
+        out["tools"], out["render_tools"] = req.tools, renders
         if not renders and messages is not None:
             messages = with_tool_prompt(messages, req.tools)
         out["tool_choice"] = req.tool_choice or "auto"

@@ -70,8 +70,8 @@ class ResponsesRenderer(Renderer):
         }
 
     # ---- streamed -------------------------------------------------------------------------------------------
-    def _ev(self, name: str, **data) -> SSEEvent:
-        ev = SSEEvent(name, {"type": name, "sequence_number": self.seq, **data})
+    def _ev(self, kind: str, **data) -> SSEEvent:
+        ev = SSEEvent(kind, {"type": kind, "sequence_number": self.seq, **data})
         self.seq += 1
         return ev
 
