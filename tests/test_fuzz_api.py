@@ -173,6 +173,9 @@ BASE_BODIES = [
     ("POST", "/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "max_tokens": 1}),
     ("POST", "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1}),
     ("POST", "/v1/embeddings", {"model": MODEL, "input": "hi"}),
+    ("POST", "/v1/messages", {"model": MODEL, "messages": MESSAGES, "max_tokens": 1}),
+    ("POST", "/v1/messages/count_tokens", {"model": MODEL, "messages": MESSAGES}),
+    ("POST", "/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 1}),
 ]
 
 

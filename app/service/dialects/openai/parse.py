@@ -170,7 +170,7 @@ def parse_reasoning_effort(body: dict):
         effort = body["reasoning"].get("effort")
     if effort is None:
         return None
-    if effort not in EFFORTS:
+    if not isinstance(effort, str) or effort not in EFFORTS:
         raise ApiError(400, f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {effort!r}",
                        param="reasoning_effort")
     return EFFORTS[effort]
