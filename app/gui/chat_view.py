@@ -16,6 +16,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from .message_blocks import ThinkingBlock, ToolCallBlock, call_text
+
 
 class MessageInput(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line."""
@@ -62,7 +64,7 @@ class FirstRunHint(QFrame):
         self.setVisible(False)
 
 
-ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error"}
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error", "tool": "Tool result"}
 
 
 def format_stats(stats: dict) -> str:
@@ -196,7 +198,7 @@ class AutoHeightBrowser(QTextBrowser):
 
 class MessageWidget(QFrame):
     def __init__(self, role: str, content: str = "", stats: dict | None = None, logprobs: list | None = None,
-                 message_id: int | None = None, parent=None):
+                 message_id: int | None = None, blocks: dict | None = None, parent=None):
         super().__init__(parent)
         self.role = role
         self.message_id = message_id
@@ -223,15 +225,40 @@ class MessageWidget(QFrame):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         lay.setSpacing(2)
+        self.thinking = ThinkingBlock()
+        self.calls_box = QVBoxLayout()
+        self.calls_box.setContentsMargins(0, 0, 0, 0)
+        self.tool_calls: list[dict] = []
         lay.addLayout(head)
+        lay.addWidget(self.thinking)
         lay.addWidget(self.body)
+        lay.addLayout(self.calls_box)
         lay.addWidget(self.stats_label)
         self.set_content(content)
         self.set_stats(stats or {})
+        blocks = blocks or {}
+        self.set_thinking(blocks.get("thinking", ""), blocks.get("thinking_tokens", 0))
+        self.set_tool_calls(blocks.get("tool_calls") or [])
+
+    def set_thinking(self, text: str, n_tokens: int = 0, streaming: bool = False) -> None:
+        self.thinking.set_thinking(text, n_tokens, streaming)
+
+    def show_streaming_blocks(self, thinking: list[str], calls: list[dict]) -> None:
+        """While a reply streams: its thinking so far (collapsed) and the calls made so far."""
+        if thinking and len(thinking) != self.thinking.n_tokens:
+            self.set_thinking("".join(thinking), len(thinking), streaming=True)
+        if len(calls) != len(self.tool_calls):
+            self.set_tool_calls(calls)
+
+    def set_tool_calls(self, calls: list[dict]) -> None:
+        """Each call the model made as its own block under the answer."""
+        for c in calls[len(self.tool_calls):]:
+            self.calls_box.addWidget(ToolCallBlock(call_text(c)))
+        self.tool_calls = list(calls)
 
     def set_content(self, text: str) -> None:
         self.content = text
-        if self.role == "error":
+        if self.role in ("error", "tool"):
             self.body.setPlainText(text)
         elif not self.tokens_button.isChecked():
             self.body.show_markdown(text)

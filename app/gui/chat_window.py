@@ -294,7 +294,8 @@ class ChatWindow(QMainWindow):
         self.conversation = conv
         self.transcript.clear()
         for m in self.history.messages(conv.id):
-            self.transcript.add(m.role, m.content, stats=m.stats, logprobs=m.logprobs, message_id=m.id)
+            self.transcript.add(m.role, m.content, stats=m.stats, logprobs=m.logprobs, message_id=m.id,
+                                blocks=m.blocks)
         self._update_model_status()
         self._update_first_run()
         self._update_buttons()
@@ -382,8 +383,11 @@ class ChatWindow(QMainWindow):
         if conv.system.strip():
             messages.append({"role": "system", "content": conv.system})
         for m in self.history.messages(conv.id):
-            if m.role in ("user", "assistant"):
-                messages.append({"role": m.role, "content": m.content})
+            if m.role in ("user", "assistant", "tool"):
+                msg = {"role": m.role, "content": m.content}
+                if m.blocks.get("tool_calls"):
+                    msg["tool_calls"] = m.blocks["tool_calls"]
+                messages.append(msg)
         body = {"model": self.selected_model(), "messages": messages,
                 "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **self.extra_options}}
         if self.alternatives.isChecked():
@@ -408,8 +412,13 @@ class ChatWindow(QMainWindow):
 
     def _on_chunk(self, obj: dict) -> None:
         p = self.pending
-        if p is not None and p.add(obj) and p.widget in self.transcript.messages:   # (not after a chat switch)
-            self.transcript.stream_text(p.widget, p.text)
+        if p is None:
+            return
+        grew = p.add(obj)
+        if p.widget in self.transcript.messages:          # (not after a chat switch)
+            if grew:
+                self.transcript.stream_text(p.widget, p.text)
+            p.widget.show_streaming_blocks(p.thinking, p.tool_calls)
 
     def _end_reply(self, stopped: bool) -> None:
         pending, self.pending = self.pending, None
@@ -425,7 +434,8 @@ class ChatWindow(QMainWindow):
         if shown:
             self.transcript.flush()
         stats = p.stats(stopped)
-        if not p.text:
+        blocks = p.blocks()
+        if not p.text and not blocks:
             if shown:
                 self.transcript.remove(p.widget)    # nothing arrived: no empty bubble
             return
@@ -433,10 +443,11 @@ class ChatWindow(QMainWindow):
             self.history.get(p.conversation_id)
         except KeyError:
             return
-        msg = self.history.add_message(p.conversation_id, "assistant", p.text, stats, p.logprobs)
+        msg = self.history.add_message(p.conversation_id, "assistant", p.text, stats, p.logprobs, blocks)
         if shown:
             p.widget.message_id = msg.id
             p.widget.set_content(p.text)
+            p.widget.set_thinking(blocks.get("thinking", ""), blocks.get("thinking_tokens", 0))
             p.widget.set_logprobs(p.logprobs)
             p.widget.set_stats(stats)
         self.statusBar().showMessage(format_stats(stats), 8000)

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS messages (
     content         TEXT NOT NULL,
     stats           TEXT NOT NULL DEFAULT '{}',
     logprobs        TEXT NOT NULL DEFAULT '[]',
+    blocks          TEXT NOT NULL DEFAULT '{}',
     created_at      REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
@@ -61,6 +62,7 @@ class Message:
     stats: dict = field(default_factory=dict)      # tokens, tok_s, ttft_ms, ...
     logprobs: list = field(default_factory=list)   # the API's per-token logprobs, when requested
     created_at: float = 0.0
+    blocks: dict = field(default_factory=dict)     # thinking, thinking_tokens, tool_calls (shown as their own blocks)
 
 
 SETTINGS = ("title", "model", "system", "temperature", "num_ctx")
@@ -77,6 +79,9 @@ class ChatHistory:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
+        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(messages)")}
+        if "blocks" not in columns:           # a chats.db from before thinking/tool blocks
+            self.db.execute("ALTER TABLE messages ADD COLUMN blocks TEXT NOT NULL DEFAULT '{}'")
         self.db.commit()
 
     def close(self) -> None:
@@ -128,20 +133,22 @@ class ChatHistory:
 
     # messages --------------------------------------------------------------------------------------------------
     def add_message(self, conversation_id: int, role: str, content: str, stats: dict | None = None,
-                    logprobs: list | None = None) -> Message:
+                    logprobs: list | None = None, blocks: dict | None = None) -> Message:
         now = time.time()
         cur = self.db.execute(
-            "INSERT INTO messages (conversation_id, role, content, stats, logprobs, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (conversation_id, role, content, json.dumps(stats or {}), json.dumps(logprobs or []), now))
+            "INSERT INTO messages (conversation_id, role, content, stats, logprobs, blocks, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, role, content, json.dumps(stats or {}), json.dumps(logprobs or []),
+             json.dumps(blocks or {}), now))
         self.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
         self.db.commit()
-        return Message(cur.lastrowid, conversation_id, role, content, stats or {}, logprobs or [], now)
+        return Message(cur.lastrowid, conversation_id, role, content, stats or {}, logprobs or [], now, blocks or {})
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self.db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id",
                                (conversation_id,)).fetchall()
         return [Message(r["id"], r["conversation_id"], r["role"], r["content"], json.loads(r["stats"]),
-                        json.loads(r["logprobs"]), r["created_at"]) for r in rows]
+                        json.loads(r["logprobs"]), r["created_at"], json.loads(r["blocks"])) for r in rows]
 
     def delete_message(self, message_id: int) -> None:
         self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))

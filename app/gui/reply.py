@@ -30,6 +30,8 @@ class PendingReply:
     model: str
     widget: object                 # its MessageWidget in the transcript
     parts: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)      # the model's thinking, shown in its own block
+    tool_calls: list[dict] = field(default_factory=list)   # calls the model made (Ollama's shape)
     logprobs: list[dict] = field(default_factory=list)
     final: dict = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
@@ -37,7 +39,13 @@ class PendingReply:
 
     def add(self, obj: dict) -> bool:
         """Take one NDJSON object; True when the text grew."""
-        piece = (obj.get("message") or {}).get("content") or obj.get("response") or ""
+        message = obj.get("message") or {}
+        if message.get("thinking"):
+            if self.ttft_ms is None:
+                self.ttft_ms = (time.monotonic() - self.t0) * 1000
+            self.thinking.append(message["thinking"])
+        self.tool_calls.extend(message.get("tool_calls") or ())
+        piece = message.get("content") or obj.get("response") or ""
         if piece:
             if self.ttft_ms is None:
                 self.ttft_ms = (time.monotonic() - self.t0) * 1000
@@ -51,6 +59,17 @@ class PendingReply:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    def blocks(self) -> dict:
+        """What is saved beside the text: thinking (with its token count, from the service when it said) and
+        tool calls."""
+        out: dict = {}
+        if self.thinking:
+            n = (self.final.get("strata") or {}).get("thinking_tokens") or len(self.thinking)
+            out.update(thinking="".join(self.thinking), thinking_tokens=n)
+        if self.tool_calls:
+            out["tool_calls"] = list(self.tool_calls)
+        return out
 
     def stats(self, stopped: bool) -> dict:
         stats = chat_stats(self.final, self.ttft_ms, len(self.parts), time.monotonic() - self.t0)

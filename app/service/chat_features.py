@@ -108,7 +108,7 @@ class ReplyReader:
 
     def feed(self, ev: TextDelta) -> list:
         self.pending_lp += tuple(ev.logprobs)
-        return self._events(self.parser.feed(ev.text))
+        return self._events(self.parser.feed(ev.text), ev.n_tokens)
 
     def finish(self) -> list:
         out = self._events(self.parser.finish())
@@ -117,10 +117,10 @@ class ReplyReader:
             self.pending_lp = ()
         return out
 
-    def _events(self, d) -> list:
+    def _events(self, d, n_tokens: int = 0) -> list:
         out: list = []
         if d.thinking and not self.drop_thinking:
-            out.append(ThinkingDelta(d.thinking))
+            out.append(ThinkingDelta(d.thinking, n_tokens))
         if d.content:
             out.append(TextDelta(d.content, self.pending_lp))
             self.pending_lp = ()

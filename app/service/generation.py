@@ -136,7 +136,7 @@ class Generation:
 
     def _translate(self, ev) -> Event:
         if isinstance(ev, protocol.TokenEvent):
-            return TextDelta(ev.text, tuple(ev.logprobs or ()))
+            return TextDelta(ev.text, tuple(ev.logprobs or ()), ev.n_tokens)
         if isinstance(ev, protocol.DoneEvent):
             self._metrics.count_tokens(self.lease.model.name, ev.prompt_tokens, ev.completion_tokens,
                                        ev.generation_seconds, ev.cached_tokens)

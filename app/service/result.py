@@ -17,12 +17,14 @@ class TextDelta:
     """Text the model produced (stop strings resolved, UTF-8 complete)."""
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()
+    n_tokens: int = 1                    # tokens this text came from
 
 
 @dataclass(frozen=True)
 class ThinkingDelta:
     """Reasoning text, apart from the answer (a thinking model's <think> block, gpt-oss's analysis channel)."""
     text: str
+    n_tokens: int = 0                    # tokens that carried it (the reply's thinking token count adds these)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class GenerationResult:
     model: str                                       # the model's name in the store (resolved)
     pieces: list[str] = field(default_factory=list)
     thinking_pieces: list[str] = field(default_factory=list)
+    thinking_tokens: int = 0
     tool_calls: list[ToolCallEvent] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finished: Finished | None = None
@@ -69,6 +72,7 @@ class GenerationResult:
             self.logprobs.extend(ev.logprobs)
         elif isinstance(ev, ThinkingDelta):
             self.thinking_pieces.append(ev.text)
+            self.thinking_tokens += ev.n_tokens
         elif isinstance(ev, ToolCallEvent):
             self.tool_calls.append(ev)
         elif isinstance(ev, Finished):

@@ -77,6 +77,8 @@ class OllamaRenderer(Renderer):
         final.update(timing_fields(done, result.elapsed, result.load_wait))
         if done is not None and done.context_tokens and self.req.want_context:
             final["context"] = list(done.context_tokens)
+        if result.thinking_tokens:             # Strata's addition: how many of eval_count were thinking
+            final["strata"] = {"thinking_tokens": result.thinking_tokens}
         return final
 
     def delta(self, ev: TextDelta):

@@ -22,7 +22,7 @@ def usage(result: GenerationResult) -> dict:
     d = result.finished
     i, o = (d.prompt_tokens, d.completion_tokens) if d else (0, 0)
     return {"input_tokens": i, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": o,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o}
+            "output_tokens_details": {"reasoning_tokens": result.thinking_tokens}, "total_tokens": i + o}
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict:
