@@ -113,14 +113,17 @@ def test_openai_tool_call_streamed_and_answered(ai):
     stream = ai.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER],
                                         tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                         max_tokens=60, temperature=0, stream=True)
-    calls, finish = {}, None
+    calls, finish, pieces = {}, None, []
     for chunk in stream:
         for tc in chunk.choices[0].delta.tool_calls or ():
+            pieces.append(tc)
             c = calls.setdefault(tc.index, {"id": tc.id, "name": "", "args": ""})
             c["name"] += tc.function.name or ""
             c["args"] += tc.function.arguments or ""
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls" and calls[0]["name"] == "get_weather"
+    assert pieces[0].id and pieces[0].function.name and pieces[0].function.arguments == ""   # head first
+    assert pieces[1].id is None and pieces[1].function.arguments                             # then arguments
     args = json.loads(calls[0]["args"])
     # the next turn sends the call and its result back; the template renders both
     history = ASK + [{"role": "assistant", "content": None, "tool_calls": [

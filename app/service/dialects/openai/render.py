@@ -24,11 +24,10 @@ def finish_reason(done: Finished | None, tool_calls=()) -> str:
     return "length" if done.reason == "length" else "stop"
 
 
-def tool_call_json(ev: ToolCallEvent, *, streamed: bool = False) -> dict:
-    """OpenAI's shape: arguments as a JSON string; a streamed one also carries its index."""
-    d = {"id": ev.id, "type": "function",
-         "function": {"name": ev.name, "arguments": json.dumps(ev.arguments, ensure_ascii=False)}}
-    return {"index": ev.index, **d} if streamed else d
+def tool_call_json(ev: ToolCallEvent) -> dict:
+    """OpenAI's shape: arguments as a JSON string."""
+    return {"id": ev.id, "type": "function",
+            "function": {"name": ev.name, "arguments": json.dumps(ev.arguments, ensure_ascii=False)}}
 
 
 def usage(done: Finished | None) -> dict:
@@ -104,8 +103,11 @@ class ChatRenderer(_OpenAIRenderer):
         return [self._chunk({"reasoning_content": ev.text})]         # llama-server's name for it
 
     def tool_call(self, ev: ToolCallEvent):
-        """The whole call in one delta (id, name, all arguments): clients concatenate argument pieces by index."""
-        return [self._chunk({"tool_calls": [tool_call_json(ev, streamed=True)]})]
+        """As OpenAI streams a call: index, id and name first (arguments ""), then the arguments; clients
+        concatenate argument pieces by index. The call is sent once complete (parsed), so in one piece."""
+        head = {"index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""}}
+        args = {"index": ev.index, "function": {"arguments": json.dumps(ev.arguments, ensure_ascii=False)}}
+        return [self._chunk({"tool_calls": [head]}), self._chunk({"tool_calls": [args]})]
 
     def closing(self, result: GenerationResult):
         out = [self._chunk({}, finish=finish_reason(result.finished, result.tool_calls))]
