@@ -343,3 +343,11 @@ def test_responses_streamed_function_call(ai):
     assert len(done) >= 1 and isinstance(json.loads(done[0].arguments)["city"], str)
     final = events[-1].response
     assert final.output[0].type == "function_call" and final.output[0].arguments == done[0].arguments
+
+
+def test_generation_on_an_embedding_model_is_a_400(http, embed_gguf):
+    r = http.post("/api/create", json={"model": "embedder:test", "from": str(embed_gguf), "stream": False})
+    assert r.status_code == 200
+    assert http.post("/api/show", json={"model": "embedder:test"}).json()["capabilities"] == ["embedding"]
+    r = http.post("/api/chat", json={"model": "embedder:test", "messages": ASK, "stream": False})
+    assert r.status_code == 400 and "does not support completion" in r.json()["error"]

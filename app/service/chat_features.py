@@ -39,6 +39,9 @@ def forced(req: GenerationRequest) -> bool:
 
 def check(req: GenerationRequest, facts: ChatFacts | None, model: str) -> None:
     caps = facts.capabilities if facts else ("completion",)
+    if "completion" not in caps:
+        raise ApiError(400, f"model {model!r} does not support completion (it is an embedding model: use "
+                            "/api/embed or /v1/embeddings)", param="model")
     if req.tools and req.tool_choice != "none" and "tools" not in caps and not forced(req):
         raise ApiError(400, f"model {model!r} does not support tools (its chat template has no tool calling); "
                             "tool_choice 'required' or a named function still works through a grammar",
