@@ -351,3 +351,9 @@ def test_generation_on_an_embedding_model_is_a_400(http, embed_gguf):
     assert http.post("/api/show", json={"model": "embedder:test"}).json()["capabilities"] == ["embedding"]
     r = http.post("/api/chat", json={"model": "embedder:test", "messages": ASK, "stream": False})
     assert r.status_code == 400 and "does not support completion" in r.json()["error"]
+
+
+def test_anthropic_stop_sequence_is_reported(ac):
+    m = ac.messages.create(model=MODEL, max_tokens=30, stop_sequences=[" "],
+                           messages=[{"role": "user", "content": "Say hello to the world."}])
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == " " and " " not in m.content[0].text
