@@ -68,6 +68,16 @@ def test_ollama_generate_context_and_chat(server):
     with httpx.Client(base_url=server.url, timeout=60) as c:
         bad = c.post("/api/generate", json={"model": MODEL, "prompt": "x", "context": [-5], "stream": False})
         assert bad.status_code == 400 and "context" in bad.json()["error"], bad.text
+        # what the desktop chat reads (/api/chat's final object) and shows under the reply
+        body = {"model": MODEL, "stream": False, "options": {"num_predict": 4, "temperature": 0},
+                "messages": msgs + [c1.message.model_dump(exclude_none=True), {"role": "user", "content": "A fifth?"}]}
+        final = c.post("/api/chat", json=body).json()
+    assert 0 < final["prompt_cached_count"] < final["prompt_eval_count"]
+    from app.gui.chat_view import format_stats
+    from app.gui.reply import chat_stats
+
+    line = format_stats(chat_stats(final, 50.0, 4, 1.0))
+    assert f"{final['prompt_cached_count']} of {final['prompt_eval_count']} prompt tokens cached" in line
 
 
 def test_ps_and_metrics_show_the_cache(server, ai):

@@ -76,6 +76,8 @@ def format_stats(stats: dict) -> str:
         parts.append(f"{stats['tok_s']:.1f} tok/s")
     if stats.get("ttft_ms") is not None:
         parts.append(f"TTFT {stats['ttft_ms']:.0f} ms")
+    if stats.get("prompt_cached_count"):            # prompt tokens the server found in its prompt cache
+        parts.append(f"{stats['prompt_cached_count']} of {stats.get('prompt_eval_count', '?')} prompt tokens cached")
     if stats.get("stopped"):
         parts.append("stopped")
     if stats.get("model"):

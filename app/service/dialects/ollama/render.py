@@ -34,6 +34,7 @@ def timing_fields(done: Finished | None, total_seconds: float, load_seconds: flo
     if done is not None:
         d.update({
             "prompt_eval_count": done.prompt_tokens,
+            "prompt_cached_count": done.cached_tokens,     # Strata: of prompt_eval_count, from the prompt cache
             "prompt_eval_duration": ns(done.prompt_seconds),
             "eval_count": done.completion_tokens,
             "eval_duration": ns(done.generation_seconds),
