@@ -167,6 +167,29 @@ def test_parallel_requests_share_a_long_system_prompt(loop, smollm2_path):
         run(loop, c.close())
 
 
+def test_requests_arriving_together_copy_a_running_sequences_prefix(loop, smollm2_path):
+    """Two requests reach the runner together while a third, with the same system prompt, is generating: both
+    copy its cells in the same scheduling round (the second copy waits for llama.cpp to do the first)."""
+    c = start(loop, smollm2_path, num_ctx=1024, num_parallel=3)
+    try:
+        system = " ".join(f"Fact {i}: the {i}th lantern is painted {['red', 'blue', 'green'][i % 3]}." for i in range(25))
+        convs = [[{"role": "system", "content": system}, {"role": "user", "content": user(30 + k)}] for k in range(3)]
+
+        async def scenario():
+            agen = c.generate(chat(convs[0], num_predict=60))
+            first = [await agen.__anext__()]                     # the running sequence has computed the prefix
+            both = asyncio.gather(*(collect(c, chat(m)) for m in convs[1:]))
+            rest = [ev async for ev in agen]
+            return first + rest, await both
+
+        _, warm = run(loop, scenario())
+        assert all(w[1].cached_tokens > 100 for w in warm), [w[1].cached_tokens for w in warm]
+        for w, m in zip(warm, convs[1:]):
+            assert_same_as_cold(w, run(loop, collect(c, chat(m, cache_prompt=False))))
+    finally:
+        run(loop, c.close())
+
+
 @pytest.mark.parametrize("cache_mib", [64, 0], ids=["host-cache", "no-host-cache"])
 def test_host_ram_cache_restores_a_conversation_that_lost_its_slot(loop, smollm2_path, cache_mib):
     c = start(loop, smollm2_path, num_ctx=1024, num_parallel=1, cache_mib=cache_mib)

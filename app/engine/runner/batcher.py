@@ -285,6 +285,8 @@ class Batcher:
                 t0 = time.perf_counter()
                 rc = L.llama_decode(self.ctx, b.struct)
                 t_decode = time.perf_counter() - t0
+                if rc == 0:
+                    self.placement.pending_copy.clear()     # llama.cpp did the queued KV copies first
         except Exception as e:
             return -100, str(e), 0.0
         finally:

@@ -18,6 +18,7 @@ import logging
 import numpy as np
 from llama_cpp import llama_cpp as L
 
+from app.engine.runner.batch import NpBatch
 from app.engine.runner.prompt_cache import MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, HostPromptCache, SlotCache, common_prefix
 from app.engine.runner.sequence import PREFILL, WAIT, Seq
 
@@ -39,10 +40,14 @@ class Placement:
         self.slots = SlotCache(n_slots)
         self.host = HostPromptCache(ctx, host_cache_bytes)
         self.hit_tokens = 0             # prompt tokens not decoded thanks to the cache, since load
+        # slots of a cross-stream copy that llama.cpp has queued but not done yet (it copies at the next decode)
+        self.pending_copy: set[int] = set()
+        self._flush_batch = NpBatch(1)
 
     # ---- a new sequence ---------------------------------------------------------------------------------------
     def place(self, seq: Seq, slot_seqs: list[Seq | None]) -> int:
         """Pick a free slot for `seq` (there must be one), prepare its cells, set seq.todo/n_past/history."""
+        self.flush_copies()
         free = [i for i, s in enumerate(slot_seqs) if s is None]
         if not seq.req.cache_prompt:
             slot = self._take(self.slots.victim(free), 0)
@@ -147,6 +152,7 @@ class Placement:
             self.slots.shared.update((src.slot, dst))
         else:
             L.llama_memory_seq_cp(self.mem, src.slot, dst, -1, -1)
+            self.pending_copy.update((src.slot, dst))
         seq.wait_src = None
         self._start(seq, self._trim(dst, n))
 
@@ -166,6 +172,26 @@ class Placement:
             self.slots.forget(slot)
             return
         self.slots.keep(slot, seq.history[:n])
+
+    def flush_copies(self) -> None:
+        """Make llama.cpp do the queued cross-stream copies now. Until then the data is only promised: saving
+        or restoring either slot's state, or giving it to another sequence, would see (or be overwritten by)
+        the wrong bytes at the next decode. A one-token decode into the destination does it (the update runs
+        first in llama_decode); the token's cell is removed again."""
+        if not self.pending_copy:
+            return
+        dst = max(self.pending_copy)
+        pos = L.llama_memory_seq_pos_max(self.mem, dst) + 1
+        b = self._flush_batch
+        b.clear()
+        b.add(0, pos, dst, False)
+        rc = L.llama_decode(self.ctx, b.struct)
+        L.llama_memory_seq_rm(self.mem, dst, pos, -1)
+        log.debug("flushed the KV copies into slots %s (rc %d)", sorted(self.pending_copy), rc)
+        if rc == 0:
+            self.pending_copy.clear()
+        else:
+            log.warning("flushing a KV copy: llama_decode returned %d", rc)
 
     def forget_all(self) -> None:
         """Every slot's cells were cleared behind our back (an embedding model decoding on the main context)."""
