@@ -47,7 +47,7 @@ def user_message(topic: int, turn: int) -> str:
     """~150 tokens of plain English that differ by topic and turn."""
     k = topic * 31 + turn * 7
     sentences = []
-    for i in range(12):
+    for i in range(9):
         a, b, c = (WORDS[(k + i * j) % len(WORDS)] for j in (1, 3, 5))
         sentences.append(f"The {a} near the {b} reminded me of a {c} we once saw")
     return (f"Topic {topic}, question {turn}: " + ". ".join(sentences)
@@ -84,7 +84,8 @@ class Endpoint:
 
     async def start(self, health_path: str):
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1200))
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1200),
+                                             connector=aiohttp.TCPConnector(force_close=True))
         for _ in range(1200):
             try:
                 async with self.session.get(self.url + health_path) as r:
@@ -181,6 +182,8 @@ async def run_chat(engines, args) -> dict:
                 r = await e.chat(msgs)
                 convo[e.name] = msgs + [{"role": "assistant", "content": r["text"]}]
                 ttfts[e.name].append(r["ttft"])
+                print(f"chat rep {rep + 1} turn {turn + 1} {e.name}: TTFT {r['ttft']:.3f} s, prompt "
+                      f"{r['prompt_tokens']} tokens ({r['cached']} cached)", file=sys.stderr, flush=True)
                 if rep == 0:
                     cached[e.name].append((r["prompt_tokens"], r["cached"]))
         for e in engines:
@@ -197,6 +200,8 @@ async def run_shared(engines, args) -> dict:
             rs = await asyncio.gather(*(e.chat([{"role": "system", "content": sys_p},
                                                 {"role": "user", "content": q}]) for q in QUESTIONS))
             out[e.name].append([r["ttft"] for r in rs])
+            print(f"shared rep {rep + 1} {e.name}: TTFT " + ", ".join(f"{r['ttft']:.2f}" for r in rs) + " s",
+                  file=sys.stderr, flush=True)
     return out
 
 
