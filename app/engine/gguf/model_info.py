@@ -195,6 +195,9 @@ def _read_model_info_cached(path: str, _version_key) -> ModelInfo:
 
 
 def _read_model_info(path: str) -> ModelInfo:
+    # Long (~130 lines) on purpose: a flat read of the GGUF's hyper-parameters in the order llama.cpp's
+    # llm_load_hparams reads them, each checked where it is read so a refusal names the key; splitting it would
+    # scatter that correspondence.
     from gguf import LlamaFileType
 
     from app.engine.gguf.parser import ArraySummary, parse_gguf
