@@ -248,6 +248,15 @@ def test_type_confusion_in_every_field(server):
                         body.setdefault("options", {})
                         if isinstance(body["options"], dict) and where != ("options", "num_predict"):
                             body["options"]["num_predict"] = 1
+                        elif isinstance(body["options"], dict):
+                            # an odd num_predict (None, -1, ...) means "no limit": a greedy reply that ends at the
+                            # first newline keeps it short (a sampled one rambled past 90 s on a loaded machine)
+                            body["options"].update({"temperature": 0, "seed": 1, "stop": ["\n"]})
+                    if path.startswith(("/api/generate", "/api/chat")) and where == ("options",) \
+                            and isinstance(body.get("options"), dict):
+                        body["options"] = {"num_predict": 1, **body["options"]}    # an options object without a limit
+                    if path.startswith("/v1/") and where in (("max_tokens",), ("max_completion_tokens",)):
+                        body.update({"temperature": 0, "seed": 1, "stop": "\n"})   # no limit: keep the reply short
                     if body.get("keep_alive") not in (None, "") and where != ("keep_alive",):
                         body.pop("keep_alive")
                     raw = json.dumps(body)           # NaN/Infinity as Python writes them (JSON5-ish, as some clients do)
