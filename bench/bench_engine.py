@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SERVER = next((p for p in (ROOT / "bench" / "_build" / "llama-server",
+SERVER = next((p for p in (Path(os.environ.get("STRATA_BENCH_LLAMA_SERVER", "/nonexistent")),
+                           ROOT / "bench" / "_build" / "llama-server",
                            ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server") if p.exists()),
               ROOT / "bench" / "_build" / "llama-server")
 N_GEN = 128

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 
 import pytest
 
@@ -438,6 +439,24 @@ def test_generative_embeddings_cut_to_num_ctx_on_the_runners_own_context(loop, s
     assert ref.returncode == 0, ref.stderr[-2000:]
     cos = float(np.dot(json.loads(ref.stdout), emb.embeddings[1]))
     assert cos > 0.9999, cos
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc (Linux)")
+def test_runner_keeps_one_openmp_team(loop, smollm2_path):
+    """The warm-up decode runs in a thread that ends, so after generating, the runner holds exactly the n_threads - 1
+    OpenMP workers of the context thread's team (a second live team makes libgomp stop spinning at the graph's
+    barriers: docs/architecture.md, "llama.cpp facts" 16)."""
+    def threads_after_generating(n):
+        c = RunnerClient(cpu_layout(smollm2_path, num_ctx=256, num_parallel=1, n_batch=64), n_threads=n)
+        run(loop, c.start())
+        try:
+            run(loop, collect(c, P.GenerateRequest(id=rid(), prompt="Hi", sampling=greedy(), num_predict=4,
+                                                   ignore_eos=True)))
+            return len(os.listdir(f"/proc/{c.pid}/task"))
+        finally:
+            run(loop, c.close())
+
+    assert threads_after_generating(3) - threads_after_generating(1) == 2
 
 
 def _tiny_runner(loop, path, monkeypatch, **env):

@@ -38,6 +38,32 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+def compute_threads() -> int:
+    """Default compute threads: the physical cores this process may run on, llama.cpp's own default for its tools
+    (common_cpu_get_num_math): a second hardware thread of a core does not speed up matrix work, and leaving the
+    siblings free keeps the rest of the desktop responsive. Linux reads the topology of the CPUs in the affinity
+    mask; elsewhere psutil's physical count (optional dependency), else all logical CPUs."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        cores = set()
+        for cpu in allowed:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        if cores:
+            return len(cores)
+    except (AttributeError, OSError):
+        pass
+    try:
+        import psutil  # type: ignore  # optional dependency: late, as in host_memory
+
+        n = psutil.cpu_count(logical=False)
+        if n:
+            return int(n)
+    except Exception:
+        pass
+    return os.cpu_count() or 1
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:

@@ -76,10 +76,20 @@ def default_watchdog_seconds() -> float:
         return DEFAULT_WATCHDOG_SECONDS
 
 
+# libgomp's spin at barriers before it sleeps (GOMP_SPINCOUNT), for runners: the default (300000 pauses, ~15 ms)
+# never sleeps, which on a busy machine turns every graph barrier into a wait for a descheduled thread (SmolLM2 at
+# n_threads 2 of 2 CPUs: 2 tok/s where 1 thread gave 23); 3000 (~0.1 ms) kept 98% of the full-spin speed on an
+# idle machine and gave 19 tok/s on the busy one (docs/architecture.md, "llama.cpp facts" 16). The user's own
+# GOMP_SPINCOUNT / OMP_WAIT_POLICY win.
+RUNNER_GOMP_SPINCOUNT = "3000"
+
+
 def _runner_process(*args) -> None:
     """The runner child's target (pickled by name for the 'spawn' start). The import is here, not at the top:
     app/engine/runner/ (llama.cpp, the batcher) is loaded only in the runner child, never in the service
-    (docs/architecture.md, "Process model")."""
+    (docs/architecture.md, "Process model"); and libgomp reads its spin policy when llama.cpp loads it, below."""
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = RUNNER_GOMP_SPINCOUNT
     from app.engine.runner.main import runner_main
 
     runner_main(*args)

@@ -128,7 +128,7 @@ class SettingsDialog(QDialog):
         form = QFormLayout(box)
         for key in ("num_parallel", "num_ctx", "num_threads", "prompt_cache_mib", "gpu_margin_mib"):
             self._row(form, key, self._spin(key))
-        self.fields["num_threads"].setSpecialValueText("automatic (all cores but one)")
+        self.fields["num_threads"].setSpecialValueText("automatic (the physical cores)")
         self.fields["prompt_cache_mib"].setSpecialValueText("automatic (10% of free RAM, at most 4 GiB)")   # -1; 0 = off
         self.fields["num_ctx"].setSingleStep(1024)
         self.fields["gpu_margin_mib"].setSingleStep(128)

@@ -12,7 +12,7 @@ Environment variables (all optional):
   STRATA_KEEP_ALIVE    default keep-alive ("5m", seconds, 0, negative = forever)
   STRATA_MAX_LOADED_MODELS  0 = as many as fit in memory
   STRATA_DEVICES       path of a simulated inventory JSON (what-if planning, tests)
-  STRATA_NUM_THREADS   llama.cpp threads per runner (default: cores - 1, at least 1)
+  STRATA_NUM_THREADS   llama.cpp threads per runner (default: the physical cores, as llama-server)
   STRATA_MAX_BODY      request body limit in bytes (default 32 MiB)
   STRATA_PROMPT_CACHE_MIB  host RAM per loaded model for saved conversation states (prompt cache):
                        -1 (default) = 10% of the RAM available at load, at most 4 GiB; 0 = off
@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from app import settings as settings_file
+from app.discovery.host import compute_threads
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -97,7 +98,9 @@ def _sources(raw: str | None) -> tuple[str, ...]:
 
 
 def default_threads() -> int:
-    return max(1, (os.cpu_count() or 2) - 1)
+    """Compute threads of a runner unless set: the physical cores (llama-server's default), measured best on a
+    quiet machine; the runner's limited OpenMP spinning keeps it usable on a busy one (bench/bench_threads.py)."""
+    return compute_threads()
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ keep `keepalive` alive until `llama_model_load_from_file` has returned (docs/arc
 from __future__ import annotations
 
 import ctypes
-import os
 
 from app.ggml import ggml_lib
+from app.discovery.host import compute_threads
 from app.engine.planner.memory import SWA_FULL
 from app.engine.planner.types import Layout
 
@@ -88,11 +88,12 @@ def model_params(layout: Layout, *, no_alloc: bool = False, load_mode: int | Non
 
 def context_params(layout: Layout, n_threads: int | None = None, embedding: bool = False):
     """llama_context_params for `layout`: n_ctx (total), n_seq_max = n_parallel, batch sizes, KV types,
-    flash attention and op_offload as planned. n_threads: the argument, else the plan's, else cores - 1."""
+    flash attention and op_offload as planned. n_threads: the argument, else the plan's, else the physical cores
+    (discovery.host.compute_threads)."""
     from llama_cpp import llama_cpp as L   # late: as in model_params
 
     if n_threads is None:
-        n_threads = layout.options.n_threads or max(1, (os.cpu_count() or 2) - 1)
+        n_threads = layout.options.n_threads or compute_threads()
     cp = L.llama_context_default_params()
     cp.n_ctx = int(layout.n_ctx)
     cp.n_batch = int(layout.n_batch)

@@ -26,7 +26,7 @@ class PlanOptions:
     flash_attn: bool | None = None   # None = auto
     margin: int = 512 * MiB          # kept free on each GPU
     embedding: bool = False          # context for embeddings (pooling)
-    n_threads: int | None = None     # compute threads (llama.cpp n_threads); None = cores - 1 (docs/architecture.md)
+    n_threads: int | None = None     # compute threads (llama.cpp n_threads); None = physical cores (docs/architecture.md)
 
 
 @dataclass(frozen=True)

@@ -84,16 +84,12 @@ def load(layout, n_threads, send):
             L.llama_model_free(model)
             raise RuntimeError(_load_error(lines, "llama.cpp could not create the context (not enough memory?)"))
         _apply_lora(model, ctx, layout.lora_adapters, lines)
-        if layout.gpu_devices:
-            # GPU layouts: warm up in a thread that then ends, so its OpenMP team ends with it and the context
-            # thread's team is the only one. Two live teams (main + context) exceed the CPUs at n_threads >
-            # cores/2, and libgomp then all but stops spinning at barriers: generation with CPU-held experts
-            # ran at 0.6x llama-server's speed (docs/architecture.md, "llama.cpp facts" 16)
-            t = threading.Thread(target=_warm_up, args=(model, ctx), name="strata-warm-up")
-            t.start()
-            t.join()
-        else:
-            _warm_up(model, ctx)
+        # warm up in a thread that then ends, so its OpenMP team ends with it and the context thread's team is the
+        # only one: two live teams (main + context) hold more threads than there are CPUs at n_threads > cores/2,
+        # and libgomp then all but stops spinning at barriers (docs/architecture.md, "llama.cpp facts" 16)
+        t = threading.Thread(target=_warm_up, args=(model, ctx), name="strata-warm-up")
+        t.start()
+        t.join()
     device_ids = [d.device_id for d in layout.devices]
     actual = alloc_report.parse_buffer_lines(lines, device_ids)
     vocab = L.llama_model_get_vocab(model)
@@ -124,12 +120,12 @@ def _apply_lora(model, ctx, paths, lines) -> None:
 
 
 def _warm_up(model, ctx) -> None:
-    """One tiny decode on THIS (the process's main) thread, then forget it.
+    """One tiny decode, then forget it: the first graph's one-time costs (page faults, repacking, OpenMP start)
+    are paid at load, not by the first request. load() runs it in a thread that ends (one OpenMP team).
 
-    Measured on a 16-core host (OpenMP build, 4 threads, SmolLM2): when the first graph of a process is computed
-    on a non-main thread, every later decode runs ~3x slower (about the 1-thread speed); when the first one runs on
-    the main thread, decodes from the context thread are full speed. GPU layouts are the exception: load() runs
-    this in a thread that then ends (see there; measured on an H100, docs/gpu-results.md).
+    The main-thread warm-up this replaces left a second OpenMP team alive: with SmolLM2 at n_threads 2 on 2 CPUs
+    the runner then made ~1300 context switches per generated token (libgomp's futex sleeps at the graph's barriers,
+    `perf stat -e context-switches`) where llama-server spins; see bench/bench_threads.py.
     """
     vocab = L.llama_model_get_vocab(model)
     tok = L.llama_vocab_bos(vocab)
