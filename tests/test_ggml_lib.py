@@ -109,3 +109,16 @@ def test_parse_buffer_lines():
     assert alloc_report.compute_sizes(lines, ["CUDA0"]) == {"CPU": round(12.01 * MiB), "CUDA0": round(300.5 * MiB)}
     assert alloc_report.buffer_device("Vulkan1") == "Vulkan1" and alloc_report.buffer_device("Vulkan_Host") == "CPU"
     assert alloc_report.buffer_device("CUDA0_Split", ["CUDA0"]) == "CUDA0"
+
+
+def test_engine_is_built_as_the_makefile_says():
+    """The venv's llama.cpp has the RPC backend and, on a CPU with AMX-INT8, no AMX matmul path (it segfaulted in
+    llama_decode on this machine's Xeon). A build from pip's wheel cache with other flags fails here, by name,
+    instead of as dozens of runner crashes (CI met exactly that)."""
+    libs = {p.name for p in ggml_lib.lib_dir().iterdir()}
+    assert any(n.startswith("libggml-rpc.so") for n in libs), f"no RPC backend in {ggml_lib.lib_dir()}: make rebuild-engine"
+    cpu_lib = next(ggml_lib.lib_dir() / n for n in sorted(libs) if n.startswith("libggml-cpu") and n.endswith(".so"))
+    cpu_has_amx = " amx_int8" in open("/proc/cpuinfo").read() if sys.platform.startswith("linux") else False
+    if cpu_has_amx:
+        has_amx_matmul = b"ggml_backend_amx_mul_mat" in cpu_lib.read_bytes()
+        assert not has_amx_matmul, f"{cpu_lib} has ggml's AMX matmul (segfaults here): make rebuild-engine"
