@@ -301,3 +301,17 @@ def test_prompt_cache_line_in_the_live_status():
         ", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)"
     assert prompt_cache_text({"bytes": 0, "limit": 0, "entries": 0}) == ", prompt cache off"
     assert prompt_cache_text({}) == ""
+
+
+def test_summary_counts_rpc_workers_apart_from_local_gpus(qtbot):
+    """Blocks on a `strata worker` cross the network: the memory view and the what-if table say how many."""
+    from app.gui.memory_view import LayoutView
+    from app.gui.whatif_data import plan_facts
+
+    lay = {"n_ctx": 8192, "n_parallel": 4, "type_k": "f16", "type_v": "f16", "options": {"num_ctx": 2048},
+           "layer_device": ["CPU", "CUDA0", "CUDA0", "RPC0[10.0.0.2:50052]", "RPC1[10.0.0.3:50052]"], "devices": []}
+    assert LayoutView.describe(lay).endswith("KV f16, 2 of 5 layers on GPU, 2 on RPC workers.")
+    assert plan_facts({"layout": lay})["Layers on GPU"] == "2 of 5 (+2 on RPC workers)"
+    local = dict(lay, layer_device=["CPU", "CUDA0"])
+    assert LayoutView.describe(local).endswith("1 of 2 layers on GPU.")
+    assert plan_facts({"layout": local})["Layers on GPU"] == "1 of 2"

@@ -5,6 +5,7 @@ Input is what the API returns: `Inventory.to_dict()` and `Layout.to_dict()` (fro
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from app.format import format_bytes  # noqa: F401 - the GUI modules take it from here
@@ -27,6 +28,17 @@ SEGMENT_COLORS = {
     WEIGHTS: "#4c78a8", MAPPED: "#c6dbef", KV: "#f58518", COMPUTE: "#b279a2", PROMPT_CACHE: "#bcbd22",
     OTHERS: "#9d9d9d", FREE: "#e9ecef", OVER: "#e45756",
 }
+# A device of an RPC worker (`strata worker` on another machine): llama.cpp names it RPC<i>[host:port].
+REMOTE_DEVICE = re.compile(r"^RPC\d+\[")
+
+
+def layers_placed(layer_device: list[str]) -> tuple[int, int]:
+    """(blocks on this machine's GPUs, blocks on RPC workers' devices) of a Layout's `layer_device`: a summary that
+    counted a worker's blocks as "on GPU" would promise local GPU speed for layers that cross the network."""
+    remote = sum(1 for d in layer_device if REMOTE_DEVICE.match(d))
+    return sum(1 for d in layer_device if d != "CPU") - remote, remote
+
+
 PROMPT_CACHE_NOTE = ("the runner's prompt cache: prompts of conversations that lost their slot, kept in host RAM "
                      "so a returning conversation skips them; it grows with use up to its limit")
 MAPPED_NOTE = "mapped file pages, reclaimable (llama.cpp counts them in CPU_Mapped; the kernel can drop them)"

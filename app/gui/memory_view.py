@@ -11,7 +11,7 @@ from app.gui.memory_data import (
     SEGMENT_ORDER, WEIGHTS,
     Column, LayerCell,
     device_colors, device_columns,
-    exact_bytes, format_bytes, layer_cells, layout_device_ids,
+    exact_bytes, format_bytes, layer_cells, layers_placed, layout_device_ids,
 )
 
 BAR_WIDTH = 78
@@ -307,9 +307,10 @@ class LayoutView(QWidget):
         opts = layout.get("options") or {}
         blocks = layout.get("layer_device") or []
         n = len(blocks)
-        gpu = sum(1 for d in blocks if d != "CPU")
+        gpu, remote = layers_placed(blocks)
+        on_workers = f", {remote} on RPC workers" if remote else ""
         text = (f"n_ctx {layout.get('n_ctx')} ({opts.get('num_ctx')} per sequence × {layout.get('n_parallel')}), "
-                f"KV {layout.get('type_k')}, {gpu} of {n} layers on GPU.")
+                f"KV {layout.get('type_k')}, {gpu} of {n} layers on GPU{on_workers}.")
         if not layout.get("fits", True):
             text = "Will not fit. " + text
         return text

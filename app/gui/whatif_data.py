@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.gui.memory_data import layers_placed
+
 GiB = 1 << 30
 MiB = 1 << 20
 # What a driver and desktop typically hold on an idle card: a simulated GPU starts with this much in use.
@@ -103,10 +105,10 @@ def plan_facts(result: dict | None) -> dict[str, str]:
     lay = result.get("layout") or {}
     devices = lay.get("devices") or []
     blocks = lay.get("layer_device") or []
-    on_gpu = sum(1 for d in blocks if d != "CPU")
+    on_gpu, remote = layers_placed(blocks)
     kv = sum(int(d.get("kv") or 0) for d in devices)
     facts = {"Fits": "yes" if result.get("fits", lay.get("fits", True)) else "no",
-             "Layers on GPU": f"{on_gpu} of {len(blocks)}",
+             "Layers on GPU": f"{on_gpu} of {len(blocks)}" + (f" (+{remote} on RPC workers)" if remote else ""),
              "Context": f"{lay.get('n_ctx')} ({(lay.get('options') or {}).get('num_ctx')} × {lay.get('n_parallel')})",
              "KV cache type": f"{lay.get('type_k')}/{lay.get('type_v')}",
              "KV cache": _gib(kv)}
