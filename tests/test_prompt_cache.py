@@ -107,14 +107,16 @@ def test_generate_with_context_continues_from_the_cache(loop, runner):
                               num_predict=10)
     _, done1, _ = run(loop, collect(runner, first))
     ctx = done1.context_tokens
-    assert ctx and len(ctx) >= done1.prompt_tokens
+    # prompt + every token of the reply, the last one (sampled, never decoded: the limit ended it) included
+    assert done1.reason == "length" and len(ctx) == done1.prompt_tokens + done1.completion_tokens == \
+        done1.prompt_tokens + 10
 
     def follow(**kw):
         return P.GenerateRequest(id=rid(), prompt=" Another colour is", raw=True, context=ctx, sampling=greedy(),
                                  num_predict=10, logprobs=True, **kw)
 
     warm = run(loop, collect(runner, follow()))
-    assert warm[1].cached_tokens == len(ctx)
+    assert warm[1].cached_tokens == len(ctx) - 1        # all but the reply's last token, sampled and never decoded
     assert warm[1].prompt_tokens > len(ctx)
     assert_same_as_cold(warm, run(loop, collect(runner, follow(cache_prompt=False))))
     bad = P.GenerateRequest(id=rid(), prompt="x", raw=True, context=[10 ** 9], sampling=greedy())
@@ -254,7 +256,7 @@ def test_sliding_window_and_recurrent_models(loop, tmp_path, writer):
     try:
         _, first, _ = run(loop, collect(c, P.GenerateRequest(id=rid(), prompt=text, raw=True, sampling=greedy(),
                                                              num_predict=4)))
-        for extra, reused in (({"context": first.context_tokens, "prompt": " eleven"}, len(first.context_tokens)),
+        for extra, reused in (({"context": first.context_tokens, "prompt": " eleven"}, len(first.context_tokens) - 1),
                               ({"prompt": text + "eleven"}, None)):
             def req(**kw):
                 return P.GenerateRequest(id=rid(), raw=True, sampling=greedy(), num_predict=1, logprobs=True,
@@ -263,7 +265,7 @@ def test_sliding_window_and_recurrent_models(loop, tmp_path, writer):
             warm = run(loop, _first_token(c, req()))
             cold = run(loop, _first_token(c, req(cache_prompt=False)))
             if reused is not None:
-                assert warm[0] == reused                              # an exact continuation: all reused
+                assert warm[0] == reused              # an exact continuation: all reused but the undecoded last token
             elif writer is write_recurrent_mamba:
                 assert warm[0] == 0                                   # diverged: the state cannot be cut back
             else:

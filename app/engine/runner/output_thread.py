@@ -112,6 +112,11 @@ class OutputThread:
         ctx_tokens = None
         if seq.req.messages is None and reason != "cancelled":
             ctx_tokens = list(seq.history)
+            if reason == "length" and seq.n_gen > 0 and seq.pending >= 0 and len(ctx_tokens) < self.b.n_ctx_seq:
+                # the last token was sampled and sent as text but never decoded (the limit ended it first): it is
+                # part of the reply, so it is part of `context` (Ollama's context is prompt + reply); a follow-up
+                # decodes it with its new prompt. (A full window after context shifts stays the window.)
+                ctx_tokens.append(seq.pending)
         self.send(P.DoneEvent(
             seq.id, reason, prompt_tokens=seq.n_prompt,
             completion_tokens=seq.n_out if seq.out_reason else seq.n_gen,
