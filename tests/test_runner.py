@@ -555,3 +555,42 @@ def test_load_failure_is_a_clear_error(loop, tmp_path):
     missing = RunnerClient(cpu_layout(tmp_path / "nope.gguf"), n_threads=1)
     with pytest.raises(LoadError, match="not found"):
         run(loop, missing.start())
+
+
+def test_new_text_is_held_for_the_stream_interval(loop, smollm2_path, monkeypatch):
+    """STRATA_STREAM_INTERVAL_MS holds new text up to that long (what a runner computing on every CPU does by itself,
+    30 ms): the first token still goes at once, later ones travel together, and every token is counted once."""
+    def req(**kw):
+        return P.GenerateRequest(id=rid(), prompt="Once upon a time", raw=True, sampling=greedy(), num_predict=24,
+                                 ignore_eos=True, **kw)
+
+    runs = {}
+    for ms in ("0", "100000"):          # 100 s: after the first token, everything is held until the end
+        c = _tiny_runner(loop, smollm2_path, monkeypatch, STRATA_STREAM_INTERVAL_MS=ms)
+        try:
+            runs[ms] = run(loop, collect(c, req())), run(loop, collect(c, req(logprobs=True, top_logprobs=2)))
+        finally:
+            run(loop, c.close())
+    for with_logprobs, every, held in zip((False, True), runs["0"], runs["100000"]):
+        (text0, done0, ev0), (text1, done1, ev1) = every, held
+        tokens0 = [e for e in ev0 if isinstance(e, P.TokenEvent)]
+        tokens1 = [e for e in ev1 if isinstance(e, P.TokenEvent)]
+        assert text1 == text0 and done1.completion_tokens == done0.completion_tokens == 24
+        assert sum(e.n_tokens for e in tokens0) == sum(e.n_tokens for e in tokens1) == 24
+        assert len(tokens0) >= 20 and len(tokens1) == 2 and tokens1[0].n_tokens == 1
+        if with_logprobs:                                  # one entry per token, however they travel
+            assert [len(e.logprobs) for e in tokens1] == [1, 23]
+            assert sum(len(e.logprobs) for e in tokens0) == 24
+
+
+def test_stream_interval_by_default_only_when_every_cpu_computes(monkeypatch):
+    from app.engine.runner.output_thread import BUSY_STREAM_INTERVAL_S, stream_interval_s
+
+    monkeypatch.delenv("STRATA_STREAM_INTERVAL_MS", raising=False)
+    assert stream_interval_s((), n_threads=2, cpus=2) == BUSY_STREAM_INTERVAL_S
+    assert stream_interval_s((), n_threads=1, cpus=2) == 0.0            # a spare CPU absorbs the per-token work
+    assert stream_interval_s(("CUDA0",), n_threads=16, cpus=16) == 0.0  # the GPU computes
+    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "0")
+    assert stream_interval_s((), n_threads=2, cpus=2) == 0.0
+    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "12.5")
+    assert stream_interval_s(("CUDA0",), n_threads=1, cpus=2) == 0.0125

@@ -51,8 +51,9 @@ BEAT_SECONDS = 1.0              # at most one StepsDone message per second while
 
 class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
-                 prompt_cache_bytes: int = 0):
+                 prompt_cache_bytes: int = 0, stream_interval: float = 0.0):
         self.model, self.ctx, self.send = model, ctx, send
+        self.stream_interval = stream_interval   # output_thread.stream_interval_s: how long new text may be held
         self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)

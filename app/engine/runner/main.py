@@ -27,6 +27,7 @@ from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher
 from app.engine.runner.embeddings import Embedder, tokenize
 from app.engine.runner.output import Vocab
+from app.engine.runner.output_thread import stream_interval_s
 from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.runner")
@@ -167,7 +168,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, _chat_facts(layout.model_path))
     batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
-                      prompt_cache_bytes=prompt_cache_bytes)
+                      prompt_cache_bytes=prompt_cache_bytes,
+                      stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)))
     batcher.start()
     send(loaded)
     _serve(conn, batcher, send, L.llama_model_get_vocab(model), admission)

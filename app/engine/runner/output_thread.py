@@ -7,15 +7,39 @@ every request, and tokenizes embedding inputs. See docs/architecture.md, "Runner
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import time
 
 from llama_cpp import llama_cpp as L
 
+from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.output import logprobs_from_logits
 from app.engine.runner.sequence import Seq
 
 log = logging.getLogger("strata.engine")
+
+# While every CPU runs a compute thread, each token's text costs Python work in two processes (this thread:
+# detokenize, stop strings, send; the service: receive, render, write) that preempts a compute thread, and the
+# others then wait for it at the next graph barrier: SmolLM2 on 2 of 2 CPUs decoded at 0.91-0.94x llama-server
+# sending every token, 0.95-0.97x sending at most every 30 ms (docs/memory-truth.md). 30 ms is ~33 updates a
+# second, which reads as smooth; the first token always goes at once (time to first token is unchanged).
+BUSY_STREAM_INTERVAL_S = 0.030
+
+
+def stream_interval_s(gpu_devices, n_threads: int, cpus: int | None = None) -> float:
+    """How long a sequence's new text may be held before it is sent: STRATA_STREAM_INTERVAL_MS when set (0 = every
+    token), else BUSY_STREAM_INTERVAL_S when the model computes on the CPU with a thread on every CPU this process
+    may use, else 0 (a spare CPU, or a GPU doing the work, absorbs the per-token cost)."""
+    raw = os.environ.get("STRATA_STREAM_INTERVAL_MS", "").strip()
+    if raw:
+        try:
+            return max(0.0, float(raw)) / 1000
+        except ValueError:
+            log.warning("STRATA_STREAM_INTERVAL_MS=%r is not a number of milliseconds; ignored", raw)
+    busy = not gpu_devices and n_threads >= (cpus or cpu_cores())
+    return BUSY_STREAM_INTERVAL_S if busy else 0.0
 
 
 class OutputThread:
@@ -25,6 +49,7 @@ class OutputThread:
         self.b = batcher
         self.send = batcher.send
         self.out_q: queue.SimpleQueue = batcher.out_q
+        self.interval = batcher.stream_interval
 
     def run(self):
         while True:
@@ -80,7 +105,9 @@ class OutputThread:
                 seq.pending_lp.append(logprobs_from_logits(logits, tok, seq.req.top_logprobs, self.b.vocab_out))
             safe, stopped = seq.stop.push(text) if text else ("", False)
             if safe:
-                self._send_text(seq, safe)
+                seq.held += safe
+                if not self.interval or time.perf_counter() - seq.t_sent >= self.interval:
+                    self._send_text(seq)
             if stopped:
                 seq.out_reason = "stop"
                 self.b.wake.set()
@@ -89,12 +116,13 @@ class OutputThread:
             seq.out_reason = "error"
             self.b.wake.set()
 
-    def _send_text(self, seq: Seq, text: str):
+    def _send_text(self, seq: Seq):
+        """Send the held text with the count (and logprobs) of every token not yet sent."""
         lp = seq.pending_lp or None
         if seq.req.logprobs:
             seq.pending_lp = []
-        self.send(P.TokenEvent(seq.id, text, n_tokens=seq.n_unsent, logprobs=lp))
-        seq.n_unsent = 0
+        self.send(P.TokenEvent(seq.id, seq.held, n_tokens=seq.n_unsent, logprobs=lp))
+        seq.held, seq.n_unsent, seq.t_sent = "", 0, time.perf_counter()
 
     def on_done(self, seq: Seq):
         self.b.seqs.pop(seq.id, None)
@@ -105,9 +133,9 @@ class OutputThread:
         if reason != "cancelled" and seq.detok is not None:
             tail = seq.detok.flush()
             safe = seq.stop.push(tail)[0] if tail else ""
-            safe += seq.stop.flush()
-            if safe or seq.n_unsent:
-                self._send_text(seq, safe)
+            seq.held += safe + seq.stop.flush()
+            if seq.held or seq.n_unsent:
+                self._send_text(seq)
         t_first = seq.t_first or seq.t_done
         ctx_tokens = None
         if seq.req.messages is None and reason != "cancelled":

@@ -40,5 +40,7 @@ class Seq:
         self.stop = None
         self.stop_bytes = None          # output.StopBytes, read by the context thread after sampling
         self.n_unsent = 0
+        self.held = ""                  # text ready to send, held for the stream interval (output_thread.py)
+        self.t_sent = 0.0               # when text was last sent (0: never, so the first token goes at once)
         self.n_out = 0
         self.pending_lp: list = []
