@@ -49,8 +49,8 @@ SETTINGS: tuple[Setting, ...] = (
             "says otherwise (clamped to the model's training context)", minimum=256),
     Setting("keep_alive", "STRATA_KEEP_ALIVE", str, "5m", "Keep-alive",
             "how long an idle model stays loaded: 5m, 1h, 0 (unload at once), -1 (forever)"),
-    Setting("num_threads", "STRATA_NUM_THREADS", int, 0, "CPU threads", "llama.cpp threads per model; 0 = all "
-            "cores but one"),
+    Setting("num_threads", "STRATA_NUM_THREADS", int, 0, "CPU threads", "llama.cpp threads per model; 0 = the "
+            "physical cores (llama.cpp's own default)"),
     Setting("prompt_cache_mib", "STRATA_PROMPT_CACHE_MIB", int, -1, "Prompt cache (MiB)",
             "host RAM per model kept for conversations that lost their slot, so a returning conversation skips "
             "its prompt; 0 = off, -1 = automatic (10% of the available RAM, at most 4 GiB)", minimum=-1),
