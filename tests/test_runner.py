@@ -559,7 +559,7 @@ def test_load_failure_is_a_clear_error(loop, tmp_path):
 
 def test_new_text_is_held_for_the_stream_interval(loop, smollm2_path, monkeypatch):
     """STRATA_STREAM_INTERVAL_MS holds new text up to that long (what a runner computing on every CPU does by itself,
-    30 ms): the first token still goes at once, later ones travel together, and every token is counted once."""
+    50 ms): the first token still goes at once, later ones travel together, and every token is counted once."""
     def req(**kw):
         return P.GenerateRequest(id=rid(), prompt="Once upon a time", raw=True, sampling=greedy(), num_predict=24,
                                  ignore_eos=True, **kw)

@@ -22,10 +22,10 @@ log = logging.getLogger("strata.engine")
 
 # While every CPU runs a compute thread, each token's text costs Python work in two processes (this thread:
 # detokenize, stop strings, send; the service: receive, render, write) that preempts a compute thread, and the
-# others then wait for it at the next graph barrier: SmolLM2 on 2 of 2 CPUs decoded at 0.91-0.94x llama-server
-# sending every token, 0.95-0.97x sending at most every 30 ms (docs/memory-truth.md). 30 ms is ~33 updates a
-# second, which reads as smooth; the first token always goes at once (time to first token is unchanged).
-BUSY_STREAM_INTERVAL_S = 0.030
+# others then wait for it at the next graph barrier: SmolLM2 on 2 of 2 CPUs decoded at 0.91-0.95x llama-server
+# sending every token, 0.97-0.99x sending at most every 30 ms, 0.99x every 50 ms (docs/memory-truth.md). 50 ms is
+# 20 updates a second, still smooth to read; the first token always goes at once (time to first token unchanged).
+BUSY_STREAM_INTERVAL_S = 0.050
 
 
 def stream_interval_s(gpu_devices, n_threads: int, cpus: int | None = None) -> float:
