@@ -1,6 +1,7 @@
 """Helpers shared by the service tests that drive a real server on loopback."""
 from __future__ import annotations
 
+import os
 import time
 
 
@@ -22,3 +23,25 @@ def store_factory(home):
 
         return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
     return make
+
+
+def start_service_in(home, **config):
+    """A started ServiceThread (ServiceConfig.from_env(host="127.0.0.1", port=0, **config)) whose data lives under
+    `home` and whose "user home" (where other apps' models are looked for) is `home/user-home`, never the real
+    ~/.ollama: both variables are set only while the service reads its configuration and starts."""
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+
+    saved = {k: os.environ.get(k) for k in ("STRATA_HOME", "STRATA_USER_HOME")}
+    os.environ["STRATA_HOME"] = str(home)
+    os.environ["STRATA_USER_HOME"] = str(home / "user-home")
+    try:
+        svc = ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0, **config))
+        svc.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return svc

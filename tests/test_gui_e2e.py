@@ -6,36 +6,20 @@ for chat history. Replies are kept short with num_predict so the module stays fa
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.request
 
 import pytest
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
+from service_util import start_service_in
 
 WAIT = 180_000     # ms: generous bounds for a loaded CI machine; tests finish far sooner
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("service-home")
-    saved = {k: os.environ.get(k) for k in ("STRATA_HOME", "STRATA_USER_HOME")}
-    os.environ["STRATA_HOME"] = str(home)
-    os.environ["STRATA_USER_HOME"] = str(home / "user-home")    # never scan the real ~/.ollama etc.
-    try:
-        svc = ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0, n_threads=2, num_parallel=2,
-                                                   num_ctx=2048))
-        svc.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    svc = start_service_in(tmp_path_factory.mktemp("service-home"), n_threads=2, num_parallel=2, num_ctx=2048)
     yield svc
     svc.stop()
 

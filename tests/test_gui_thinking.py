@@ -4,12 +4,12 @@ real service; the model is a synthetic GGUF whose template opens a <think> block
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 
 import pytest
 
 from gguf_variants import write_llama
+from service_util import start_service_in
 
 WAIT = 180_000
 THINK_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor -%}"
@@ -18,23 +18,7 @@ THINK_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.conten
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("service-home")
-    saved = {k: os.environ.get(k) for k in ("STRATA_HOME", "STRATA_USER_HOME")}
-    os.environ["STRATA_HOME"] = str(home)
-    os.environ["STRATA_USER_HOME"] = str(home / "user-home")
-    try:
-        svc = ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0, n_threads=1, num_parallel=1,
-                                                   num_ctx=1024))
-        svc.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    svc = start_service_in(tmp_path_factory.mktemp("service-home"), n_threads=1, num_parallel=1, num_ctx=1024)
     path = write_llama(tmp_path_factory.mktemp("thinker") / "thinker.gguf", template=THINK_TEMPLATE, n_layer=2)
     body = json.dumps({"model": "thinker:test", "from": str(path), "stream": False}).encode()
     req = urllib.request.Request(svc.url + "/api/create", data=body, headers={"Content-Type": "application/json"})
