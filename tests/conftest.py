@@ -30,6 +30,21 @@ def smollm2_path():
     return p
 
 
+@pytest.fixture(scope="session")
+def qwen_coder_path():
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (tests/model_cache.py): fetched by `make test-models`, never by a test.
+    Absent: the test skips on a developer's machine and fails in CI (STRATA_REQUIRE_TEST_MODELS=1)."""
+    import model_cache
+
+    p = model_cache.cached(model_cache.QWEN_CODER.name)
+    if p is None:
+        why = f"{model_cache.QWEN_CODER.file} is not in {model_cache.cache_dir()}: run `make test-models`"
+        if model_cache.required():
+            pytest.fail(why + f" ({model_cache.REQUIRE_VAR} is set)")
+        pytest.skip(why)
+    return p
+
+
 # Synthetic GGUFs (tests/gguf_factory.py), written once per session. Random weights, SmolLM2's tokenizer.
 @pytest.fixture(scope="session")
 def synthetic_dir(tmp_path_factory, smollm2_path):
