@@ -58,7 +58,9 @@ class SoakConfig:
     max_tokens: int = 24
     request_timeout: float = 120.0         # a request slower than this is a hang
     drain_timeout: float = 60.0
-    rss_growth_limit: float = 0.05
+    rounds: int = 5                        # the measured time is cut into rounds; RSS is read after each drains
+    rss_trend_limit: float = 0.01          # a leak: RSS rose after every round of the second half, by more
+    rss_trend_floor: int = 4 << 20         # than this share of the start (and this many bytes) in all
     seed: int = 1
     python: str = sys.executable
 
@@ -377,7 +379,14 @@ async def soak_against(url: str, service_pid: int, cfg: SoakConfig, log=print) -
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_rss(stop))
     t0 = time.monotonic()
-    tally = await phase(url, cfg, cfg.seconds)
+    # Rounds of load, each drained before RSS is read: a leak shows as a rise after every round however fast the
+    # machine is (a slow machine serves fewer requests a round, and leaks less a round, but still every round)
+    tally, rounds_rss = Tally(), [rss0]
+    for _ in range(max(1, cfg.rounds)):
+        tally.merge(await phase(url, cfg, cfg.seconds / max(1, cfg.rounds)))
+        async with aiohttp.ClientSession() as s:
+            await drain(s, url, cfg.drain_timeout)
+        rounds_rss.append(rss_bytes(service_pid))
     elapsed = time.monotonic() - t0
     stop.set()
     await sampler
@@ -412,6 +421,7 @@ async def soak_against(url: str, service_pid: int, cfg: SoakConfig, log=print) -
         "service_rss_start": rss0,
         "service_rss_end": rss1,
         "service_rss_growth": (rss1 - rss0) / rss0 if rss0 and rss1 else None,
+        "service_rss_rounds": rounds_rss,
         "service_rss_samples_mib": [(t, round(b / 2**20, 1) if b else None) for t, b in samples],
         "runner_pid_start": runner_pid0,
         "runner_pid_end": runner_pid1,
@@ -433,6 +443,14 @@ def percentiles(xs: list[float]) -> dict:
     return {"n": len(xs), "p50": pick(0.5), "p95": pick(0.95), "max": round(xs[-1], 2)}
 
 
+def leaking(rss: list[int], cfg: SoakConfig) -> bool:
+    """RSS after each round (the first value before any): a leak keeps growing once the first rounds have
+    warmed the allocator and caches, so the second half rises at every step and by more than the noise floor."""
+    tail = rss[len(rss) // 2:]
+    rising = len(tail) >= 2 and all(b > a for a, b in zip(tail, tail[1:]))
+    return rising and tail[-1] - tail[0] > max(cfg.rss_trend_limit * rss[0], cfg.rss_trend_floor)
+
+
 def check(s: dict, cfg: SoakConfig) -> list[str]:
     """The invariants; an empty list means the soak passed."""
     bad = []
@@ -446,11 +464,12 @@ def check(s: dict, cfg: SoakConfig) -> list[str]:
         bad.append(f"slots still in use at the end: busy {s['slots_busy_end_ps']}, queued {s['queued_end_ps']}")
     if s["slots_busy_end_metrics"] not in (0, 0.0):
         bad.append(f"/metrics says {s['slots_busy_end_metrics']} slots busy at the end")
-    g = s["service_rss_growth"]
-    if g is None:
+    rss = s.get("service_rss_rounds") or []
+    if len(rss) < 2 or any(b is None for b in rss):
         bad.append("service RSS could not be read")
-    elif g >= cfg.rss_growth_limit:
-        bad.append(f"service RSS grew {g:.1%} (limit {cfg.rss_growth_limit:.0%})")
+    elif leaking(rss, cfg):
+        mib = ", ".join(f"{b / 2**20:.1f}" for b in rss)
+        bad.append(f"service RSS grew after every round of the second half (a leak): {mib} MiB")
     if s["runner_restarts"] != 0 or s["runner_pid_start"] != s["runner_pid_end"]:
         bad.append(f"runner restarted ({s['runner_restarts']} loads, pid {s['runner_pid_start']} -> "
                    f"{s['runner_pid_end']})")
@@ -493,7 +512,8 @@ def report(s: dict) -> str:
         f"slots in use, end  /api/ps busy {s['slots_busy_end_ps']} queued {s['queued_end_ps']}; "
         f"/metrics busy {s['slots_busy_end_metrics']}",
         f"service RSS        {mib(s['service_rss_start'])} -> {mib(s['service_rss_end'])} "
-        f"({'?' if growth is None else f'{growth:+.2%}'})",
+        f"({'?' if growth is None else f'{growth:+.2%}'}); after each round "
+        + ", ".join(mib(b) for b in s.get("service_rss_rounds") or []),
         f"runner             pid {s['runner_pid_start']} -> {s['runner_pid_end']}, restarts {s['runner_restarts']}, "
         f"RSS {mib(s['runner_rss_start'])} -> {mib(s['runner_rss_end'])}",
         "RESULT             " + ("PASS" if not s["failures"] else "FAIL: " + "; ".join(s["failures"])),

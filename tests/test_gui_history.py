@@ -104,6 +104,23 @@ def test_chat_stats_from_the_final_object():
     assert s["tokens"] == 11 and s["tok_s"] == pytest.approx(10.0)
 
 
+def test_a_stopped_reply_counts_tokens_not_chunks():
+    """The runner merges tokens into one chunk on a busy CPU: a reply stopped before its final object counts the
+    tokens it received (one logprob entry each), whether or not their alternatives are kept for the token view."""
+    from app.gui.reply import PendingReply
+
+    def lp(t):
+        return {"token": t, "logprob": -0.5, "bytes": list(t.encode())}
+
+    for keep in (True, False):
+        p = PendingReply(1, "m", widget=None, keep_logprobs=keep)
+        p.add({"message": {"content": "Hello"}, "logprobs": [lp("Hello")], "done": False})
+        p.add({"message": {"content": ", world and"}, "logprobs": [lp(","), lp(" world"), lp(" and")], "done": False})
+        s = p.stats(stopped=True)
+        assert s["tokens"] == 4 and s["stopped"] is True           # 2 chunks, 4 tokens
+        assert len(p.logprobs) == (4 if keep else 0)
+
+
 def test_token_tooltip_lists_alternatives():
     from app.gui.chat_view import token_tooltip
 

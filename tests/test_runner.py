@@ -173,7 +173,9 @@ def test_a_cancelled_decode_logs_no_error(loop, smollm2_path, monkeypatch, tmp_p
         return await wait_idle(c)
 
     try:
-        for _ in range(3):                                    # a cancel landing between two decodes aborts nothing
+        # A cancel that lands between two decodes (or after the last) aborts nothing and is just as correct; try
+        # until one lands mid-decode, which nearly every try does (the decodes are nearly all of the time)
+        for _ in range(20):
             st = run(loop, cancel_mid_prefill())
             assert (st.slots_busy, st.queued) == (0, 0)
             if "failed to decode, ret = 2" in log_file.read_text():

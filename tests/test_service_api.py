@@ -490,6 +490,34 @@ def test_metrics(oc, http):
     assert "strata_slots_total" in text and "strata_device_memory_total_bytes" in text
 
 
+def _requests_counted(http, route: str) -> dict[str, int]:
+    """/metrics' strata_http_requests_total for one route, by status."""
+    out = {}
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("strata_http_requests_total{") and f'route="{route}"' in line:
+            status = line.split('status="', 1)[1].split('"', 1)[0]
+            out[status] = int(float(line.split()[-1]))
+    return out
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/api/generate", {"prompt": "Count from one to one thousand.", "options": {"num_predict": 4000}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 4000,
+                              "stream": True})])
+def test_a_client_that_closes_its_stream_is_counted_as_499_not_500(server, http, path, body):
+    """A client closing a stream (Stop, an agent's timeout) is nginx's 499 in /metrics, never a server error."""
+    before = _requests_counted(http, path)
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        with c.stream("POST", path, json={"model": MODEL, **body}) as r:
+            assert r.status_code == 200
+            next(r.iter_lines())              # the reply is under way; then the client goes away
+    _wait_for(lambda: _requests_counted(http, path).get("499", 0) == before.get("499", 0) + 1, timeout=120)
+    after = _requests_counted(http, path)
+    assert after.get("500", 0) == before.get("500", 0), after
+    _wait_for(lambda: all((m.get("strata") or {}).get("slots_busy", 0) == 0 for m in http.get("/api/ps").json()["models"]),
+              timeout=120)
+
+
 def test_openapi_document(http):
     doc = http.get("/api/openapi.json").json()
     assert {"/api/chat", "/v1/completions", "/api/layout", "/api/ps"} <= set(doc["paths"])

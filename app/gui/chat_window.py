@@ -390,8 +390,10 @@ class ChatWindow(QMainWindow):
                 messages.append(msg)
         body = {"model": self.selected_model(), "messages": messages,
                 "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **self.extra_options}}
+        # logprobs always: one entry per generated token, so a reply the user stopped (no final totals arrive)
+        # still counts its real tokens; the alternatives themselves only when asked for
+        body["logprobs"] = True
         if self.alternatives.isChecked():
-            body["logprobs"] = True
             body["top_logprobs"] = TOP_LOGPROBS
         return body
 
@@ -402,7 +404,8 @@ class ChatWindow(QMainWindow):
                              "one) and pick it above.")
             return
         body = self.request_body()
-        self.pending = PendingReply(self.conversation.id, model, self.transcript.add("assistant", ""))
+        self.pending = PendingReply(self.conversation.id, model, self.transcript.add("assistant", ""),
+                                    keep_logprobs=self.alternatives.isChecked())
         self.call = self.bridge.stream(lambda c: c.chat_stream(body))
         self.call.item.connect(self._on_chunk)
         self.call.finished.connect(lambda _r: self._end_reply(stopped=False))

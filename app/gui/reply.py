@@ -6,10 +6,11 @@ import time
 from dataclasses import dataclass, field
 
 
-def chat_stats(final: dict, ttft_ms: float | None, n_chunks: int, elapsed_s: float) -> dict:
+def chat_stats(final: dict, ttft_ms: float | None, n_tokens: int, elapsed_s: float) -> dict:
     """Stats under a reply from the final NDJSON object (Ollama's eval_count/eval_duration in ns), falling back
-    to what the client counted when the server sent no totals (a stopped stream)."""
-    tokens = int(final.get("eval_count") or n_chunks)
+    to the tokens the client received (one logprob entry each) when the server sent no totals (a stopped stream).
+    """
+    tokens = int(final.get("eval_count") or n_tokens)
     dur_ns = final.get("eval_duration")
     if dur_ns:
         tok_s = tokens / (dur_ns / 1e9)
@@ -36,6 +37,8 @@ class PendingReply:
     final: dict = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
     ttft_ms: float | None = None
+    keep_logprobs: bool = True     # shown as token alternatives; otherwise only counted
+    n_tokens: int = 0              # generated tokens received so far (from the chunks' logprobs)
 
     def add(self, obj: dict) -> bool:
         """Take one NDJSON object; True when the text grew."""
@@ -51,7 +54,9 @@ class PendingReply:
                 self.ttft_ms = (time.monotonic() - self.t0) * 1000
             self.parts.append(piece)
         if obj.get("logprobs"):
-            self.logprobs.extend(obj["logprobs"])
+            self.n_tokens += len(obj["logprobs"])
+            if self.keep_logprobs:
+                self.logprobs.extend(obj["logprobs"])
         if obj.get("done"):
             self.final = obj
         return bool(piece)
@@ -72,7 +77,7 @@ class PendingReply:
         return out
 
     def stats(self, stopped: bool) -> dict:
-        stats = chat_stats(self.final, self.ttft_ms, len(self.parts), time.monotonic() - self.t0)
+        stats = chat_stats(self.final, self.ttft_ms, self.n_tokens, time.monotonic() - self.t0)
         stats["model"] = self.model
         if stopped:
             stats["stopped"] = True

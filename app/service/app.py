@@ -25,6 +25,11 @@ def _default_store(config: ServiceConfig) -> ModelStore:
     return ModelStore(discover_external=config.external_sources)
 
 
+# nginx's label for "the client closed the connection before the answer was complete": not a server error, so
+# an alert on the 5xx rate does not fire on ordinary cancellations (a Stop button, an agent's timeout)
+CLIENT_CLOSED_REQUEST = 499
+
+
 def _metrics_middleware(metrics: Metrics):
     @web.middleware
     async def count(request: web.Request, handler):
@@ -35,6 +40,10 @@ def _metrics_middleware(metrics: Metrics):
             return resp
         except web.HTTPException as e:
             status = e.status
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            # aiohttp cancels the handler, or the next write fails, when the peer closed the connection
+            status = CLIENT_CLOSED_REQUEST
             raise
         finally:
             route = request.match_info.route
