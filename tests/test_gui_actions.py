@@ -13,10 +13,14 @@ import urllib.request
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QMessageBox
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from gui_util import SHORT, WAIT, click_menu, open_menu_bar, open_popup, press
+from gui_util import (
+    SHORT, WAIT, answer_box, answer_text, click_menu, dialog_of, open_menu_bar, open_popup, press,
+)
 from service_util import store_factory
 
 
@@ -86,31 +90,131 @@ def unload_all(url, desk) -> None:
 
 # ---- shortcuts ---------------------------------------------------------------------------------------------------
 
-def test_shortcuts_open_every_window(qtbot, desk):
-    chat = desk.chat
-    press(qtbot, chat, Qt.Key_M, Qt.ControlModifier)                       # Ctrl+M: the memory view
-    qtbot.waitUntil(lambda: desk.memory is not None and desk.memory.isVisible(), timeout=SHORT)
-    assert desk.memory.windowTitle() == "Strata — Memory"
-    press(qtbot, chat, Qt.Key_M, Qt.ControlModifier | Qt.ShiftModifier)     # Ctrl+Shift+M: the model manager
-    qtbot.waitUntil(lambda: desk.models is not None and desk.models.isVisible(), timeout=SHORT)
-    assert desk.models.windowTitle() == "Strata — Models"
-    press(qtbot, chat, Qt.Key_Comma, Qt.ControlModifier)                   # Ctrl+,: settings
-    qtbot.waitUntil(lambda: desk.settings is not None and desk.settings.isVisible(), timeout=SHORT)
-    assert desk.settings.windowTitle() == "Strata — Settings"
+WINDOWS = ("chat", "memory", "models", "settings")
+
+
+def window_of(desk, name: str):
+    """The window by name, opened the way its shortcut opens it (the chat is always there)."""
+    opener = {"chat": desk.open_chat, "memory": desk.open_memory, "models": desk.open_models,
+              "settings": desk.open_settings}
+    return opener[name]()
+
+
+def shown_and_active(window) -> bool:
+    return window is not None and window.isVisible() and window.isActiveWindow()
+
+
+@pytest.mark.parametrize("start", WINDOWS)
+def test_application_shortcuts_work_from_every_window(qtbot, desk, start):
+    """Ctrl+M, Ctrl+Shift+M, Ctrl+, and Ctrl+0 bring up their window from whichever window has the keyboard;
+    Ctrl+N starts a new chat in the chat window, from that window too."""
+    for keys, target in (((Qt.Key_M, Qt.ControlModifier), "memory"),
+                         ((Qt.Key_M, Qt.ControlModifier | Qt.ShiftModifier), "models"),
+                         ((Qt.Key_Comma, Qt.ControlModifier), "settings"),
+                         ((Qt.Key_0, Qt.ControlModifier), "chat")):
+        if target == start:
+            continue
+        source = window_of(desk, start)
+        press(qtbot, source, *keys)
+        qtbot.waitUntil(lambda: shown_and_active(getattr(desk, target)), timeout=SHORT)
     n = len(desk.history.conversations())
-    press(qtbot, chat, Qt.Key_N, Qt.ControlModifier)                       # Ctrl+N: a new chat, selected
+    press(qtbot, window_of(desk, start), Qt.Key_N, Qt.ControlModifier)
+    qtbot.waitUntil(lambda: shown_and_active(desk.chat), timeout=SHORT)
     assert len(desk.history.conversations()) == n + 1
-    assert chat.conversation.id == desk.history.conversations()[0].id
-    assert chat.conv_view.currentIndex().row() == 0
+    assert desk.chat.conversation.id == desk.history.conversations()[0].id
+    assert desk.chat.conv_view.currentIndex().row() == 0
+    qtbot.waitUntil(desk.chat.input.hasFocus, timeout=SHORT)      # ready to type
 
 
-@pytest.mark.parametrize("how", ["ctrl+q", "file menu", "tray"])
+@pytest.mark.parametrize("name", ["memory", "models", "settings"])
+def test_ctrl_w_closes_a_secondary_window_and_esc_a_dialog(qtbot, desk, name):
+    win = window_of(desk, name)
+    press(qtbot, win, Qt.Key_W, Qt.ControlModifier)
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=SHORT)
+    assert desk.chat.isVisible()                      # the app goes on
+    if name == "settings":                            # a dialog: Esc too (its Cancel)
+        win = window_of(desk, name)
+        press(qtbot, win, Qt.Key_Escape)
+        qtbot.waitUntil(lambda: not win.isVisible(), timeout=SHORT)
+    if name != "settings":                            # its File menu's entry does the same
+        win = window_of(desk, name)
+        click_menu(qtbot, open_menu_bar(qtbot, win, "fileMenu"), "closeWindow")
+        qtbot.waitUntil(lambda: not win.isVisible(), timeout=SHORT)
+
+
+def test_chat_window_has_no_ctrl_w(qtbot, desk):
+    """The chat is the main window: Ctrl+W there leaves it open (Quit is Ctrl+Q)."""
+    assert not any(a.shortcut().toString() == "Ctrl+W" for a in desk.chat.findChildren(QAction))
+
+
+def test_chat_menu_keys(qtbot, desk):
+    """The chat's own keys: Ctrl+L puts the cursor in the message box, Esc stops a reply (and only then is
+    bound), Ctrl+R asks again, Del on the chat list deletes the chat after asking; Rename from the menu."""
+    chat = desk.chat
+    chat.extra_options = {"num_predict": 400}
+    chat.new_chat()
+    chat.conv_view.setFocus()
+    press(qtbot, chat, Qt.Key_L, Qt.ControlModifier)
+    qtbot.waitUntil(chat.input.hasFocus, timeout=SHORT)
+    assert not chat.action_stop.isEnabled()
+    QTest.keyClicks(chat.input, "Tell me a long story about mountains.")
+    QTest.keyClick(chat.input, Qt.Key_Return)
+    assert chat.busy and chat.action_stop.isEnabled()
+    qtbot.waitUntil(lambda: chat.pending is not None and bool(chat.pending.text), timeout=WAIT)
+    press(qtbot, chat, Qt.Key_Escape)
+    qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
+    [reply] = [m for m in desk.history.messages(chat.conversation.id) if m.role == "assistant"]
+    assert reply.stats.get("stopped") is True
+    chat.extra_options = {"num_predict": 4}
+    press(qtbot, chat, Qt.Key_R, Qt.ControlModifier)
+    assert chat.busy
+    qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
+    [again] = [m for m in desk.history.messages(chat.conversation.id) if m.role == "assistant"]
+    assert again.id != reply.id and not again.stats.get("stopped")
+    click_menu(qtbot, open_menu_bar(qtbot, chat, "chatMenu"), "renameChat")
+    answer_text(qtbot, dialog_of(qtbot, chat, "renameChatDialog"), "Mountains")
+    assert desk.history.get(chat.conversation.id).title == "Mountains"
+    cid = chat.conversation.id
+    chat.conv_view.setFocus()
+    QTest.keyClick(chat.conv_view, Qt.Key_Delete)
+    answer_box(qtbot, dialog_of(qtbot, chat, "deleteChatDialog"), QMessageBox.Yes)
+    qtbot.waitUntil(lambda: cid not in [c.id for c in desk.history.conversations()], timeout=SHORT)
+
+
+def test_buttons_name_their_keys_and_tab_walks_the_window(qtbot, desk):
+    chat = desk.chat
+    assert chat.new_button.toolTip() == "Start a new chat (Ctrl+N)"
+    assert chat.send_button.toolTip() == "Send the message (Enter)"
+    assert chat.stop_button.toolTip() == "Stop the reply (Esc)"
+    assert chat.regen_button.toolTip() == "Ask for the last reply again (Ctrl+R)"
+    assert "Del" in chat.delete_button.toolTip()
+    # Tab from the message box goes to Send; Shift+Tab from the chat list does not leave the window
+    chat.new_chat()
+    qtbot.waitUntil(chat.input.hasFocus, timeout=SHORT)
+    chat.input.setTabChangesFocus(True)
+    QTest.keyClick(chat.input, Qt.Key_Tab)
+    qtbot.waitUntil(chat.send_button.hasFocus, timeout=SHORT)
+    order, w = [], chat.conv_view
+    for _ in range(20):
+        order.append(w)
+        w = w.nextInFocusChain()
+        while not (w.focusPolicy() & Qt.TabFocus) or not w.isVisible() or not w.isEnabled():
+            w = w.nextInFocusChain()
+    names = [chat.conv_view, chat.new_button, chat.model_picker, chat.system_prompt, chat.input, chat.send_button]
+    positions = [order.index(x) for x in names]
+    assert positions == sorted(positions), [x.objectName() or type(x).__name__ for x in order]
+
+
+@pytest.mark.parametrize("how", ["ctrl+q", "ctrl+q in memory", "ctrl+q in models", "ctrl+q in settings",
+                                 "file menu", "file menu in memory", "tray"])
 def test_quit_ends_the_app_and_stops_its_service(qtbot, tmp_path, how):
     svc = own_service(tmp_path)
     assert answers(svc.url)
     d = make_desk(qtbot, svc.url, service=svc, use_tray=(how == "tray"))
-    if how == "ctrl+q":
-        press(qtbot, d.chat, Qt.Key_Q, Qt.ControlModifier)
+    if how.startswith("ctrl+q"):
+        press(qtbot, window_of(d, how.split()[-1] if " in " in how else "chat"), Qt.Key_Q, Qt.ControlModifier)
+    elif how == "file menu in memory":
+        click_menu(qtbot, open_menu_bar(qtbot, d.open_memory(), "fileMenu"), "quit")
     elif how == "file menu":
         click_menu(qtbot, open_menu_bar(qtbot, d.chat, "fileMenu"), "quit")
     else:
@@ -118,6 +222,7 @@ def test_quit_ends_the_app_and_stops_its_service(qtbot, tmp_path, how):
     qtbot.waitUntil(lambda: not answers(svc.url), timeout=WAIT)     # the service it hosted is gone
     assert not svc._thread.is_alive()
     assert not d.chat.isVisible() and d.bridge.closed
+    assert not any(w is not None and w.isVisible() for w in (d.memory, d.models, d.settings))
     # (that the process itself exits is checked under a real X server: test_gui_xvfb.py)
 
 
@@ -209,11 +314,22 @@ def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
         tray = names(d.tray.tray.contextMenu())
     finally:
         d.shutdown()
-    assert bar == {"fileMenu": ["newChat", "memoryView", "settings", "quit"],
-                   "modelsMenu": ["manageModels", "pullModel", "loadMenu", "copyAddress"]}
+    assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "quit"],
+                   "modelsMenu": ["manageModels", "pullModel", "loadMenu", "copyAddress"],
+                   "chatMenu": ["focusInput", "stop", "regenerate", "renameChat", "deleteChat"]}
     assert tray == ["manageModels", "pullModel", "loadMenu", "copyAddress", "openChat", "openMemory",
                     "openSettings", "quitApp"]
-    shortcuts = {a.objectName(): a.shortcut().toString() for a in d.chat.findChildren(type(d.chat.action_new))
+    shortcuts = {a.objectName(): a.shortcut().toString() for a in d.actions.all() + d.chat.findChildren(QAction)
                  if a.objectName() and not a.shortcut().isEmpty()}
-    assert shortcuts == {"newChat": "Ctrl+N", "memoryView": "Ctrl+M", "settings": "Ctrl+,", "quit": "Ctrl+Q",
-                         "manageModels": "Ctrl+Shift+M"}
+    assert shortcuts == {"newChat": "Ctrl+N", "openChat": "Ctrl+0", "memoryView": "Ctrl+M", "settings": "Ctrl+,",
+                         "quit": "Ctrl+Q", "manageModels": "Ctrl+Shift+M", "focusInput": "Ctrl+L", "stop": "Esc",
+                         "regenerate": "Ctrl+R", "deleteChat": "Del"}
+
+
+def test_secondary_windows_have_the_same_menus(qtbot, desk):
+    for name in ("memory", "models"):
+        win = window_of(desk, name)
+        bar = {m.objectName(): [a.objectName() for a in m.actions() if a.objectName()]
+               for m in (a.menu() for a in win.menuBar().actions()) if m is not None}
+        assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "closeWindow", "quit"],
+                       "modelsMenu": ["manageModels", "pullModel"]}, name

@@ -1,6 +1,11 @@
-"""`strata gui` under a real X server (Xvfb, Qt's xcb platform, not offscreen): keys sent to its window with
-xdotool (XTEST, as from a keyboard) open the memory view, the model manager and the settings, found by their
-window titles; Ctrl+Q ends the process (exit 0) and its service stops listening.
+"""`strata gui` under a real X server (Xvfb, Qt's xcb platform, not offscreen): keys sent with xdotool (XTEST,
+as from a keyboard) to whichever window was opened last open the next one (the memory view from the chat, the
+model manager from the memory view, the settings from there...), Ctrl+W and Esc close them, Ctrl+0 brings the
+chat back, and Ctrl+Q from the last window opened ends the process (exit 0) and its service stops listening.
+
+A key reaches Qt only once it has handled the window's FocusIn, which nothing outside the process can see: each
+step sends its keys and waits for what they do, and sends them again (only while the window they are meant for
+still has the focus) if nothing happened in a while.
 
 Needs Xvfb and xdotool (`.ci/run` installs them with the xcb libraries Qt loads); skipped where they are
 missing, since no X server can be started there."""
@@ -48,41 +53,52 @@ def xdotool(env, *args) -> str:
     return out.stdout.strip()
 
 
-def window(env, title_regex: str, timeout: float = DEADLINE) -> str:
-    """The id of the visible window whose title matches, once there is one."""
+def visible(env, title_regex: str) -> str:
+    """The id of the visible window whose title matches; "" when there is none."""
+    found = xdotool(env, "search", "--onlyvisible", "--name", title_regex)
+    return found.splitlines()[0] if found else ""
+
+
+def wait_for(condition, timeout: float, what: str):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        found = xdotool(env, "search", "--onlyvisible", "--name", title_regex)
-        if found:
-            return found.splitlines()[0]
-        time.sleep(0.2)
-    raise AssertionError(f"no window titled /{title_regex}/ appeared; windows: "
-                         f"{xdotool(env, 'search', '--name', 'Strata')!r}")
+        got = condition()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
-def keys_to(env, wid: str, keys: str) -> None:
-    """Give `wid` the keyboard focus, then type `keys` as a keyboard would (XTEST)."""
-    xdotool(env, "windowfocus", "--sync", wid)
-    xdotool(env, "key", "--clearmodifiers", keys)
+def window(env, title_regex: str, timeout: float = DEADLINE) -> str:
+    """The id of the visible window whose title matches, once there is one."""
+    try:
+        return wait_for(lambda: visible(env, title_regex), timeout, title_regex)
+    except AssertionError:
+        raise AssertionError(f"no window titled /{title_regex}/ appeared; windows: "
+                             f"{xdotool(env, 'search', '--name', 'Strata')!r}") from None
 
 
-def press_until(env, wid: str, keys: str, done, timeout: float = DEADLINE) -> None:
-    """Send `keys` to `wid` until `done()` holds. Qt activates a window on the FocusIn it gets, which a busy
-    machine may deliver after the keys: a press that landed too early is simply sent again (each of these
-    shortcuts is idempotent: it shows a window or quits)."""
+def focused(env) -> str:
+    return xdotool(env, "getwindowfocus")
+
+
+def keys_until(env, wid: str, keys: str, done, what: str, timeout: float = 120.0) -> None:
+    """Focus `wid` and type `keys` (XTEST) until `done()` holds: again after 2 s, 4 s, 8 s... without effect, and
+    only while `wid` is still shown and focused (so a late first press is never doubled onto another window)."""
     end = time.monotonic() + timeout
+    wait = 2.0
     while True:
-        keys_to(env, wid, keys)
-        settle = time.monotonic() + 5
-        while time.monotonic() < settle:
-            if done():
-                return
-            time.sleep(0.1)
-        assert time.monotonic() < end, f"{keys} to window {wid} had no effect in {timeout:.0f} s"
-
-
-def visible(env, title_regex: str) -> bool:
-    return bool(xdotool(env, "search", "--onlyvisible", "--name", title_regex))
+        if wid in xdotool(env, "search", "--onlyvisible", "--name", "Strata").splitlines():
+            xdotool(env, "windowfocus", "--sync", wid)
+            if focused(env) == wid:
+                xdotool(env, "key", "--clearmodifiers", keys)
+        try:
+            wait_for(done, min(wait, max(0.1, end - time.monotonic())), what)
+            return
+        except AssertionError:
+            if time.monotonic() >= end:
+                raise AssertionError(f"{keys} on window {wid}: no {what} within {timeout:.0f} s") from None
+        wait *= 2
 
 
 def answers(url: str) -> bool:
@@ -93,7 +109,7 @@ def answers(url: str) -> bool:
         return False
 
 
-def test_strata_gui_under_x_opens_windows_by_keyboard_and_quits_with_ctrl_q(display, tmp_path, smollm2_path):
+def test_strata_gui_under_x_every_window_by_keyboard_and_quit_from_the_last(display, tmp_path, smollm2_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
@@ -107,10 +123,25 @@ def test_strata_gui_under_x_opens_windows_by_keyboard_and_quits_with_ctrl_q(disp
         while not answers(url):
             assert proc.poll() is None and time.monotonic() < end, open(tmp_path / "gui.log").read()
             time.sleep(0.2)
-        for keys, title in (("ctrl+m", "^Strata.*Memory$"), ("ctrl+shift+m", "^Strata.*Models$"),
-                            ("ctrl+comma", "^Strata.*Settings$")):
-            press_until(env, chat, keys, lambda t=title: visible(env, t))
-        press_until(env, chat, "ctrl+q", lambda: proc.poll() is not None)
+        def opened(title):
+            return lambda: visible(env, title)
+
+        def gone(title):
+            return lambda: not visible(env, title)
+
+        keys_until(env, chat, "ctrl+m", opened("^Strata.*Memory$"), "memory view")
+        memory = window(env, "^Strata.*Memory$")
+        keys_until(env, memory, "ctrl+shift+m", opened("^Strata.*Models$"), "model manager")   # from the memory view
+        models = window(env, "^Strata.*Models$")
+        keys_until(env, models, "ctrl+w", gone("^Strata.*Models$"), "model manager closing")
+        keys_until(env, memory, "ctrl+comma", opened("^Strata.*Settings$"), "settings")
+        settings = window(env, "^Strata.*Settings$")
+        keys_until(env, settings, "Escape", gone("^Strata.*Settings$"), "settings closing")
+        keys_until(env, memory, "ctrl+0", lambda: focused(env) == chat, "chat window focused")   # back to the chat
+        keys_until(env, chat, "ctrl+comma", opened("^Strata.*Settings$"), "settings again")
+        settings = window(env, "^Strata.*Settings$")
+        assert visible(env, "^Strata.*Memory$") and visible(env, "^Strata.*Chat$")
+        keys_until(env, settings, "ctrl+q", lambda: proc.poll() is not None, "exit")    # quit from the last one
         assert proc.wait(DEADLINE) == 0, open(tmp_path / "gui.log").read()
         assert not answers(url)                       # the service it hosted is gone with it
         assert "TypeError" not in open(tmp_path / "gui.log").read()

@@ -5,13 +5,13 @@ re-renders at most every 50 ms. Chats and their settings live in SQLite (`ChatHi
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QInputDialog, QLabel, QListView,
     QMainWindow, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget,
 )
 
+from app.gui.app_actions import AppActions, make_action, tip
 from app.gui.bridge import Call
 from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, format_stats
 from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
@@ -23,15 +23,13 @@ TOP_LOGPROBS = 5
 
 
 class ChatWindow(QMainWindow):
-    # Window-level requests the Desktop answers (it owns the other windows). QAction.triggered passes `checked`:
-    # every connection below goes through a lambda that drops it (these signals take no argument).
-    open_memory_requested = Signal()
-    open_models_requested = Signal(str)      # "" | "import" | "pull": what the manager should offer first
-    open_settings_requested = Signal()
-    quit_requested = Signal()
-
-    def __init__(self, state: ServiceState, history: ChatHistory, parent=None):
+    def __init__(self, state: ServiceState, history: ChatHistory, actions: AppActions | None = None, parent=None):
+        """`actions`: the application's actions (the Desktop's, shared by every window; their requests go to it)."""
         super().__init__(parent)
+        self.actions = actions
+        if actions is None:          # a window of its own (no Desktop): its New chat is its own business
+            self.actions = AppActions(self)
+            self.actions.new_chat_requested.connect(lambda: self.new_chat())
         self.state = state
         self.bridge = state.bridge
         self.history = history
@@ -77,7 +75,7 @@ class ChatWindow(QMainWindow):
         self.new_button = QPushButton("New chat")
         self.rename_button = QPushButton("Rename")
         self.delete_button = QPushButton("Delete")
-        self.new_button.clicked.connect(lambda: self.new_chat())
+        self.new_button.clicked.connect(lambda: self.new_chat())    # (Ctrl+N from any window: Desktop.new_chat)
         self.rename_button.clicked.connect(lambda: self.rename_current())
         self.delete_button.clicked.connect(lambda: self.delete_current())
         left = QWidget()
@@ -164,44 +162,52 @@ class ChatWindow(QMainWindow):
         bottom.addLayout(buttons)
         return bottom
 
-    def _action(self, text: str, name: str, shortcut, slot) -> QAction:
-        """A window action; `slot` is called with no argument (triggered's `checked` is dropped)."""
-        a = QAction(text, self)
-        a.setObjectName(name)
-        if shortcut:
-            a.setShortcut(QKeySequence(shortcut))
-        a.triggered.connect(lambda _checked=False: slot())
-        return a
-
     def _build_menus(self) -> None:
-        # Shortcuts spelled out: QKeySequence.Quit is empty where the platform theme has no binding for it (bare X,
-        # offscreen), which left Ctrl+Q doing nothing there.
-        self.action_new = self._action("&New chat", "newChat", "Ctrl+N", self.new_chat)
-        self.action_memory = self._action("&Memory view", "memoryView", "Ctrl+M", self.open_memory_requested.emit)
-        self.action_settings = self._action("&Settings…", "settings", "Ctrl+,", self.open_settings_requested.emit)
-        self.action_quit = self._action("&Quit", "quit", "Ctrl+Q", self.quit_requested.emit)
-        self.action_models = self._action("&Manage models…", "manageModels", "Ctrl+Shift+M",
-                                          lambda: self.open_models_requested.emit(""))
-        self.action_pull = self._action("&Pull a model…", "pullModel", None,
-                                        lambda: self.open_models_requested.emit("pull"))
-        file_menu = self.menuBar().addMenu("&File")
-        file_menu.setObjectName("fileMenu")
-        for a in (self.action_new, self.action_memory, self.action_settings):
-            file_menu.addAction(a)
-        file_menu.addSeparator()
-        file_menu.addAction(self.action_quit)
-        # Models: these two, then what the tray menu offers (TrayController fills it each time it opens)
-        self.models_menu = self.menuBar().addMenu("M&odels")
-        self.models_menu.setObjectName("modelsMenu")
-        self.models_menu_head = [self.action_models, self.action_pull]
-        for a in self.models_menu_head:
-            self.models_menu.addAction(a)
+        """The application's File and Models menus, then this window's Chat menu; buttons' tooltips name the
+        keys."""
+        menus = self.actions.install(self, closable=False)
+        self.models_menu = menus["modelsMenu"]
+        self.models_menu_head = self.actions.models_head     # TrayController adds the model entries after these
+        self.action_regenerate = make_action(self, "&Regenerate", "regenerate", "Ctrl+R", self.regenerate,
+                                             "Ask for the last reply again")
+        self.action_stop = make_action(self, "S&top", "stop", "Esc", self.stop, "Stop the reply")
+        # F2 on the list renames in place (the view's own edit key); the menu entry asks in a dialog
+        self.action_rename = make_action(self, "Re&name chat…", "renameChat", None, self.rename_current,
+                                         "Rename this chat (F2 on the list renames in place)")
+        # Delete, while the chat list has the focus (elsewhere the key belongs to the text being edited)
+        self.action_delete = make_action(self, "&Delete chat…", "deleteChat", "Del", self.delete_current)
+        self.action_delete.setShortcutContext(Qt.WidgetWithChildrenShortcut)
+        self.action_delete.setToolTip(tip("Delete this chat", "Del on the chat list"))
+        self.conv_view.addAction(self.action_delete)
+        self.action_focus_input = make_action(self, "&Write a message", "focusInput", "Ctrl+L",
+                                              self.input.setFocus, "Put the cursor in the message box")
+        self.chat_menu = self.menuBar().addMenu("&Chat")
+        self.chat_menu.setObjectName("chatMenu")
+        self.chat_menu.addActions([self.action_focus_input, self.action_stop, self.action_regenerate])
+        self.chat_menu.addSeparator()
+        self.chat_menu.addActions([self.action_rename, self.action_delete])
+        for button, action in ((self.new_button, self.actions.new_chat), (self.rename_button, self.action_rename),
+                               (self.delete_button, self.action_delete), (self.stop_button, self.action_stop),
+                               (self.regen_button, self.action_regenerate)):
+            button.setToolTip(action.toolTip())
+        self.send_button.setToolTip(tip("Send the message", "Enter"))
+        self.input.setToolTip(tip("Your message; Shift+Enter starts a new line", self.action_focus_input))
+        self._set_tab_order()
+
+    def _set_tab_order(self) -> None:
+        """Tab walks the window the way it reads: the chat list and its buttons, the chat's settings, the
+        transcript, then the message box and its buttons."""
+        chain = [self.conv_view, self.new_button, self.rename_button, self.delete_button, self.model_picker,
+                 self.temperature, self.num_ctx, self.alternatives, self.system_prompt, self.transcript,
+                 self.input, self.send_button, self.stop_button, self.regen_button]
+        for a, b in zip(chain, chain[1:]):
+            self.setTabOrder(a, b)
 
     def _on_hint(self, way: str) -> None:
         if way == "settings":
-            self.open_settings_requested.emit()
+            self.actions.open_settings_requested.emit()
         else:
-            self.open_models_requested.emit(way)
+            self.actions.open_models_requested.emit(way)
 
     # models ----------------------------------------------------------------------------------------------------
     def on_models(self) -> None:
@@ -498,3 +504,7 @@ class ChatWindow(QMainWindow):
         self.regen_button.setEnabled(not self.busy and bool(self.conversation))
         self.rename_button.setEnabled(bool(self.conversation))
         self.delete_button.setEnabled(bool(self.conversation))
+        # a disabled action leaves its key alone: Esc still cancels an edit or a popup while nothing streams
+        for action, button in ((self.action_stop, self.stop_button), (self.action_regenerate, self.regen_button),
+                               (self.action_rename, self.rename_button), (self.action_delete, self.delete_button)):
+            action.setEnabled(button.isEnabled())

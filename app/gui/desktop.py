@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QApplication
 
+from app.gui.app_actions import AppActions
 from app.gui.bridge import ServiceBridge
 from app.gui.chat_window import ChatWindow
 from app.gui.history import ChatHistory
@@ -73,26 +74,36 @@ class Desktop(QObject):
         app.setWindowIcon(self.icon)
         if not app.styleSheet():
             app.setStyleSheet(style_sheet())
-        self.chat = ChatWindow(self.state, self.history)
+        # one set of application actions, in every window's menus (app_actions.py)
+        self.actions = AppActions(self)
+        self.chat = ChatWindow(self.state, self.history, self.actions)
         self.memory: MemoryWindow | None = None
         self.models: ModelManagerWindow | None = None
         self.settings: SettingsDialog | None = None
         self.tray = TrayController(self.state, self.icon, window=self.chat, use_tray=use_tray)
-        for source in (self.chat, self.tray):
+        for source in (self.actions, self.tray):
+            source.open_chat_requested.connect(self.open_chat)
             source.open_memory_requested.connect(self.open_memory)
             source.open_models_requested.connect(self.open_models)
             source.open_settings_requested.connect(self.open_settings)
             source.quit_requested.connect(self.quit)
-        self.tray.open_chat_requested.connect(self.open_chat)
+        self.actions.new_chat_requested.connect(self.new_chat)
         self.state.start()
         self._shut = False
 
     def open_chat(self) -> ChatWindow:
         return _raise(self.chat)
 
+    def new_chat(self) -> ChatWindow:
+        """Ctrl+N from any window: the chat window comes up with a new chat, the cursor in its message box."""
+        _raise(self.chat)
+        self.chat.new_chat()
+        return self.chat
+
     def open_memory(self) -> MemoryWindow:
         if self.memory is None:
             self.memory = MemoryWindow(self.state)
+            self.actions.install(self.memory)
         return _raise(self.memory)
 
     def open_models(self, focus: str = "") -> ModelManagerWindow:
@@ -100,6 +111,7 @@ class Desktop(QObject):
         file dialog."""
         if self.models is None:
             self.models = ModelManagerWindow(self.state)
+            self.actions.install(self.models)
             self.models.plan_requested.connect(self.plan_model)
         _raise(self.models)
         if focus == "pull":
@@ -111,6 +123,7 @@ class Desktop(QObject):
     def open_settings(self) -> SettingsDialog:
         if self.settings is None:
             self.settings = SettingsDialog(self.chat)
+            self.actions.install(self.settings)
             self.settings.saved.connect(lambda _p: self.chat.statusBar().showMessage(RESTART_NOTE, 15000))
         self.settings.reload()
         return _raise(self.settings)
