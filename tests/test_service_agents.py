@@ -109,7 +109,7 @@ def test_openai_tool_choice_required(ai):
     assert choice.message.content is None
 
 
-def test_openai_tool_call_streamed_and_answered(ai):
+def test_openai_tool_call_streamed_and_answered(ai, http):
     stream = ai.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER],
                                         tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                         max_tokens=60, temperature=0, stream=True)
@@ -132,6 +132,19 @@ def test_openai_tool_call_streamed_and_answered(ai):
     r = ai.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER], tool_choice="none", max_tokens=8,
                                    temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length") and not r.choices[0].message.tool_calls
+    # the tool's result reached the prompt the model read (llama-server's /apply-template shows it), and the
+    # answered turn read exactly that prompt
+    rendered = http.post("/apply-template", json={"model": MODEL, "messages": history, "tools": [WEATHER],
+                                                  "tool_choice": "none"}).json()
+    assert "sunny, 21C" in rendered.get("prompt", ""), rendered
+    assert r.usage.prompt_tokens == rendered["n_tokens"]
+
+
+def _longer_result_longer_prompt(prompt_tokens) -> None:
+    """A tool result reached the prompt when a longer result makes the prompt longer by as much (a template that
+    dropped it would count the same tokens for both)."""
+    short, long = prompt_tokens("sunny"), prompt_tokens("sunny, 21 degrees, light wind from the west, no rain today")
+    assert long - short >= 8, (short, long)
 
 
 def test_openai_bad_tool_input_is_400_naming_the_field(ai):
@@ -176,6 +189,12 @@ def test_ollama_tool_results_round_trip(oc):
         {"role": "tool", "tool_name": "get_weather", "content": "sunny"}]
     r = oc.chat("thinker:test", messages=history, tools=[WEATHER], think=False, options={"num_predict": 4, **TINY})
     assert r.done
+
+    def prompt_tokens(result):
+        turn = history[:-1] + [{"role": "tool", "tool_name": "get_weather", "content": result}]
+        return oc.chat("thinker:test", messages=turn, tools=[WEATHER], think=False,
+                       options={"num_predict": 1, **TINY}).prompt_eval_count
+    _longer_result_longer_prompt(prompt_tokens)
     with pytest.raises(ollama.ResponseError) as e:
         oc.chat("thinker:test", messages=ASK + [{"role": "tool", "tool_name": "get_time", "content": "x"}],
                 options={"num_predict": 2})
@@ -245,6 +264,14 @@ def test_anthropic_tool_use_and_result(ac):
         tool_choice={"type": "none"})
     assert follow.stop_reason in ("end_turn", "max_tokens")
 
+    def prompt_tokens(result):
+        return ac.messages.count_tokens(model=MODEL, tools=tools, tool_choice={"type": "none"}, messages=ASK + [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": result}]}],
+        ).input_tokens
+    _longer_result_longer_prompt(prompt_tokens)
+    assert follow.usage.input_tokens == prompt_tokens("sunny")
+
 
 def test_anthropic_thinking_count_tokens_and_errors(ac):
     m = ac.messages.create(model="thinker:test", max_tokens=10, messages=ASK,
@@ -289,6 +316,15 @@ def test_responses_text_stream_and_tools(ai):
                                       "arguments": call.arguments},
                                      {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
     assert nxt.status in ("completed", "incomplete")
+
+    def prompt_tokens(result):
+        return ai.responses.create(model=MODEL, tools=[tool], max_output_tokens=1, temperature=0, tool_choice="none",
+                                   input=[{"role": "user", "content": "Weather in Paris?"},
+                                          {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                                           "arguments": call.arguments},
+                                          {"type": "function_call_output", "call_id": call.call_id,
+                                           "output": result}]).usage.input_tokens
+    _longer_result_longer_prompt(prompt_tokens)
 
 
 def test_responses_reasoning_and_bad_input(ai):

@@ -237,9 +237,12 @@ class RunnerClient:
 
     async def count_prompt(self, req: P.GenerateRequest) -> int:
         """How many tokens a request's prompt is (its messages and tools through the chat template)."""
+        return len((await self.render_prompt(req)).tokens)
+
+    async def render_prompt(self, req: P.GenerateRequest) -> P.TokenizeResult:
+        """A request's prompt as the runner would decode it: the rendered text and its tokens."""
         rid = f"tok-{next(_ids)}"
-        res = await self._call(rid, P.TokenizeRequest(rid, "", True, chat=req))
-        return len(res.tokens)
+        return await self._call(rid, P.TokenizeRequest(rid, "", True, chat=req))
 
     async def stats(self) -> P.Stats:
         rid = f"stats-{next(_ids)}"

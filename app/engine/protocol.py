@@ -88,6 +88,7 @@ class TokenizeRequest:
 class TokenizeResult:
     id: str
     tokens: list[int]
+    text: str | None = None                 # a chat's rendered prompt (when TokenizeRequest.chat was given)
 
 
 @dataclass

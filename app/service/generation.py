@@ -213,9 +213,14 @@ async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
 async def count_prompt(scheduler, req: GenerationRequest) -> int:
     """How many tokens the request's prompt is once rendered (template, tools, SYSTEM): asked of the model's
     runner, which renders exactly as it would for a generation."""
+    return len((await render_prompt(scheduler, req)).tokens)
+
+
+async def render_prompt(scheduler, req: GenerationRequest):
+    """The request's prompt as its runner renders it for a generation (protocol.TokenizeResult: text, tokens)."""
     job = await prepare(scheduler, req)
     async with scheduler.lease(job.model, job.options, job.keep_alive) as lease:
         try:
-            return await lease.client.count_prompt(job.runner_request)
+            return await lease.client.render_prompt(job.runner_request)
         except RunnerError as e:
             raise runner_error(e, job.model) from None

@@ -209,11 +209,12 @@ def _serve(conn, batcher: Batcher, send, vocab, admission: Admission) -> None:
             send(batcher.stats(msg.id))
         elif isinstance(msg, P.TokenizeRequest):
             try:
-                if msg.chat is not None:       # count a chat's prompt: template, tools, thinking switches
+                if msg.chat is not None:       # a chat's prompt: template, tools, thinking switches
                     toks = admission.prompt_tokens(msg.chat)
+                    text = None if msg.chat.suffix is not None else admission.prompt_text(msg.chat)
+                    send(P.TokenizeResult(msg.id, toks, text))
                 else:
-                    toks = tokenize(vocab, msg.text, msg.add_special, True)
-                send(P.TokenizeResult(msg.id, toks))
+                    send(P.TokenizeResult(msg.id, tokenize(vocab, msg.text, msg.add_special, True)))
             except Exception as e:
                 send(P.ErrorEvent(msg.id, f"tokenize failed: {e}", kind="invalid"))
         elif isinstance(msg, P.Shutdown):

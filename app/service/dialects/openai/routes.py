@@ -25,6 +25,15 @@ async def completions(request):
                                                                             id=cid))
 
 
+async def apply_template(request):
+    """llama-server's POST /apply-template: a chat completion body -> {"prompt": the text the model would read}
+    (its chat template over the messages and tools), so a client can see exactly what reached the model."""
+    scheduler, _, _ = context(request)
+    req, _ = parse.parse_chat(await read_json(request))
+    res = await generation.render_prompt(scheduler, req)
+    return web.json_response({"prompt": res.text, "n_tokens": len(res.tokens)})
+
+
 async def embeddings(request):
     scheduler, _, metrics = context(request)
     req, encoding = parse.parse_embeddings(await read_json(request))
@@ -54,6 +63,7 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_post("/v1/chat/completions", chat_completions)
     r.add_post("/v1/completions", completions)
+    r.add_post("/apply-template", apply_template)
     r.add_post("/v1/embeddings", embeddings)
     r.add_get("/v1/models", list_models)
     r.add_get("/v1/models/{model:.+}", get_model)
