@@ -19,7 +19,9 @@ from app.engine.runner.embeddings import InputTooLong, fit_tokens, tokenize
 from app.engine.runner.grammar import GrammarError, grammar_for
 from app.engine.runner.output import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
 from app.engine.runner.batcher import Batcher
-from app.engine.runner.sampling import SamplingError, accept_prompt, build_chain, penalty_window, validate
+from app.engine.runner.constrained import SeqSampler
+from app.engine.runner.sampling import (SamplingError, accept_prompt, build_chain, free_grammar, grammar_sampler,
+                                          penalty_window, validate)
 
 
 @pytest.fixture(scope="module")
@@ -182,12 +184,11 @@ def test_grammars_for_json_and_schemas(llama):
     assert "root" in grammar_for(json_mode=True)
     g = grammar_for(json_schema={"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
     assert "root" in g
-    chain = build_chain(P.SamplingParams(temperature=0), vocab, v.n_vocab, g)
-    L.llama_sampler_free(chain)
+    free_grammar(grammar_sampler(vocab, g))
     with pytest.raises(GrammarError):
         grammar_for(json_schema=["not", "a", "schema"])
     with pytest.raises(SamplingError, match="grammar"):
-        build_chain(P.SamplingParams(), vocab, v.n_vocab, "root ::= [unterminated")
+        grammar_sampler(vocab, "root ::= [unterminated")
 
 
 def test_prompt_tokens_feed_the_penalties_but_never_the_grammar(llama):
@@ -197,18 +198,19 @@ def test_prompt_tokens_feed_the_penalties_but_never_the_grammar(llama):
     toks = tokenize(vocab, prompt, add_special=False)
     p = P.SamplingParams(temperature=0, repeat_penalty=1.5, repeat_last_n=8)
     assert penalty_window(p, 512) == 8 and penalty_window(P.SamplingParams(repeat_last_n=-1), 512) == 512
-    chain = build_chain(p, vocab, v.n_vocab, grammar_for(json_mode=True), n_ctx=512)
+    chain = build_chain(p, v.n_vocab, n_ctx=512)
+    sampler = SeqSampler(chain, vocab, v.n_vocab, grammar_for(json_mode=True), "format json", v.piece)
     try:
         assert accept_prompt(chain, toks, penalty_window(p, 512)) == 8          # only the window's worth
         L.llama_memory_clear(mem, True)
         _, row = _decode_prompt(ctx, vocab, prompt, seq=0)
-        first = v.text(L.llama_sampler_sample(chain, ctx, row))
+        first = v.text(sampler.sample(ctx, row))
         # had the grammar seen the prose above, it would be past its start (or broken); it still wants an object
         assert first.lstrip().startswith("{"), first
     finally:
-        L.llama_sampler_free(chain)
+        sampler.free()
         L.llama_memory_clear(mem, True)
-    neutral = build_chain(P.SamplingParams(temperature=0, repeat_penalty=1.0), vocab, v.n_vocab)
+    neutral = build_chain(P.SamplingParams(temperature=0, repeat_penalty=1.0), v.n_vocab)
     assert accept_prompt(neutral, toks, 64) == 0                                 # nothing to feed
     L.llama_sampler_free(neutral)
 
@@ -227,7 +229,7 @@ def test_every_sampler_option_builds_a_chain(llama):
               P.SamplingParams(mirostat=2, seed=3), P.SamplingParams(min_p=0.05, typical_p=0.9, top_k=0, top_p=1.0,
                                                                      presence_penalty=0.5, frequency_penalty=0.5,
                                                                      repeat_last_n=-1, logit_bias={5: -100.0})):
-        chain = build_chain(p, vocab, v.n_vocab, None, n_ctx=512)
+        chain = build_chain(p, v.n_vocab, n_ctx=512)
         assert chain and L.llama_sampler_chain_n(chain) >= 1
         L.llama_sampler_free(chain)
 

@@ -7,8 +7,10 @@ import pytest
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner import tool_grammar as tg
+from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.grammar import GrammarError
-from app.engine.runner.sampling import grammar_sampler
+from app.engine.runner.output import Vocab
+from app.engine.runner.sampling import free_grammar, grammar_sampler
 from app.engine.runner.embeddings import tokenize
 from app.service.toolcalls import parse_all
 
@@ -54,14 +56,15 @@ def piece_id(vocab, text):
 def test_every_lazy_grammar_parses_in_llama_cpp(vocab, family):
     g = tg.for_request(TOOLS, "auto", family)
     assert g is not None and g.lazy
-    s = grammar_sampler(vocab, g)
-    assert s
-    L.llama_sampler_free(s)
+    for kind, prefix in ((tg.BARE, ""), (tg.BARE, "\n "), (tg.MARKER, ""), (tg.MARKER, 'say "hi"\t')):
+        if kind == tg.MARKER and not g.opener:
+            continue
+        free_grammar(grammar_sampler(vocab, g.triggered(kind, prefix)))
 
 
 def test_forced_grammar_admits_only_a_call(vocab):
     n_vocab = L.llama_vocab_n_tokens(vocab)
-    s = grammar_sampler(vocab, tg.for_request(TOOLS, "required", "generic", parallel=False))
+    s = grammar_sampler(vocab, tg.for_request(TOOLS, "required", "generic", parallel=False).gbnf)
     ok = allowed(vocab, s, n_vocab)
     assert ok[piece_id(vocab, "{")] and not ok[piece_id(vocab, "Hello")]
     accept_text(vocab, s, '{"name": "get_weather", "arguments": {"city": ')
@@ -72,7 +75,7 @@ def test_forced_grammar_admits_only_a_call(vocab):
 
 def test_named_tool_choice_admits_only_that_name(vocab):
     n_vocab = L.llama_vocab_n_tokens(vocab)
-    s = grammar_sampler(vocab, tg.for_request(TOOLS, "get_time", "generic"))
+    s = grammar_sampler(vocab, tg.for_request(TOOLS, "get_time", "generic").gbnf)
     accept_text(vocab, s, '{"name": "get_')
     ok = allowed(vocab, s, n_vocab)
     assert ok[piece_id(vocab, "time")] and not ok[piece_id(vocab, "weather")]
@@ -81,15 +84,58 @@ def test_named_tool_choice_admits_only_that_name(vocab):
         tg.for_request(TOOLS, "no_such_tool", "generic")
 
 
+def lazy_sampler(vocab, family):
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    return SeqSampler(None, vocab, n_vocab, tg.for_request(TOOLS, "auto", family), "tool-call", Vocab(vocab, n_vocab).piece)
+
+
+def watch_text(vocab, sampler, text):
+    """`text` as the reply's tokens: watched while the grammar waits, then each tested and accepted by it."""
+    for t in tokenize(vocab, text, add_special=False, parse_special=True):
+        if sampler.grammar is None:
+            sampler.watch(t)
+        else:
+            assert sampler.allows(sampler.grammar, t)
+            L.llama_sampler_accept(sampler.grammar, t)
+
+
 def test_lazy_grammar_free_until_marker_then_constrained(vocab):
     n_vocab = L.llama_vocab_n_tokens(vocab)
-    s = grammar_sampler(vocab, tg.for_request(TOOLS, "auto", "hermes"))
-    accept_text(vocab, s, "Sure, let me look")
-    assert allowed(vocab, s, n_vocab).all()                                 # free text before the marker
-    accept_text(vocab, s, ' that up. <tool_call>\n{"name": "get_weather", "arguments": {"city": ')
-    ok = allowed(vocab, s, n_vocab)
+    s = lazy_sampler(vocab, "hermes")
+    watch_text(vocab, s, "Sure, let me look")
+    assert s.grammar is None                                                # free text before the marker
+    watch_text(vocab, s, ' that up. <tool_call>\n{"name": "get_weather", "arguments": {"city": ')
+    assert s.grammar is not None
+    ok = allowed(vocab, s.grammar, n_vocab)
     assert ok[piece_id(vocab, '"')] and not ok[piece_id(vocab, "Hello")]
-    L.llama_sampler_free(s)
+    s.free()
+
+
+@pytest.mark.parametrize("start", ['{\n  "name"', '\n{"name"', '{"name"', '  { "name"'])
+def test_bare_call_at_the_start_triggers_with_json_whitespace(vocab, start):
+    """What made llama.cpp's lazy grammar throw (`{\\n`): the grammar starts on it and constrains the rest."""
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    s = lazy_sampler(vocab, "hermes")
+    watch_text(vocab, s, start + ': "get_weather", "arguments": {"city": ')
+    assert s.grammar is not None
+    ok = allowed(vocab, s.grammar, n_vocab)
+    assert ok[piece_id(vocab, '"')] and not ok[piece_id(vocab, "1")]
+    s.free()
+
+
+def test_text_the_grammar_rejects_stays_free(vocab):
+    """The marker completed by a token that also holds text no call can continue from (`>.`): the grammar is
+    dropped (it is never fed a token it rejects), the reply stays free, and a later marker starts it again."""
+    s = lazy_sampler(vocab, "hermes")
+    watch_text(vocab, s, "<tool_call>. Hello")
+    assert s.grammar is None and s.lazy is not None
+    watch_text(vocab, s, " and now <tool_call>")
+    assert s.grammar is not None
+    s.free()
+    s = lazy_sampler(vocab, "generic")                                     # no marker: only a bare start counts
+    watch_text(vocab, s, 'Text first {"name"')
+    assert s.grammar is None and s.lazy is None
+    s.free()
 
 
 def test_no_grammar_for_none_or_no_tools():

@@ -16,6 +16,7 @@ from llama_cpp import llama_cpp as L
 
 from app.engine.gguf.chat_facts import MARKER_TOKENS, ChatFacts
 from app.engine.runner import chat_template, grammar, sampling, tool_grammar
+from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.embeddings import tokenize
 from app.engine.runner.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
 from app.engine.runner.sequence import N_KEEP, Seq
@@ -79,8 +80,14 @@ class Admission:
             toks = toks[:seq.n_keep] + toks[len(toks) - (self.n_ctx_seq - seq.n_keep):]
         seq.prompt = np.asarray(toks, dtype=np.int32)
         seq.n_prompt = len(toks)
-        seq.chain = sampling.build_chain(req.sampling, self.vocab, self.n_vocab, self.grammar(req), self.n_ctx_seq)
-        sampling.accept_prompt(seq.chain, seq.prompt, sampling.penalty_window(req.sampling, self.n_ctx_seq))
+        g, label = self.grammar(req)
+        chain = sampling.build_chain(req.sampling, self.n_vocab, self.n_ctx_seq)
+        try:
+            seq.sampler = SeqSampler(chain, self.vocab, self.n_vocab, g, label, self.vocab_out.piece)
+        except BaseException:
+            sampling.free_chain(chain)
+            raise
+        sampling.accept_prompt(chain, seq.prompt, sampling.penalty_window(req.sampling, self.n_ctx_seq))
         seq.detok = Detokenizer(self.vocab_out, self.shown if chat else frozenset(),
                                 self.thinking_prefix(text) if chat else "")
         stops = list(req.stop) + (self.turn_stops if chat else [])
@@ -88,15 +95,17 @@ class Admission:
         seq.stop_bytes = StopBytes(stops) if any(stops) else None
 
     def grammar(self, req):
-        """A tool-call grammar when the request's tool_choice asks for one, else the `format` grammar (with
-        tool_choice auto an explicit `format` wins: it is what the client constrained)."""
+        """(grammar, what it is called in errors): a tool-call grammar when the request's tool_choice asks for
+        one, else the `format` grammar (with tool_choice auto an explicit `format` wins: it is what the client
+        constrained), else (None, "")."""
         wants_format = req.json_mode or req.json_schema is not None
         if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw and \
                 not (wants_format and req.tool_choice == "auto"):
             g = tool_grammar.for_request(req.tools, req.tool_choice, self.family, req.parallel_tool_calls)
             if g is not None:
-                return g
-        return grammar.grammar_for(req.json_mode, req.json_schema)
+                return g, f"tool-call (tool_choice {req.tool_choice})"
+        label = "format JSON schema" if req.json_schema is not None else "format json"
+        return grammar.grammar_for(req.json_mode, req.json_schema), label
 
     def thinking_prefix(self, prompt: str) -> str:
         """The thinking marker the template left open at the end of the prompt (DeepSeek-R1, QwQ, Qwen3 with

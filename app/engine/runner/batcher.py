@@ -172,9 +172,9 @@ class Batcher:
             self.placement.release(seq, reason != "error", self.slots)
             self.slots[seq.slot] = None
             seq.slot = None
-        if seq.chain:
-            L.llama_sampler_free(seq.chain)
-            seq.chain = None
+        if seq.sampler is not None:
+            seq.sampler.free()
+            seq.sampler = None
         if seq.finish is None:
             seq.finish = reason
         seq.t_done = time.perf_counter()
@@ -327,13 +327,13 @@ class Batcher:
                 continue
             try:
                 self.hooks.hit("sample")
-                tok = L.llama_sampler_sample(seq.chain, self.ctx, row)
+                tok = seq.sampler.sample(self.ctx, row)
                 logits = None
                 if seq.req.logprobs:
                     ptr = L.llama_get_logits_ith(self.ctx, row)
                     if ptr:
                         logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
-            except Exception as e:
+            except Exception as e:      # GrammarStuck names the grammar; only this sequence ends
                 seq.error = f"sampling failed: {e}"
                 finished.append((seq, "error"))
                 continue

@@ -54,6 +54,16 @@ def check_schema_size(schema) -> None:
         stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
 
 
+# Until our own converter lands: llama.cpp's C++ whitespace (models write `{\n  "key"`) and no raw control
+# characters inside strings, over the Python converter's `" "?` and `[^"\\]`.
+_CXX_SPACE = 'space ::= | " " | "\\n"{1,2} [ \\t]{0,20}'
+
+
+def cxx_rules(gbnf: str) -> str:
+    gbnf = re.sub(r'^space ::= " "\?$', lambda m: _CXX_SPACE, gbnf, flags=re.M)
+    return gbnf.replace('char ::= [^"\\\\]', 'char ::= [^"\\\\\\x7F\\x00-\\x1F]')
+
+
 def grammar_for(json_mode: bool = False, json_schema: dict | None = None) -> str | None:
     """GBNF for the request, or None when output is unconstrained."""
     if json_schema is not None:
@@ -61,7 +71,7 @@ def grammar_for(json_mode: bool = False, json_schema: dict | None = None) -> str
             raise GrammarError(f"format must be \"json\" or a JSON schema object, got {type(json_schema).__name__}")
         check_schema_size(json_schema)
         try:
-            return json_schema_to_gbnf(json.dumps(json_schema))
+            return cxx_rules(json_schema_to_gbnf(json.dumps(json_schema)))
         except Exception as e:  # the converter raises assorted types on bad schemas
             raise GrammarError(f"unsupported JSON schema: {e}") from e
     if json_mode:

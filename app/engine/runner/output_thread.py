@@ -11,7 +11,6 @@ import os
 import queue
 import time
 
-from llama_cpp import llama_cpp as L
 
 from app.discovery.host import cpu_cores
 from app.engine import protocol as P
@@ -87,9 +86,9 @@ class OutputThread:
         self.b.wake.set()
 
     def _finish_unadmitted(self, seq: Seq, reason: str):
-        if seq.chain:
-            L.llama_sampler_free(seq.chain)
-            seq.chain = None
+        if seq.sampler is not None:
+            seq.sampler.free()
+            seq.sampler = None
         seq.finish = reason
         self.on_done(seq)
 

@@ -1,13 +1,13 @@
 """Per-sequence sampler chains built from `protocol.SamplingParams` (llama.cpp's sampler API).
 
-One chain per sequence: penalties, grammar, mirostat and the RNG keep state. The chain is created off the
-context thread (constructors only read the vocab) and then used only by the thread that owns the context.
-Order follows llama.cpp's common sampler: logit bias, penalties, grammar, then the truncation samplers,
-temperature, and the final pick (dist / greedy / mirostat).
+One chain per sequence: penalties, mirostat and the RNG keep state. The chain is created off the context
+thread (constructors only read the vocab) and then used only by the thread that owns the context. Order
+follows llama.cpp's common sampler: logit bias, penalties, then the truncation samplers, temperature, and the
+final pick (dist / greedy / mirostat). A grammar is never in the chain: constrained.py keeps it apart and
+feeds it only tokens it accepts (as common_sampler does).
 """
 from __future__ import annotations
 
-import ctypes
 import math
 
 from llama_cpp import llama_cpp as L
@@ -60,7 +60,7 @@ def penalty_window(p: SamplingParams, n_ctx: int = 0) -> int:
     return p.repeat_last_n if p.repeat_last_n != -1 else max(n_ctx, 64)
 
 
-def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = None, n_ctx: int = 0) -> int:
+def build_chain(p: SamplingParams, n_vocab: int, n_ctx: int = 0) -> int:
     """Returns a llama_sampler* (an int handle); free it with `free_chain`."""
     validate(p, n_vocab)
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
@@ -75,8 +75,6 @@ def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = No
         last_n = penalty_window(p, n_ctx)
         if last_n and (p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):
             add(L.llama_sampler_init_penalties(n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
-        if grammar is not None:
-            add(grammar_sampler(vocab, grammar))
         if p.temperature <= 0:
             add(L.llama_sampler_init_greedy())
         elif p.mirostat == 1:
@@ -102,30 +100,18 @@ def build_chain(p: SamplingParams, vocab, n_vocab: int, grammar: str | None = No
     return chain
 
 
-def _special_token(vocab, text: str) -> int | None:
-    """The id of a special token written as `text` (one token when parsed as special), else None."""
-    raw = text.encode()
-    buf = (L.llama_token * 8)()
-    n = L.llama_tokenize(vocab, raw, len(raw), buf, 8, False, True)
-    return int(buf[0]) if n == 1 else None
-
-
-def grammar_sampler(vocab, grammar):
-    """A grammar sampler: plain GBNF text, or a tool_grammar.ToolGrammar (lazy ones wait for a trigger:
-    llama_sampler_init_grammar_lazy_patterns(vocab, grammar, root, patterns, n, tokens, n))."""
-    if isinstance(grammar, str) or not grammar.lazy:
-        text = grammar if isinstance(grammar, str) else grammar.gbnf
-        g = L.llama_sampler_init_grammar(vocab, text.encode(), b"root")
-    else:
-        pats = [p.encode() for p in grammar.patterns]
-        pat_arr = (ctypes.c_char_p * max(1, len(pats)))(*pats)
-        ids = [i for i in (_special_token(vocab, t) for t in grammar.trigger_tokens) if i is not None]
-        tok_arr = (L.llama_token * max(1, len(ids)))(*ids)
-        g = L.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.gbnf.encode(), b"root", pat_arr, len(pats),
-                                                       tok_arr, len(ids))
+def grammar_sampler(vocab, gbnf: str):
+    """A (non-lazy) grammar sampler for GBNF text with root `root`; SamplingError when llama.cpp cannot parse it
+    (its parser catches its own exceptions and returns NULL)."""
+    g = L.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
     if not g:
         raise SamplingError("the grammar could not be parsed by llama.cpp")
     return g
+
+
+def free_grammar(g) -> None:
+    if g:
+        L.llama_sampler_free(g)
 
 
 def accept_prompt(chain, tokens, window: int) -> int:

@@ -32,7 +32,7 @@ class Seq:
         self.wait_n = 0
         self.pending = -1               # sampled, not yet decoded
         self.n_gen = 0
-        self.chain = None
+        self.sampler = None             # constrained.SeqSampler (chain + grammar)
         self.n_keep = 0
         self.t_admit = self.t_first = self.t_done = 0.0
         # output-thread state

@@ -4,10 +4,11 @@ A call is the JSON object {"name": NAME, "arguments": ARGS} with ARGS matching t
 with the same schema converter as `format` (grammar.py), over one combined schema (anyOf the tools).
 - Forced: the whole reply is a call (or, with parallel calls, a list of calls): even a model whose template
   knows no tools answers with one; the service's parser reads bare JSON that names a supplied tool as a call.
-- Lazy (llama_sampler_init_grammar_lazy_patterns): generation is free until the family's call marker appears
-  (or, for any family, a reply that starts with `{"name"`); from there the call must complete and parse.
-  llama.cpp full-matches each pattern against the text so far and feeds the grammar from the first capture
-  group, so every root alternative starts with what a capture group holds.
+- Lazy (`auto`): generation is free until the family's call marker appears (or, for any family, a reply that
+  starts with `{"name"`); from there the call must complete and parse. The runner watches for the trigger
+  itself (`find_trigger`, constrained.py) and then starts an ordinary grammar (`triggered`) whose root begins
+  with the exact text already written, so every token it is fed is one it accepts. llama.cpp's own lazy grammar
+  replays buffered tokens without checking them, and a rejected one throws inside libllama (issue 24: `{\n`).
 """
 from __future__ import annotations
 
@@ -15,15 +16,42 @@ import json
 import re
 from dataclasses import dataclass
 
-from app.engine.runner.grammar import GrammarError, check_schema_size, json_schema_to_gbnf
+from app.engine.runner.grammar import GrammarError, check_schema_size, cxx_rules, json_schema_to_gbnf
+
+
+# A reply that opens with a bare call: whitespace, then `{`, the JSON whitespace the grammar's `space` rule admits
+# (json_schema_grammar.SPACE_RULE), and the "name" key, so the trigger fires only on text the grammar accepts.
+_BARE_START = re.compile(rb'\s*(\{(?: |\n{1,2}[ \t]{0,20})?"name")')
+BARE, MARKER = "bare", "marker"
 
 
 @dataclass(frozen=True)
 class ToolGrammar:
-    gbnf: str
+    gbnf: str                                # forced: the whole grammar; lazy: the call rules, without a root
     lazy: bool = False
-    patterns: tuple[str, ...] = ()           # regexes (full match, first group = where the grammar starts)
-    trigger_tokens: tuple[str, ...] = ()     # special-token texts that start it (resolved to ids by the runner)
+    opener: str | None = None                # lazy: the family's call marker
+    wrapped: str = ""                        # lazy: the root expression for calls that start at the marker
+
+    def find_trigger(self, text: bytes, start: int = 0, bare: bool = True) -> tuple[int, str] | None:
+        """Where the constrained part starts in `text` (the reply so far, special tokens as text) and how:
+        (offset, BARE) for a reply that opens with `{"name"` (looked for when `bare`), (offset, MARKER) at the
+        family's marker at or after `start`; None while neither has appeared."""
+        if bare:
+            m = _BARE_START.match(text)
+            if m:
+                return m.start(1), BARE
+        if self.opener:
+            i = text.find(self.opener.encode(), start)
+            if i >= 0:
+                return i, MARKER
+        return None
+
+    def triggered(self, kind: str, prefix: str) -> str:
+        """The grammar from the trigger on: `prefix` (the text of the trigger's first token before the trigger,
+        already written) and then the calls."""
+        body = self.wrapped if kind == MARKER else "call"
+        lead = f'"{_gbnf_str(prefix)}" ' if prefix else ""
+        return f"root ::= {lead}({body})\n{self.gbnf}"
 
 
 # family -> (marker that opens a call, what closes it, the key its JSON uses for arguments, wrapped in a list)
@@ -32,8 +60,6 @@ _WRAPPERS = {
     "llama3": ("<|python_tag|>", "", "parameters", False),
     "mistral": ("[TOOL_CALLS]", "", "arguments", True),
 }
-_BARE_START = r'\s*(\{\s*"name")[\s\S]*'
-
 
 def _function(tool: dict) -> tuple[str, dict]:
     fn = tool.get("function", tool)
@@ -58,7 +84,7 @@ def _convert(schema: dict, rule: str) -> str:
     """GBNF for the schema with its root renamed to `rule` (so it can sit inside a larger grammar)."""
     check_schema_size(schema)
     try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema))
+        gbnf = cxx_rules(json_schema_to_gbnf(json.dumps(schema)))
     except Exception as e:  # the converter raises assorted types on schemas it cannot handle
         raise GrammarError(f"tools: a function's parameters schema is not supported: {e}") from e
     return re.sub(r"^root ::=", f"{rule} ::=", gbnf, count=1, flags=re.M)
@@ -75,23 +101,19 @@ def lazy(tools: list[dict], family: str) -> ToolGrammar:
     """`auto`: constrained from the family's marker (or a bare `{"name"` at the start) to the end of the call."""
     opener, closer, args_key, listed = _WRAPPERS.get(family, (None, "", "arguments", False))
     body = _convert(call_schema(tools, None, args_key), "call")
-    alts = []
-    patterns = [_BARE_START]
-    triggers: tuple[str, ...] = ()
+    wrapped = ""
     if opener:
         inner = '"[" tc-ws call ("," tc-ws call)* "]"' if listed else "call"
         end = f' tc-ws "{_gbnf_str(closer)}"' if closer else ""
-        alts.append(f'("{_gbnf_str(opener)}" tc-ws {inner}{end} tc-ws)+')
-        patterns.append(r"[\s\S]*?(" + re.escape(opener) + r")[\s\S]*")
-        triggers = (opener,)
-    alts.append("call")                         # a bare call at the start (llama3's bare JSON uses its key too)
-    root = "root ::= " + " | ".join(alts)
-    return ToolGrammar(f"{root}\ntc-ws ::= [ \\t\\n]*\n{body}", lazy=True, patterns=tuple(patterns),
-                       trigger_tokens=triggers)
+        wrapped = f'("{_gbnf_str(opener)}" tc-ws {inner}{end} tc-ws)+'
+    # a bare call at the start is `call` (llama3's bare JSON uses its own key too)
+    return ToolGrammar(f"tc-ws ::= [ \\t\\n]*\n{body}", lazy=True, opener=opener, wrapped=wrapped)
 
 
 def _gbnf_str(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+    """`s` for a GBNF string literal: quote and backslash escaped, control characters as \\xHH."""
+    return "".join(f"\\x{ord(c):02X}" if ord(c) < 0x20 or ord(c) == 0x7F else
+                   "\\" + c if c in '"\\' else c for c in s)
 
 
 def for_request(tools: list[dict] | None, tool_choice, family: str, parallel: bool = True) -> ToolGrammar | None:
