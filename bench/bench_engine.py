@@ -1,11 +1,15 @@
-"""Strata's engine (through RunnerClient) against llama.cpp's llama-server on the same model, threads and context.
+"""Strata against llama.cpp's llama-server on the same model, threads and context, both through their HTTP API.
 
     bench/build_llama_server.sh          # once: builds llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
-    .venv/bin/python bench/bench_engine.py [--threads N] [--reps 3] [--model PATH] [--metrics prompt]
+    .venv/bin/python bench/bench_engine.py [--threads N] [--reps 3] [--model PATH] [--metrics prompt] [--runner]
 
 Both engines are loaded side by side and measured alternately (A/B then B/A each repetition), each with the same
 n_threads, 4 slots of 2048 tokens (n_ctx 8192, per-sequence KV streams), n_batch = n_ubatch = 512, flash
-attention auto, f16 KV, prompt caching off on the server. Both are timed from the client side while
+attention auto, f16 KV. Like with like by default: Strata is `strata serve` answering Ollama's /api/generate,
+llama-server answers its /completion, both over HTTP on loopback, and both keep their prompt cache on (each
+engine's default); every prompt starts with the repetition's number, so neither can reuse an earlier prompt's
+prefix. `--runner` measures Strata's engine through RunnerClient (a pipe, no HTTP) instead: a runner-level
+figure, labelled so in the output, not a like-for-like comparison. Both are timed from the client side while
 streaming, so both include their own API overhead:
 - gen tok/s       single stream, 128 tokens greedy ignoring EOS: (tokens - 1) / (last token - first token)
 - prompt tok/s    a ~500-token prompt, 1 token generated: prompt tokens / time to first token
@@ -46,6 +50,12 @@ def long_prompt(i: int) -> str:
 
 
 SHORT = "Write one sentence about the sea, please, in plain words for a child."
+
+
+def unique(rep: int, text: str) -> str:
+    """The repetition's number first: no prompt shares more than a token or two with an earlier one, so the two
+    engines' prompt caches (both on) help neither."""
+    return f"({rep}) {text}"
 
 
 def cpu_layout(path: str, n_layer: int):
@@ -183,7 +193,7 @@ class ServerEngine:
         tflags = ["-t", str(threads), "-tb", str(threads)] if threads else []
         self.cmd = [str(SERVER), "-m", model, *tflags, "-c", str(NUM_CTX * N_PAR),
                     "-np", str(N_PAR), "-b", str(N_BATCH), "-ub", str(N_BATCH), "--no-kv-unified", "-fa", "auto",
-                    "--no-cache-prompt", "-cram", "0", "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
+                    "-cram", "0", "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = None
         self.session = None
 
@@ -207,7 +217,7 @@ class ServerEngine:
 
     async def stream(self, prompt: str, n_predict: int):
         body = {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True, "temperature": 0.0, "top_k": 0,
-                "top_p": 1.0, "repeat_penalty": 1.0, "stream": True, "cache_prompt": False}
+                "top_p": 1.0, "repeat_penalty": 1.0, "stream": True}
         t0 = time.perf_counter()
         times, n_prompt = [], 0
         async with self.session.post(f"http://127.0.0.1:{self.port}/completion", json=body) as r:
@@ -238,7 +248,7 @@ class ServerEngine:
 
 
 async def m_gen(engine, rep):
-    t0, times, _ = await engine.stream(f"Once upon a time ({rep})", N_GEN)
+    t0, times, _ = await engine.stream(unique(rep, "Once upon a time"), N_GEN)
     return {"gen tok/s": (len(times) - 1) / (times[-1] - times[0])}
 
 
@@ -249,13 +259,13 @@ async def m_prompt(engine, rep):
 
 async def m_streams(engine, rep):
     t0 = time.perf_counter()
-    outs = await asyncio.gather(*(engine.stream(f"Story {k} ({rep}): once upon a time", N_GEN) for k in range(4)))
+    outs = await asyncio.gather(*(engine.stream(unique(rep, f"Story {k}: once upon a time"), N_GEN) for k in range(4)))
     wall = max(o[1][-1] for o in outs) - t0
     return {"4-stream tok/s": sum(len(o[1]) for o in outs) / wall}
 
 
 async def m_ttft(engine, rep):
-    t0, times, _ = await engine.stream(SHORT + f" ({rep})", 1)
+    t0, times, _ = await engine.stream(unique(rep, SHORT), 1)
     return {"TTFT ms": (times[0] - t0) * 1000}
 
 
@@ -311,13 +321,14 @@ async def main(args):
     if not SERVER.exists():
         sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
     metrics, keys = chosen_metrics(args.metrics)
-    strata = StrataApiEngine(model, args.threads) if args.api else StrataEngine(model, args.threads)
+    strata = StrataEngine(model, args.threads) if args.runner else StrataApiEngine(model, args.threads)
     results, fractions = await run_pair([strata, ServerEngine(model, args.threads)], metrics, args.reps)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in results.items()}
     n_prompt = results["strata"][0].get("prompt tokens", "-")
     print(f"\nmodel {Path(model).name}, threads {args.threads}, {N_PAR} slots x {NUM_CTX} ctx, batch {N_BATCH}, "
           f"{args.reps} alternating reps (medians), prompt {n_prompt} tokens, gen {N_GEN} tokens greedy, "
-          f"{'HTTP API' if args.api else 'runner level'}\n")
+          f"{'RUNNER LEVEL (Strata through a pipe, llama-server over HTTP)' if args.runner else 'both over HTTP'}, "
+          f"prompt cache on in both\n")
     print("| metric | Strata | llama-server | ratio |")
     print("| --- | ---: | ---: | ---: |")
     for k in keys:
@@ -344,6 +355,6 @@ if __name__ == "__main__":
     ap.add_argument("--metrics", default="gen,prompt,streams,ttft",
                     help="comma-separated subset of gen,prompt,streams,ttft (default: all)")
     ap.add_argument("--reps-table", action="store_true", help="also print every repetition's value")
-    ap.add_argument("--api", action="store_true", help="Strata through its HTTP API (strata serve, /api/generate) "
-                                                      "instead of the runner client")
+    ap.add_argument("--runner", action="store_true", help="Strata's engine through RunnerClient (no HTTP) instead "
+                                                         "of strata serve: a runner-level figure, not like for like")
     asyncio.run(main(ap.parse_args()))

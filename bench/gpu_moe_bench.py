@@ -15,7 +15,8 @@ flash attention auto and f16 KV everywhere. Measured from the client side while 
   fixed seed (top_k 0, top_p 1, min_p 0, no penalties) in both engines: greedy decoding of a random-weight model
   repeats one byte token whose text is never valid UTF-8, so Strata held it back and sent all 128 at the end
 - engine-side figures too: Strata's DoneEvent (prompt_seconds, generation_seconds), llama-server's `timings`
-- load s: process start to ready (Strata: the runner's start; its planning, dry run included, is given apart)
+- load s: from nothing to ready to answer. llama-server: process start to healthy (its --fit search included);
+  Strata: planning (plan + no_alloc dry run, cold) plus the runner's start, as a user waits for both
 - GPU MiB: NVML's used memory on the device with the engine loaded and after its runs, minus before (the CUDA
   context and pools included, the same way for every engine); the budget check uses the buffers the engine
   reports (Strata: the runner's actual; llama-server: its `-lv 4` buffer lines)
@@ -317,10 +318,11 @@ async def main(a) -> int:
         rp = f"{s['prompt_tps'] / p:.3f}" if p and s.get("prompt_tps") else "-"
         rg = f"{s['gen_tps'] / g:.3f}" if g and s.get("gen_tps") else "-"
         nv = r.get("nvml_after", r.get("nvml_loaded", 0))
+        load_s = r["load_s"] + (plan_s if r["name"].startswith("strata") else 0.0)   # like fit's own search
         print(f"| {r['name']}{' (best sweep)' if r is best else ''} | {r['gpu_used'] / MiB:.0f} | "
-              f"{'yes' if r['within_budget'] else 'NO'} | {nv / MiB:.0f} | {r['load_s']:.2f} | {p or 0:.1f} | "
+              f"{'yes' if r['within_budget'] else 'NO'} | {nv / MiB:.0f} | {load_s:.2f} | {p or 0:.1f} | "
               f"{g or 0:.1f} | {rp} | {rg} | {r.get('engine_prompt_tps', 0):.0f} / {r.get('engine_gen_tps', 0):.1f} |")
-    print(f"\nStrata planning (plan + no_alloc dry run, cold cache): {plan_s:.2f} s")
+    print(f"\nStrata's load s includes its planning (plan + no_alloc dry run, cold cache): {plan_s:.2f} s")
     if a.json:
         Path(a.json).write_text(json.dumps({"budget": budget, "gpu": dataclasses.asdict(gpu), "threads": a.threads,
                                             "n_ctx": a.ctx, "layout": lay.to_dict(), "rows": rows,
