@@ -246,8 +246,9 @@ def write_recurrent_mamba(path):
 @pytest.mark.parametrize("writer", [write_swa_gemma2, write_recurrent_mamba], ids=["swa", "recurrent"])
 def test_sliding_window_and_recurrent_models(loop, tmp_path, writer):
     """Random weights (the text is noise; the memory paths are real). A recurrent state holds only the end of
-    its sequence: it is reused for an exact continuation and processed again when the prompt diverges. The
-    first token's distribution (cached cells only, no sampling cascade) is compared with a cold run."""
+    its sequence: it is reused for an exact continuation, and a prompt that diverges continues from the context
+    checkpoint taken near the end of the first prompt. The first token's distribution (cached cells only, no
+    sampling cascade) is compared with a cold run."""
     path = writer(tmp_path / "m.gguf")
     c = RunnerClient(cpu_layout(path, num_ctx=512, num_parallel=2, n_batch=64, n_layer=2), n_threads=1,
                      model_name=path.stem, prompt_cache_bytes=16 << 20)
@@ -266,10 +267,8 @@ def test_sliding_window_and_recurrent_models(loop, tmp_path, writer):
             cold = run(loop, _first_token(c, req(cache_prompt=False)))
             if reused is not None:
                 assert warm[0] == reused              # an exact continuation: all reused but the undecoded last token
-            elif writer is write_recurrent_mamba:
-                assert warm[0] == 0                                   # diverged: the state cannot be cut back
-            else:
-                assert 0 < warm[0] < first.prompt_tokens              # the common prefix of the prompt
+            else:   # the common prefix of the prompt (SWA), or the checkpoint before the divergence (recurrent)
+                assert 0 < warm[0] < first.prompt_tokens
             assert max(abs(a - b) for a, b in zip(warm[1], cold[1])) < 1e-3
     finally:
         run(loop, c.close())
@@ -311,7 +310,8 @@ def test_swa_cells_below_the_window_are_processed_again(tmp_path):
                     placement.slots.last_used[1] = -1.0
                     seq = Seq(P.GenerateRequest(id=rid()))
                     seq.prompt = np.asarray(prompt, dtype=np.int32)
-                    assert placement.place(seq, [None, None]) == 0
+                    slot = placement.place(seq, [None, None])
+                    assert slot == 0 or seq.n_cached == 0     # nothing reusable: the empty slot is as good
                     return seq.n_cached
 
                 assert place(toks + [7, 8]) == N                      # a continuation needs only the last window

@@ -166,14 +166,23 @@ class Stats:
     prompt_cache_limit: int = 0             # its bound (0 = off)
     prompt_cache_entries: int = 0
     cache_hit_tokens: int = 0               # prompt tokens taken from the cache instead of decoded, since load
+    checkpoint_bytes: int = 0               # host RAM held by the slots' context checkpoints
+    checkpoints: int = 0                    # how many the slots hold
+    checkpoint_hits: int = 0                # prompts continued from a checkpoint, since load
+    checkpoint_misses: int = 0              # prompts that shared a cached prefix no memory could continue from
 
 
 @dataclass
 class PromptCacheState:
-    """Sent by the runner when its host-RAM prompt cache changes size (the service shows and budgets it)."""
+    """Sent by the runner when its host-RAM prompt cache or its context checkpoints change (the service shows
+    and budgets them)."""
     bytes: int
     entries: int
     limit: int
+    checkpoint_bytes: int = 0
+    checkpoints: int = 0
+    checkpoint_hits: int = 0
+    checkpoint_misses: int = 0
 
 
 @dataclass

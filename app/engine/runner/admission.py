@@ -19,6 +19,7 @@ from app.engine.runner import chat_template, grammar, sampling, tool_grammar
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.embeddings import tokenize
 from app.engine.runner.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
+from app.engine.runner.prompt_cache import common_prefix
 from app.engine.runner.sequence import N_KEEP, Seq
 
 
@@ -55,6 +56,7 @@ class Admission:
                                if t is not None)
         fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
         self.fim = fim if all(t >= 0 for t in fim) else None
+        self.mark_last_user = False     # set when the model takes context checkpoints (batcher.Placement)
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
@@ -78,6 +80,8 @@ class Admission:
         seq.n_keep = min(N_KEEP, len(toks))
         if len(toks) > self.n_ctx_seq:            # keep the start (system prompt head) and the most recent part
             toks = toks[:seq.n_keep] + toks[len(toks) - (self.n_ctx_seq - seq.n_keep):]
+        elif chat and self.mark_last_user:
+            seq.checkpoint_at = self.last_user_start(req, toks)
         seq.prompt = np.asarray(toks, dtype=np.int32)
         seq.n_prompt = len(toks)
         g, label = self.grammar(req)
@@ -115,10 +119,28 @@ class Admission:
             return marker
         return ""
 
-    def render(self, messages, req) -> str:
+    def render(self, messages, req, add_generation_prompt: bool = True) -> str:
         return chat_template.render_chat(self.template, messages, bos_token=self.bos, eos_token=self.eos,
+                                         add_generation_prompt=add_generation_prompt,
                                          tools=req.tools if req.render_tools else None,
                                          template_kwargs=req.template_kwargs)
+
+    def last_user_start(self, req, toks: list[int]) -> list[int]:
+        """[the prompt position where the last user message starts] (a context checkpoint goes there: an edited
+        or regenerated last message, or another question after the same system prompt, continues from it), or
+        [] when there is no earlier message. Found as the common prefix of the prompt and the conversation
+        rendered without that message (one more template render and tokenize, on the output thread)."""
+        msgs = req.messages if req.messages is not None else chat_template.prompt_messages(req.prompt, req.system)
+        users = [i for i, m in enumerate(msgs) if isinstance(m, dict) and m.get("role") == "user"]
+        if not users or users[-1] == 0:
+            return []
+        try:
+            head = self.tokens_of(self.render(msgs[:users[-1]], req, add_generation_prompt=False),
+                                  self.context_tokens(req))
+        except Exception:  # noqa: BLE001 - a template that refuses a conversation without a last user message
+            return []
+        n = common_prefix(head, toks)
+        return [n] if 0 < n < len(toks) - 1 else []
 
     def prompt_text(self, req) -> str:
         """The text to tokenize: messages through the chat template (or joined, raw), or the prompt."""

@@ -51,7 +51,8 @@ BEAT_SECONDS = 1.0              # at most one StepsDone message per second while
 
 class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
-                 prompt_cache_bytes: int = 0, stream_interval: float = 0.0):
+                 prompt_cache_bytes: int = 0, stream_interval: float = 0.0, checkpoints: int = 0,
+                 checkpoint_bytes: int = 0):
         self.model, self.ctx, self.send = model, ctx, send
         self.stream_interval = stream_interval   # output_thread.stream_interval_s: how long new text may be held
         self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
@@ -66,7 +67,7 @@ class Batcher:
         self.embedder = embedder
         self.admit_fn = admit               # output thread: Seq -> None (fills prompt/chain/detok/stop) or raises
         self.slots: list[Seq | None] = [None] * self.n_slots
-        self.placement = Placement(ctx, model, self.n_slots, prompt_cache_bytes)
+        self.placement = Placement(ctx, model, self.n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes)
         self.seqs: dict[str, Seq] = {}
         self.ready: deque[Seq] = deque()
         self.embed_jobs: deque = deque()
@@ -80,7 +81,7 @@ class Batcher:
         self.steps = 0
         self._timing: deque = deque(maxlen=128)   # (seconds in llama_decode, seconds of the whole step)
         self._last_beat = 0.0
-        self._cache_reported = (0, 0)
+        self._cache_reported = (0, 0, 0, 0, 0, 0)
         # abort without the GIL: strlen(flag) != 0 aborts the running decode; a Python callback would take the
         # GIL once per graph node and slow a decode by ~80% while another thread is busy (docs/architecture.md,
         # "Runner")
@@ -172,6 +173,7 @@ class Batcher:
             self.placement.release(seq, reason != "error", self.slots)
             self.slots[seq.slot] = None
             seq.slot = None
+            self._report_cache()
         if seq.sampler is not None:
             seq.sampler.free()
             seq.sampler = None
@@ -196,11 +198,13 @@ class Batcher:
             self._report_cache()
 
     def _report_cache(self) -> None:
-        host = self.placement.host
-        state = (host.bytes, len(host.entries))
+        host, cps = self.placement.host, self.placement.checkpoints
+        state = (host.bytes, len(host.entries), cps.bytes, cps.count, cps.hits, cps.misses)
         if state != self._cache_reported:
             self._cache_reported = state
-            self.send(P.PromptCacheState(bytes=host.bytes, entries=len(host.entries), limit=host.limit))
+            self.send(P.PromptCacheState(bytes=host.bytes, entries=len(host.entries), limit=host.limit,
+                                         checkpoint_bytes=cps.bytes, checkpoints=cps.count,
+                                         checkpoint_hits=cps.hits, checkpoint_misses=cps.misses))
 
     def _context_shift(self, seq: Seq):
         """The sequence filled its context: drop the oldest half after the kept prefix."""
@@ -209,6 +213,7 @@ class Batcher:
         if self.can_shift and seq.slot not in self.placement.slots.shared:
             L.llama_memory_seq_rm(self.mem, seq.slot, n_keep, n_keep + n_discard)
             L.llama_memory_seq_add(self.mem, seq.slot, n_keep + n_discard, seq.n_past, -n_discard)
+            self.placement.shifted(seq)
             seq.n_past -= n_discard
             seq.history = seq.history[:n_keep] + seq.history[n_keep + n_discard:]
             seq.n_exact = n_keep if seq.n_exact is None else min(seq.n_exact, n_keep)
@@ -217,6 +222,7 @@ class Batcher:
             window = seq.history[:n_keep] + seq.history[n_keep + n_discard:] + [seq.pending]
             L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
             self.placement.slots.shared.discard(seq.slot)
+            self.placement.shifted(seq)
             seq.history, seq.n_past, seq.n_exact = [], 0, None
             seq.prompt, seq.todo, seq.state = np.asarray(window, dtype=np.int32), 0, PREFILL
 
@@ -265,6 +271,9 @@ class Batcher:
             grant = prefill_grants(prefill, b.free)
             for seq in prefill:
                 k = grant[seq.id]
+                stops = self.placement.checkpoint_stops(seq)     # a chunk ends where a checkpoint is due
+                if stops:
+                    k = min(k, stops[0] - seq.todo)
                 if k <= 0:
                     continue
                 last = seq.todo + k == len(seq.prompt)
@@ -309,6 +318,7 @@ class Batcher:
     def _advance(self, plan) -> None:
         """After a successful decode: what each sequence now holds in KV, and which prefills became generations."""
         for seq, pos0, k in plan:
+            seq.n_past = pos0 + k
             if seq.state == GEN:
                 seq.history.append(seq.pending)
             else:
@@ -316,7 +326,7 @@ class Batcher:
                 seq.todo += k
                 if seq.todo == len(seq.prompt):
                     seq.state = GEN
-            seq.n_past = pos0 + k
+                self.placement.after_prefill(seq)       # a context checkpoint where one is due
 
     def _sample(self, outs):
         """Sample every sequence that has logits this step. Returns (results for the output thread, finished)."""

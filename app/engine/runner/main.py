@@ -169,7 +169,10 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, _chat_facts(layout.model_path))
     batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
                       prompt_cache_bytes=prompt_cache_bytes,
-                      stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)))
+                      stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)),
+                      checkpoints=layout.options.ctx_checkpoints,
+                      checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20)
+    admission.mark_last_user = batcher.placement.checkpoints.enabled
     batcher.start()
     send(loaded)
     _serve(conn, batcher, send, L.llama_model_get_vocab(model), admission)

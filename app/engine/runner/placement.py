@@ -9,7 +9,9 @@ Context thread only. Three sources of a cached prefix, best first (docs/prompt-c
 Whatever is reused, at least the last prompt token is decoded again: its logits start the reply.
 
 Sliding-window and recurrent memories cannot keep every cell: `llama_memory_seq_pos_min` says what is still
-held, and a prefix whose needed cells are gone is processed again from the start (llama-server's rule).
+held, and a prefix whose needed cells are gone is continued from the latest context checkpoint at or before it
+(prompt_cache.Checkpoints), or processed again from the start when there is none (llama-server's rule): a
+recurrent state is never continued from a position it does not describe.
 """
 from __future__ import annotations
 
@@ -19,16 +21,22 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.prompt_cache import MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, HostPromptCache, SlotCache, common_prefix
+from app.engine.runner.prompt_cache import (CHECKPOINT_SPACING, MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, Checkpoints,
+                                            HostPromptCache, SlotCache, common_prefix)
 from app.engine.runner.sequence import PREFILL, WAIT, Seq
 
 log = logging.getLogger("strata.engine")
 
 MIN_SHARE_TOKENS = 64       # copying another sequence's cells (a whole KV stream when not unified) must save this
+# A checkpoint also goes this many tokens before the end of a prompt (llama-server's offset): the next turn's
+# history often differs from the prompt in its last tokens (a generation prompt the template renders otherwise in
+# the history, such as Qwen3's empty think block, or a newline that merges with the reply's first token).
+END_BACKOFF = 4
 
 
 class Placement:
-    def __init__(self, ctx, model, n_slots: int, host_cache_bytes: int = 0):
+    def __init__(self, ctx, model, n_slots: int, host_cache_bytes: int = 0, checkpoints: int = 0,
+                 checkpoint_bytes: int = 0):
         self.ctx = ctx
         self.mem = L.llama_get_memory(ctx)
         # one KV stream for all sequences: copying a prefix only marks cells as shared. Otherwise every sequence
@@ -39,6 +47,11 @@ class Placement:
         self.can_share = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
         self.slots = SlotCache(n_slots)
         self.host = HostPromptCache(ctx, host_cache_bytes)
+        # memories that cannot be cut back to any prefix (recurrent state, a window-sized SWA cache) get context
+        # checkpoints; a plain KV cache keeps every cell and needs none
+        self.partial_memory = bool(L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model) or
+                                   L.llama_model_n_swa(model) > 0)
+        self.checkpoints = Checkpoints(ctx, n_slots, checkpoints if self.partial_memory else 0, checkpoint_bytes)
         self.hit_tokens = 0             # prompt tokens not decoded thanks to the cache, since load
         # slots of a cross-stream copy that llama.cpp has queued but not done yet (it copies at the next decode)
         self.pending_copy: set[int] = set()
@@ -55,26 +68,73 @@ class Placement:
             return slot
         prompt = seq.prompt
         limit = max(0, len(prompt) - 1)
-        slot, n_slot = self.slots.choose(prompt, free)
-        n_slot = min(n_slot, limit)
-        entry, n_host = self.host.best(prompt) if self.host.entries else (None, 0)
-        n_host = min(n_host, limit)
+        slot, n_slot = self.slots.choose(prompt, free, self._slot_usable, limit)
+        entry, n_host = self.host.best(prompt, self._entry_usable, limit) if self.host.entries else (None, 0)
         src, n_src = self._best_running(prompt, slot_seqs) if self.can_share else (None, 0)
         n_src = min(n_src, limit)
+        self._count_checkpoint_miss(prompt, free, limit, max(n_slot, n_host))
         if n_src >= max(n_slot, n_host) + MIN_SHARE_TOKENS:
             slot = self._take(self.slots.victim(free), 0)
             self._share(seq, slot, src, n_src)
             return slot
         if entry is not None and n_host >= n_slot + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
-            n = self._trim(slot, n_host) if self.host.restore(entry, slot) else 0
-            if n == 0:
-                L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+            n = self._restore_entry(entry, slot, n_host)
             self._start(seq, n)
             return slot
         self._take(slot, n_slot)
-        self._start(seq, self._trim(slot, n_slot))
+        self._start(seq, self._resume(slot, n_slot))
         return slot
+
+    # ---- how much of a common prefix a memory can continue from ----------------------------------------------
+    def _direct(self, pos_min: int, n: int) -> bool:
+        """The memory (whose oldest held position is pos_min) can continue at position n after cutting the rest:
+        the cells position n attends to are all there (a recurrent state: only when n is its end)."""
+        return 0 <= pos_min <= max(0, n - self.n_swa)
+
+    def _slot_usable(self, slot: int, n: int) -> int:
+        if self._direct(L.llama_memory_seq_pos_min(self.mem, slot), n):
+            return n
+        cp = self.checkpoints.best(slot, n)
+        return cp.n if cp else 0
+
+    def _entry_usable(self, entry, n: int) -> int:
+        if n >= len(entry.tokens) or self._direct(entry.pos_min, n):
+            return n
+        cp = self.checkpoints.best(entry.checkpoints, n)
+        return cp.n if cp else 0
+
+    def _count_checkpoint_miss(self, prompt, free, limit, n_found) -> None:
+        """A checkpoint miss: a free slot's tokens share at least MIN_SAVE_TOKENS with the prompt, but no memory
+        (slot or host entry) can continue any of it: the prompt is processed from the start. Counted whether
+        checkpoints are on or not (with them off, the count says what they would save)."""
+        if not self.partial_memory or n_found > 0:
+            return
+        if any(self.slots.tokens[i] and min(common_prefix(self.slots.tokens[i], prompt), limit) >= MIN_SAVE_TOKENS
+               for i in free):
+            self.checkpoints.misses += 1
+
+    def _resume(self, slot: int, n: int) -> int:
+        """Make `slot`'s memory hold exactly the first n tokens of its kept ones (n from _slot_usable): cut the
+        cells after n, or restore the checkpoint at n first. Returns the tokens kept (0: the slot is empty)."""
+        if n > 0 and not self._direct(L.llama_memory_seq_pos_min(self.mem, slot), n):
+            cp = self.checkpoints.best(slot, n)
+            if cp is None or cp.n != n or not self.checkpoints.restore(slot, cp):
+                n = 0
+            else:
+                self.checkpoints.hits += 1
+        n = self._trim(slot, n)
+        self.checkpoints.cut(slot, n)
+        return n
+
+    def _restore_entry(self, entry, slot: int, n: int) -> int:
+        """Load a host-cache entry into the empty `slot` and resume it at n (from _entry_usable), its
+        checkpoints coming along."""
+        if not self.host.restore(entry, slot):
+            L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+            return 0
+        self.checkpoints.give(slot, entry.checkpoints)
+        return self._resume(slot, n)
 
     def borrow(self, free: list[int]) -> int:
         """A free slot emptied for work that is not a sequence (a generative model's embedding, which clears its
@@ -86,22 +146,22 @@ class Placement:
         that goes to the host cache first when it is worth keeping. Returns the slot."""
         tokens = self.slots.tokens[slot]
         if len(tokens) - keep >= MIN_SAVE_TOKENS:
-            self.host.save(slot, tokens)
+            self.host.save(slot, tokens, self.checkpoints.of(slot), L.llama_memory_seq_pos_min(self.mem, slot))
         self.slots.tokens[slot] = []
         if keep == 0:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
             self.slots.shared.discard(slot)
+            self.checkpoints.clear(slot)
         return slot
 
     def _trim(self, slot: int, n: int) -> int:
         """Keep cells [0, n) of `slot` if they can continue a sequence; returns how many were kept (0 = none)."""
-        if n > 0:
-            pos_min = L.llama_memory_seq_pos_min(self.mem, slot)
-            if pos_min < 0 or pos_min > max(0, n - self.n_swa):
-                n = 0                   # the window (or recurrent state) no longer holds what position n needs
+        if n > 0 and not self._direct(L.llama_memory_seq_pos_min(self.mem, slot), n):
+            n = 0                       # the window (or recurrent state) no longer holds what position n needs
         if n == 0 or not L.llama_memory_seq_rm(self.mem, slot, n, -1):
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
             self.slots.shared.discard(slot)
+            self.checkpoints.clear(slot)
             return 0
         return n
 
@@ -170,8 +230,10 @@ class Placement:
         if n == 0:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
             self.slots.forget(slot)
+            self.checkpoints.clear(slot)
             return
         self.slots.keep(slot, seq.history[:n])
+        self.checkpoints.cut(slot, n)
 
     def flush_copies(self) -> None:
         """Make llama.cpp do the queued cross-stream copies now. Until then the data is only promised: saving
@@ -196,10 +258,42 @@ class Placement:
     def forget_all(self) -> None:
         """Every slot's cells were cleared behind our back (an embedding model decoding on the main context)."""
         self.slots.forget_all()
+        self.checkpoints.clear_all()
+
+    # ---- context checkpoints while a prompt is processed ------------------------------------------------------
+    def checkpoint_stops(self, seq: Seq) -> list[int]:
+        """Prompt positions a prefill chunk must end at so a checkpoint can be taken there, in order."""
+        if not self.checkpoints.enabled or seq.n_exact is not None:
+            return []
+        n = len(seq.prompt)
+        return sorted(p for p in {*seq.checkpoint_at, n - END_BACKOFF} if seq.todo < p < n)
+
+    def after_prefill(self, seq: Seq) -> None:
+        """A prefill chunk of `seq` was decoded (its memory holds seq.n_past tokens): take a checkpoint at the end
+        of the prompt (the start of the reply) and END_BACKOFF tokens before it, before the last user message,
+        and every CHECKPOINT_SPACING tokens of a long prompt. Not after a context shift (positions moved) nor
+        while cells are shared."""
+        cps = self.checkpoints
+        if not cps.enabled or seq.n_exact is not None or seq.slot is None or seq.slot in self.slots.shared:
+            return
+        n = seq.n_past
+        if n <= 0 or cps.has(seq.slot, n):
+            return
+        if seq.todo == len(seq.prompt) or seq.todo == len(seq.prompt) - END_BACKOFF or n in seq.checkpoint_at \
+                or n - cps.last_n(seq.slot) >= CHECKPOINT_SPACING:
+            cps.take(seq.slot, n)
+
+    def shifted(self, seq: Seq) -> None:
+        """`seq` had a context shift: its slot's checkpoints describe positions that no longer exist."""
+        self.checkpoints.clear(seq.slot)
+        seq.checkpoint_at = []
 
     def stats(self) -> dict:
+        cps = self.checkpoints
         return {"prompt_cache_bytes": self.host.bytes, "prompt_cache_limit": self.host.limit,
-                "prompt_cache_entries": len(self.host.entries), "cache_hit_tokens": self.hit_tokens}
+                "prompt_cache_entries": len(self.host.entries), "cache_hit_tokens": self.hit_tokens,
+                "checkpoint_bytes": cps.bytes, "checkpoints": cps.count, "checkpoint_hits": cps.hits,
+                "checkpoint_misses": cps.misses}
 
 
 def known_tokens(seq: Seq):

@@ -7,7 +7,12 @@ Everything here runs on the context thread (the only thread that touches the lla
   common token prefix (ties: the least recently used), so only the new suffix is decoded.
 - `HostPromptCache`: `llama_state_seq_get_data` copies of slots that were about to be overwritten, keyed by their
   tokens and bounded in bytes (least recently used out first); restored with `llama_state_seq_set_data` when a
-  prompt matches one better than any slot does.
+  prompt matches one better than any slot does. An entry carries its slot's context checkpoints.
+- `Checkpoints`: context checkpoints (llama-server's name): copies of the part of a sequence's memory that cannot
+  be cut back to a shorter prefix (recurrent state, sliding-window cells), taken with
+  `llama_state_seq_get_data_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)` at chosen points of a prompt, kept per
+  slot within a count and a byte bound, and restored with `llama_state_seq_set_data_ext` when a new prompt shares
+  the prefix up to one (docs/prompt-cache.md, "Context checkpoints").
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from llama_cpp import llama_cpp as L
 
 MIN_SAVE_TOKENS = 64        # a shorter cached prefix is cheaper to decode again than to keep in host RAM
 MIN_RESTORE_GAIN = 32       # restore from host RAM only when it saves at least this many tokens over the slot
+CHECKPOINT_SPACING = 4096   # a long prompt gets a checkpoint at least every this many tokens (batch boundaries)
+PARTIAL = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 
 def common_prefix(a, b) -> int:
@@ -52,12 +59,18 @@ class SlotCache:
         for i in range(len(self.tokens)):
             self.forget(i)
 
-    def choose(self, prompt, free: list[int]) -> tuple[int, int]:
-        """The free slot for `prompt`: (slot, common prefix length). Longest common prefix first; among equals
-        the least recently used (an empty slot counts as never used, so it goes before any cached one)."""
+    def choose(self, prompt, free: list[int], usable=None, limit: int | None = None) -> tuple[int, int]:
+        """The free slot for `prompt`: (slot, reusable prefix length). Longest first; among equals the least
+        recently used (an empty slot counts as never used, so it goes before any cached one). `usable(slot, n)`
+        says how much of a common prefix of n tokens the slot's memory can really continue from (a recurrent
+        state only at its end or at a checkpoint); `limit` caps n first."""
         best, best_key = free[0], None
         for i in free:
             n = common_prefix(self.tokens[i], prompt) if self.tokens[i] else 0
+            if limit is not None:
+                n = min(n, limit)
+            if usable is not None and n > 0:
+                n = usable(i, n)
             key = (n, -self.last_used[i] if self.tokens[i] else float("inf"))
             if best_key is None or key > best_key:
                 best, best_key = i, key
@@ -69,10 +82,13 @@ class SlotCache:
 
 
 class _Entry:
-    __slots__ = ("tokens", "buf", "size", "last_used")
+    __slots__ = ("tokens", "buf", "size", "last_used", "checkpoints", "pos_min")
 
-    def __init__(self, tokens: list[int], buf, size: int):
-        self.tokens, self.buf, self.size, self.last_used = tokens, buf, size, time.monotonic()
+    def __init__(self, tokens: list[int], buf, size: int, checkpoints: list | None = None, pos_min: int = 0):
+        self.tokens, self.buf, self.last_used = tokens, buf, time.monotonic()
+        self.checkpoints = list(checkpoints or [])     # Checkpoint objects of the slot, each at n <= len(tokens)
+        self.pos_min = pos_min                         # llama_memory_seq_pos_min of the saved state
+        self.size = size + sum(c.size for c in self.checkpoints)
 
 
 class HostPromptCache:
@@ -85,8 +101,9 @@ class HostPromptCache:
         self.bytes = 0
         self.saves = self.restores = 0
 
-    def save(self, slot: int, tokens: list[int]) -> bool:
-        """Copy slot's state (holding `tokens`) into host RAM, evicting the least recently used entries."""
+    def save(self, slot: int, tokens: list[int], checkpoints: list | None = None, pos_min: int = 0) -> bool:
+        """Copy slot's state (holding `tokens`) into host RAM with the slot's `checkpoints`, evicting the least
+        recently used entries."""
         if self.limit <= 0 or len(tokens) < MIN_SAVE_TOKENS:
             return False
         for e in self.entries:
@@ -94,9 +111,10 @@ class HostPromptCache:
                 e.last_used = time.monotonic()     # an entry already holds all of this
                 return True
         size = L.llama_state_seq_get_size(self.ctx, slot)
-        if size <= 0 or size > self.limit:
+        extra = sum(c.size for c in checkpoints or [])
+        if size <= 0 or size + extra > self.limit:
             return False
-        self._make_room(size)
+        self._make_room(size + extra)
         buf = (ctypes.c_uint8 * size)()
         n = L.llama_state_seq_get_data(self.ctx, buf, size, slot)
         if n <= 0:
@@ -104,15 +122,22 @@ class HostPromptCache:
         # entries that are prefixes of the new one are superseded by it
         for e in [e for e in self.entries if common_prefix(e.tokens, tokens) == len(e.tokens)]:
             self._drop(e)
-        self.entries.append(_Entry(list(tokens), buf, int(n)))
-        self.bytes += int(n)
+        entry = _Entry(list(tokens), buf, int(n), checkpoints, pos_min)
+        self.entries.append(entry)
+        self.bytes += entry.size
         self.saves += 1
         return True
 
-    def best(self, prompt) -> tuple[_Entry | None, int]:
+    def best(self, prompt, usable=None, limit: int | None = None) -> tuple[_Entry | None, int]:
+        """The entry whose state continues `prompt` furthest: (entry, tokens reusable). `usable(entry, n)` and
+        `limit` as in SlotCache.choose."""
         best, n_best = None, 0
         for e in self.entries:
             n = common_prefix(e.tokens, prompt)
+            if limit is not None:
+                n = min(n, limit)
+            if usable is not None and n > 0:
+                n = usable(e, n)
             if n > n_best:
                 best, n_best = e, n
         return best, n_best
@@ -138,3 +163,96 @@ class HostPromptCache:
         if entry in self.entries:
             self.entries.remove(entry)
             self.bytes -= entry.size
+
+
+class Checkpoint:
+    """The non-rollback part of a sequence's memory after its first `n` tokens (a host-RAM copy)."""
+    __slots__ = ("n", "buf", "size")
+
+    def __init__(self, n: int, buf, size: int):
+        self.n, self.buf, self.size = n, buf, size
+
+
+class Checkpoints:
+    """Context checkpoints per slot, sorted by position, at most `max_count` and `max_bytes` per slot
+    (max_count 0 = off). Context thread only."""
+
+    def __init__(self, ctx, n_slots: int, max_count: int, max_bytes: int):
+        self.ctx = ctx
+        self.max_count = max(0, int(max_count))
+        self.max_bytes = max(0, int(max_bytes))         # 0 = no byte bound beyond the count
+        self.slots: list[list[Checkpoint]] = [[] for _ in range(n_slots)]
+        self.taken = self.hits = self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_count > 0
+
+    def of(self, slot: int) -> list[Checkpoint]:
+        return self.slots[slot]
+
+    def has(self, slot: int, n: int) -> bool:
+        return any(c.n == n for c in self.slots[slot])
+
+    def last_n(self, slot: int) -> int:
+        return self.slots[slot][-1].n if self.slots[slot] else 0
+
+    def take(self, slot: int, n: int) -> Checkpoint | None:
+        """Copy `slot`'s partial state now (it holds exactly n tokens) and keep it."""
+        size = L.llama_state_seq_get_size_ext(self.ctx, slot, PARTIAL)
+        if size <= 0 or (self.max_bytes and size > self.max_bytes):
+            return None
+        buf = (ctypes.c_uint8 * size)()
+        got = L.llama_state_seq_get_data_ext(self.ctx, buf, size, slot, PARTIAL)
+        if got <= 0:
+            return None
+        cps = [c for c in self.slots[slot] if c.n != n]
+        cps.append(Checkpoint(n, buf, int(got)))
+        cps.sort(key=lambda c: c.n)
+        self.slots[slot] = self._bounded(cps)
+        self.taken += 1
+        return cps[-1]
+
+    def _bounded(self, cps: list[Checkpoint]) -> list[Checkpoint]:
+        """Within the bounds: drop the checkpoint closest to the one before it (the newest always stays), so
+        those kept stay spread over the history; ties drop the older one."""
+        while len(cps) > 1 and (len(cps) > self.max_count or
+                                (self.max_bytes and sum(c.size for c in cps) > self.max_bytes)):
+            gaps = [(cps[i].n - (cps[i - 1].n if i else 0), i) for i in range(len(cps) - 1)]
+            cps.pop(min(gaps)[1])
+        return cps
+
+    def best(self, slot_or_list, n: int) -> Checkpoint | None:
+        """The latest checkpoint at or before position n (of a slot, or of a list such as a host entry's)."""
+        cps = self.slots[slot_or_list] if isinstance(slot_or_list, int) else slot_or_list
+        found = None
+        for c in cps:
+            if 0 < c.n <= n:
+                found = c
+        return found
+
+    def restore(self, slot: int, cp: Checkpoint) -> bool:
+        """Load `cp` into `slot` (its other memory, the attention cells, stays: cut it back to cp.n after)."""
+        return L.llama_state_seq_set_data_ext(self.ctx, cp.buf, cp.size, slot, PARTIAL) > 0
+
+    def cut(self, slot: int, n: int) -> None:
+        """The slot keeps only its first n tokens: checkpoints after that describe other tokens."""
+        self.slots[slot] = [c for c in self.slots[slot] if c.n <= n]
+
+    def give(self, slot: int, cps: list[Checkpoint]) -> None:
+        self.slots[slot] = self._bounded(sorted(cps, key=lambda c: c.n))
+
+    def clear(self, slot: int) -> None:
+        self.slots[slot] = []
+
+    def clear_all(self) -> None:
+        for i in range(len(self.slots)):
+            self.slots[i] = []
+
+    @property
+    def count(self) -> int:
+        return sum(len(s) for s in self.slots)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.size for s in self.slots for c in s)

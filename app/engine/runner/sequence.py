@@ -27,6 +27,7 @@ class Seq:
         self.n_past = 0                 # tokens in this sequence's KV cells
         self.history: list[int] = []    # the tokens in KV, for the re-process fallback and `context`
         self.n_cached = 0               # prompt tokens found in KV cells (prompt cache), not decoded again
+        self.checkpoint_at: list[int] = []   # prompt positions to take a context checkpoint at (admission)
         self.n_exact: int | None = None  # after a context shift: how many leading cells equal a cold computation
         self.wait_src = None            # state WAIT: the running Seq whose first `wait_n` cells this one copies
         self.wait_n = 0
