@@ -175,7 +175,10 @@ def test_chat_menu_keys(qtbot, desk):
     answer_text(qtbot, dialog_of(qtbot, chat, "renameChatDialog"), "Mountains")
     assert desk.history.get(chat.conversation.id).title == "Mountains"
     cid = chat.conversation.id
+    chat.activateWindow()
+    qtbot.waitUntil(chat.isActiveWindow, timeout=SHORT)
     chat.conv_view.setFocus()
+    qtbot.waitUntil(chat.conv_view.hasFocus, timeout=SHORT)
     QTest.keyClick(chat.conv_view, Qt.Key_Delete)
     answer_box(qtbot, dialog_of(qtbot, chat, "deleteChatDialog"), QMessageBox.Yes)
     qtbot.waitUntil(lambda: cid not in [c.id for c in desk.history.conversations()], timeout=SHORT)

@@ -9,13 +9,14 @@ import math
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
-    QColor, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat, QTextOption,
+    QColor, QGuiApplication, QTextCharFormat, QTextCursor, QTextOption,
 )
 from PySide6.QtWidgets import (
-    QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea, QSizePolicy, QTextBrowser, QToolTip,
-    QVBoxLayout, QWidget,
+    QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QScrollArea, QSizePolicy, QTextBrowser, QToolButton,
+    QToolTip, QVBoxLayout, QWidget,
 )
 
+from .code_blocks import CopyCodeButton, find_fences, highlight
 from .message_blocks import ThinkingBlock, ToolCallBlock, call_text
 
 
@@ -68,7 +69,8 @@ ROLE_TITLES = {"user": "You", "assistant": "Assistant", "error": "Error", "tool"
 
 
 def format_stats(stats: dict) -> str:
-    """"42 tokens · 85.3 tok/s · TTFT 120 ms" (+ "stopped" when the user stopped it)."""
+    """"42 tokens · 85.3 tok/s · TTFT 120 ms · 30 prompt tokens · load 1.2 s · smollm2:135m" (+ "stopped" when
+    the user stopped it, "length limit" when the reply hit num_predict)."""
     parts = []
     if "tokens" in stats:
         parts.append(f"{stats['tokens']} tokens")
@@ -78,6 +80,12 @@ def format_stats(stats: dict) -> str:
         parts.append(f"TTFT {stats['ttft_ms']:.0f} ms")
     if stats.get("prompt_cached_count"):            # prompt tokens the server found in its prompt cache
         parts.append(f"{stats['prompt_cached_count']} of {stats.get('prompt_eval_count', '?')} prompt tokens cached")
+    elif stats.get("prompt_eval_count"):
+        parts.append(f"{stats['prompt_eval_count']} prompt tokens")
+    if (stats.get("load_duration") or 0) >= 1e7:      # ns; a model already loaded takes ~0
+        parts.append(f"load {stats['load_duration'] / 1e9:.1f} s")
+    if stats.get("done_reason") == "length":
+        parts.append("length limit")
     if stats.get("stopped"):
         parts.append("stopped")
     if stats.get("model"):
@@ -114,36 +122,13 @@ def probability_color(logprob: float) -> QColor:
     return c
 
 
-CODE_BACKGROUND = QColor("#f1f3f5")
-
-
-def shade_code_blocks(doc: QTextDocument) -> None:
-    """Give fenced/indented code blocks a background and a monospace font (the Markdown importer marks them
-    with BlockCodeFence / fixed-pitch formats)."""
-    mono = QFontDatabase.systemFont(QFontDatabase.FixedFont)
-    block = doc.begin()
-    cur = QTextCursor(doc)
-    while block.isValid():
-        fmt = block.blockFormat()
-        if fmt.hasProperty(QTextFormat.BlockCodeFence) or fmt.hasProperty(QTextFormat.BlockCodeLanguage) \
-                or block.charFormat().fontFixedPitch():
-            cur.setPosition(block.position())
-            bf = QTextBlockFormat()
-            bf.setBackground(CODE_BACKGROUND)
-            cur.mergeBlockFormat(bf)
-            cur.setPosition(block.position() + max(0, block.length() - 1), QTextCursor.KeepAnchor)
-            cf = QTextCharFormat()
-            cf.setFontFamilies([mono.family()])
-            cur.mergeCharFormat(cf)
-        block = block.next()
-
-
 class AutoHeightBrowser(QTextBrowser):
     """A QTextBrowser as tall as its document (the transcript scrolls, not each message)."""
     token_hovered = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.copy_buttons: list[CopyCodeButton] = []      # one over each code block
         self.setOpenExternalLinks(True)
         self.setFrameShape(QFrame.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
@@ -161,6 +146,23 @@ class AutoHeightBrowser(QTextBrowser):
         h = int(math.ceil(self.document().size().height())) + 4
         if h != self.height():
             self.setFixedHeight(h)
+        self._place_copy_buttons()
+
+    def _place_copy_buttons(self) -> None:
+        doc = self.document()
+        for b in self.copy_buttons:
+            top = doc.documentLayout().blockBoundingRect(doc.findBlockByNumber(b.fence.first_block)).top()
+            hint = b.sizeHint()
+            b.setGeometry(max(0, self.viewport().width() - hint.width() - 4), int(top) + 2, hint.width(),
+                          hint.height())
+
+    def _set_copy_buttons(self, fences) -> None:
+        for b in self.copy_buttons:
+            b.deleteLater()
+        self.copy_buttons = [CopyCodeButton(f, self.viewport()) for f in fences]
+        for b in self.copy_buttons:
+            b.show()
+        self._place_copy_buttons()
 
     def resizeEvent(self, e) -> None:
         super().resizeEvent(e)
@@ -182,6 +184,7 @@ class AutoHeightBrowser(QTextBrowser):
     def show_tokens(self, logprobs: list[dict]) -> None:
         """Plain text, one span per token, shaded by how unsure the model was. Hover shows alternatives."""
         self.clear()
+        self._set_copy_buttons([])
         cur = QTextCursor(self.document())
         offsets = []
         for lp in logprobs:
@@ -195,10 +198,23 @@ class AutoHeightBrowser(QTextBrowser):
     def show_markdown(self, text: str) -> None:
         self.token_offsets, self.token_logprobs = [], []
         self.setMarkdown(text)
-        shade_code_blocks(self.document())
+        fences = find_fences(self.document())
+        highlight(self.document(), fences)
+        self._set_copy_buttons(fences)
+
+
+# the buttons over a message: key, text, tooltip (what `requested` carries; "copy" is done here)
+MESSAGE_TOOLS = (("prev", "‹", "Show the previous branch (an earlier version of this message)"),
+                 ("next", "›", "Show the next branch"),
+                 ("copy", "Copy", "Copy this message (its Markdown text)"),
+                 ("edit", "Edit…", "Edit this message and send it again; the old version stays as a branch"),
+                 ("continue", "Continue", "This reply stopped at its length limit: let the model go on"),
+                 ("delete", "Delete", "Delete this message from the chat"))
 
 
 class MessageWidget(QFrame):
+    requested = Signal(str)        # "prev" | "next" | "edit" | "continue" | "delete"
+
     def __init__(self, role: str, content: str = "", stats: dict | None = None, logprobs: list | None = None,
                  message_id: int | None = None, blocks: dict | None = None, parent=None):
         super().__init__(parent)
@@ -224,6 +240,22 @@ class MessageWidget(QFrame):
         head.addWidget(self.title)
         head.addStretch(1)
         head.addWidget(self.tokens_button)
+        self.tool_buttons: dict[str, QToolButton] = {}
+        for key, text, tip_text in MESSAGE_TOOLS:
+            b = QToolButton()
+            b.setObjectName(f"message_{key}")
+            b.setText(text)
+            b.setToolTip(tip_text)
+            b.setAutoRaise(True)
+            b.clicked.connect(lambda _checked=False, k=key: self._on_tool(k))
+            self.tool_buttons[key] = b
+            head.addWidget(b)
+            if key == "prev":
+                self.branch_label = QLabel()
+                self.branch_label.setObjectName("branchLabel")
+                head.addWidget(self.branch_label)
+        self.tool_buttons["edit"].setVisible(role == "user")
+        self.set_branch(0, 1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         lay.setSpacing(2)
@@ -244,6 +276,28 @@ class MessageWidget(QFrame):
 
     def set_thinking(self, text: str, n_tokens: int = 0, streaming: bool = False) -> None:
         self.thinking.set_thinking(text, n_tokens, streaming)
+
+    def set_branch(self, index: int, count: int) -> None:
+        """‹ 2/3 ›: this message is the index-th (0-based) of `count` versions."""
+        self.branch = (index, count)
+        for w in (self.tool_buttons["prev"], self.branch_label, self.tool_buttons["next"]):
+            w.setVisible(count > 1)
+        self.branch_label.setText(f"{index + 1}/{count}")
+        self.tool_buttons["prev"].setEnabled(index > 0)
+        self.tool_buttons["next"].setEnabled(index < count - 1)
+
+    def set_tools_enabled(self, on: bool) -> None:
+        """While a reply streams, the chat's messages are not edited, deleted or switched (copy still works)."""
+        for key, b in self.tool_buttons.items():
+            if key != "copy":
+                b.setEnabled(on and (key != "prev" or self.branch[0] > 0)
+                             and (key != "next" or self.branch[0] < self.branch[1] - 1))
+
+    def _on_tool(self, key: str) -> None:
+        if key == "copy":
+            QGuiApplication.clipboard().setText(self.content)
+        else:
+            self.requested.emit(key)
 
     def show_streaming_blocks(self, thinking: list[str], calls: list[dict]) -> None:
         """While a reply streams: its thinking so far (collapsed) and the calls made so far."""
@@ -271,6 +325,7 @@ class MessageWidget(QFrame):
         self.stats_label.setText(text)
         self.stats_label.setVisible(bool(text))
         self.tokens_button.setVisible(bool(self.logprobs))
+        self.tool_buttons["continue"].setVisible(self.role == "assistant" and stats.get("done_reason") == "length")
 
     def set_logprobs(self, logprobs: list[dict]) -> None:
         self.logprobs = list(logprobs)
@@ -286,6 +341,7 @@ class MessageWidget(QFrame):
 class Transcript(QScrollArea):
     """The scrolling list of messages. Streaming text is rendered at most every `render_ms` so a fast stream
     costs a bounded amount of GUI time however many tokens arrive."""
+    message_requested = Signal(object, str)      # (MessageWidget, what its buttons asked for)
 
     def __init__(self, render_ms: int = 50, parent=None):
         super().__init__(parent)
@@ -317,6 +373,7 @@ class Transcript(QScrollArea):
 
     def add(self, role: str, content: str = "", **kw) -> MessageWidget:
         m = MessageWidget(role, content, **kw)
+        m.requested.connect(lambda what, m=m: self.message_requested.emit(m, what))
         self.vbox.insertWidget(self.vbox.count() - 1, m)
         self.messages.append(m)
         self._stick_to_bottom = True

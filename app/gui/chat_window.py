@@ -20,6 +20,7 @@ from app.gui.reply import PendingReply
 from app.gui.state import ServiceState
 
 TOP_LOGPROBS = 5
+CONTINUE_PROMPT = "Continue exactly where your last reply stopped. Do not repeat anything."
 
 
 class ChatWindow(QMainWindow):
@@ -99,6 +100,7 @@ class ChatWindow(QMainWindow):
         self.first_run.chosen.connect(self._on_hint)
         cl.addWidget(self.first_run)
         self.transcript = Transcript()
+        self.transcript.message_requested.connect(self._on_message_request)
         cl.addWidget(self.transcript, 1)
         cl.addLayout(self._build_composer())
         return center
@@ -298,13 +300,70 @@ class ChatWindow(QMainWindow):
             self.model_picker.setCurrentIndex(self.models.row_of(conv.model))
             self.model_picker.blockSignals(False)
         self.conversation = conv
-        self.transcript.clear()
-        for m in self.history.messages(conv.id):
-            self.transcript.add(m.role, m.content, stats=m.stats, logprobs=m.logprobs, message_id=m.id,
-                                blocks=m.blocks)
+        self._show_messages()
         self._update_model_status()
         self._update_first_run()
         self._update_buttons()
+
+    def _show_messages(self) -> None:
+        """The transcript shows the chat's current branch, each message with its ‹ i/n › when it has versions."""
+        self.transcript.clear()
+        for m in self.history.messages(self.conversation.id):
+            w = self.transcript.add(m.role, m.content, stats=m.stats, logprobs=m.logprobs, message_id=m.id,
+                                    blocks=m.blocks)
+            siblings = self.history.siblings(m.id)
+            w.set_branch(siblings.index(m.id), len(siblings))
+        self._update_buttons()
+
+    # a message's own buttons -----------------------------------------------------------------------------------
+    def _on_message_request(self, widget, what: str) -> None:
+        if self.busy or self.conversation is None or widget.message_id is None:
+            return
+        mid = widget.message_id
+        if what in ("prev", "next"):
+            siblings = self.history.siblings(mid)
+            i = siblings.index(mid) + (1 if what == "next" else -1)
+            if 0 <= i < len(siblings):
+                self.history.show_branch(siblings[i])
+                self._show_messages()
+        elif what == "delete":
+            self.history.delete_message(mid)
+            self._show_messages()
+        elif what == "edit":
+            self.edit_message(mid)
+        elif what == "continue":
+            self.continue_reply(mid)
+
+    def edit_message(self, message_id: int) -> None:
+        """Ask for the new text (a window-modal dialog that does not block); sending it adds the edited message
+        as a new branch beside the old one and asks for a reply."""
+        old = self.history.message(message_id)
+        dlg = QInputDialog(self)
+        dlg.setObjectName("editMessageDialog")
+        dlg.setWindowTitle("Edit message")
+        dlg.setLabelText("Your message (the old version and its reply stay as a branch):")
+        dlg.setOption(QInputDialog.UsePlainTextEditForTextInput)
+        dlg.setTextValue(old.content)
+        dlg.setOkButtonText("Send")
+        dlg.textValueSelected.connect(lambda t: t.strip() and self.resend_edited(message_id, t.strip()))
+        self._open_dialog(dlg)
+
+    def resend_edited(self, message_id: int, text: str) -> None:
+        if self.busy:
+            return
+        old = self.history.message(message_id)
+        self.history.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+        self._show_messages()
+        self._start_reply()
+
+    def continue_reply(self, message_id: int) -> None:
+        """A reply cut at its length limit goes on: the chat so far, that reply included, is sent again with a
+        request to continue, and what comes is added to the same reply."""
+        msg = self.history.message(message_id)
+        shown = self.history.messages(msg.conversation_id)
+        if not shown or shown[-1].id != message_id:       # only the last reply of the branch shown
+            return
+        self._start_reply(continuing=msg)
 
     def _reload_current(self) -> None:
         if self.conversation is not None:
@@ -403,15 +462,27 @@ class ChatWindow(QMainWindow):
             body["top_logprobs"] = TOP_LOGPROBS
         return body
 
-    def _start_reply(self) -> None:
+    def _start_reply(self, continuing=None) -> None:
+        """Ask for a reply to the branch shown; `continuing` (a saved reply cut at its length limit, the last
+        message shown) is extended instead of a new reply being added."""
         model = self.selected_model()
         if not model:
             self._show_error("No model to answer with: add one (Models → Manage models: import a .gguf or pull "
                              "one) and pick it above.")
             return
         body = self.request_body()
-        self.pending = PendingReply(self.conversation.id, model, self.transcript.add("assistant", ""),
-                                    keep_logprobs=self.alternatives.isChecked())
+        leaf = self.history.conversation_leaf(self.conversation.id)
+        if continuing is not None:
+            # The service renders every assistant message as a finished turn, so the model is asked to go on
+            # (this request's extra message is not saved); its words are appended to the cut reply.
+            body["messages"].append({"role": "user", "content": CONTINUE_PROMPT})
+            widget = next(w for w in self.transcript.messages if w.message_id == continuing.id)
+            self.pending = PendingReply(self.conversation.id, model, widget, parent_id=continuing.parent_id,
+                                        continues=continuing.id, prefix=continuing.content,
+                                        keep_logprobs=self.alternatives.isChecked())
+        else:
+            self.pending = PendingReply(self.conversation.id, model, self.transcript.add("assistant", ""),
+                                        parent_id=leaf, keep_logprobs=self.alternatives.isChecked())
         self.call = self.bridge.stream(lambda c: c.chat_stream(body))
         self.call.item.connect(self._on_chunk)
         self.call.finished.connect(lambda _r: self._end_reply(stopped=False))
@@ -445,16 +516,23 @@ class ChatWindow(QMainWindow):
         stats = p.stats(stopped)
         blocks = p.blocks()
         if not p.text and not blocks:
-            if shown:
+            if shown and p.continues is None:
                 self.transcript.remove(p.widget)    # nothing arrived: no empty bubble
             return
         try:
             self.history.get(p.conversation_id)
         except KeyError:
             return
-        msg = self.history.add_message(p.conversation_id, "assistant", p.text, stats, p.logprobs, blocks)
+        if p.continues is not None:
+            old = self.history.message(p.continues)
+            msg = self.history.update_message(p.continues, p.text, stats, old.logprobs + p.logprobs, blocks)
+        else:
+            msg = self.history.add_message(p.conversation_id, "assistant", p.text, stats, p.logprobs, blocks,
+                                           parent_id=p.parent_id)
         if shown:
             p.widget.message_id = msg.id
+            siblings = self.history.siblings(msg.id)
+            p.widget.set_branch(siblings.index(msg.id), len(siblings))
             p.widget.set_content(p.text)
             p.widget.set_thinking(blocks.get("thinking", ""), blocks.get("thinking_tokens", 0))
             p.widget.set_logprobs(p.logprobs)
@@ -486,16 +564,15 @@ class ChatWindow(QMainWindow):
             call.cancel()
 
     def regenerate(self) -> None:
-        """Drop the replies after the last user message and ask again."""
+        """Ask again for a reply to the last user message; the old reply stays as a branch (‹ 1/2 ›)."""
         if self.busy or not self.conversation:
             return
         msgs = self.history.messages(self.conversation.id)
-        if not any(m.role == "user" for m in msgs):
+        users = [m for m in msgs if m.role == "user"]
+        if not users:
             return
-        while msgs and msgs[-1].role != "user":
-            self.history.delete_message(msgs.pop().id)
-        while self.transcript.messages and self.transcript.messages[-1].role != "user":
-            self.transcript.remove(self.transcript.messages[-1])
+        self.history.set_leaf(self.conversation.id, users[-1].id)
+        self._show_messages()
         self._start_reply()
 
     def _update_buttons(self) -> None:
@@ -504,6 +581,8 @@ class ChatWindow(QMainWindow):
         self.regen_button.setEnabled(not self.busy and bool(self.conversation))
         self.rename_button.setEnabled(bool(self.conversation))
         self.delete_button.setEnabled(bool(self.conversation))
+        for m in self.transcript.messages:
+            m.set_tools_enabled(not self.busy)
         # a disabled action leaves its key alone: Esc still cancels an edit or a popup while nothing streams
         for action, button in ((self.action_stop, self.stop_button), (self.action_regenerate, self.regen_button),
                                (self.action_rename, self.rename_button), (self.action_delete, self.delete_button)):

@@ -30,6 +30,9 @@ class PendingReply:
     conversation_id: int           # the chat it belongs to (the user may switch chats while it streams)
     model: str
     widget: object                 # its MessageWidget in the transcript
+    parent_id: int | None = None   # the message it answers (saved as its parent: a branch stays a branch)
+    continues: int | None = None   # the id of a reply cut at its length limit that this one goes on with
+    prefix: str = ""               # ...and that reply's text, which this one's text follows
     parts: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)      # the model's thinking, shown in its own block
     tool_calls: list[dict] = field(default_factory=list)   # calls the model made (Ollama's shape)
@@ -63,7 +66,7 @@ class PendingReply:
 
     @property
     def text(self) -> str:
-        return "".join(self.parts)
+        return self.prefix + "".join(self.parts)
 
     def blocks(self) -> dict:
         """What is saved beside the text: thinking (with its token count, from the service when it said) and
