@@ -289,9 +289,9 @@ def test_pull_from_a_registry_a_bar_per_file(qtbot, manager, service, registry, 
     assert list(panel.bars) == digests                      # one bar per file, in the stream's order
     assert all(b.value() == b.maximum() for b in panel.bars.values())
     assert panel.progress.files[digests[0]].total == len(gguf)
-    qtbot.waitUntil(lambda: m.table_model.row_of("library-tiny:latest") >= 0, timeout=WAIT)
-    qtbot.waitUntil(lambda: m.selected_name() == "library-tiny:latest", timeout=WAIT)
-    assert "library-tiny:latest" in names(service.url)
+    qtbot.waitUntil(lambda: m.table_model.row_of(f"{registry.host}/library/tiny:latest") >= 0, timeout=WAIT)
+    qtbot.waitUntil(lambda: m.selected_name() == f"{registry.host}/library/tiny:latest", timeout=WAIT)
+    assert f"{registry.host}/library/tiny:latest" in names(service.url)
 
 
 def test_cancel_a_pull(qtbot, manager, service, registry, tmp_path):
@@ -310,7 +310,7 @@ def test_cancel_a_pull(qtbot, manager, service, registry, tmp_path):
     assert panel.status.text() == f"Pull of {registry.host}/library/stalls cancelled."
     assert registry.stall_released.wait(30)                 # the service stopped downloading
     assert panel.bars[model].value() < panel.bars[model].maximum()
-    assert "library-stalls:latest" not in names(service.url)
+    assert f"{registry.host}/library/stalls:latest" not in names(service.url)
 
 
 def test_a_failed_pull_says_why(qtbot, manager, registry):

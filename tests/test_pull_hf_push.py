@@ -97,14 +97,14 @@ def test_hf_pull_takes_the_whole_split_set_and_it_loads(oc, http, registry, hub_
     # the token went to the Hub, never to the storage host it redirected to
     assert all(auth == "Bearer hf_test_token" for path, auth in registry.hub_auth if not path.startswith("cdn:"))
     assert all(auth is None for path, auth in registry.hub_auth if path.startswith("cdn:"))
-    assert "someone-tiny-gguf:latest" in names(http)
+    assert "hf.co/someone/Tiny-GGUF:latest" in names(http)      # the reference as pulled, tag added
     first = digest_of(hub_repo[parts[0]])[7:]
     stored = sorted(p.name for p in (home / "models").glob(f"sha256-{first}-*"))
     assert stored == [f"sha256-{first}-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     r = oc.generate("hf.co/someone/Tiny-GGUF", prompt="hi", options={"num_predict": 2}, keep_alive=0)
     assert r.done and r.eval_count >= 1
     # removing it removes every part
-    oc.delete("someone-tiny-gguf:latest")
+    oc.delete("hf.co/someone/Tiny-GGUF:latest")
     assert not list((home / "models").glob(f"sha256-{first}-*"))
 
 
@@ -112,7 +112,7 @@ def test_hf_quant_by_tag_and_llama_server_spelling(oc, http, registry, hub_repo)
     resp = oc.pull("someone/Tiny-GGUF:q8_0", stream=False)
     assert resp.status == "success"
     assert registry.bytes_served(digest_of(hub_repo["Tiny-Q8_0.gguf"])) == len(hub_repo["Tiny-Q8_0.gguf"])
-    assert "someone-tiny-gguf:q8_0" in names(http)
+    assert "hf.co/someone/Tiny-GGUF:q8_0" in names(http)          # llama-server's spelling, with hf.co/
     r = http.post("/api/pull", json={"model": "hf.co/someone/Tiny-GGUF:Q3_K_S", "stream": False})
     assert r.status_code == 404 and "Q4_K_M" in r.json()["error"] and "Q8_0" in r.json()["error"]
     r = http.post("/api/pull", json={"model": "hf.co/someone/Nope-GGUF", "stream": False})
@@ -123,7 +123,7 @@ def test_hf_files_kept_in_git_are_checked_by_their_git_blob_id(oc, http, registr
     small = write_minimal(tmp_path / "small.gguf", seed=24, rows=64).read_bytes()
     registry.add_hub_repo("someone/Small-GGUF", {"small-Q4_0.gguf": small}, lfs=False)
     assert oc.pull("hf.co/someone/Small-GGUF:Q4_0").status == "success"
-    assert "someone-small-gguf:q4_0" in names(http)
+    assert "hf.co/someone/Small-GGUF:Q4_0" in names(http)
     assert oc.show("hf.co/someone/Small-GGUF:Q4_0").details.family == "llama"
 
 
@@ -200,7 +200,7 @@ def test_strata_pull_on_the_command_line(service, registry, tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "pull", f"{registry.host}/library/cli:v2", "--insecure"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "pulled as library-cli:v2" in r.stdout
+    assert f"pulled as {registry.host}/library/cli:v2" in r.stdout
     assert "success" in r.stderr and "writing manifest" in r.stderr
     r = subprocess.run([sys.executable, "-m", "app", "pull", "../x"], capture_output=True, text=True, env=env,
                        timeout=60)

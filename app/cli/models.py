@@ -132,7 +132,7 @@ def cmd_list(args) -> int:
         return 0
     rows = [["NAME", "ID", "SIZE", "MODIFIED", "SOURCE"]]
     for r in records:
-        digest = r.sha256
+        digest = r.manifest_digest or r.sha256          # Ollama's ID: a pulled model's manifest digest
         if not digest and r.source == "builtin":
             try:
                 digest = store.sha256(r.name)      # cached after the first time

@@ -73,7 +73,7 @@ class ModelManagerWindow(QMainWindow):
         for panel in (self.import_panel, self.pull_panel):
             panel.ended.connect(self.state.refresh)
         self.import_panel.imported.connect(lambda m: setattr(self, "_pending_select", m))
-        # a pulled model's local name is the store's choice ("host/library/x" -> "library-x:latest"): select
+        # a pulled model is listed under its reference, spelt the shortest way ("x" -> "x:latest"): select
         # whichever name is new once the list has it
         self.pull_panel.started.connect(lambda _n: setattr(self, "_names_before", set(self.state.installed_names())))
         self.pull_panel.pulled.connect(lambda _n: setattr(self, "_select_new", True))
@@ -314,5 +314,8 @@ class ModelManagerWindow(QMainWindow):
 
 
 def _copy_name(name: str) -> str:
-    model, _, tag = name.partition(":")
-    return f"{model}-copy:{tag or 'latest'}"
+    """`llama3.2:3b` -> `llama3.2-copy:3b`; the tag is after the last ':' (a host may have a port)."""
+    model, colon, tag = name.rpartition(":")
+    if not colon or "/" in tag:
+        model, tag = name, "latest"
+    return f"{model}-copy:{tag}"

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from app.service.names import InvalidName, normalize_name, sanitize_name
+from app.service.names import InvalidName, sanitize_name
+from app.service.registry.reference import canonical_name
 from app.settings import SettingsError, parse_sources
 
 log = logging.getLogger(__name__)
@@ -124,17 +125,16 @@ def discover_ollama(root: Path) -> list[ExternalModel]:
 
 
 def _ollama_name(rel: tuple[str, ...]) -> tuple[str, str]:
-    """manifest path parts -> (Strata name, Ollama's own spelling)."""
+    """manifest path parts -> (Strata name, Ollama's own spelling). Strata lists the model as Ollama does:
+    `llama3.2:3b`, `user/model:tag`, `hf.co/org/Repo-GGUF:Q4_K_M` (the shortest spelling of its reference)."""
     host, *ns, model, tag = rel
+    shown = "/".join([host, *ns, model]) + f":{tag}"
     if host == DEFAULT_OLLAMA_HOST and ns == ["library"]:
         shown = f"{model}:{tag}"
-        try:
-            return normalize_name(shown), shown
-        except InvalidName:
-            return sanitize_name(model, tag), shown
-    # other namespaces (user/model, hf.co/org/repo): the host is dropped, the path joined with '-'
-    shown = "/".join([host, *ns, model]) + f":{tag}"
-    return sanitize_name("-".join([*ns, model]), tag), shown
+    try:
+        return canonical_name(shown if "/" in shown else f"{model}:{tag}"), shown
+    except InvalidName:           # a spelling Strata's names do not take: a name made from it
+        return sanitize_name("-".join([*ns, model]) if ns != ["library"] else model, tag), shown
 
 
 def _ollama_entry(mpath: Path, rel: tuple[str, ...], blobs: Path) -> ExternalModel | None:

@@ -3,6 +3,7 @@ model_routes.py (the registry work in registry/); the generation routes (generat
 dialect's, in dialects/ollama/."""
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from .errors import ApiError
 from .http_util import NDJSONWriter, read_json
 from .modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
 from .ollama_schema import details, digest_of, iso_time, tag_entry
+from .ollama_schema import model_info as ollama_model_info
 from .request import field, model_name
 from .store_proxy import store_error, with_digest
 
@@ -54,31 +56,18 @@ async def tags(request):
     return web.json_response({"models": out})
 
 
-def _model_info_json(info) -> dict:
-    arch = info.architecture
-    return {
-        "general.architecture": arch,
-        "general.name": info.name,
-        "general.parameter_count": info.n_params,
-        "general.file_type": info.quantization,
-        f"{arch}.context_length": info.context_length,
-        f"{arch}.embedding_length": info.n_embd,
-        f"{arch}.block_count": info.n_layer,
-        f"{arch}.attention.head_count": info.n_head,
-        f"{arch}.attention.head_count_kv": (info.n_head_kv[0] if info.n_head_kv else info.n_head),
-        f"{arch}.attention.key_length": info.head_dim_k,
-        f"{arch}.attention.value_length": info.head_dim_v,
-        f"{arch}.vocab_size": info.n_vocab,
-        f"{arch}.expert_count": info.n_expert,
-        f"{arch}.expert_used_count": info.n_expert_used,
-        "tokenizer.ggml.model": info.tokenizer_model,
-    }
+async def _model_info_or_empty(path, info, verbose: bool) -> dict:
+    try:
+        return await asyncio.to_thread(ollama_model_info, path, info.n_params, verbose)
+    except Exception:  # noqa: BLE001 - the header was read a moment ago; a file gone since shows no model_info
+        return {}
 
 
 async def show(request):
     scheduler, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
+    verbose = field(body, "verbose", bool, False)
     record = await with_digest(store, await scheduler.resolve(name))
     info = await _info_or_none(scheduler, record)
     facts = await facts_for(record.path) if info is not None else None
@@ -100,7 +89,7 @@ async def show(request):
         "system": record.system or "",
         "license": record.license or "",
         "details": details(info, record),
-        "model_info": _model_info_json(info) if info else {},
+        "model_info": await _model_info_or_empty(record.path, info, verbose) if info else {},
         "capabilities": caps,
         "modified_at": iso_time(record.modified_at),
         "strata": strata,

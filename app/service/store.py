@@ -1,4 +1,9 @@
-"""The model store: a registry of `name:tag` -> GGUF file in SQLite (app.paths.db_path()).
+"""The model store: a registry of model names -> GGUF file in SQLite (app.paths.db_path()).
+
+A name is a plain `name:tag` (imports, `create`, `cp`) or, for a pulled model, the reference it was pulled by, spelt
+as Ollama lists it (`llama3.2:3b`, `127.0.0.1:5000/team/m:v1`, `hf.co/user/Repo-GGUF:Q4_K_M`;
+app/service/registry/reference.py, `canonical_name`). Names are matched without regard to case. Stores written
+before names kept their reference are migrated when opened (`_migrate_pulled_names`).
 
 Imported files live in app.paths.models_dir() as `sha256-HEX.gguf` blobs, hard-linked from the source when
 it is on the same filesystem (no copy, no extra space) and copied otherwise; several names may share a blob
@@ -26,8 +31,8 @@ from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.engine.gguf.split import part_path, sibling_paths
 from app.service.external_models import discover_external
-from app.service.names import InvalidName, normalize_name, sanitize_name
-from app.service.registry.reference import parse_reference
+from app.service.names import InvalidName, sanitize_name
+from app.service.registry.reference import canonical_name, parse_reference
 from app.service.store_blobs import StoreBlobs
 from app.settings import EXTERNAL_SOURCES
 
@@ -35,6 +40,7 @@ __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnly
 
 Progress = Callable[[str, int, int], None]     # (phase "hashing" | "copying", bytes done, bytes total)
 CHUNK = 1 << 20
+SCHEMA_VERSION = 1          # PRAGMA user_version: 1 = pulled models are named by their reference
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS models (
@@ -48,7 +54,8 @@ CREATE TABLE IF NOT EXISTS models (
     system      TEXT,
     origin      TEXT,                       -- where it was imported from
     license     TEXT,                       -- LICENSE text (pulled models, /api/create)
-    adapters    TEXT NOT NULL DEFAULT '[]'  -- JSON list of LoRA adapter GGUFs (in the store's folder)
+    adapters    TEXT NOT NULL DEFAULT '[]', -- JSON list of LoRA adapter GGUFs (in the store's folder)
+    manifest    TEXT                        -- a registry pull's manifest, as the registry sent it
 );
 CREATE TABLE IF NOT EXISTS file_hashes (   -- sha256 of files we do not own (built-in, external), by version
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL
@@ -83,17 +90,26 @@ class ModelRecord:
     origin: str | None = None        # import source path, or where an external model was found
     license: str | None = None
     adapters: tuple[str, ...] = ()   # LoRA adapter GGUFs applied on load
+    manifest: str | None = field(default=None, repr=False)   # a registry pull's manifest (JSON text)
 
     @property
     def model(self) -> str:
-        return self.name.split(":", 1)[0]
+        return self.name.rpartition(":")[0]
 
     @property
     def tag(self) -> str:
-        return self.name.split(":", 1)[1]
+        return self.name.rpartition(":")[2]
+
+    @property
+    def manifest_digest(self) -> str | None:
+        """What Ollama lists as `digest` for a pulled model: the sha256 of its manifest as the registry sent it."""
+        return hashlib.sha256(self.manifest.encode()).hexdigest() if self.manifest else None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["manifest_digest"] = self.manifest_digest      # the manifest itself stays out of listings
+        del d["manifest"]
+        return d
 
 
 def _sha256_file(path: Path, progress: Progress | None = None, total: int = 0) -> str:
@@ -138,6 +154,32 @@ class ModelStore(StoreBlobs):
                 db.execute("ALTER TABLE models ADD COLUMN license TEXT")
             if "adapters" not in columns:
                 db.execute("ALTER TABLE models ADD COLUMN adapters TEXT NOT NULL DEFAULT '[]'")
+            if "manifest" not in columns:
+                db.execute("ALTER TABLE models ADD COLUMN manifest TEXT")
+            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                self._migrate_pulled_names(db)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _migrate_pulled_names(db) -> None:
+        """Pulls stored by the old code were named `namespace-model:tag` (`127.0.0.1:5000/me/m:v1` ->
+        `me-m:v1`, `hf.co/u/Repo-GGUF` -> `u-repo-gguf:latest`); they take the name a pull gives now. A row is
+        renamed only when its origin (the reference pulled) gives exactly its old name, so a copy of a pulled model
+        (same origin, a name of the user's choosing) keeps its name, and never onto a name that is taken."""
+        for row in db.execute("SELECT name, origin FROM models").fetchall():
+            name, origin = row["name"], row["origin"] or ""
+            try:
+                ref = parse_reference(origin.split(" (revision ", 1)[0])
+            except InvalidName:
+                continue                                   # an import (a path), an upload, a create
+            if ref.kind == "hf":                           # the origin has the quant chosen, the name the tag asked
+                ref = replace(ref, tag=name.rpartition(":")[2])
+            new = ref.local_name()
+            if ref.old_local_name() != name or new == name:
+                continue
+            if db.execute("SELECT 1 FROM models WHERE name = ? COLLATE NOCASE", (new,)).fetchone():
+                continue
+            db.execute("UPDATE models SET name = ? WHERE name = ?", (new, name))
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.db_path, timeout=30)
@@ -155,7 +197,7 @@ class ModelStore(StoreBlobs):
                            modified_at=r["modified_at"], source="store", read_only=False,
                            parameters=json.loads(r["parameters"] or "{}"), template=r["template"],
                            system=r["system"], origin=r["origin"], license=r["license"],
-                           adapters=tuple(json.loads(r["adapters"] or "[]")))
+                           adapters=tuple(json.loads(r["adapters"] or "[]")), manifest=r["manifest"])
 
     def _builtin_record(self) -> ModelRecord | None:
         p = builtin_model_path()
@@ -184,38 +226,27 @@ class ModelStore(StoreBlobs):
         records += self._external_records()
         seen, out = set(), []
         for r in records:
-            if r.name not in seen:
-                seen.add(r.name)
+            if r.name.lower() not in seen:
+                seen.add(r.name.lower())
                 out.append(r)
         return out
 
     @staticmethod
     def lookup_key(name: str) -> str:
-        """The store key for a name: `name:tag`, or a registry reference (`hf.co/user/repo:Q4_K_M`,
-        `namespace/model`) that a pull stored under its local name (app/service/registry/reference.py)."""
-        try:
-            return normalize_name(name)
-        except InvalidName as plain:
-            if not isinstance(name, str) or "/" not in name:
-                raise
-            try:
-                return parse_reference(name).local_name()
-            except InvalidName:
-                raise plain from None                         # neither: the plain-name reason reads better
+        """The store's spelling of a name (app/service/registry/reference.py, `canonical_name`)."""
+        return canonical_name(name)
 
     def get(self, name: str) -> ModelRecord:
         key = self.lookup_key(name)
         with closing(self._connect()) as db:
-            row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
+            row = db.execute("SELECT * FROM models WHERE name = ? COLLATE NOCASE", (key,)).fetchone()
         if row:
             return self._row_record(row)
-        if key == DEFAULT_MODEL_NAME and (b := self._builtin_record()):
+        if key.lower() == DEFAULT_MODEL_NAME and (b := self._builtin_record()):
             return b
         for r in self._external_records():
-            if r.name == key:
+            if r.name.lower() == key.lower():
                 return r
-        if isinstance(name, str) and "/" in name:
-            raise ModelNotFound(f"model {name.strip()!r} not found (pulled, it would be {key!r}; see `strata list`)")
         raise ModelNotFound(f"model {key!r} not found (see `strata list`)")
 
     def resolve_path(self, name: str) -> Path:
@@ -248,10 +279,10 @@ class ModelStore(StoreBlobs):
     # ---- changing ------------------------------------------------------------------------------------------
     def check_writable(self, name: str) -> None:
         """Raises when `name` cannot be written (invalid, or the built-in model's)."""
-        self._check_writable(normalize_name(name))
+        self._check_writable(canonical_name(name))
 
     def _check_writable(self, key: str) -> None:
-        if key == DEFAULT_MODEL_NAME:
+        if key.lower() == DEFAULT_MODEL_NAME:
             raise ReadOnlyModel(f"{key!r} is the built-in model and cannot be replaced or removed")
 
     def import_gguf(self, path: str | os.PathLike, name: str | None = None, link: bool = True,
@@ -259,7 +290,7 @@ class ModelStore(StoreBlobs):
         """Validate a GGUF file and register it under `name` (default: from the file name, tag `latest`).
         link=True hard-links when the store is on the same filesystem, else copies; link=False always copies."""
         src = Path(path).expanduser()
-        key = normalize_name(name) if name is not None else sanitize_name(src.stem)
+        key = canonical_name(name) if name is not None else sanitize_name(src.stem)
         self._check_writable(key)
         if not src.exists():
             raise GGUFError(f"{src}: no such file")
@@ -329,10 +360,11 @@ class ModelStore(StoreBlobs):
 
     def add_model(self, name: str, path: Path, digest_hex: str | None, parameters: dict | None = None,
                   template: str | None = None, system: str | None = None, license: str | None = None,
-                  origin: str | None = None, adapters: tuple[str, ...] = ()) -> ModelRecord:
+                  origin: str | None = None, adapters: tuple[str, ...] = (),
+                  manifest: str | None = None) -> ModelRecord:
         """Register a GGUF that is already in the store's folder (a pull, an upload): checked, then written in
-        one transaction, so a model is either fully there or not at all."""
-        key = normalize_name(name)
+        one transaction, so a model is either fully there or not at all. `manifest`: a registry pull's."""
+        key = canonical_name(name)
         self._check_writable(key)
         path = Path(path)
         if path.resolve().parent != self.models_dir.resolve():
@@ -340,22 +372,25 @@ class ModelStore(StoreBlobs):
         info = read_model_info(path)
         self._check_adapters(adapters, info.architecture)
         return self._put(key, path, info.file_size, digest_hex, dict(parameters or {}), template, system, origin,
-                         license, adapters)
+                         license, adapters, manifest)
 
     def _put(self, key: str, blob: Path, size: int, digest: str | None, parameters: dict, template: str | None,
              system: str | None, origin: str | None, license: str | None = None,
-             adapters: tuple[str, ...] = ()) -> ModelRecord:
+             adapters: tuple[str, ...] = (), manifest: str | None = None) -> ModelRecord:
+        """Write one name (replacing the model it named, in any case spelling) in one transaction."""
         try:
             params_json = json.dumps(parameters, sort_keys=True)
         except (TypeError, ValueError) as e:
             raise StoreError(f"parameters must be JSON values: {e}") from None
         with closing(self._connect()) as db:
             with db:
-                old = db.execute("SELECT path, adapters FROM models WHERE name = ?", (key,)).fetchone()
-                db.execute("INSERT OR REPLACE INTO models (name, path, size, sha256, modified_at, parameters, "
-                           "template, system, origin, license, adapters) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                old = db.execute("SELECT path, adapters FROM models WHERE name = ? COLLATE NOCASE",
+                                 (key,)).fetchone()
+                db.execute("DELETE FROM models WHERE name = ? COLLATE NOCASE", (key,))
+                db.execute("INSERT INTO models (name, path, size, sha256, modified_at, parameters, template, system, "
+                           "origin, license, adapters, manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (key, str(blob), size, digest, time.time(), params_json, template, system, origin,
-                            license, json.dumps(list(adapters))))
+                            license, json.dumps(list(adapters)), manifest))
             if old:
                 for p in [old["path"], *json.loads(old["adapters"] or "[]")]:
                     self._delete_blob_if_unused(db, Path(p))
@@ -367,7 +402,7 @@ class ModelStore(StoreBlobs):
                adapters: tuple[str, ...] = ()) -> ModelRecord:
         """Modelfile-style: a new name from an existing model (FROM name) or a GGUF path, with PARAMETERs,
         TEMPLATE and SYSTEM layered over the base's, and LoRA `adapters` (stored GGUFs) added to its own."""
-        key = normalize_name(name)
+        key = canonical_name(name)
         self._check_writable(key)
         if parameters is not None and not isinstance(parameters, dict):
             raise StoreError("parameters must be an object")
@@ -393,26 +428,26 @@ class ModelStore(StoreBlobs):
 
     def copy(self, src: str, dst: str) -> ModelRecord:
         rec = self.get(src)
-        key = normalize_name(dst)
+        key = canonical_name(dst)
         self._check_writable(key)
-        if key == rec.name:
+        if key.lower() == rec.name.lower():
             raise StoreError(f"source and destination are the same model {key!r}")
         Path(rec.path).stat()                                  # the file must still be there
         origin = rec.origin if rec.source == "store" else f"{rec.source}: {rec.name}"
         return self._put(key, Path(rec.path), rec.size, rec.sha256, dict(rec.parameters), rec.template,
-                         rec.system, origin, rec.license, rec.adapters)
+                         rec.system, origin, rec.license, rec.adapters, rec.manifest)
 
     def remove(self, name: str) -> ModelRecord:
         key = self.lookup_key(name)
         self._check_writable(key)
         with closing(self._connect()) as db:
-            row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
+            row = db.execute("SELECT * FROM models WHERE name = ? COLLATE NOCASE", (key,)).fetchone()
             if row is None:
                 rec = self.get(key)                            # raises ModelNotFound for unknown names
                 raise ReadOnlyModel(f"{key!r} is {rec.source} ({rec.origin}) and read-only here; "
                                     "remove it with the app that owns it")
             with db:
-                db.execute("DELETE FROM models WHERE name = ?", (key,))
+                db.execute("DELETE FROM models WHERE name = ?", (row["name"],))
             for p in [row["path"], *json.loads(row["adapters"] or "[]")]:
                 self._delete_blob_if_unused(db, Path(p))
         return self._row_record(row)

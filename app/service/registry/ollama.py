@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -65,6 +65,7 @@ class Layer:
 class Manifest:
     config: Layer | None
     layers: tuple[Layer, ...]
+    raw: bytes = field(default=b"", compare=False, repr=False)    # as the registry sent it (Ollama keeps these bytes)
 
     @property
     def all_layers(self) -> tuple[Layer, ...]:
@@ -104,7 +105,7 @@ def parse_manifest(raw: bytes) -> Manifest:
         raise RegistryError("bad manifest: no layers")
     config = doc.get("config")
     return Manifest(_layer(config, "config") if config else None,
-                    tuple(_layer(x, f"layer {i}") for i, x in enumerate(layers)))
+                    tuple(_layer(x, f"layer {i}") for i, x in enumerate(layers)), bytes(raw))
 
 
 class RegistryClient:

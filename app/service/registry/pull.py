@@ -11,6 +11,16 @@ Order of work, so that a cancelled or failed pull leaves no half-registered mode
 when the disk cannot hold it, fetch each layer (blobs already on this machine are linked, not downloaded), verify
 every downloaded blob, and only then write the store entry in one transaction. The name is not in the store
 until that last step, so a model being pulled cannot be loaded.
+
+The model is stored under the reference as written (`Reference.local_name()`: `llama3.2:3b`,
+`127.0.0.1:5000/team/m:v1`, `hf.co/user/Repo-GGUF:latest`). Pulling a name that is already there is how scripts
+make sure a model is present, so it is cheap and always ends in `success`:
+- a store model: the manifest is read again and only what differs is fetched (model blobs are found by digest;
+  metadata layers whose digests the stored manifest already had are not fetched again);
+- the built-in model: answered from the file shipped with Strata, no registry asked, nothing written;
+- a read-only model of another app (Ollama's folder, ...): when the registry's model is the same file, nothing is
+  written; when it differs, the registry's is pulled into Strata's own store under that name (which then comes
+  first in the listing) and a progress line says so.
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ from app.service.modelfile import ModelfileError, parse_param_value
 from . import hf
 from .download import Downloader, RegistryError, Source
 from .ollama import (MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROMPT, MEDIA_SYSTEM,
-                     MEDIA_TEMPLATE, SMALL_MEDIA, RegistryClient)
+                     MEDIA_TEMPLATE, SMALL_MEDIA, RegistryClient, parse_manifest)
 from .reference import Reference
 
 log = logging.getLogger("strata.pull")
@@ -70,6 +80,8 @@ class Plan:
     steps: list = field(default_factory=list)   # ("model", ModelFile) | ("small", Layer), in manifest order
     files: list[ModelFile] = field(default_factory=list)
     client: RegistryClient | None = None
+    manifest: str | None = None                 # the registry's manifest (Ollama registries), kept with the model
+    known: dict = field(default_factory=dict)   # metadata layers the store has already: digest -> meta to apply
 
 
 def model_dest_names(hexes: list[str]) -> list[str]:
@@ -105,8 +117,19 @@ class Puller:
         self.pulling[name] = self.pulling.get(name, 0) + 1
         try:
             await emit(progress_line("pulling manifest"))
+            present = await self._present(name)
+            if present is not None and present.source == "builtin":
+                return await self._answer_builtin(present, emit)
             dl = await self.downloader()
             plan = await (self._plan_hf(ref) if ref.kind == "hf" else self._plan_ollama(ref, insecure, dl))
+            note = ""
+            if present is not None and present.read_only:
+                if await self._same_files(plan, present):
+                    return await self._answer_present(plan, present, emit)
+                note = (f"{name} differs from the read-only copy ({present.origin}); the registry's is stored in "
+                        "Strata's own store under that name")
+            elif present is not None:
+                plan.known = _known_meta(plan, present)
             await self._find_local(plan)
             self._check_space(plan, dl)
             meta = await self._fetch(plan, dl, emit)
@@ -118,12 +141,14 @@ class Puller:
             try:
                 record = await self.store.call("add_model", name, model, _hex_of(model),
                                                meta.get("parameters"), meta.get("template"), meta.get("system"),
-                                               meta.get("license"), plan.origin, lora)
+                                               meta.get("license"), plan.origin, lora, plan.manifest)
             except GGUFError as e:       # verified bytes, but not a model Strata can run: do not keep them
                 for f, p in zip(plan.files, paths):
                     if f.local is None:
                         await self.store.call("release_blob", p)
                 raise RegistryError(f"{ref.display()} is not a GGUF model Strata can run: {e}", 415) from None
+            if note:
+                await emit(progress_line(note))
             await emit(progress_line("success"))
             return record
         finally:
@@ -131,17 +156,51 @@ class Puller:
             if not self.pulling[name]:
                 del self.pulling[name]
 
+    # ---- a name that is here already -------------------------------------------------------------------------
+    async def _present(self, name: str):
+        try:
+            return await self.store.call("get", name)
+        except LookupError:                                # ModelNotFound
+            return None
+
+    async def _answer_builtin(self, record, emit: Emit):
+        """The built-in model ships with Strata (not from a registry): the pull is answered from its file."""
+        digest = "sha256:" + await self.store.call("sha256", record.name)
+        await emit(progress_line(f"pulling {short(digest)}", digest, record.size, record.size))
+        for status in ("verifying sha256 digest", "writing manifest", "success"):
+            await emit(progress_line(status))
+        return record
+
+    async def _same_files(self, plan: Plan, record) -> bool:
+        """True when the registry's model is exactly the read-only file (one GGUF, no adapter, same sha256)."""
+        if len(plan.files) != 1 or plan.files[0].adapter or not plan.files[0].source.digest.startswith("sha256:"):
+            return False
+        return plan.files[0].source.hex == await self.store.call("sha256", record.name)
+
+    async def _answer_present(self, plan: Plan, record, emit: Emit):
+        """The registry has what is here: every layer reported complete, nothing fetched, nothing written."""
+        for kind, item in plan.steps:
+            digest, size = (item.digest, item.size) if kind == "small" else (item.source.digest, item.source.size)
+            await emit(progress_line(f"pulling {short(digest)}", digest, size, size))
+        for status in ("verifying sha256 digest", "writing manifest", "success"):
+            await emit(progress_line(status))
+        return record
+
     # ---- planning --------------------------------------------------------------------------------------------
     async def _plan_ollama(self, ref: Reference, insecure: bool, dl: Downloader) -> Plan:
         client = RegistryClient(dl.session(), ref, insecure)
         manifest = await client.manifest()
+        try:
+            text = manifest.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
         models = [layer for layer in manifest.layers if layer.media_type == MEDIA_MODEL]
         if not models:
             kinds = ", ".join(sorted({layer.media_type.rsplit(".", 1)[-1] for layer in manifest.layers}))
             raise RegistryError(f"{ref.display()} has no GGUF model layer (it has: {kinds}); Strata runs GGUF "
                                 "models only", 415)
         names = model_dest_names([layer.hex for layer in models])
-        plan = Plan(origin=f"{ref.host}/{ref.repository}:{ref.tag}", client=client)
+        plan = Plan(origin=f"{ref.host}/{ref.repository}:{ref.tag}", client=client, manifest=text)
         for layer in manifest.all_layers:
             if layer.media_type == MEDIA_MODEL:
                 f = ModelFile(client.blob_source(layer), names[models.index(layer)])
@@ -200,9 +259,11 @@ class Puller:
         meta: dict = {}
         for kind, item in plan.steps:
             if kind == "small":
-                data = await plan.client.small_blob(item)
+                if item.digest in plan.known:               # the stored model has this layer: not fetched again
+                    meta.update(plan.known[item.digest])
+                else:
+                    _apply_meta(meta, item.media_type, await plan.client.small_blob(item))
                 await emit(progress_line(f"pulling {short(item.digest)}", item.digest, item.size, item.size))
-                _apply_meta(meta, item.media_type, data)
                 continue
             f: ModelFile = item
             status, size = f"pulling {short(f.source.digest)}", f.source.size
@@ -222,6 +283,34 @@ class Puller:
         if f.local is not None:
             return Path(await self.store.call("adopt_blob", f.local, f.dest_name))
         return await dl.verify_into(f.source, lambda hex_: blob_dir / (f.dest_name or f"sha256-{hex_}.gguf"))
+
+
+def _known_meta(plan: Plan, record) -> dict:
+    """Metadata layers a stored pull of this name already has (same digests in its stored manifest), with the
+    Modelfile defaults they gave it: digest -> {field: value}. A kind of layer counts only when all of its layers
+    are unchanged (license texts are joined), so a changed template is always fetched."""
+    if not record.manifest or plan.client is None:
+        return {}
+    try:
+        old = parse_manifest(record.manifest.encode())
+    except RegistryError:
+        return {}
+    fields = {MEDIA_TEMPLATE: "template", MEDIA_PROMPT: "template", MEDIA_SYSTEM: "system",
+              MEDIA_PARAMS: "parameters", MEDIA_LICENSE: "license"}
+    new_small = [item for kind, item in plan.steps if kind == "small"]
+
+    def digests(layers, media) -> list[str]:
+        return [x.digest for x in layers if x.media_type == media]
+
+    known: dict[str, dict] = {}
+    for layer in new_small:
+        media = layer.media_type
+        if digests(new_small, media) != digests(old.all_layers, media):
+            continue
+        f = fields.get(media)
+        value = getattr(record, f) if f else None
+        known[layer.digest] = {f: (dict(value) if isinstance(value, dict) else value)} if f and value else {}
+    return known
 
 
 def _apply_meta(meta: dict, media: str, data: bytes) -> None:

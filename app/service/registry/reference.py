@@ -13,11 +13,15 @@ Everything is checked before any network use: a reference with credentials (`use
 fragment, `..`, percent-encoding, whitespace or an over-long part is refused (InvalidReference, a 400), so a
 name can neither leak a secret into logs nor steer a request anywhere the user did not name.
 
-Local names follow the rule Strata already uses for models found in Ollama's folder
-(app/service/external_models.py): `registry.ollama.ai/library/llama3.2:3b` -> `llama3.2:3b`; any other
-namespace keeps it, joined with '-', and drops the host: `hf.co/bartowski/Qwen3-GGUF:Q4_K_M` ->
-`bartowski-qwen3-gguf:q4_k_m`. The store resolves a full reference to that name too, so `strata run` works with
-exactly what was pulled.
+A pulled model is stored under the reference as the user wrote it, spelt the shortest way, as Ollama lists it
+(`Reference.local_name()`, Ollama's DisplayShortest): the default host `registry.ollama.ai` and the `library/`
+namespace are left out and the tag defaults to `latest`: `registry.ollama.ai/library/llama3.2:3b` -> `llama3.2:3b`,
+`user/model` -> `user/model:latest`, `127.0.0.1:5000/team/m:v1` stays whole; a Hugging Face reference is
+`hf.co/<user>/<repo>:<tag>` (`huggingface.co/...` and llama-server's `<user>/<repo>:<quant>` are spelt so too).
+Names of the default library are lower-case (they are plain Strata names, app/service/names.py); any other keeps
+the case it was written in and is matched without regard to case. `canonical_name()` turns whatever a request
+names (a plain name or a reference) into that stored spelling, so `show`, `run`, `rm`... find the model by exactly
+what was pulled.
 """
 from __future__ import annotations
 
@@ -65,17 +69,24 @@ class Reference:
         if self.kind == "hf":
             return f"hf.co/{self.repository}:{self.tag}"
         if self.host.lower() != DEFAULT_HOST:
-            return f"{self.host}/{self.repository}:{self.tag}"
+            return f"{self.host.lower()}/{self.repository}:{self.tag}"
         if self.namespace.lower() != DEFAULT_NAMESPACE:
             return f"{self.repository}:{self.tag}"
         return f"{self.model}:{self.tag}"
 
     def local_name(self) -> str:
-        if self.kind == "ollama" and self.host.lower() == DEFAULT_HOST and self.namespace == DEFAULT_NAMESPACE:
+        """The store name of what this reference pulls (see the module docstring)."""
+        if self.kind == "ollama" and self.host.lower() == DEFAULT_HOST and self.namespace.lower() == DEFAULT_NAMESPACE:
             try:
                 return normalize_name(f"{self.model}:{self.tag}")
             except InvalidName:
                 return sanitize_name(self.model, self.tag)
+        return self.display()
+
+    def old_local_name(self) -> str:
+        """The name Strata stored a pull under before names kept their reference (the store migrates them)."""
+        if self.kind == "ollama" and self.host.lower() == DEFAULT_HOST and self.namespace == DEFAULT_NAMESPACE:
+            return self.local_name()
         return sanitize_name(f"{self.namespace}-{self.model}", self.tag)
 
     def base_url(self, insecure: bool) -> str:
@@ -160,6 +171,14 @@ def parse_reference(text) -> Reference:
     _part(namespace, "namespace", shown, dots=False)
     _part(model, "model", shown)
     return Reference("ollama", scheme, host or DEFAULT_HOST, namespace, model, tag or DEFAULT_TAG, explicit_http)
+
+
+def canonical_name(name) -> str:
+    """The store's spelling of a model name: a plain `name[:tag]` normalised (app/service/names.py), a reference
+    (it has a '/') as a pull of it is stored (`Reference.local_name()`). Raises InvalidName / InvalidReference."""
+    if isinstance(name, str) and "/" in name:
+        return parse_reference(name).local_name()
+    return normalize_name(name)
 
 
 def is_reference_like(name: str) -> bool:
