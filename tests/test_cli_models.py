@@ -90,9 +90,9 @@ def test_show_builtin_in_process(capsys):
     (["import", "__GOOD__", "--name", "smollm2:135m"], "built-in model"),
     (["show", "nope:missing"], "not found"),
     (["show", "bad/../name"], "invalid model name"),
-    (["show", "some/name"], "'some/name' not found"),     # a registry reference (Ollama's namespace/model)
+    (["show", "some/name"], "'some/name:latest' not found"),   # a registry reference (Ollama's namespace/model)
     (["cp", "nope", "x"], "not found"),
-    (["cp", "smollm2:135m", "x/y"], "invalid model name"),
+    (["cp", "smollm2:135m", "x/y/z/w"], "invalid model name"),
     (["rm", "smollm2:135m"], "built-in model"),
     (["rm", "nope"], "not found"),
 ])

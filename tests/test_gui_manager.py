@@ -86,7 +86,7 @@ def test_every_model_is_listed_with_its_facts(qtbot, manager, tmp_path):
     m = manager
     qtbot.waitUntil(lambda: MODEL in m.shown, timeout=WAIT)        # capabilities come from /api/show
     name, size, quant, arch, params, caps, source, state = row_texts(m, MODEL)
-    assert (name, quant, arch, params, source) == (MODEL, "Q4_1", "llama", "135M", "Built-in")
+    assert (name, quant, arch, params, source) == (MODEL, "Q4_1", "llama", "134.52M", "Built-in")
     assert size.endswith("MiB") and "completion" in caps and state in ("not loaded", "loaded")
     click_row(qtbot, m, MODEL)
     assert "built-in model" in m.detail.text() and "parameters" in m.detail.text()

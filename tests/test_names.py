@@ -227,7 +227,8 @@ OLD_SCHEMA = """
 CREATE TABLE models (name TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL, sha256 TEXT,
     modified_at REAL NOT NULL, parameters TEXT NOT NULL DEFAULT '{}', template TEXT, system TEXT, origin TEXT,
     license TEXT, adapters TEXT NOT NULL DEFAULT '[]');
-CREATE TABLE file_hashes (path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL);
+CREATE TABLE file_hashes (path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL);
 """
 
 

@@ -22,7 +22,7 @@ class ModelRow:
     size: int = 0
     quantization: str = ""
     architecture: str = ""
-    parameters: str = ""            # "135M" (details.parameter_size), exact count in `parameter_count`
+    parameters: str = ""            # "134.52M" (details.parameter_size), exact count in `parameter_count`
     parameter_count: int = 0
     capabilities: tuple[str, ...] = ()
     source: str = "store"
