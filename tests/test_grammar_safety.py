@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 
+import jsonschema
 import pytest
 
 from app.engine import protocol as P
@@ -74,15 +76,13 @@ def test_bare_call_opening_with_brace_newline_does_not_crash(loop, runner):
     req = P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, tools=[WEATHER], tool_choice="auto",
                             sampling=steered(ids), num_predict=60)
     text, done = run(loop, collect(runner, req))
-    assert text.startswith('{\n  "name":'), text
     assert runner.alive
-    # from the trigger on the grammar held: the reply is the call, and it parses
+    # from the trigger on the grammar held (the name is the one tool's), and a finished call parses
+    assert re.match(r'\{\n  "name":\s*"get_weather"', text), text
     if done.reason == "stop":
         d = parse_all("hermes", text, ["get_weather"])
         assert [c.name for c in d.calls] == ["get_weather"], text
         assert isinstance(d.calls[0].arguments.get("city"), str)
-    else:
-        assert text.startswith('{\n  "name": "get_weather"'), text
 
 
 def test_marker_written_as_text_starts_the_grammar(loop, runner):
@@ -124,3 +124,45 @@ def test_a_stuck_grammar_ends_only_its_sequence(loop, runner):
     assert isinstance(bad, RunnerError) and "format JSON schema" in str(bad), bad
     assert isinstance(good, tuple) and good[1].completion_tokens == 20
     assert runner.alive
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1,
+                                                                          "maximum": 14}},
+     "required": ["city", "days"]},
+    {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "tags": {"type": "array", "items":
+                                      {"type": "string", "maxLength": 8}, "maxItems": 3}},
+     "required": ["unit", "tags"], "additionalProperties": False},
+    {"type": "object", "properties": {"when": {"type": "string", "format": "date"}, "ok": {"type": "boolean"},
+                                      "score": {"type": "number"}, "note": {"type": ["string", "null"]}},
+     "required": ["when", "ok", "score", "note"]},
+    {"type": "object", "$defs": {"p": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                       "required": ["x"]}},
+     "properties": {"points": {"type": "array", "items": {"$ref": "#/$defs/p"}, "minItems": 1, "maxItems": 2},
+                    "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{2}$"}},
+     "required": ["points", "code"]},
+]
+
+
+def test_every_reply_under_a_schema_validates(loop, runner):
+    """Random weights at temperature 1.2, a bias towards the newline token (which made 5 of 6 replies invalid
+    JSON before: a raw newline inside a string): every finished reply is JSON that validates against its
+    schema; the rest were cut by num_predict and say so."""
+    nl = token_ids(loop, runner, "\n")[0]
+    reqs = [P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, json_schema=schema,
+                              sampling=P.SamplingParams(temperature=1.2, seed=seed, logit_bias={nl: 4.0}),
+                              num_predict=160)
+            for seed in (1, 2) for schema in SCHEMAS]
+
+    async def all_of_them():
+        return await asyncio.gather(*(collect(runner, r) for r in reqs))
+
+    finished = 0
+    for req, (text, done) in zip(reqs, run(loop, all_of_them())):
+        if done.reason == "length":
+            assert done.completion_tokens == req.num_predict
+            continue
+        assert done.reason == "stop", (text, done)
+        jsonschema.validate(json.loads(text), req.json_schema)
+        finished += 1
+    assert finished >= len(reqs) // 2, finished

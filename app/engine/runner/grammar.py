@@ -1,14 +1,14 @@
 """Structured output: `format: "json"` and JSON schemas turned into GBNF for llama.cpp's grammar sampler.
 
-llama-cpp-python ships the converter (a port of llama.cpp's json-schema-to-grammar); we only validate input
-and give clear errors, since a grammar llama.cpp cannot parse makes its sampler constructor return NULL.
+The converter is ours (app/engine/json_schema_grammar.py, a port of llama.cpp's C++ one, the rules llama-server
+uses); here we bound the schema's size and give clear errors, since a grammar llama.cpp cannot parse makes its
+sampler constructor return NULL. `format: "json"` is the schema {"type": "object"}: any JSON object.
 """
 from __future__ import annotations
 
-import json
 import re
 
-from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+from app.engine.json_schema_grammar import SchemaError, json_schema_to_grammar
 
 
 class GrammarError(ValueError):
@@ -54,26 +54,21 @@ def check_schema_size(schema) -> None:
         stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
 
 
-# Until our own converter lands: llama.cpp's C++ whitespace (models write `{\n  "key"`) and no raw control
-# characters inside strings, over the Python converter's `" "?` and `[^"\\]`.
-_CXX_SPACE = 'space ::= | " " | "\\n"{1,2} [ \\t]{0,20}'
-
-
-def cxx_rules(gbnf: str) -> str:
-    gbnf = re.sub(r'^space ::= " "\?$', lambda m: _CXX_SPACE, gbnf, flags=re.M)
-    return gbnf.replace('char ::= [^"\\\\]', 'char ::= [^"\\\\\\x7F\\x00-\\x1F]')
-
-
 def grammar_for(json_mode: bool = False, json_schema: dict | None = None) -> str | None:
     """GBNF for the request, or None when output is unconstrained."""
     if json_schema is not None:
         if not isinstance(json_schema, dict):
             raise GrammarError(f"format must be \"json\" or a JSON schema object, got {type(json_schema).__name__}")
-        check_schema_size(json_schema)
-        try:
-            return cxx_rules(json_schema_to_gbnf(json.dumps(json_schema)))
-        except Exception as e:  # the converter raises assorted types on bad schemas
-            raise GrammarError(f"unsupported JSON schema: {e}") from e
+        return schema_grammar(json_schema)
     if json_mode:
-        return JSON_GBNF
+        return json_schema_to_grammar({"type": "object"})
     return None
+
+
+def schema_grammar(schema: dict, name: str = "", what: str = "unsupported JSON schema") -> str:
+    """The schema's GBNF (top rule `root`, or `name`), after the size checks; GrammarError saying `what`."""
+    check_schema_size(schema)
+    try:
+        return json_schema_to_grammar(schema, name)
+    except (SchemaError, RecursionError) as e:
+        raise GrammarError(f"{what}: {e}") from e

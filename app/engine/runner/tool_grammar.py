@@ -12,11 +12,10 @@ with the same schema converter as `format` (grammar.py), over one combined schem
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
-from app.engine.runner.grammar import GrammarError, check_schema_size, cxx_rules, json_schema_to_gbnf
+from app.engine.runner.grammar import GrammarError, schema_grammar
 
 
 # A reply that opens with a bare call: whitespace, then `{`, the JSON whitespace the grammar's `space` rule admits
@@ -81,13 +80,8 @@ def call_schema(tools: list[dict], only: str | None = None, args_key: str = "arg
 
 
 def _convert(schema: dict, rule: str) -> str:
-    """GBNF for the schema with its root renamed to `rule` (so it can sit inside a larger grammar)."""
-    check_schema_size(schema)
-    try:
-        gbnf = cxx_rules(json_schema_to_gbnf(json.dumps(schema)))
-    except Exception as e:  # the converter raises assorted types on schemas it cannot handle
-        raise GrammarError(f"tools: a function's parameters schema is not supported: {e}") from e
-    return re.sub(r"^root ::=", f"{rule} ::=", gbnf, count=1, flags=re.M)
+    """GBNF for the schema, its top rule named `rule` (so it can sit inside a larger grammar)."""
+    return schema_grammar(schema, rule, "tools: a function's parameters schema is not supported")
 
 
 def forced(tools: list[dict], only: str | None = None, parallel: bool = False) -> ToolGrammar:

@@ -35,7 +35,7 @@ def _scalar(text: str):
     """A parameter value written as text: JSON when it parses as JSON (numbers, objects), else the string."""
     t = text.strip("\n")
     try:
-        return json.loads(t)
+        return json.loads(t, strict=False)
     except ValueError:
         return t
 
@@ -220,7 +220,7 @@ class _FGReader:
         self.i = m.end()
         word = m.group(0).strip()
         try:
-            return json.loads(word)
+            return json.loads(word, strict=False)
         except ValueError:
             return word
 

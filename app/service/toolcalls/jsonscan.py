@@ -72,13 +72,13 @@ def loads_lenient(text: str):
     if not text:
         return None
     try:
-        return json.loads(text)
+        return json.loads(text, strict=False)     # a raw newline inside a string: models write them
     except ValueError:
         pass
     if text[0] in "{[":
         end = json_end(text)
         try:
-            return json.loads(text[:end] if end else mend(text))
+            return json.loads(text[:end] if end else mend(text), strict=False)
         except ValueError:
             return None
     return None
