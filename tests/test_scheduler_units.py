@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.discovery.inventory import Inventory
+from app.engine.planner.options import ContextChoice
 from app.engine.planner.types import DevicePlan, Layout, PlanOptions
 from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
@@ -90,8 +91,13 @@ class World:
         self.config = replace(ServiceConfig(num_parallel=1, max_queue=8, keep_alive="5m", load_timeout_s=5.0,
                                             n_threads=1), **config)
         deps = Collaborators(resolve=self.resolve, model_info=self.model_info, discover=self.discover,
-                             plan=self.plan, new_runner=self.new_runner, with_digest=self.with_digest)
+                             plan=self.plan, new_runner=self.new_runner, with_digest=self.with_digest,
+                             choose_context=self.choose_context)
         self.scheduler = Scheduler(self.config, self.events, self.metrics, deps)
+
+    @staticmethod
+    def choose_context(info, inventory, options, ceiling, asked, compute=None):
+        return ContextChoice(options.num_ctx, "setting", "fake: the options' own")
 
     async def resolve(self, name: str):
         if name not in self.sizes:

@@ -8,7 +8,9 @@ Environment variables (all optional):
   STRATA_ORIGINS       comma-separated extra browser origins allowed (localhost and the app's own always are)
   STRATA_MAX_QUEUE     requests waiting per model beyond its slots before 503 (default 512)
   STRATA_NUM_PARALLEL  parallel sequences (slots) per loaded model (default 4)
-  STRATA_NUM_CTX       default context per sequence (default 4096, clamped to the model's training context)
+  STRATA_NUM_CTX       upper bound of the default context per sequence (default 32768): unless a request or
+                       Modelfile sets num_ctx, a load gets the largest context that free memory holds, up to the
+                       model's training context and this bound (planner.options.context_for)
   STRATA_KEEP_ALIVE    default keep-alive ("5m", seconds, 0, negative = forever)
   STRATA_MAX_LOADED_MODELS  0 = as many as fit in memory
   STRATA_DEVICES       path of a simulated inventory JSON (what-if planning, tests)
@@ -111,7 +113,7 @@ class ServiceConfig:
     origins: tuple[str, ...] = ()
     max_queue: int = 512
     num_parallel: int = 4
-    num_ctx: int = 4096
+    num_ctx: int = 32768                       # the default context's upper bound (STRATA_NUM_CTX)
     keep_alive: str | float = "5m"
     max_loaded_models: int = 0                 # 0 = as many as fit
     devices_json: str | None = None
@@ -136,7 +138,7 @@ class ServiceConfig:
             origins=origins,
             max_queue=_int_env("STRATA_MAX_QUEUE", 512, env=env),
             num_parallel=_int_env("STRATA_NUM_PARALLEL", 4, minimum=1, env=env),
-            num_ctx=_int_env("STRATA_NUM_CTX", 4096, minimum=16, env=env),
+            num_ctx=_int_env("STRATA_NUM_CTX", 32768, minimum=16, env=env),
             keep_alive=env.get("STRATA_KEEP_ALIVE") or "5m",
             max_loaded_models=_int_env("STRATA_MAX_LOADED_MODELS", 0, env=env),
             devices_json=env.get("STRATA_DEVICES") or None,

@@ -49,6 +49,7 @@ class LoadedModel:
         self.load_seconds = 0.0
         self.closing = False
         self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
+        self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
 
     @property
     def predicted(self) -> dict[str, int]:
@@ -88,6 +89,7 @@ class LoadedModel:
             "keep_alive": self.keep_alive,
             "pid": getattr(self.client, "pid", None),
             "prompt_cache": self.prompt_cache(),
+            "context": dict(self.layout.context) if self.layout else {},
         }
 
     def prompt_cache(self) -> dict:

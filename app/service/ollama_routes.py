@@ -78,6 +78,8 @@ async def show(request):
         caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
     strata = {"source": record.source, "read_only": bool(record.read_only), "path": str(record.path),
               "digest": digest_of(record)}
+    if info is not None:      # the context a load gets (or got) and what decided it
+        strata["context"] = await scheduler.context_preview(record, info)
     if facts is not None:     # which chat template is used and why (a GGUF without one gets a built-in)
         strata["chat"] = {**facts.to_dict(), "template_source": "modelfile" if record.template
                           else facts.template_source}

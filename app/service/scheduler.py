@@ -8,6 +8,10 @@ its collaborators (collaborators.py), injected, so its rules are tested with fak
 - Before a load, the planner lays the model out on what is left of each device after the models already
   loaded (their predicted bytes). If it does not fit, idle models are unloaded least recently used first and
   the plan is made again; a model with requests is never unloaded under them (the load waits for one to go idle).
+- Context: unless the request or Modelfile sets num_ctx, a load gets the largest context per sequence the free
+  memory holds, up to the model's training context and STRATA_NUM_CTX (planner.options.context_for); a request
+  whose prompt outgrows it reloads the model with a larger one when that fits and nothing else runs on it
+  (`grow_context`). Both are logged and published (docs/architecture.md, "Context").
 - keep_alive: after a model's last request ends, it stays loaded that long (None = forever, 0 = unload now).
 - A failed load answers every waiting request with the error, and shows as "failed" in /api/ps until the next try.
 - The runner is a child process: if it dies, the model is dropped and the next request loads it again.
@@ -25,6 +29,7 @@ from app.discovery.inventory import Inventory, subtract
 from app.discovery.remote import reserve_workers
 from app.engine.gguf.errors import GGUFError
 from app.ggml import rpc
+from app.engine.planner.options import CTX_STEP
 from app.engine.planner.types import Layout, PlanOptions
 
 from .collaborators import Collaborators
@@ -34,7 +39,7 @@ from .events import EventBus
 from .keep_alive import DEFAULT, FOREVER, KeepAlive, parse_keep_alive
 from .loaded_model import Lease, LoadedModel
 from .metrics import Metrics
-from .options import RequestOptions, plan_options
+from .options import RequestOptions, parse_ollama_options, plan_options
 
 log = logging.getLogger("strata.scheduler")
 
@@ -104,6 +109,44 @@ class Scheduler:
         except ValueError as e:     # options the planner refuses (tensor_split length, main_gpu, ...)
             raise ApiError(400, f"cannot plan this load: {e}", param="options") from None
 
+    async def plan_context(self, info, options: PlanOptions, inventory: Inventory, asked: int | None
+                           ) -> tuple[PlanOptions, Layout]:
+        """Options with their context chosen (`asked`: the request's or Modelfile's num_ctx, None for the default
+        from memory) and their measured layout, which records the choice (Layout.context). A measured plan that
+        does not fit at a default context chooses again with the compute buffers the dry run measured."""
+        compute = None
+        for _ in range(3):
+            try:
+                choice = await asyncio.to_thread(self.deps.choose_context, info, inventory, options,
+                                                 self.config.num_ctx, asked, compute)
+            except ValueError as e:
+                raise ApiError(400, f"cannot plan this load: {e}", param="options") from None
+            options = replace(options, num_ctx=choice.num_ctx)
+            layout = await self.plan(info, options, inventory)
+            if layout.fits or asked is not None:
+                break
+            measured = {d.device_id: d.compute for d in layout.devices}
+            if measured == compute:
+                break
+            compute = measured
+        return options, replace(layout, context=choice.to_dict())
+
+    async def context_preview(self, record, info) -> dict:
+        """How `record`'s context is (loaded) or would be chosen now (not loaded: an estimated plan on what the
+        loaded models leave free), with `loaded` saying which: for /api/show."""
+        m = self.models.get(record.name)
+        if m is not None and m.layout is not None and m.layout.context:
+            return {**m.layout.context, "loaded": True}
+        ro = parse_ollama_options({}, getattr(record, "parameters", None))
+        inventory = await self.get_inventory()
+        free = subtract(inventory, self.used_bytes(record.name))
+        try:
+            choice = await asyncio.to_thread(self.deps.choose_context, info, free, self.plan_options_for(info, ro),
+                                             self.config.num_ctx, ro.plan.get("num_ctx"))
+        except ValueError as e:
+            return {"error": str(e), "loaded": False}
+        return {**choice.to_dict(), "loaded": False}
+
     def plan_options_for(self, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
         overrides = {**ro.plan, "n_threads": ro.n_threads or self.config.n_threads}
         return plan_options(overrides, num_ctx_default=self.config.num_ctx,
@@ -157,6 +200,8 @@ class Scheduler:
         if model is not None and model.state == "loaded" and ro.plan and model.pending == 0:
             # different load-time options (num_ctx, num_gpu, ...) on an idle model: load it again with them
             want = self.plan_options_for(model.info, ro, model.options.embedding)
+            if "num_ctx" not in ro.plan:          # the default context is the loaded one (chosen, maybe grown)
+                want = replace(want, num_ctx=model.options.num_ctx)
             if want != model.options:
                 await self.unload(name, reason="reload with new options")
                 model = None
@@ -184,6 +229,7 @@ class Scheduler:
         if model is None:
             opts = self.plan_options_for(info, ro)
             model = LoadedModel(name, record, info, opts)
+            model.asked_ctx = ro.plan.get("num_ctx")
             self.models[name] = model
             self.failed.pop(name, None)
             self._background(self._load(model), f"load {name}")
@@ -224,7 +270,7 @@ class Scheduler:
         model.load_seconds = time.monotonic() - model.load_started
         model.state = "loaded"
         model.progress = 1.0
-        model.client.add_exit_callback(lambda code, m=model: self._runner_exited(m, code))
+        model.client.add_exit_callback(lambda code, m=model, c=model.client: self._runner_exited(m, code, c))
         self.metrics.loads[(model.name, "ok")] += 1
         self.events.publish("loaded", {"model": model.name, "layout": model.layout.to_dict(),
                                        "actual": model.actual, "load_seconds": model.load_seconds})
@@ -275,8 +321,11 @@ class Scheduler:
             layout = None
             if not too_many:
                 used = self.used_bytes(model.name)
-                layout = await self.plan(model.info, model.options, reserve_workers(subtract(inventory, used), used))
+                model.options, layout = await self.plan_context(model.info, model.options,
+                                                                reserve_workers(subtract(inventory, used), used),
+                                                                model.asked_ctx)
                 if layout.fits:
+                    log.info("loading %s with %s", model.name, layout.context.get("reason"))
                     return layout
             idle = sorted((m for m in others if m.pending == 0), key=lambda m: m.last_used)
             if idle:
@@ -292,6 +341,68 @@ class Scheduler:
                         pass
                 continue
             raise self._no_room(model, layout, len(others))
+
+    # ---- a larger context for a request that needs it -------------------------------------------------------
+
+    def growth_ceiling(self, model: LoadedModel) -> int:
+        """The largest context per sequence `model` may grow to: its training context (0: cannot grow)."""
+        train = getattr(model.info, "context_length", 0) or 0
+        return train if train > model.options.num_ctx else 0
+
+    async def grow_context(self, model: LoadedModel, needed: int) -> bool:
+        """Reload `model`, held by the caller's one request, with a context per sequence of at least `needed`
+        tokens (twice the present one when that fits too, so a growing conversation does not reload every turn),
+        up to its training context. False, and nothing changes, when another request is on the model, it cannot
+        grow that far, or no such plan fits what the other models leave free. The caller's lease stays valid:
+        the model object is the same, with a new runner."""
+        ceiling = self.growth_ceiling(model)
+        if (model.pending != 1 or model.state != "loaded" or self.models.get(model.name) is not model
+                or model.closing or needed > ceiling):
+            return False
+        name, cur = model.name, model.options.num_ctx
+        want = min(ceiling, -(-needed // CTX_STEP) * CTX_STEP)
+        candidates = sorted({min(ceiling, max(want, 2 * cur)), want}, reverse=True)
+        loop = asyncio.get_running_loop()
+        async with self._load_lock:
+            if model.pending != 1 or self.models.get(name) is not model or model.closing:
+                return False
+            inventory = await self.get_inventory()
+            used = self.used_bytes(name)
+            free = reserve_workers(subtract(inventory, used), used)
+            layout = None
+            for n in candidates:
+                options, layout = await self.plan_context(model.info, replace(model.options, num_ctx=n), free, n)
+                if layout.fits:
+                    break
+            if layout is None or not layout.fits:
+                log.info("%s: a context of %d tokens per sequence does not fit the free memory; staying at %d",
+                         name, want, cur)
+                return False
+            reason = f"num_ctx {options.num_ctx}: grown from {cur} for a prompt that needs {needed} tokens"
+            layout = replace(layout, context={"num_ctx": options.num_ctx, "limit": "request", "reason": reason},
+                             lora_adapters=model.layout.lora_adapters if model.layout else ())
+            log.info("reloading %s: %s", name, reason)
+            self.events.publish("context_grow", {"model": name, "from": cur, "to": options.num_ctx,
+                                                 "needed": needed})
+            old, model.client = model.client, None      # its exit is then not taken for a crash
+            model.state, model.progress, model.ready = "loading", 0.0, loop.create_future()
+            model.load_started = time.monotonic()
+            model.options, model.layout, model.asked_ctx = options, layout, None
+            try:
+                await old.close()
+                self.events.publish("load_started", {"model": name, "layout": layout.to_dict()})
+                model.client = self.deps.new_runner(layout, name)
+
+                def on_progress(p: float) -> None:
+                    loop.call_soon_threadsafe(self._progress, model, float(p))
+
+                loaded = await asyncio.wait_for(model.client.start(on_progress), self.config.load_timeout_s)
+            except BaseException as e:  # noqa: BLE001 - as a failed load: the waiters get the error
+                await self._load_failed(model, e)
+                raise ApiError(500, f"reloading {name!r} with a larger context failed: {model.error}",
+                               code="load_failed") from None
+        await self._loaded(model, loaded)
+        return True
 
     def _no_room(self, model: LoadedModel, layout: Layout | None, n_others: int) -> ApiError:
         if layout is None:
@@ -342,7 +453,9 @@ class Scheduler:
         if model.layout is not None and rpc.endpoints_of(model.layout.gpu_devices):
             self.inventory = None
 
-    def _runner_exited(self, model: LoadedModel, code) -> None:
+    def _runner_exited(self, model: LoadedModel, code, client=None) -> None:
+        if client is not None and model.client is not client:
+            return                          # a runner replaced by a larger context (grow_context)
         self._forget_workers(model)
         if model.closing or self.models.get(model.name) is not model:
             return

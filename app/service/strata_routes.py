@@ -67,7 +67,7 @@ async def layout(request):
     options = plan_options(ro.plan, num_ctx_default=scheduler.config.num_ctx, num_parallel=num_parallel,
                            n_ctx_train=info.context_length, margin_mib=scheduler.config.gpu_margin_mib)
     try:
-        lay = await scheduler.plan(info, options, inventory)
+        options, lay = await scheduler.plan_context(info, options, inventory, ro.plan.get("num_ctx"))
     except ValueError as e:
         raise ApiError(400, f"cannot plan {name!r}: {e}") from None
     return web.json_response({"model": record.name, "fits": bool(lay.fits), "layout": lay.to_dict(),
