@@ -38,6 +38,15 @@ class RequestError(RunnerError):
     """The request itself was invalid (bad options, schema, template...); the runner is fine. Maps to HTTP 400."""
 
 
+class ContextOverflowError(RequestError):
+    """The prompt does not fit the loaded context (runner/context_fit.py); `data` has prompt_tokens, reserve and
+    limit, for the service's answer (a larger context, or the dialect's own error)."""
+
+    def __init__(self, message: str, data: dict | None = None):
+        super().__init__(message)
+        self.data = dict(data or {})
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "exit code unknown"
@@ -190,7 +199,7 @@ class RunnerClient:
         self._exit_cbs.append(cb)
 
     # ---- requests ----------------------------------------------------------------------------------------
-    async def generate(self, req: P.GenerateRequest) -> AsyncIterator[P.TokenEvent | P.DoneEvent]:
+    async def generate(self, req: P.GenerateRequest) -> AsyncIterator[P.Admitted | P.TokenEvent | P.DoneEvent]:
         if not self.alive:
             raise RunnerError("the runner is not running")
         if req.id in self._streams:
@@ -209,6 +218,8 @@ class RunnerClient:
                     raise item
                 if isinstance(item, P.ErrorEvent):
                     finished = True
+                    if item.kind == "context":
+                        raise ContextOverflowError(item.message, item.data)
                     raise (RequestError if item.kind == "invalid" else RunnerError)(item.message)
                 if isinstance(item, P.DoneEvent):
                     finished = True
@@ -342,7 +353,8 @@ class RunnerClient:
             if isinstance(msg, P.PromptCacheState):
                 self.prompt_cache_used, self.prompt_cache_entries = msg.bytes, msg.entries
                 continue
-            if isinstance(msg, (P.TokenEvent, P.DoneEvent)) or (isinstance(msg, P.ErrorEvent) and rid in self._streams):
+            if isinstance(msg, (P.TokenEvent, P.DoneEvent, P.Admitted)) or (isinstance(msg, P.ErrorEvent)
+                                                                             and rid in self._streams):
                 q = self._streams.get(rid)
                 if q is not None:
                     q.put_nowait(msg)

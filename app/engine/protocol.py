@@ -1,7 +1,7 @@
 """Typed messages between the service (parent) and a runner process (child). Contract.
 
 Plain dataclasses sent over a multiprocessing Connection. Parent -> runner: GenerateRequest, EmbedRequest,
-Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, TokenEvent, DoneEvent, ErrorEvent,
+Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, Admitted, TokenEvent, DoneEvent, ErrorEvent,
 EmbedResult, Stats, TokenizeResult, StepsDone, PromptCacheState.
 """
 from __future__ import annotations
@@ -51,6 +51,20 @@ class GenerateRequest:
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)
+    # a prompt longer than the context (runner/context_fit.py): "error" | "drop_messages" | "truncate"
+    overflow: str = "error"
+    reserve: int = 0                        # tokens the prompt must leave free for the reply (num_predict when set)
+    announce: bool = False                  # send Admitted once the prompt is fitted (before any token)
+
+
+@dataclass
+class Admitted:
+    """A generation's prompt is fitted and queued (sent when the request asked to `announce` it)."""
+    id: str
+    prompt_tokens: int
+    n_ctx: int                              # the context per sequence it was fitted to
+    dropped_messages: int = 0               # oldest messages left out (overflow "drop_messages")
+    truncated_tokens: int = 0               # prompt tokens cut (overflow "truncate")
 
 
 @dataclass
@@ -143,7 +157,9 @@ class DoneEvent:
 class ErrorEvent:
     id: str
     message: str
-    kind: str = "error"                     # "invalid": the request was bad (HTTP 400); "error": it failed
+    kind: str = "error"                     # "invalid": the request was bad (HTTP 400); "error": it failed;
+                                            # "context": the prompt does not fit (data: prompt_tokens, reserve, limit)
+    data: dict | None = None
 
 
 @dataclass

@@ -15,6 +15,27 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+class ContextLengthError(ApiError):
+    """A prompt (plus the reply's reserve) longer than the model's context, answered in each dialect's words:
+    OpenAI's `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum", Ollama's
+    plain error (error_body). Never a silent cut (docs/architecture.md, "Context")."""
+
+    def __init__(self, model: str, prompt_tokens: int, reserve: int, limit: int, why: str = ""):
+        self.prompt_tokens, self.reserve, self.limit = prompt_tokens, reserve, limit
+        extra = f" plus {reserve} reserved for the reply" if reserve else ""
+        super().__init__(400, f"model {model!r}: the prompt is {prompt_tokens} tokens{extra}, more than the "
+                              f"context of {limit} tokens (num_ctx){why}; shorten it, or ask for a larger num_ctx",
+                         param="messages", code="context_length_exceeded")
+
+    def openai_message(self) -> str:
+        return (f"This model's maximum context length is {self.limit} tokens. However, you requested "
+                f"{self.prompt_tokens + self.reserve} tokens ({self.prompt_tokens} in the messages, {self.reserve} "
+                f"in the completion). Please reduce the length of the messages or completion.")
+
+    def anthropic_message(self) -> str:
+        return f"prompt is too long: {self.prompt_tokens} tokens > {max(0, self.limit - self.reserve)} maximum"
+
+
 def _default_type(status: int) -> str:
     if status == 401:
         return "authentication_error"
@@ -43,12 +64,14 @@ def is_anthropic_path(path: str) -> bool:
 
 def anthropic_error(err: ApiError) -> dict:
     kind = ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
+    message = err.anthropic_message() if isinstance(err, ContextLengthError) else err.message
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def error_body(path: str, err: ApiError) -> dict:
     if is_anthropic_path(path):
         return anthropic_error(err)
     if is_openai_path(path):
-        return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+        message = err.openai_message() if isinstance(err, ContextLengthError) else err.message
+        return {"error": {"message": message, "type": err.type, "param": err.param, "code": err.code}}
     return {"error": err.message}

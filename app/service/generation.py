@@ -2,6 +2,7 @@
 
     job = await prepare(scheduler, req)                    # model found, its defaults applied, options checked
     async with generate(scheduler, metrics, job) as gen:   # loaded, a slot taken (gen.lease)
+        await gen.start()                                  # prompt fitted (or the context grown, or a 400)
         async for ev in gen.events():                      # TextDelta..., then one Finished
             ...
     # leaving the block closes the runner's stream (a request still running there is cancelled) and frees
@@ -11,6 +12,7 @@ Runner events become the service's own typed events (result.py); a runner's erro
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
@@ -19,15 +21,23 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 
 from app.engine import protocol
-from app.engine.client import RequestError, RunnerError
+from app.engine.client import ContextOverflowError, RequestError, RunnerError
 
 from . import chat_features
-from .errors import ApiError
+from .errors import ApiError, ContextLengthError
 from .gotemplate import TemplateError, render as render_template
 from .keep_alive import KeepAlive
 from .options import RequestOptions, parse_ollama_options
 from .request import EmbeddingRequest, GenerationRequest
 from .result import EmbeddingResult, Event, Finished, GenerationResult, TextDelta
+
+
+log = logging.getLogger("strata.generation")
+
+# Tokens a reply is given room for when the client set no num_predict / max_tokens (at most a quarter of the
+# context): a prompt that leaves less grows the context when memory allows (one that leaves at least one token
+# still runs when it cannot).
+REPLY_RESERVE = 512
 
 
 def new_id(prefix: str = "req") -> str:
@@ -90,7 +100,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
         id=new_id(), prompt=prompt, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
-        **extra)
+        overflow=req.overflow, reserve=max(0, ro.num_predict), announce=True, **extra)
     parse_reply = not raw and req.suffix is None
     return Job(req, record.name, ro, runner_request, facts, parse_reply)
 
@@ -105,20 +115,86 @@ def runner_error(e: Exception, model: str) -> ApiError:
 class Generation:
     """A running generation: the lease it holds and its typed event stream. Made by generate()."""
 
-    def __init__(self, lease, job: Job, metrics, result: GenerationResult):
+    def __init__(self, lease, job: Job, metrics, result: GenerationResult, scheduler=None):
         self.lease = lease
         self.job = job
         self.result = result
         self._metrics = metrics
+        self._scheduler = scheduler
         self._stream = None
+        self._first = None                  # a runner event start() read that is not Admitted (fakes send none)
+        self._started = False
+
+    async def start(self) -> None:
+        """Send the request and wait until the runner has fitted its prompt to the context. A prompt that does not
+        leave room for the reply (num_predict, else REPLY_RESERVE) first grows the model's context when the request
+        did not fix num_ctx, nothing else runs on the model and the larger plan fits (Scheduler.grow_context);
+        otherwise it is fitted by the request's own rule (`overflow`) or refused with a ContextLengthError. What
+        was dropped is on `result` (and in the response headers, `headers()`). Idempotent."""
+        if self._started:
+            return
+        self._started = True
+        req = self.job.runner_request
+        policy, hard = req.overflow, req.reserve
+        grow = (self._scheduler is not None and "num_ctx" not in self.job.options.plan
+                and self._scheduler.growth_ceiling(self.lease.model) > 0)
+        if grow:
+            room = min(REPLY_RESERVE, self.lease.model.options.num_ctx // 4)
+            req.overflow, req.reserve = "error", max(hard, room)
+        while True:
+            self._stream = self.lease.client.generate(req)
+            try:
+                first = await self._stream.__anext__()
+            except ContextOverflowError as e:
+                await self.close()
+                n = int(e.data.get("prompt_tokens", 0))
+                if grow:
+                    grow = False
+                    await self._scheduler.grow_context(self.lease.model, n + req.reserve)
+                    req.id, req.overflow, req.reserve = new_id(), policy, hard
+                    continue
+                raise ContextLengthError(self.job.model, n, int(e.data.get("reserve", hard)),
+                                         int(e.data.get("limit", 0)), str(e.data.get("why") or "")) from None
+            except RunnerError as e:
+                await self.close()
+                raise runner_error(e, self.job.model) from None
+            except StopAsyncIteration:
+                raise ApiError(500, f"model {self.job.model!r}: the runner ended the request without an answer")
+            break
+        if isinstance(first, protocol.Admitted):
+            self.result.num_ctx = first.n_ctx
+            self.result.dropped_messages, self.result.truncated_tokens = first.dropped_messages, first.truncated_tokens
+            if first.dropped_messages or first.truncated_tokens:
+                log.warning("%s: prompt fitted to num_ctx %d (%d tokens): %d oldest messages dropped, %d tokens cut",
+                            self.job.model, first.n_ctx, first.prompt_tokens, first.dropped_messages,
+                            first.truncated_tokens)
+        else:
+            self._first = first
+
+    def headers(self) -> dict[str, str]:
+        """What fitting the prompt left out, for the response (never a silent cut)."""
+        r = self.result
+        h = {"X-Strata-Num-Ctx": str(r.num_ctx)} if r.num_ctx else {}
+        if r.dropped_messages:
+            h["X-Strata-Dropped-Messages"] = str(r.dropped_messages)
+        if r.truncated_tokens:
+            h["X-Strata-Truncated-Tokens"] = str(r.truncated_tokens)
+        return h
+
+    async def _runner_events(self):
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        async for ev in self._stream:
+            yield ev
 
     async def events(self) -> AsyncIterator[Event]:
         """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
         name = self.job.model
         reader = chat_features.ReplyReader(self.job.request, self.job.facts) if self.job.parse_reply else None
-        self._stream = self.lease.client.generate(self.job.runner_request)
+        await self.start()
         try:
-            async for ev in self._stream:
+            async for ev in self._runner_events():
                 out = self._translate(ev)
                 if reader is None:
                     events = [out]
@@ -167,7 +243,7 @@ async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
     result = GenerationResult(model=job.model)
     async with scheduler.lease(job.model, job.options, job.keep_alive) as lease:
         result.load_wait = lease.load_wait
-        gen = Generation(lease, job, metrics, result)
+        gen = Generation(lease, job, metrics, result, scheduler)
         try:
             yield gen
         finally:

@@ -55,6 +55,9 @@ class GenerationRequest:
     parallel_tool_calls: bool = True
     think: bool | str | None = None              # None: the template's default; "low" / "medium" / "high": effort
     suffix: str | None = None                    # completion requests: the text after the gap (insert)
+    # a prompt longer than the context (runner/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
+    # "drop_messages" (Ollama's chat: oldest messages go), "truncate" (Ollama's prompt: the token rule)
+    overflow: str = "error"
 
 
 @dataclass
@@ -99,6 +102,15 @@ def field(body: dict, key: str, typ: type | tuple, default: Any = None, *, requi
         raise ApiError(400, f"{name!r} must be an integer between {INT32_MIN} and {INT32_MAX}, "
                             f"got {_show(body.get(key))}", param=name)
     return v
+
+
+def ollama_options(body: dict) -> dict:
+    """Ollama's `options` object and a top-level `num_ctx` on a non-Ollama endpoint (clients send them as extra
+    body fields): internal options, checked later like Ollama's own (generation.request_options)."""
+    opts = dict(field(body, "options", dict) or {})
+    if body.get("num_ctx") is not None:
+        opts["num_ctx"] = body["num_ctx"]
+    return opts
 
 
 def model_name(body: dict, key: str = "model") -> str:

@@ -64,6 +64,9 @@ class GenerationResult:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finished: Finished | None = None
     load_wait: float = 0.0                           # seconds spent waiting for the model to load
+    num_ctx: int = 0                                 # the context per sequence the prompt was fitted to
+    dropped_messages: int = 0                        # oldest messages left out to fit it (Ollama's chat rule)
+    truncated_tokens: int = 0                        # prompt tokens cut to fit it (a raw prompt's token rule)
     started: float = field(default_factory=time.monotonic)
 
     def add(self, ev: Event) -> None:

@@ -1,5 +1,6 @@
 """Request admission, on the runner's output thread: validate the request, render the chat template, tokenize,
-truncate to the context, build the grammar and the sampler chain, and set up the output state.
+fit the prompt to the context (context_fit.py: refuse, drop the oldest messages, or cut a raw prompt, as the
+request says, and count what went), build the grammar and the sampler chain, and set up the output state.
 
 The context thread never waits on this work: a sequence reaches the `ready` queue only once its prompt tokens
 and sampler chain exist (docs/architecture.md, "Runner").
@@ -15,7 +16,7 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.gguf.chat_facts import MARKER_TOKENS, ChatFacts
-from app.engine.runner import chat_template, grammar, sampling, tool_grammar
+from app.engine.runner import chat_template, context_fit, grammar, sampling, tool_grammar
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.embeddings import tokenize
 from app.engine.runner.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
@@ -78,9 +79,8 @@ class Admission:
             text = self.prompt_text(req)
             toks = self.tokens_of(text, self.context_tokens(req))
         seq.n_keep = min(N_KEEP, len(toks))
-        if len(toks) > self.n_ctx_seq:            # keep the start (system prompt head) and the most recent part
-            toks = toks[:seq.n_keep] + toks[len(toks) - (self.n_ctx_seq - seq.n_keep):]
-        elif chat and self.mark_last_user:
+        toks, text = self.fit(seq, req, toks, text)
+        if chat and self.mark_last_user and not (seq.dropped_messages or seq.truncated_tokens):
             seq.checkpoint_at = self.last_user_start(req, toks)
         seq.prompt = np.asarray(toks, dtype=np.int32)
         seq.n_prompt = len(toks)
@@ -97,6 +97,34 @@ class Admission:
         stops = list(req.stop) + (self.turn_stops if chat else [])
         seq.stop = StopMatcher(stops)
         seq.stop_bytes = StopBytes(stops) if any(stops) else None
+
+    def fit(self, seq: Seq, req, toks: list[int], text: str) -> tuple[list[int], str]:
+        """The prompt fitted to the context by the request's `overflow` rule (context_fit.py); what was dropped
+        or cut is counted on `seq`. ContextOverflow (a ValueError) when it is refused."""
+        reserve, limit = max(0, int(req.reserve or 0)), self.n_ctx_seq
+        if context_fit.fits(len(toks), reserve, limit):
+            return toks, text
+        overflow = req.overflow
+        if overflow not in context_fit.OVERFLOWS:
+            raise ValueError(f"overflow must be one of {', '.join(context_fit.OVERFLOWS)}")
+        if overflow == context_fit.OVERFLOW_DROP and req.messages is not None and not req.raw and req.suffix is None:
+            kept, seq.dropped_messages = context_fit.drop_oldest(req.messages, lambda m: self._count(m, req),
+                                                                 reserve, limit)
+            text = self.render(kept, req)
+            return self.tokens_of(text), text
+        if overflow == context_fit.OVERFLOW_TRUNCATE:
+            cut = context_fit.truncate_tokens(toks, seq.n_keep, reserve, limit)
+            seq.truncated_tokens = len(toks) - len(cut)
+            return cut, text
+        raise context_fit.ContextOverflow(len(toks), reserve, limit)
+
+    def _count(self, messages, req) -> int | None:
+        """Tokens of `messages` through the template; None when the template refuses them (e.g. roles that do
+        not alternate once older messages are gone)."""
+        try:
+            return len(self.tokens_of(self.render(messages, req)))
+        except ValueError:
+            return None
 
     def grammar(self, req):
         """(grammar, what it is called in errors): a tool-call grammar when the request's tool_choice asks for

@@ -79,9 +79,15 @@ class OutputThread:
             self.b.admit_fn(seq)
         except Exception as e:
             seq.error = str(e)
-            seq.error_kind = "invalid" if isinstance(e, ValueError) else "error"
+            seq.error_kind = getattr(e, "kind", None) or ("invalid" if isinstance(e, ValueError) else "error")
+            seq.error_data = getattr(e, "data", None)
             self._finish_unadmitted(seq, "error")
             return
+        if seq.dropped_messages or seq.truncated_tokens:
+            log.info("request %s: prompt fitted to %d tokens per sequence: %d oldest messages dropped, %d tokens cut",
+                     seq.id, self.b.n_ctx_seq, seq.dropped_messages, seq.truncated_tokens)
+        if seq.req.announce:
+            self.send(P.Admitted(seq.id, seq.n_prompt, self.b.n_ctx_seq, seq.dropped_messages, seq.truncated_tokens))
         self.b.ready.append(seq)
         self.b.wake.set()
 
@@ -127,7 +133,8 @@ class OutputThread:
         self.b.seqs.pop(seq.id, None)
         reason = seq.out_reason or seq.finish or "stop"
         if reason == "error":
-            self.send(P.ErrorEvent(seq.id, seq.error or "request failed", kind=seq.error_kind))
+            self.send(P.ErrorEvent(seq.id, seq.error or "request failed", kind=seq.error_kind,
+                                   data=seq.error_data))
             return
         if reason != "cancelled" and seq.detok is not None:
             tail = seq.detok.flush()

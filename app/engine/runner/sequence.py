@@ -19,6 +19,7 @@ class Seq:
         self.out_reason: str | None = None   # reason the output thread saw first (a stop string)
         self.error: str | None = None
         self.error_kind = "error"
+        self.error_data: dict | None = None     # numbers for the client's error (a context overflow's counts)
         self.slot: int | None = None
         self.state = PREFILL
         self.prompt = np.zeros(0, dtype=np.int32)   # tokens still to feed (prefill, or re-process window)
@@ -35,6 +36,8 @@ class Seq:
         self.n_gen = 0
         self.sampler = None             # constrained.SeqSampler (chain + grammar)
         self.n_keep = 0
+        self.dropped_messages = 0       # admission: oldest messages left out to fit the context (context_fit.py)
+        self.truncated_tokens = 0       # admission: prompt tokens cut by the raw prompt's token rule
         self.t_admit = self.t_first = self.t_done = 0.0
         # output-thread state
         self.detok = None

@@ -65,9 +65,11 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     job = await generation.prepare(scheduler, req)
     renderer: Renderer = make_renderer(job)
     async with generation.generate(scheduler, metrics, job) as gen:
+        await gen.start()               # the prompt fitted (or the context grown) before any byte: a 400 stays one
         if not req.stream:
-            return web.json_response(renderer.complete(await gen.collect()))
+            return web.json_response(renderer.complete(await gen.collect()), headers=gen.headers())
         w = renderer.writer(request)
+        w.resp.headers.update(gen.headers())
         try:
             await _send(w, renderer.opening())
             async for ev in gen.events():

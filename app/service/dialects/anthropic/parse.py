@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ...errors import ApiError
 from ...options import check_int, check_number, parse_stop
-from ...request import GenerationRequest, field, model_name
+from ...request import GenerationRequest, field, model_name, ollama_options
 from ...tools import call_message, check_tool_results, function_tool
 
 ROLES = ("user", "assistant")
@@ -195,5 +195,5 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[Gen
     if count_only:
         return req, WireChoices()
     req.stream = field(body, "stream", bool, False)
-    req.options = sampling_options(body)
+    req.options = {**ollama_options(body), **sampling_options(body)}     # max_tokens: the reply's reserve
     return req, WireChoices(tuple(req.options.get("stop", ())))

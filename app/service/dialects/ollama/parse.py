@@ -55,6 +55,8 @@ def parse_generate(body: dict) -> GenerationRequest:
     _no_images(body, "generate")
     req.suffix = suffix or None              # insert: checked against the model's FIM tokens
     req.want_context = not req.raw and req.suffix is None
+    # a prompt longer than the context: Ollama's token rule, or a 400 with truncate=false (never a silent cut)
+    req.overflow = "truncate" if field(body, "truncate", bool, True) else "error"
     return req
 
 
@@ -94,6 +96,9 @@ def parse_chat(body: dict) -> GenerationRequest:
     req.messages = parse_messages(body.get("messages"))
     _common(req, body)
     req.tools = parse_tools(body.get("tools"))    # Ollama has no tool_choice: tools mean "auto"
+    # a chat longer than the context: Ollama drops the oldest messages (system and last kept), or 400s with
+    # truncate=false
+    req.overflow = "drop_messages" if field(body, "truncate", bool, True) else "error"
     return req
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from ...errors import ApiError
 from ...options import check_int, check_number, parse_stop
-from ...request import EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name
+from ...request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name,
+                        ollama_options)
 from ...tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
     in_range("top_logprobs", req.top_logprobs, 0, 20, "'top_logprobs' must be between 0 and 20")
     if req.top_logprobs and not req.logprobs:
         raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-    req.options = sampling_options(body)
+    req.options = {**ollama_options(body), **sampling_options(body)}     # OpenAI's own fields win
     req.logit_bias = parse_logit_bias(body)
     return req, wire
 
@@ -220,8 +221,8 @@ def parse_completion(body: dict) -> tuple[GenerationRequest, WireChoices]:
     if lp is not None:
         in_range("logprobs", lp, 0, 20, "'logprobs' must be between 0 and 20")
     req.logprobs, req.top_logprobs = lp is not None, lp or 0
-    req.options = sampling_options(body)
-    if body.get("max_tokens") is None:
+    req.options = {**ollama_options(body), **sampling_options(body)}
+    if body.get("max_tokens") is None and "num_predict" not in req.options:
         req.options["num_predict"] = 16            # OpenAI's default for /v1/completions
     req.logit_bias = parse_logit_bias(body)
     return req, WireChoices(include_usage=usage, echo=echo, logprobs=lp)

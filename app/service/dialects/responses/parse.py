@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ...errors import ApiError
 from ...options import check_int, check_number
-from ...request import GenerationRequest, field, model_name
+from ...request import GenerationRequest, field, model_name, ollama_options
 from ...tools import call_message, check_tool_results, parse_tool_choice, parse_tools
 from ..openai.parse import parse_response_format
 
@@ -162,7 +162,7 @@ def parse_responses(body: dict) -> tuple[GenerationRequest, WireChoices]:
         opts["temperature"] = check_number("temperature", body["temperature"], 0, 2)
     if body.get("top_p") is not None:
         opts["top_p"] = check_number("top_p", body["top_p"], 0, 1)
-    req.options = opts
+    req.options = {**ollama_options(body), **opts}
     wire = WireChoices(instructions=instructions, tools=tuple(body.get("tools") or ()),
                        tool_choice=body.get("tool_choice", "auto"), parallel_tool_calls=req.parallel_tool_calls,
                        temperature=opts.get("temperature"), top_p=opts.get("top_p"),
