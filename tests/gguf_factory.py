@@ -180,3 +180,36 @@ def write_family(name: str, directory, **overrides) -> Path:
     """Write FAMILIES[name] as `directory/name.gguf` (with its template) and return the path."""
     fam = FAMILIES[name]
     return fam.write(Path(directory) / f"{name}.gguf", **overrides)
+
+
+QWEN3_RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query. "
+                         "Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+                         "<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def write_qwen3_reranker(path, n_layer: int = 2, n_embd: int = 64, n_ctx: int = 2048, seed: int = 5,
+                         head_scale: float = 3.0) -> Path:
+    """A `qwen3` reranker the way Qwen3-Reranker GGUFs are converted: pooling type RANK (4), a classification head
+    `cls.output.weight` with the labels "yes" and "no" (llama.cpp applies a softmax; the score is P(yes)), and a
+    `tokenizer.chat_template.rerank` with {query} and {document}. Random weights; the head is scaled up
+    (`head_scale`) so the documents' scores spread over (0, 1)."""
+    m = ModelWriter(path, "qwen3", f"synthetic-qwen3-reranker-{n_layer}L", None, seed)
+    n_head, n_head_kv, head_dim, n_ff = 4, 2, 32, 128
+    common_keys(m, n_layer, n_ctx, n_embd, n_ff, n_head, n_head_kv, head_dim)
+    m.key("attention.key_length", head_dim)
+    m.key("attention.value_length", head_dim)
+    m.key("pooling_type", 4)
+    m.key_array("classifier.output_labels", ["yes", "no"], GGUFValueType.STRING)
+    m.w.add_key_value("tokenizer.chat_template.rerank", QWEN3_RERANK_TEMPLATE, GGUFValueType.STRING)
+    embeddings(m, n_embd, tie_output=False)
+    for i in range(n_layer):
+        attention(m, i, n_embd, n_head, n_head_kv, head_dim)
+        m.norm(f"blk.{i}.attn_q_norm.weight", head_dim)
+        m.norm(f"blk.{i}.attn_k_norm.weight", head_dim)
+        m.norm(f"blk.{i}.ffn_norm.weight", n_embd)
+        m.weight(f"blk.{i}.ffn_gate.weight", n_ff, n_embd)
+        m.weight(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+        m.weight(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
+    head = m.rng.standard_normal((2, n_embd)) * head_scale / np.sqrt(n_embd)    # rows: "yes", "no"
+    m.w.add_tensor("cls.output.weight", head.astype(np.float32))
+    return m.finish()

@@ -51,8 +51,9 @@ class GenerateRequest:
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)
-    # a prompt longer than the context (runner/context_fit.py): "error" | "drop_messages" | "truncate"
-    overflow: str = "error"
+    # a prompt longer than the context (runner/context_fit.py): "error" | "drop_messages" | "truncate" (the engine's
+    # token rule, logged; the service always says which, from its request's dialect: GenerationRequest.overflow)
+    overflow: str = "truncate"
     reserve: int = 0                        # tokens the prompt must leave free for the reply (num_predict when set)
     announce: bool = False                  # send Admitted once the prompt is fitted (before any token)
 
@@ -73,6 +74,8 @@ class EmbedRequest:
     inputs: list[str]
     truncate: bool = True
     normalize: bool = True                  # L2-normalise (Ollama /api/embed, OpenAI); False for /api/embeddings
+    query: str | None = None                # rerank: `inputs` are documents scored against it (a reranker's
+                                            # head outputs per pair; the score is the first)
 
 
 @dataclass

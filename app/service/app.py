@@ -9,7 +9,7 @@ from aiohttp import web
 
 from . import appkeys as keys
 
-from . import collaborators, dialects, model_routes, ollama_routes, strata_routes
+from . import collaborators, dialects, model_routes, ollama_routes, rerank_routes, strata_routes
 from .config import ServiceConfig
 from .events import EventBus
 from .metrics import Metrics
@@ -70,6 +70,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     dialects.add_routes(app)
     strata_routes.add_routes(app)
     model_routes.add_routes(app)
+    rerank_routes.add_routes(app)
 
     async def lifecycle(app: web.Application):
         scheduler = Scheduler(config, events, metrics, collaborators.live(config, store))

@@ -17,7 +17,7 @@ import math
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from app.engine import protocol
@@ -26,7 +26,7 @@ from app.engine.client import ContextOverflowError, RequestError, RunnerError
 from . import chat_features
 from .errors import ApiError, ContextLengthError
 from .gotemplate import TemplateError, render as render_template
-from .keep_alive import KeepAlive
+from .keep_alive import DEFAULT, KeepAlive
 from .options import RequestOptions, parse_ollama_options
 from .request import EmbeddingRequest, GenerationRequest
 from .result import EmbeddingResult, Event, Finished, GenerationResult, TextDelta
@@ -300,3 +300,54 @@ async def render_prompt(scheduler, req: GenerationRequest):
             return await lease.client.render_prompt(job.runner_request)
         except RunnerError as e:
             raise runner_error(e, job.model) from None
+
+
+# ---- reranking ----------------------------------------------------------------------------------------------
+
+RANK_POOLING = 4        # llama.cpp's LLAMA_POOLING_TYPE_RANK: a GGUF reranker's classification head
+
+
+@dataclass
+class RerankRequest:
+    model: str
+    query: str
+    documents: list[str]
+    top_n: int | None = None
+    return_documents: bool = False
+    truncate: bool = True
+    options: dict = field(default_factory=dict)
+    keep_alive: KeepAlive = DEFAULT
+
+
+@dataclass
+class RerankResult:
+    id: str
+    model: str
+    scores: list[float]                  # per document, in the request's order
+    prompt_tokens: int
+
+
+async def rerank(scheduler, metrics, req: RerankRequest) -> RerankResult:
+    """Score each document against the query with a reranker GGUF (400 for any other model), through the runner's
+    embedding batch (runner/embeddings.py: the pair layout and the truncation rule)."""
+    record = await scheduler.resolve(req.model)
+    name = record.name
+    info = await scheduler.model_info(record.path)
+    if getattr(info, "pooling_type", None) != RANK_POOLING:
+        kind = "an embedding model" if getattr(info, "is_embedding", False) else "a generative model"
+        raise ApiError(400, f"model {name!r} is not a reranker: it is {kind} (a reranker GGUF has pooling type "
+                            f"'rank', e.g. the BGE or Qwen3 reranker families)", param="model")
+    ro = request_options(req.options or {}, record.parameters)
+    rid = new_id("rerank")
+    async with scheduler.lease(name, ro, req.keep_alive) as lease:
+        try:
+            res = await lease.client.embed(protocol.EmbedRequest(id=rid, inputs=req.documents, truncate=req.truncate,
+                                                                 normalize=False, query=req.query))
+        except RequestError as e:       # the runner's refusals (truncate=false, ...) name the input; a failed
+            client_error = "failed" not in str(e)                                         # decode is ours
+            raise ApiError(400 if client_error else 500, f"model {name!r}: {e}",
+                           param="documents" if client_error else None) from None
+        except RunnerError as e:
+            raise runner_error(e, name) from None
+    metrics.count_tokens(name, res.prompt_tokens, 0, 0.0)
+    return RerankResult(rid, name, [float(v[0]) for v in res.embeddings], res.prompt_tokens)

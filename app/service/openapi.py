@@ -101,6 +101,12 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
                                       "parallel_tool_calls": BOOL, "reasoning": OBJ, "text": OBJ},
                                      ["model", "input"])),
     ("GET", "/v1/models"): ("openai", "List models", None),
+    **{("POST", path): ("rerank", "Rerank documents against a query (llama-server / Jina / Cohere shape; a "
+                                  "reranker GGUF)",
+                        _obj({"model": STR, "query": STR, "documents": {"type": "array", "minItems": 1},
+                              "top_n": INT, "return_documents": BOOL, "truncate": BOOL,
+                              "keep_alive": KEEP_ALIVE, "options": OPTIONS}, ["model", "query", "documents"]))
+       for path in ("/v1/rerank", "/rerank", "/api/rerank")},
     ("GET", "/v1/models/{model}"): ("openai", "One model", None),
     ("GET", "/api/devices"): ("strata", "Device inventory (GPUs, host RAM); ?refresh=1 discovers again", None),
     ("POST", "/api/layout"): ("strata", "Plan a model's layout without loading it (what-if)",

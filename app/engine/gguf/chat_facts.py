@@ -25,6 +25,7 @@ FIM_MID = ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>"
 # Thinking markers by family (default <think>...</think>); the service's reply parser uses the same table.
 THINK_MARKERS = {"mistral": ("[THINK]", "[/THINK]"), "command_r": ("<|START_THINKING|>", "<|END_THINKING|>")}
 DEFAULT_THINK = ("<think>", "</think>")
+RANK_POOLING = 4                  # llama.cpp LLAMA_POOLING_TYPE_RANK: a reranker (classification head)
 # Special tokens the runner writes out as text for each family (its call/thinking markup, which the service's
 # parser reads and removes); all other special tokens stay invisible in replies.
 MARKER_TOKENS = {
@@ -129,7 +130,7 @@ def choose_builtin(architecture: str, tokens: set[str]) -> tuple[str, str, str, 
 
 
 def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_embedding: bool = False,
-               fim_ids: dict | None = None, token_list=None) -> ChatFacts:
+               fim_ids: dict | None = None, token_list=None, is_reranker: bool = False) -> ChatFacts:
     if template:
         source, reason, stops = "gguf", "the GGUF's own tokenizer.chat_template", ()
     else:
@@ -139,7 +140,9 @@ def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_
     thinks, think_open, toggle = thinking_markup(template if source == "gguf" else None, family)
     fim = fim_markers(tokens, fim_ids or {}, token_list)
     caps: list[str] = []
-    if is_embedding:
+    if is_reranker:                       # pooling type rank: scores (query, document) pairs, nothing else
+        caps.append("rerank")
+    elif is_embedding:
         caps.append("embedding")
     else:
         caps.append("completion")
@@ -172,4 +175,4 @@ def _read_cached(path: str, _version_key) -> ChatFacts:
     token_list = token_list if isinstance(token_list, list) else []
     fim_ids = {k: gf.get(f"tokenizer.ggml.fim_{k}_token_id") for k in ("pre", "suf", "mid")}
     return chat_facts(info.architecture, info.chat_template, set(token_list), is_embedding=info.is_embedding,
-                      fim_ids=fim_ids, token_list=token_list)
+                      fim_ids=fim_ids, token_list=token_list, is_reranker=info.pooling_type == RANK_POOLING)

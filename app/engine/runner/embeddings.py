@@ -12,6 +12,11 @@
   (A separate embeddings context of 2048 tokens cost SmolLM2 ~830 MiB - a 2048-token ubatch of logits in its
   compute buffer and again in its output buffer - that no plan saw.)
 Inputs longer than the limit are truncated when `truncate` is true (the default) and refused otherwise.
+
+Reranking is the same path: a reranker GGUF (pooling type RANK: a classification head on the pooled state, e.g.
+the BGE and Qwen3 reranker families) scores each (query, document) pair, laid out as llama-server does
+(`pair_tokens`: the GGUF's `rerank` template, else [BOS] query [EOS] [SEP] document [EOS]); the score is the
+head's first output (Qwen3's: the softmax probability of "yes").
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from llama_cpp import llama_cpp as L
 from app.engine.runner.batch import NpBatch
 
 POOLING_NONE = 0
+POOLING_RANK = 4
 
 
 class InputTooLong(ValueError):
@@ -67,6 +73,10 @@ class Embedder:
         self.n_embd = L.llama_model_n_embd(model)
         self.ctx = ctx
         self.chunk = max(1, chunk)
+        self.rank = L.llama_pooling_type(ctx) == POOLING_RANK
+        self.n_out = max(1, L.llama_model_n_cls_out(model)) if self.rank else self.n_embd   # floats per pooled row
+        raw = L.llama_model_chat_template(model, b"rerank")
+        self.rerank_template = raw.decode("utf-8", "replace") if raw else None
         pooled = L.llama_pooling_type(ctx) not in (POOLING_NONE, -1)
         self.is_embedding_model = pooled or (L.llama_model_has_encoder(model)
                                              and not L.llama_model_has_decoder(model))
@@ -76,13 +86,35 @@ class Embedder:
             self.limit = max(1, min(num_ctx, L.llama_n_ctx_seq(ctx)))
         self._batch = NpBatch(self.limit if self.is_embedding_model else min(self.chunk, self.limit))
 
-    def prepare(self, inputs, truncate: bool) -> tuple[list[list[int]], int]:
-        """Tokenize and apply the truncation rule; returns (token lists, tokens counted). Any thread."""
+    def pair_tokens(self, query: str, document: str) -> list[int]:
+        """A (query, document) pair as a reranker reads it, laid out as llama-server's format_prompt_rerank."""
+        if self.rerank_template is not None:
+            text = self.rerank_template.replace("{query}", query).replace("{document}", document)
+            return tokenize(self.vocab, text, add_special=False, parse_special=True)
+        eos = L.llama_vocab_eos(self.vocab)
+        if eos < 0:
+            eos = L.llama_vocab_sep(self.vocab)
+        toks = [L.llama_vocab_bos(self.vocab)] if L.llama_vocab_get_add_bos(self.vocab) else []
+        toks += tokenize(self.vocab, query, add_special=False, parse_special=False)
+        toks += [eos] if L.llama_vocab_get_add_eos(self.vocab) else []
+        toks += [L.llama_vocab_sep(self.vocab)] if L.llama_vocab_get_add_sep(self.vocab) else []
+        toks += tokenize(self.vocab, document, add_special=False, parse_special=False)
+        toks += [eos] if L.llama_vocab_get_add_eos(self.vocab) else []
+        return toks
+
+    def prepare(self, inputs, truncate: bool, query: str | None = None) -> tuple[list[list[int]], int]:
+        """Tokenize and apply the truncation rule; returns (token lists, tokens counted). Any thread. With a
+        `query`, the inputs are documents to rank against it (a reranker only)."""
         if isinstance(inputs, str) or not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
             raise ValueError("input must be a list of strings")
+        if query is not None and not self.rank:
+            raise ValueError("this model is not a reranker (its pooling type is not 'rank')")
+        if query is None and self.rank:
+            raise ValueError("this model is a reranker: it scores (query, document) pairs; use /v1/rerank")
         out = []
         for i, text in enumerate(inputs):
-            toks = tokenize(self.vocab, text, add_special=True, parse_special=False)
+            toks = (self.pair_tokens(query, text) if query is not None
+                    else tokenize(self.vocab, text, add_special=True, parse_special=False))
             if not toks:
                 raise ValueError(f"input {i} is empty")
             out.append(fit_tokens(toks, self.limit, truncate, i))
@@ -95,7 +127,7 @@ class Embedder:
         out = []
         for toks in token_lists:
             v = embed_one(toks, seq)
-            out.append((l2_normalize(v) if normalize else v).tolist())
+            out.append((l2_normalize(v) if normalize and not self.rank else v).tolist())
         return out
 
     def _embed_pooled(self, toks: list[int], _seq: int) -> np.ndarray:
@@ -103,6 +135,7 @@ class Embedder:
         mem = L.llama_get_memory(self.ctx)
         if mem:
             L.llama_memory_clear(mem, True)
+        L.llama_set_embeddings(self.ctx, True)      # the pooled state (a reranker's head output) is what we read
         b = self._batch
         b.clear()
         b.add_span(toks, 0, 0, logits_last=True, logits_all=True)
@@ -112,7 +145,7 @@ class Embedder:
             raise RuntimeError(f"embedding decode failed with code {rc}")
         ptr = L.llama_get_embeddings_seq(self.ctx, 0)
         if ptr:
-            return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+            return np.ctypeslib.as_array(ptr, shape=(self.n_out,)).astype(np.float64)
         # pooling NONE on an embedding model: mean of the token embeddings
         rows = [np.ctypeslib.as_array(L.llama_get_embeddings_ith(self.ctx, i), shape=(self.n_embd,))
                 for i in range(len(toks))]

@@ -161,7 +161,7 @@ class OutputThread:
 
     def on_embed(self, req: P.EmbedRequest):
         try:
-            token_lists, n_tokens = self.b.embedder.prepare(req.inputs, req.truncate)
+            token_lists, n_tokens = self.b.embedder.prepare(req.inputs, req.truncate, req.query)
         except ValueError as e:
             self.send(P.EmbedResult(req.id, [], 0, error=str(e)))
             return
