@@ -116,6 +116,11 @@ def test_pulled_model_is_listed_run_copied_and_deleted_by_its_reference(oc, http
     names = {m.model for m in oc.list().models}
     assert {name, "my-smol:latest", "team/smol:v2"} <= names
     assert oc.generate("team/smol:v2", prompt="hi", options=QUICK, keep_alive=0).model == "team/smol:v2"
+    # push accepts the name too: back to where it came from (nothing to upload), and a copy to a new repository
+    assert oc.push(name, insecure=True).status == "success"
+    oc.copy("my-smol", f"{registry.host}/team/smol:v3")
+    assert oc.push(f"{registry.host}/team/smol:v3", insecure=True).status == "success"
+    assert json.loads(registry.manifests[("team/smol", "v3")])["layers"][0]["digest"] == digest_of(gguf)
     oc.delete(name)
     assert name not in {m.model for m in oc.list().models}
     assert '"""Be brief."""' in oc.show("my-smol").modelfile     # the copies keep the file
