@@ -270,6 +270,12 @@ def test_names_stored_by_the_old_code_are_migrated(tmp_path):
     assert store.get("someone/Tiny-GGUF:q8_0").name == "hf.co/someone/Tiny-GGUF:q8_0"
     again = ModelStore(db_path=tmp_path / "strata.db", models_dir=models, discover_external=False)
     assert {r.name for r in again.list() if r.source == "store"} == names     # once only
+    # an old name still finds its model (a script, a saved chat), unless a model has that name now
+    assert again.get("me-once:v1").name == "127.0.0.1:18450/me/once:v1"
+    assert again.get("someone-tiny-gguf:q8_0").name == "hf.co/someone/Tiny-GGUF:q8_0"
+    assert again.get("mine").name == "mine:latest"
+    again.remove("library-smol:test")
+    assert "127.0.0.1:18450/library/smol:test" not in {r.name for r in again.list()}
 
 
 # ---- the fields Ollama's clients read ---------------------------------------------------------------------------

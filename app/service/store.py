@@ -112,6 +112,18 @@ class ModelRecord:
         return d
 
 
+def _pulled_reference(name: str, origin: str | None):
+    """The Reference a store row was pulled by (its `origin`), with the tag its name was given; None for a row
+    that was not pulled (an import's path, an upload, a create)."""
+    try:
+        ref = parse_reference((origin or "").split(" (revision ", 1)[0])
+    except InvalidName:
+        return None
+    if ref.kind == "hf":                  # the origin has the quant chosen, the name the tag that was asked for
+        ref = replace(ref, tag=name.rpartition(":")[2])
+    return ref
+
+
 def _sha256_file(path: Path, progress: Progress | None = None, total: int = 0) -> str:
     h = hashlib.sha256()
     done = 0
@@ -167,19 +179,25 @@ class ModelStore(StoreBlobs):
         renamed only when its origin (the reference pulled) gives exactly its old name, so a copy of a pulled model
         (same origin, a name of the user's choosing) keeps its name, and never onto a name that is taken."""
         for row in db.execute("SELECT name, origin FROM models").fetchall():
-            name, origin = row["name"], row["origin"] or ""
-            try:
-                ref = parse_reference(origin.split(" (revision ", 1)[0])
-            except InvalidName:
+            ref = _pulled_reference(row["name"], row["origin"])
+            if ref is None:
                 continue                                   # an import (a path), an upload, a create
-            if ref.kind == "hf":                           # the origin has the quant chosen, the name the tag asked
-                ref = replace(ref, tag=name.rpartition(":")[2])
             new = ref.local_name()
-            if ref.old_local_name() != name or new == name:
+            if ref.old_local_name() != row["name"] or new == row["name"]:
                 continue
             if db.execute("SELECT 1 FROM models WHERE name = ? COLLATE NOCASE", (new,)).fetchone():
                 continue
-            db.execute("UPDATE models SET name = ? WHERE name = ?", (new, name))
+            db.execute("UPDATE models SET name = ? WHERE name = ?", (new, row["name"]))
+
+    @staticmethod
+    def _by_old_name(db, key: str):
+        """The row of a pulled model that the old code named `key` (`me-m:v1` for `host/me/m:v1`), so scripts and
+        chats that still use an old name keep working after the migration; None when there is none."""
+        for row in db.execute("SELECT * FROM models WHERE origin IS NOT NULL").fetchall():
+            ref = _pulled_reference(row["name"], row["origin"])
+            if ref is not None and ref.local_name() == row["name"] and ref.old_local_name() == key:
+                return row
+        return None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.db_path, timeout=30)
@@ -247,6 +265,10 @@ class ModelStore(StoreBlobs):
         for r in self._external_records():
             if r.name.lower() == key.lower():
                 return r
+        with closing(self._connect()) as db:
+            row = self._by_old_name(db, key)
+        if row:
+            return self._row_record(row)
         raise ModelNotFound(f"model {key!r} not found (see `strata list`)")
 
     def resolve_path(self, name: str) -> Path:
@@ -441,7 +463,8 @@ class ModelStore(StoreBlobs):
         key = self.lookup_key(name)
         self._check_writable(key)
         with closing(self._connect()) as db:
-            row = db.execute("SELECT * FROM models WHERE name = ? COLLATE NOCASE", (key,)).fetchone()
+            row = (db.execute("SELECT * FROM models WHERE name = ? COLLATE NOCASE", (key,)).fetchone()
+                   or self._by_old_name(db, key))
             if row is None:
                 rec = self.get(key)                            # raises ModelNotFound for unknown names
                 raise ReadOnlyModel(f"{key!r} is {rec.source} ({rec.origin}) and read-only here; "
