@@ -150,3 +150,24 @@ def test_forced_output_parses_as_a_call():
         d = parse_all(family, reply, ["get_weather", "get_time"])
         assert [(c.name, c.arguments) for c in d.calls] == [("get_weather", {"city": "Paris", "days": 2})]
         assert d.content == ""
+
+
+def test_grammar_trigger_and_parser_come_from_one_record(vocab):
+    """For every family whose calls the `auto` grammar models, the text the grammar admits from the family's
+    marker on is read back as that call by the family's own parser (both from app/engine/chat/formats.py)."""
+    from app.engine.chat.formats import FORMATS
+    from app.service.toolcalls.families import spec_for
+
+    modelled = [f for f in FORMATS.values() if f.grammar is not None and f.grammar.opener]
+    assert {f.name for f in modelled} >= {"hermes", "llama3", "mistral"}
+    for f in modelled:
+        shape = f.grammar
+        assert shape.opener in f.shown and shape.opener in {s.start for s in spec_for(f.name).sections}
+        call = '{"name": "get_weather", "%s": {"city": "Paris"}}' % shape.args_key
+        text = shape.opener + ("[" + call + "]" if shape.listed else call) + shape.closer
+        s = lazy_sampler(vocab, f.name)
+        watch_text(vocab, s, "Let me check. " + text)        # every token of it admitted by the grammar
+        assert s.grammar is not None and s.allows(s.grammar, L.llama_vocab_eos(vocab)), f.name   # complete
+        s.free()
+        d = parse_all(f.name, "Let me check. " + text, ["get_weather", "get_time"])
+        assert [(c.name, c.arguments) for c in d.calls] == [("get_weather", {"city": "Paris"})], f.name

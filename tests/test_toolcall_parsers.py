@@ -276,12 +276,12 @@ FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "["
 @pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "llama3", "mistral", "deepseek", "functiongemma",
                                     "pythonic", "harmony", "generic", "command_r"])
 def test_random_markup_never_leaks_and_streaming_agrees(family):
-    from app.engine.gguf.chat_facts import MARKER_TOKENS
+    from app.engine.chat.formats import format_for
     rng = random.Random(family)
     for _ in range(400):
         text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 25)))
         whole = parse_all(family, text, TOOLS)
-        leaked = [m for m in MARKER_TOKENS.get(family, ()) if m in whole.content]
+        leaked = [m for m in format_for(family).shown if m in whole.content]
         assert not leaked, (text, whole.content)
         s_content, s_thinking, s_calls = streamed(family, text)
         assert (s_content, s_thinking, [(c.name, c.arguments) for c in s_calls]) == \

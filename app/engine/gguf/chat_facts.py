@@ -3,7 +3,8 @@ the vocabulary when it has none), the family whose tool-call and thinking markup
 capabilities (`completion`, `tools`, `insert`, `thinking`, `embedding`) as Ollama's /api/show lists them.
 
 Pure functions over the template text and the vocabulary's tokens, so the service (/api/show, parsing replies)
-and the runner (rendering, stops, fill-in-the-middle) agree. See docs/architecture.md, "Chat templates".
+and the runner (rendering, stops, fill-in-the-middle) agree. The family's markup itself (markers, sections,
+thinking, the call grammar's shape) is app/engine/chat/formats.py. See docs/architecture.md, "Chat templates".
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from app.engine.chat.formats import CR_THINK, MISTRAL_THINK, THINK, TOOLS_VAR, detect_family
 from app.engine.gguf.builtin_templates import BUILTIN, PLAIN, PLAIN_STOPS
 
 # The token texts llama.cpp recognises as fill-in-the-middle markers when the GGUF has no fim_*_token_id keys
@@ -22,27 +24,7 @@ FIM_SUF = ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>
            "<|fim_hole|>")
 FIM_MID = ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
            "<|fim_end|>")
-# Thinking markers by family (default <think>...</think>); the service's reply parser uses the same table.
-THINK_MARKERS = {"mistral": ("[THINK]", "[/THINK]"), "command_r": ("<|START_THINKING|>", "<|END_THINKING|>")}
-DEFAULT_THINK = ("<think>", "</think>")
 RANK_POOLING = 4                  # llama.cpp LLAMA_POOLING_TYPE_RANK: a reranker (classification head)
-# Special tokens the runner writes out as text for each family (its call/thinking markup, which the service's
-# parser reads and removes); all other special tokens stay invisible in replies.
-MARKER_TOKENS = {
-    "hermes": ("<tool_call>", "</tool_call>", "<think>", "</think>"),
-    "qwen3_coder": ("<tool_call>", "</tool_call>", "<think>", "</think>"),
-    "llama3": ("<|python_tag|>", "<|python_start|>", "<|python_end|>"),
-    "mistral": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"),
-    "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
-                 "<｜tool▁sep｜>", "<think>", "</think>"),
-    "harmony": ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"),
-    "functiongemma": ("<start_function_call>", "<end_function_call>", "<escape>"),
-    "command_r": ("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>", "<|END_THINKING|>",
-                  "<|START_RESPONSE|>", "<|END_RESPONSE|>"),
-    "generic": ("<think>", "</think>"),
-    "pythonic": (),
-}
-_TOOLS_VAR = re.compile(r"\btools\b")
 
 
 @dataclass(frozen=True)
@@ -64,30 +46,6 @@ class ChatFacts:
                 "family": self.family, "capabilities": list(self.capabilities)}
 
 
-def detect_family(template: str | None) -> str:
-    """The family whose tool-call/thinking markup a template's model writes, from the template text."""
-    t = template or ""
-    if "<|channel|>" in t:
-        return "harmony"
-    if "<start_function_call>" in t:
-        return "functiongemma"
-    if "tool▁call▁begin" in t or "tool▁calls▁begin" in t:
-        return "deepseek"
-    if "[TOOL_CALLS]" in t or "[THINK]" in t:
-        return "mistral"
-    if "<|START_ACTION|>" in t:
-        return "command_r"
-    if "<tool_call>" in t and "<function=" in t:
-        return "qwen3_coder"
-    if "<tool_call>" in t:
-        return "hermes"
-    if "<|python_tag|>" in t or "<|python_start|>" in t or ("<|start_header_id|>" in t and _TOOLS_VAR.search(t)):
-        return "llama3"
-    if "tool_code" in t or "[func_name1(" in t:
-        return "pythonic"
-    return "generic"
-
-
 def thinking_markup(template: str | None, family: str) -> tuple[bool, str | None, str | None]:
     """(supports thinking, the marker that opens it, the template variable that controls it)."""
     t = template or ""
@@ -95,12 +53,12 @@ def thinking_markup(template: str | None, family: str) -> tuple[bool, str | None
         return True, None, "reasoning_effort"
     toggle = "enable_thinking" if "enable_thinking" in t else ("thinking" if re.search(r"\bthinking\b", t)
                                                               and family == "mistral" else None)
-    if family == "mistral" and "[THINK]" in t:
-        return True, "[THINK]", toggle
+    if family == "mistral" and MISTRAL_THINK[0] in t:
+        return True, MISTRAL_THINK[0], toggle
     if family == "command_r":
-        return ("<|START_THINKING|>" in t), "<|START_THINKING|>", toggle
-    if "<think>" in t or "enable_thinking" in t or "reasoning_content" in t:
-        return True, "<think>", toggle
+        return (CR_THINK[0] in t), CR_THINK[0], toggle
+    if THINK[0] in t or "enable_thinking" in t or "reasoning_content" in t:
+        return True, THINK[0], toggle
     return False, None, None
 
 
@@ -146,7 +104,7 @@ def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_
         caps.append("embedding")
     else:
         caps.append("completion")
-        if source == "gguf" and (_TOOLS_VAR.search(template) or "tool_calls" in template):
+        if source == "gguf" and (TOOLS_VAR.search(template) or "tool_calls" in template):
             caps.append("tools")
         if fim:
             caps.append("insert")
@@ -154,7 +112,7 @@ def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_
             caps.append("thinking")
     return ChatFacts(template=template, template_source=source, template_reason=reason, family=family,
                      capabilities=tuple(caps), think_open=think_open, think_toggle=toggle, stops=stops, fim=fim,
-                     renders_tools=bool(source == "gguf" and _TOOLS_VAR.search(template)))
+                     renders_tools=bool(source == "gguf" and TOOLS_VAR.search(template)))
 
 
 def read_chat_facts(path) -> ChatFacts:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.gguf.chat_facts import MARKER_TOKENS, ChatFacts
+from app.engine.chat.formats import format_for
+from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.runner import chat_template, context_fit, grammar, sampling, tool_grammar
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.embeddings import tokenize
@@ -53,7 +54,7 @@ class Admission:
         self.bos_id, eos_id = L.llama_vocab_bos(self.vocab), L.llama_vocab_eos(self.vocab)
         self.bos = self._special(self.bos_id)
         self.eos = self._special(eos_id)
-        self.shown = frozenset(t for t in (self._special_id(m) for m in MARKER_TOKENS.get(self.family, ()))
+        self.shown = frozenset(t for t in (self._special_id(m) for m in format_for(self.family).shown)
                                if t is not None)
         fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
         self.fim = fim if all(t >= 0 for t in fim) else None

@@ -97,11 +97,12 @@ class SeqSampler:
     def _pick(self, logits: np.ndarray, grammar_first: bool) -> int:
         if self._cur is None:
             self._cur = np.empty(self.n_vocab, dtype=TOKEN_DATA)
+            self._ids = np.arange(self.n_vocab, dtype=np.int32)
             self._arr = L.llama_token_data_array(
                 data=ctypes.cast(self._cur.ctypes.data, ctypes.POINTER(L.llama_token_data)),
                 size=self.n_vocab, selected=-1, sorted=False)
         cur = self._cur
-        cur["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        cur["id"] = self._ids                        # samplers sort and shrink the array: refill it each time
         cur["logit"] = logits
         cur["p"] = 0.0
         self._arr.size, self._arr.selected, self._arr.sorted = self.n_vocab, -1, False

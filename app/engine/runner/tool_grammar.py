@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.engine.chat.formats import CallGrammar, format_for
 from app.engine.runner.grammar import GrammarError, schema_grammar
 
 
@@ -53,13 +54,6 @@ class ToolGrammar:
         return f"root ::= {lead}({body})\n{self.gbnf}"
 
 
-# family -> (marker that opens a call, what closes it, the key its JSON uses for arguments, wrapped in a list)
-_WRAPPERS = {
-    "hermes": ("<tool_call>", "</tool_call>", "arguments", False),
-    "llama3": ("<|python_tag|>", "", "parameters", False),
-    "mistral": ("[TOOL_CALLS]", "", "arguments", True),
-}
-
 def _function(tool: dict) -> tuple[str, dict]:
     fn = tool.get("function", tool)
     params = fn.get("parameters") or {"type": "object"}
@@ -91,10 +85,10 @@ def forced(tools: list[dict], only: str | None = None, parallel: bool = False) -
     return ToolGrammar(f"{root}\ntc-ws ::= [ \\t\\n]*\n{body}")
 
 
-def lazy(tools: list[dict], family: str) -> ToolGrammar:
+def lazy(tools: list[dict], shape: CallGrammar) -> ToolGrammar:
     """`auto`: constrained from the family's marker (or a bare `{"name"` at the start) to the end of the call."""
-    opener, closer, args_key, listed = _WRAPPERS.get(family, (None, "", "arguments", False))
-    body = _convert(call_schema(tools, None, args_key), "call")
+    opener, closer, listed = shape.opener, shape.closer, shape.listed
+    body = _convert(call_schema(tools, None, shape.args_key), "call")
     wrapped = ""
     if opener:
         inner = '"[" tc-ws call ("," tc-ws call)* "]"' if listed else "call"
@@ -111,14 +105,13 @@ def _gbnf_str(s: str) -> str:
 
 
 def for_request(tools: list[dict] | None, tool_choice, family: str, parallel: bool = True) -> ToolGrammar | None:
-    """The grammar a request's tools and tool_choice call for, or None (no tools, `none`, or harmony/XML
-    families whose calls the grammar does not model: there the parser alone reads them)."""
+    """The grammar a request's tools and tool_choice call for, or None (no tools, `none`, or `auto` in a family
+    whose calls the grammar does not model, chat/formats.py: there the parser alone reads them)."""
     if not tools or tool_choice in (None, "none"):
         return None
     if tool_choice == "required":
         return forced(tools, None, parallel)
     if isinstance(tool_choice, str) and tool_choice != "auto":
         return forced(tools, tool_choice, False)
-    if family in ("harmony", "qwen3_coder", "functiongemma", "pythonic", "deepseek"):
-        return None
-    return lazy(tools, family)
+    shape = format_for(family).grammar
+    return None if shape is None else lazy(tools, shape)

@@ -1,16 +1,24 @@
-"""Which markers each family's replies use: tool-call sections and thinking. The family name comes from
-`app.engine.gguf.chat_facts.detect_family` (from the chat template); this maps it to what the parser looks for."""
+"""The parsers' view of each family (app/engine/chat/formats.py, where its markers are spelled): call sections
+with their parser functions, thinking markers, and what is stripped. The family name comes from
+`app.engine.chat.formats.detect_family` (from the chat template)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from app.engine.gguf.chat_facts import DEFAULT_THINK, THINK_MARKERS
+from app.engine.chat.formats import FORMATS, ChatFormat
 
 from . import formats
 from .types import ToolCall
 
 SectionParser = Callable[[str], "list[ToolCall] | None"]
+
+PARSERS: dict[str, SectionParser] = {
+    "hermes": formats.hermes, "qwen3_coder": formats.qwen3_coder, "llama3": formats.llama3,
+    "mistral": formats.mistral, "deepseek": formats.deepseek, "functiongemma": formats.functiongemma,
+    "pythonic": formats.pythonic,
+    "deepseek_call": lambda b: formats.deepseek(formats.DS_CALL_BEGIN + b),     # one call, its marker consumed
+}
 
 
 @dataclass(frozen=True)
@@ -29,23 +37,12 @@ class FamilySpec:
     strip: tuple[str, ...] = ()   # markup around plain content, removed (Command R's <|START_RESPONSE|>)
 
 
-THINK = DEFAULT_THINK
+def _spec(f: ChatFormat) -> FamilySpec:
+    return FamilySpec(f.name, tuple(Section(s.start, s.end, PARSERS[s.parser]) for s in f.sections), f.think,
+                      f.bare_pythonic, f.strip)
 
-SPECS: dict[str, FamilySpec] = {s.name: s for s in (
-    FamilySpec("generic", think=THINK),
-    FamilySpec("hermes", (Section("<tool_call>", "</tool_call>", formats.hermes),), THINK),
-    FamilySpec("qwen3_coder", (Section("<tool_call>", "</tool_call>", formats.qwen3_coder),), THINK),
-    FamilySpec("llama3", (Section("<|python_tag|>", None, formats.llama3),
-                          Section("<|python_start|>", "<|python_end|>", formats.llama3))),     # Llama 4
-    FamilySpec("mistral", (Section(formats.MISTRAL_CALLS, None, formats.mistral),), THINK_MARKERS["mistral"]),
-    FamilySpec("command_r", (Section("<|START_ACTION|>", "<|END_ACTION|>", formats.hermes),),
-               THINK_MARKERS["command_r"], strip=("<|START_RESPONSE|>", "<|END_RESPONSE|>")),
-    FamilySpec("deepseek", (Section("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", formats.deepseek),
-                            Section(formats.DS_CALL_BEGIN, formats.DS_CALL_END,
-                                    lambda b: formats.deepseek(formats.DS_CALL_BEGIN + b))), THINK),
-    FamilySpec("functiongemma", (Section("<start_function_call>", "<end_function_call>", formats.functiongemma),)),
-    FamilySpec("pythonic", (Section("```tool_code", "```", formats.pythonic),), bare_pythonic=True),
-)}
+
+SPECS: dict[str, FamilySpec] = {name: _spec(f) for name, f in FORMATS.items()}
 
 
 def spec_for(family: str | None) -> FamilySpec:

@@ -19,6 +19,8 @@ import ast
 import json
 import re
 
+from app.engine.chat.formats import DS_CALL, DS_SEP, MISTRAL_CALLS
+
 from .jsonscan import calls_from_text, loads_lenient
 from .types import ToolCall
 
@@ -127,7 +129,6 @@ def _split_semicolons(text: str) -> list[str]:
     return parts
 
 
-MISTRAL_CALLS = "[TOOL_CALLS]"
 _MISTRAL_V11 = re.compile(r"\s*([A-Za-z0-9_.\-]+)\s*(?:\[CALL_ID\]\s*([A-Za-z0-9]+)\s*)?\[ARGS\]", re.S)
 
 
@@ -152,7 +153,7 @@ def mistral(body: str) -> list[ToolCall] | None:
     return calls or None
 
 
-DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+DS_CALL_BEGIN, DS_CALL_END = DS_CALL
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*(?:```|$)", re.S)
 
 

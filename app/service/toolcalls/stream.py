@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from app.engine.gguf.chat_facts import MARKER_TOKENS
+from app.engine.chat.formats import format_for
 
 from .families import FamilySpec, Section, spec_for
 from .formats import pythonic
@@ -57,7 +57,7 @@ class OutputParser:
         # other marker tokens (Mistral's [ARGS], DeepSeek's separators...) outside a section: removed
         known = {m for m, _, _ in markers}
         extra = [sec.end for sec in self.spec.sections if sec.end and sec.end != "```"]
-        extra += [m for m in MARKER_TOKENS.get(self.spec.name, ()) if m not in known]
+        extra += [m for m in format_for(self.spec.name).shown if m not in known]
         markers += [(m, "strip", None) for m in dict.fromkeys(extra) if m not in known]
         self.markers = markers
         self.scrub = tuple(sorted({m for m, _, _ in markers} - {"```"}, key=len, reverse=True))
