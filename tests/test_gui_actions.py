@@ -319,14 +319,16 @@ def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
         d.shutdown()
     assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "quit"],
                    "modelsMenu": ["manageModels", "pullModel", "loadMenu", "copyAddress"],
-                   "chatMenu": ["focusInput", "stop", "regenerate", "renameChat", "deleteChat"]}
+                   "chatMenu": ["focusInput", "stop", "regenerate", "searchChats", "moreOptions", "renameChat",
+                                "deleteChat", "exportMarkdown", "exportJson", "importChat"]}
     assert tray == ["manageModels", "pullModel", "loadMenu", "copyAddress", "openChat", "openMemory",
                     "openSettings", "quitApp"]
     shortcuts = {a.objectName(): a.shortcut().toString() for a in d.actions.all() + d.chat.findChildren(QAction)
                  if a.objectName() and not a.shortcut().isEmpty()}
     assert shortcuts == {"newChat": "Ctrl+N", "openChat": "Ctrl+0", "memoryView": "Ctrl+M", "settings": "Ctrl+,",
                          "quit": "Ctrl+Q", "manageModels": "Ctrl+Shift+M", "focusInput": "Ctrl+L", "stop": "Esc",
-                         "regenerate": "Ctrl+R", "deleteChat": "Del"}
+                         "regenerate": "Ctrl+R", "deleteChat": "Del", "searchChats": "Ctrl+F",
+                         "moreOptions": "Ctrl+Shift+O"}
 
 
 def test_secondary_windows_have_the_same_menus(qtbot, desk):

@@ -3,13 +3,17 @@ code block (highlighted by Pygments), edit a sent message and switch between its
 (the old reply stays a branch), continue a reply cut at its length limit, delete a message."""
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import pytest
-from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QPlainTextEdit
+from PySide6.QtWidgets import QDialogButtonBox, QFileDialog, QPlainTextEdit
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from gui_util import SHORT, WAIT, click, dialog_of
+from gui_util import SHORT, WAIT, choose, click, click_menu, dialog_of, open_menu_bar, press, type_into
 from service_util import store_factory
 
 CODE = "Here it is:\n\n```python\ndef add(a, b):\n    return a + b  # sum\n```\n\nAnd a shell line:\n\n```sh\nls -l\n```\n"
@@ -64,8 +68,6 @@ def test_code_blocks_are_highlighted_and_copied(qtbot):
     body = m.body
     assert [b.fence.language for b in body.copy_buttons] == ["python", "sh"]
     # the document's text is the Markdown's own (selecting and copying the message sees the code exactly)
-    from PySide6.QtGui import QTextDocument
-
     doc = QTextDocument()
     doc.setMarkdown(CODE)
     assert body.toPlainText() == doc.toPlainText()
@@ -124,8 +126,6 @@ def test_edit_a_sent_message_keeps_the_old_branch(qtbot, desk):
 
 
 def _ok(dlg):
-    from PySide6.QtWidgets import QDialogButtonBox
-
     return dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.Ok)
 
 
@@ -166,3 +166,104 @@ def test_continue_a_reply_cut_at_its_length_limit(qtbot, desk):
     [(role, text)] = saved(desk)[1:]
     assert role == "assistant" and text.startswith(before) and len(text) > len(before)
     assert chat.transcript.messages[-1].content == text and len(chat.transcript.messages) == 2
+
+
+# ---- search, files, options ------------------------------------------------------------------------------------
+
+def test_search_finds_chats_by_title_and_by_any_message(qtbot, desk):
+    chat = desk.chat
+    h = desk.history
+    a = h.create(title="Holiday")
+    h.add_message(a.id, "user", "Where is the Matterhorn?")
+    b = h.create(title="Code")
+    h.add_message(b.id, "user", "A regex for 100% of emails")
+    old = h.add_message(b.id, "assistant", "an old branch about glaciers")
+    h.add_message(b.id, "assistant", "newer", parent_id=old.parent_id)      # glaciers only in a hidden branch
+    chat.conversations.reload()
+    press(qtbot, chat, Qt.Key_F, Qt.ControlModifier)
+    qtbot.waitUntil(chat.search_box.hasFocus, timeout=SHORT)
+
+    def titles():
+        return [c.title for c in chat.conversations.items]
+
+    for text, want in (("matterHORN", ["Holiday"]), ("glaciers", ["Code"]), ("100%", ["Code"]), ("%", ["Code"]),
+                       ("holiday", ["Holiday"]), ("nothing like this", [])):
+        chat.search_box.selectAll()
+        QTest.keyClicks(chat.search_box, text)
+        assert titles() == want, text
+    chat.search_box.clear()
+    assert set(titles()) == {"Holiday", "Code"}
+    # a new chat while searching clears the search (it would be hidden)
+    QTest.keyClicks(chat.search_box, "matterhorn")
+    click(qtbot, chat.new_button)
+    assert chat.search_box.text() == "" and chat.conversation.id == chat.conversations.items[0].id
+
+
+def test_export_markdown_and_json_and_import_json(qtbot, desk, tmp_path):
+    chat = desk.chat
+    send(qtbot, chat, "Show me `print` in Python.")
+    conv = chat.conversation
+    for kind, name in (("md", "exportMarkdown"), ("json", "exportJson")):
+        click_menu(qtbot, open_menu_bar(qtbot, chat, "chatMenu"), name)
+        dlg = dialog_of(qtbot, chat, "exportDialog")
+        assert isinstance(dlg, QFileDialog)
+        dlg.selectFile(str(tmp_path / f"out.{kind}"))
+        dlg.accept()
+        qtbot.waitUntil((tmp_path / f"out.{kind}").is_file, timeout=SHORT)
+    md = (tmp_path / "out.md").read_text()
+    reply = desk.history.messages(conv.id)[1].content
+    assert md.startswith(f"# {conv.title}\n") and "## You\n\nShow me `print` in Python." in md
+    assert f"## Assistant\n\n{reply.rstrip()}" in md
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["format"] == "strata-chat" and [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    # import it back: a new chat with the same messages and settings, selected
+    click_menu(qtbot, open_menu_bar(qtbot, chat, "chatMenu"), "importChat")
+    dlg = dialog_of(qtbot, chat, "importChatDialog")
+    dlg.selectFile(str(tmp_path / "out.json"))
+    dlg.accept()
+    qtbot.waitUntil(lambda: chat.conversation.id != conv.id, timeout=SHORT)
+    assert saved(desk) == [("user", "Show me `print` in Python."), ("assistant", reply)]
+    assert (chat.conversation.title, chat.conversation.num_ctx) == (conv.title, conv.num_ctx)
+    # a malformed file is refused with the field named, and nothing is added
+    bad = tmp_path / "bad.json"
+    data["messages"][1]["role"] = "wizard"
+    bad.write_text(json.dumps(data))
+    n = len(desk.history.conversations())
+    assert chat.import_file(str(bad)) is None
+    assert "messages[1].role" in chat.statusBar().currentMessage()
+    assert len(desk.history.conversations()) == n
+
+
+def test_more_options_are_saved_with_the_chat_and_sent(qtbot, desk, service):
+    chat = desk.chat
+    chat.extra_options = {}
+    click(qtbot, chat.new_button)
+    cid = chat.conversation.id
+    assert not chat.options.isVisible()
+    click(qtbot, chat.more_button)
+    assert chat.options.isVisible()
+    type_into(chat.options.top_k, "20")
+    type_into(chat.options.seed, "42")
+    type_into(chat.options.repeat_penalty, "1.1")
+    chat.options.stop.setFocus()
+    QTest.keyClicks(chat.options.stop, "###|User:")
+    QTest.keyClick(chat.options.stop, Qt.Key_Tab)
+    want = {"top_k": 20, "seed": 42, "repeat_penalty": 1.1, "stop": ["###", "User:"]}
+    assert desk.history.get(cid).options == want
+    assert {k: chat.request_body()["options"][k] for k in want} == want
+    assert "top_p" not in chat.request_body()["options"]            # "default": not sent
+    # another chat has its own; coming back shows these again
+    click(qtbot, chat.new_button)
+    chat.options.set_values({})
+    chat.select_conversation(cid)
+    assert chat.options.values() == want
+    # the model's default system prompt shows in the empty box
+    body = json.dumps({"model": "with-system", "from": MODEL, "system": "You are a pirate."}).encode()
+    urllib.request.urlopen(urllib.request.Request(service.url + "/api/create", data=body,
+                                                  headers={"Content-Type": "application/json"}), timeout=120).read()
+    desk.state.refresh()
+    qtbot.waitUntil(lambda: chat.models.row_of("with-system:latest") >= 0, timeout=WAIT)
+    choose(qtbot, chat.model_picker, chat.model_picker.itemText(chat.models.row_of("with-system:latest")))
+    qtbot.waitUntil(lambda: "You are a pirate." in chat.system_prompt.placeholderText(), timeout=WAIT)
+
+

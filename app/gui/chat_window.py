@@ -5,14 +5,21 @@ re-renders at most every 50 ms. Chats and their settings live in SQLite (`ChatHi
 """
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QInputDialog, QLabel, QListView,
-    QMainWindow, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget,
+    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
+    QLineEdit, QListView, QMainWindow, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QToolButton,
+    QVBoxLayout, QWidget,
 )
 
 from app.gui.app_actions import AppActions, make_action, tip
 from app.gui.bridge import Call
+from app.gui.chat_export import import_json, to_json, to_markdown
+from app.gui.chat_options import ChatOptions
 from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, format_stats
 from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
 from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
@@ -20,6 +27,13 @@ from app.gui.reply import PendingReply
 from app.gui.state import ServiceState
 
 TOP_LOGPROBS = 5
+
+
+def safe_file_name(title: str) -> str:
+    """A chat title as a file name: letters, digits, spaces, dashes and dots kept."""
+    return re.sub(r"[^\w .-]+", "_", title).strip(" .")[:80] or "chat"
+
+
 CONTINUE_PROMPT = "Continue exactly where your last reply stopped. Do not repeat anything."
 
 
@@ -38,6 +52,7 @@ class ChatWindow(QMainWindow):
         self.call: Call | None = None
         self.pending: PendingReply | None = None     # the reply streaming now
         self.extra_options: dict = {}     # more Ollama options for every request (num_predict, seed...)
+        self.model_systems: dict[str, str] = {}     # each model's default system prompt (/api/show)
         self.dialog = None                # the question or prompt open over this window, if any
         self.setWindowTitle("Strata — Chat")
         self.resize(1100, 720)
@@ -82,7 +97,12 @@ class ChatWindow(QMainWindow):
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(8, 8, 4, 8)
+        self.search_box = QLineEdit()
+        self.search_box.setObjectName("chatSearch")
+        self.search_box.setClearButtonEnabled(True)
+        self.search_box.textChanged.connect(self.conversations.set_query)
         ll.addWidget(self.new_button)
+        ll.addWidget(self.search_box)
         ll.addWidget(self.conv_view, 1)
         row = QHBoxLayout()
         row.addWidget(self.rename_button)
@@ -95,6 +115,10 @@ class ChatWindow(QMainWindow):
         cl = QVBoxLayout(center)
         cl.setContentsMargins(4, 8, 8, 8)
         cl.addLayout(self._build_header())
+        self.options = ChatOptions()
+        self.options.changed.connect(lambda o: self._save_setting(options=o))
+        self.options.setVisible(False)
+        cl.addWidget(self.options)
         cl.addWidget(self.system_prompt)
         self.first_run = FirstRunHint()
         self.first_run.chosen.connect(self._on_hint)
@@ -134,10 +158,15 @@ class ChatWindow(QMainWindow):
         self.num_ctx.valueChanged.connect(lambda v: self._save_setting(num_ctx=int(v)))
         self.system_prompt.textChanged.connect(
             lambda: self._save_setting(system=self.system_prompt.toPlainText()))
+        self.more_button = QToolButton()
+        self.more_button.setObjectName("moreOptions")
+        self.more_button.setText("More…")
+        self.more_button.setCheckable(True)
+        self.more_button.toggled.connect(lambda on: self.options.setVisible(on))
         header = QHBoxLayout()
         for w, stretch in ((QLabel("Model"), 0), (self.model_picker, 0), (self.model_status, 1),
                            (QLabel("Temperature"), 0), (self.temperature, 0), (QLabel("Context"), 0),
-                           (self.num_ctx, 0), (self.alternatives, 0)):
+                           (self.num_ctx, 0), (self.alternatives, 0), (self.more_button, 0)):
             header.addWidget(w, stretch)
         return header
 
@@ -183,11 +212,25 @@ class ChatWindow(QMainWindow):
         self.conv_view.addAction(self.action_delete)
         self.action_focus_input = make_action(self, "&Write a message", "focusInput", "Ctrl+L",
                                               self.input.setFocus, "Put the cursor in the message box")
+        self.action_search = make_action(self, "&Search chats", "searchChats", "Ctrl+F", self._focus_search,
+                                         "Show only the chats that contain some text")
+        self.action_options = make_action(self, "More &options", "moreOptions", "Ctrl+Shift+O",
+                                          self.more_button.toggle, "This chat's sampling options")
+        self.action_export_md = make_action(self, "Export as &Markdown…", "exportMarkdown", None,
+                                            lambda: self.export_chat("md"))
+        self.action_export_json = make_action(self, "Export as &JSON…", "exportJson", None,
+                                              lambda: self.export_chat("json"))
+        self.action_import = make_action(self, "&Import a chat (JSON)…", "importChat", None, self.import_chat)
         self.chat_menu = self.menuBar().addMenu("&Chat")
         self.chat_menu.setObjectName("chatMenu")
-        self.chat_menu.addActions([self.action_focus_input, self.action_stop, self.action_regenerate])
+        self.chat_menu.addActions([self.action_focus_input, self.action_stop, self.action_regenerate,
+                                   self.action_search, self.action_options])
         self.chat_menu.addSeparator()
         self.chat_menu.addActions([self.action_rename, self.action_delete])
+        self.chat_menu.addSeparator()
+        self.chat_menu.addActions([self.action_export_md, self.action_export_json, self.action_import])
+        self.search_box.setPlaceholderText(tip("Search chats", self.action_search))
+        self.more_button.setToolTip(self.action_options.toolTip())
         for button, action in ((self.new_button, self.actions.new_chat), (self.rename_button, self.action_rename),
                                (self.delete_button, self.action_delete), (self.stop_button, self.action_stop),
                                (self.regen_button, self.action_regenerate)):
@@ -199,8 +242,10 @@ class ChatWindow(QMainWindow):
     def _set_tab_order(self) -> None:
         """Tab walks the window the way it reads: the chat list and its buttons, the chat's settings, the
         transcript, then the message box and its buttons."""
-        chain = [self.conv_view, self.new_button, self.rename_button, self.delete_button, self.model_picker,
-                 self.temperature, self.num_ctx, self.alternatives, self.system_prompt, self.transcript,
+        chain = [self.search_box, self.conv_view, self.new_button, self.rename_button, self.delete_button, self.model_picker,
+                 self.temperature, self.num_ctx, self.alternatives, self.more_button, self.options.top_p,
+                 self.options.top_k, self.options.repeat_penalty, self.options.seed, self.options.stop,
+                 self.system_prompt, self.transcript,
                  self.input, self.send_button, self.stop_button, self.regen_button]
         for a, b in zip(chain, chain[1:]):
             self.setTabOrder(a, b)
@@ -222,6 +267,7 @@ class ChatWindow(QMainWindow):
         self.model_picker.setCurrentIndex(row)
         self.model_picker.blockSignals(False)
         self._update_model_status()
+        self._show_model_system()
         self._update_first_run()
 
     def _update_first_run(self) -> None:
@@ -239,6 +285,23 @@ class ChatWindow(QMainWindow):
         if self.selected_model():
             self._save_setting(model=self.selected_model())
         self._update_model_status()
+        self._show_model_system()
+
+    def _show_model_system(self) -> None:
+        """The model's own default system prompt (/api/show "system"), shown in the empty system prompt box:
+        the service uses it when the chat sets none."""
+        name = self.selected_model()
+        if name and name not in self.model_systems:
+            self.model_systems[name] = ""                     # asked once per model
+            call = self.bridge.call(lambda c: c.show(name))
+            call.finished.connect(lambda r: (self.model_systems.__setitem__(name, (r or {}).get("system") or ""),
+                                             self._show_model_system()))
+            return
+        system = self.model_systems.get(name, "")
+        self.system_prompt.setPlaceholderText(
+            f"System prompt for this chat (empty: the model's default, “{system.strip()}”)" if system.strip()
+            else "System prompt for this chat (optional)")
+        self.system_prompt.setToolTip(f"The model's default system prompt:\n{system}" if system.strip() else "")
 
     def _update_model_status(self) -> None:
         name = self.selected_model()
@@ -264,7 +327,9 @@ class ChatWindow(QMainWindow):
         self.stop()
         # a new chat starts from the settings on screen (model, system prompt, temperature, context)
         conv = self.history.create(model=self.selected_model(), system=self.system_prompt.toPlainText(),
-                                   temperature=self.temperature.value(), num_ctx=self.num_ctx.value())
+                                   temperature=self.temperature.value(), num_ctx=self.num_ctx.value(),
+                                   options=self.options.values())
+        self.search_box.clear()          # a filtered list would hide the new chat
         self.conversations.reload()
         self.select_conversation(conv.id)
         self.input.setFocus()
@@ -272,6 +337,9 @@ class ChatWindow(QMainWindow):
 
     def select_conversation(self, conversation_id: int) -> None:
         row = self.conversations.row_of(conversation_id)
+        if row < 0 and self.conversations.query:          # hidden by the search: show every chat
+            self.search_box.clear()
+            row = self.conversations.row_of(conversation_id)
         if row < 0:
             return
         self.conv_view.selectionModel().blockSignals(True)
@@ -295,6 +363,7 @@ class ChatWindow(QMainWindow):
         self.system_prompt.blockSignals(True)
         self.system_prompt.setPlainText(conv.system)
         self.system_prompt.blockSignals(False)
+        self.options.set_values(conv.options)
         if conv.model and self.models.row_of(conv.model) >= 0:
             self.model_picker.blockSignals(True)
             self.model_picker.setCurrentIndex(self.models.row_of(conv.model))
@@ -364,6 +433,53 @@ class ChatWindow(QMainWindow):
         if not shown or shown[-1].id != message_id:       # only the last reply of the branch shown
             return
         self._start_reply(continuing=msg)
+
+    def _focus_search(self) -> None:
+        self.search_box.setFocus()
+        self.search_box.selectAll()
+
+    # files -----------------------------------------------------------------------------------------------------
+    def export_chat(self, kind: str) -> None:
+        """Save the chat shown (its branch shown) as Markdown or JSON, to a file chosen in a dialog."""
+        if not self.conversation:
+            return
+        conv = self.conversation
+        dlg = QFileDialog(self, "Export chat", str(Path.home() / f"{safe_file_name(conv.title)}.{kind}"),
+                          "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
+        dlg.setObjectName("exportDialog")
+        dlg.setAcceptMode(QFileDialog.AcceptSave)
+        dlg.setOption(QFileDialog.DontUseNativeDialog)        # window-modal, not blocking, the same everywhere
+        dlg.fileSelected.connect(lambda path: self._write_export(conv.id, kind, path))
+        self._open_dialog(dlg)
+
+    def _write_export(self, conversation_id: int, kind: str, path: str) -> None:
+        conv, msgs = self.history.get(conversation_id), self.history.messages(conversation_id)
+        text = to_markdown(conv, msgs) if kind == "md" else json.dumps(to_json(conv, msgs), indent=2,
+                                                                         ensure_ascii=False)
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as e:
+            self.statusBar().showMessage(f"Could not export: {e}", 15000)
+            return
+        self.statusBar().showMessage(f"Exported to {path}", 8000)
+
+    def import_chat(self) -> None:
+        dlg = QFileDialog(self, "Import a chat", str(Path.home()), "Strata chat (*.json)")
+        dlg.setObjectName("importChatDialog")
+        dlg.setFileMode(QFileDialog.ExistingFile)
+        dlg.setOption(QFileDialog.DontUseNativeDialog)
+        dlg.fileSelected.connect(self.import_file)
+        self._open_dialog(dlg)
+
+    def import_file(self, path: str) -> Conversation | None:
+        try:
+            conv = import_json(self.history, json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as e:          # (json's errors are ValueErrors)
+            self.statusBar().showMessage(f"Could not import {Path(path).name}: {e}", 15000)
+            return None
+        self.conversations.reload()
+        self.select_conversation(conv.id)
+        return conv
 
     def _reload_current(self) -> None:
         if self.conversation is not None:
@@ -454,7 +570,8 @@ class ChatWindow(QMainWindow):
                     msg["tool_calls"] = m.blocks["tool_calls"]
                 messages.append(msg)
         body = {"model": self.selected_model(), "messages": messages,
-                "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **self.extra_options}}
+                "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **conv.options,
+                            **self.extra_options}}
         # logprobs always: one entry per generated token, so a reply the user stopped (no final totals arrive)
         # still counts its real tokens; the alternatives themselves only when asked for
         body["logprobs"] = True

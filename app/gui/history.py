@@ -144,6 +144,18 @@ class ChatHistory:
         rows = self.db.execute("SELECT * FROM conversations ORDER BY updated_at DESC, id DESC").fetchall()
         return [Conversation.from_row(r) for r in rows]
 
+    def search(self, text: str) -> list[Conversation]:
+        """Chats whose title or any message (any branch) contains `text`, case-insensitively; most recent
+        first. Empty text: every chat."""
+        if not text.strip():
+            return self.conversations()
+        pattern = "%" + text.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self.db.execute(
+            "SELECT * FROM conversations c WHERE c.title LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m "
+            "WHERE m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\') ORDER BY updated_at DESC, id DESC",
+            (pattern, pattern)).fetchall()
+        return [Conversation.from_row(r) for r in rows]
+
     def update(self, conversation_id: int, **settings) -> Conversation:
         unknown = set(settings) - set(SETTINGS)
         if unknown:

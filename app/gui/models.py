@@ -20,12 +20,17 @@ class ConversationListModel(QAbstractListModel):
     def __init__(self, history: ChatHistory, parent=None):
         super().__init__(parent)
         self.history = history
+        self.query = ""                  # the search box's text: only the chats that contain it
         self.items: list[Conversation] = history.conversations()
 
     def reload(self) -> None:
         self.beginResetModel()
-        self.items = self.history.conversations()
+        self.items = self.history.search(self.query)
         self.endResetModel()
+
+    def set_query(self, text: str) -> None:
+        self.query = text
+        self.reload()
 
     def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.items)
