@@ -55,6 +55,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("prompt_cache_mib", "STRATA_PROMPT_CACHE_MIB", int, -1, "Prompt cache (MiB)",
             "host RAM per model kept for conversations that lost their slot, so a returning conversation skips "
             "its prompt; 0 = off, -1 = automatic (10% of the available RAM, at most 4 GiB)", minimum=-1),
+    Setting("ctx_checkpoints", "STRATA_CTX_CHECKPOINTS", int, 32, "Context checkpoints per slot",
+            "recurrent, hybrid and sliding-window models: copies of a conversation's state kept per slot so the next "
+            "turn skips its history (llama-server's --ctx-checkpoints); 0 = off"),
+    Setting("checkpoint_mib", "STRATA_CHECKPOINT_MIB", int, 1024, "Checkpoint RAM per slot (MiB)",
+            "the bound on those checkpoints' host RAM per slot; 0 = the count alone bounds them"),
     Setting("gpu_margin_mib", "STRATA_GPU_MARGIN_MIB", int, 512, "GPU margin (MiB)",
             "memory the planner leaves free on each device for other programs"),
     Setting("external_sources", "STRATA_EXTERNAL_MODELS", list, list(EXTERNAL_SOURCES), "Other apps' folders",

@@ -15,6 +15,7 @@ import pytest
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
+from app.engine.planner.memory import checkpoint_bytes
 from app.engine.runner.placement import END_BACKOFF
 from engine_util import cpu_layout
 from gguf_factory import write_family
@@ -89,6 +90,10 @@ def test_chat_turns_continue_from_checkpoints_and_match_cold_runs(family_dir, na
             await c.close()
 
     turns, edit, st = run(go())
+    if name != "gemma2":        # the planner's bytes per checkpoint: what llama.cpp really copies (+ its headers)
+        info = read_model_info(path)
+        one = checkpoint_bytes(info, 1024, 1, count=1)
+        assert one <= st.checkpoint_bytes / st.checkpoints <= one * 1.02 + 16384, (one, st.checkpoint_bytes)
     for prev, cur in zip(turns, turns[1:]):
         # all of the previous turn but (at most) its last few prompt tokens: the reply and the new message
         # are what is processed (everything but the new message when the reply's tokens survive the round trip)
@@ -153,3 +158,27 @@ def test_without_checkpoints_a_diverging_prompt_is_processed_again(family_dir):
 
     warm, st = run(go())
     assert warm.cached_tokens == 0 and st.checkpoints == 0 and st.checkpoint_misses >= 1
+
+
+def test_the_plan_holds_the_checkpoint_memory(family_dir):
+    """The CPU plan's `checkpoints`: count x one sequence's partial memory x slots, within the per-slot bound;
+    nothing for a model whose KV cache keeps every cell."""
+    from app.discovery.inventory import Inventory
+    from app.engine.planner.search import plan
+    from app.engine.planner.types import PlanOptions
+
+    inv = Inventory(devices=(), host_ram_total=64 << 30, host_ram_available=32 << 30, cpu_name="test", cpu_cores=2)
+    for name, expect_some in (("qwen3next", True), ("mamba", True), ("gemma2", True), ("llama", False)):
+        path = family_dir / f"{name}.gguf"
+        if not path.exists():
+            write_family(name, family_dir)
+        info = read_model_info(path)
+        one = checkpoint_bytes(info, 2048, 1, count=1)
+        assert (one > 0) == expect_some, name
+        for count, mib in ((32, 1024), (32, 0), (4, 0), (0, 1024), (32, 1)):
+            lay = plan(info, inv, PlanOptions(num_ctx=2048, num_parallel=3, ctx_checkpoints=count,
+                                              checkpoint_mib=mib))
+            cpu = next(d for d in lay.devices if d.device_id == "CPU")
+            per_slot = count * one if not mib else min(count * one, mib << 20)
+            assert cpu.checkpoints == 3 * per_slot, (name, count, mib)
+            assert cpu.total >= cpu.checkpoints + cpu.kv

@@ -301,6 +301,9 @@ def test_prompt_cache_line_in_the_live_status():
         ", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)"
     assert prompt_cache_text({"bytes": 0, "limit": 0, "entries": 0}) == ", prompt cache off"
     assert prompt_cache_text({}) == ""
+    assert prompt_cache_text({"bytes": 0, "limit": 0, "entries": 0, "checkpoint_bytes": 5 * MiB,
+                              "checkpoint_limit": 64 * MiB, "checkpoints": 9}) == \
+        ", prompt cache off, checkpoints 5.0 MiB of 64.0 MiB (9)"
 
 
 def test_summary_counts_rpc_workers_apart_from_local_gpus(qtbot):

@@ -91,7 +91,8 @@ class Column:
 
 def _plan_parts(dp: dict) -> dict[str, int]:
     weights = sum(int(v) for v in (dp.get("weights") or {}).values())
-    return {WEIGHTS: weights, KV: int(dp.get("kv") or 0),
+    # the context checkpoints (copies of recurrent / sliding-window cache state) count with the KV cache
+    return {WEIGHTS: weights, KV: int(dp.get("kv") or 0) + int(dp.get("checkpoints") or 0),
             COMPUTE: int(dp.get("compute") or 0) + int(dp.get("output") or 0)}
 
 

@@ -15,11 +15,17 @@ from app.gui.whatif import WhatIfTab
 
 
 def prompt_cache_text(cache: dict) -> str:
-    """", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)" from /api/ps "strata.prompt_cache"; "" when off."""
+    """", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)" from /api/ps "strata.prompt_cache"; "" when off;
+    then ", checkpoints 5.0 MiB of 64.0 MiB (9)" for a model that takes context checkpoints."""
     if not cache.get("limit"):
-        return ", prompt cache off" if cache else ""
-    return (f", prompt cache {format_bytes(int(cache.get('bytes') or 0))} of {format_bytes(int(cache['limit']))}"
-            f" ({int(cache.get('entries') or 0)} prompts)")
+        text = ", prompt cache off" if cache else ""
+    else:
+        text = (f", prompt cache {format_bytes(int(cache.get('bytes') or 0))} of "
+                f"{format_bytes(int(cache['limit']))} ({int(cache.get('entries') or 0)} prompts)")
+    if cache.get("checkpoint_limit"):
+        text += (f", checkpoints {format_bytes(int(cache.get('checkpoint_bytes') or 0))} of "
+                 f"{format_bytes(int(cache['checkpoint_limit']))} ({int(cache.get('checkpoints') or 0)})")
+    return text
 
 
 def _table(model) -> QTableView:

@@ -122,6 +122,8 @@ class ServiceConfig:
     retry_after_s: int = 2                     # the Retry-After sent with a 503 for a full queue
     load_timeout_s: float = 600.0
     prompt_cache_mib: int = -1                 # -1 = the engine's default share of available RAM; 0 = off
+    ctx_checkpoints: int = 32                  # context checkpoints per slot (recurrent/hybrid/SWA models); 0 = off
+    checkpoint_mib: int = 1024                 # their host RAM bound per slot; 0 = the count alone
     gpu_margin_mib: int = 512
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
     runner_watchdog_s: float = 300.0           # 0 = off
@@ -145,11 +147,17 @@ class ServiceConfig:
             n_threads=_int_env("STRATA_NUM_THREADS", default_threads(), minimum=1, env=env),
             max_body=_int_env("STRATA_MAX_BODY", 32 * 1024 * 1024, minimum=1024, env=env),
             prompt_cache_mib=_int_env("STRATA_PROMPT_CACHE_MIB", -1, minimum=-1, env=env),
+            ctx_checkpoints=_int_env("STRATA_CTX_CHECKPOINTS", 32, env=env),
+            checkpoint_mib=_int_env("STRATA_CHECKPOINT_MIB", 1024, env=env),
             gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
             runner_watchdog_s=float(_int_env("STRATA_RUNNER_WATCHDOG", 300, env=env)),
         )
         return replace(cfg, **overrides) if overrides else cfg
+
+    def plan_defaults(self) -> dict:
+        """PlanOptions fields every load plans with unless a request says otherwise."""
+        return {"ctx_checkpoints": self.ctx_checkpoints, "checkpoint_mib": self.checkpoint_mib}
 
     @property
     def base_url(self) -> str:

@@ -93,7 +93,15 @@ class LoadedModel:
         }
 
     def prompt_cache(self) -> dict:
-        """The runner's host-RAM prompt cache: its own memory kind, on the host (CPU), apart from `predicted`."""
+        """The runner's host-RAM prompt cache: its own memory kind, on the host (CPU), apart from `predicted`;
+        and its context checkpoints (recurrent, hybrid and sliding-window models): held now, planned for
+        (`checkpoint_limit`, in the CPU plan's total), and how often a prompt continued from one or found none."""
         c = self.client
+        cps = getattr(c, "checkpoints", None)
+        cpu = next((d for d in self.layout.devices if d.device_id == "CPU"), None) if self.layout else None
         return {"bytes": getattr(c, "prompt_cache_used", 0), "limit": getattr(c, "prompt_cache_bytes", 0),
-                "entries": getattr(c, "prompt_cache_entries", 0)}
+                "entries": getattr(c, "prompt_cache_entries", 0),
+                "checkpoint_bytes": getattr(cps, "checkpoint_bytes", 0), "checkpoints": getattr(cps, "checkpoints", 0),
+                "checkpoint_limit": getattr(cpu, "checkpoints", 0),
+                "checkpoint_hits": getattr(cps, "checkpoint_hits", 0),
+                "checkpoint_misses": getattr(cps, "checkpoint_misses", 0)}

@@ -80,6 +80,17 @@ class Metrics:
                    [({"model": m.name}, m.prompt_cache()["bytes"]) for m in models])
             family("strata_prompt_cache_limit_bytes", "gauge", "The bound of each model's prompt cache (0 = off).",
                    [({"model": m.name}, m.prompt_cache()["limit"]) for m in models])
+            caches = [(m.name, m.prompt_cache()) for m in models]
+            family("strata_ctx_checkpoint_bytes", "gauge",
+                   "Host RAM held by each model's context checkpoints (recurrent, hybrid, sliding-window models).",
+                   [({"model": n}, pc["checkpoint_bytes"]) for n, pc in caches])
+            family("strata_ctx_checkpoint_hits_total", "counter",
+                   "Prompts continued from a context checkpoint, since the model loaded.",
+                   [({"model": n}, pc["checkpoint_hits"]) for n, pc in caches])
+            family("strata_ctx_checkpoint_misses_total", "counter",
+                   "Prompts that shared a cached prefix no state or checkpoint could continue from (processed "
+                   "again from the start), since the model loaded.",
+                   [({"model": n}, pc["checkpoint_misses"]) for n, pc in caches])
         if inventory is not None:
             samples_t, samples_f = [({"device": "CPU"}, inventory.host_ram_total)], [({"device": "CPU"}, inventory.host_ram_available)]
             for d in inventory.devices:

@@ -148,7 +148,7 @@ class Scheduler:
         return {**choice.to_dict(), "loaded": False}
 
     def plan_options_for(self, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
-        overrides = {**ro.plan, "n_threads": ro.n_threads or self.config.n_threads}
+        overrides = {**self.config.plan_defaults(), **ro.plan, "n_threads": ro.n_threads or self.config.n_threads}
         return plan_options(overrides, num_ctx_default=self.config.num_ctx,
                             num_parallel=self.config.num_parallel, n_ctx_train=getattr(info, "context_length", 0),
                             embedding=embedding, margin_mib=self.config.gpu_margin_mib)

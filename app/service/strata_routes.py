@@ -64,7 +64,8 @@ async def layout(request):
             raise ApiError(400, f"'devices': {e}", param="devices") from None
     else:
         inventory = subtract(await scheduler.get_inventory(), scheduler.used_bytes(exclude=record.name))
-    options = plan_options(ro.plan, num_ctx_default=scheduler.config.num_ctx, num_parallel=num_parallel,
+    options = plan_options({**scheduler.config.plan_defaults(), **ro.plan}, num_ctx_default=scheduler.config.num_ctx,
+                           num_parallel=num_parallel,
                            n_ctx_train=info.context_length, margin_mib=scheduler.config.gpu_margin_mib)
     try:
         options, lay = await scheduler.plan_context(info, options, inventory, ro.plan.get("num_ctx"))

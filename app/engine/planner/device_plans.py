@@ -97,7 +97,7 @@ def device_plans(cs, c, gpus: tuple[Device, ...], o: PlanOptions,
     plans.append(DevicePlan("CPU", "CPU", tuple(cpu["layers"]), tuple(cpu["experts"]),
                             {k2: v for k2, v in cpu["weights"].items() if v}, cpu["kv"], cs.compute_cpu,
                             output=mm.output_buffer, budget=cs.host_budget, mapped=mapped,
-                            output_reserve=mm.output_reserve))
+                            output_reserve=mm.output_reserve, checkpoints=mm.checkpoints))
     order = c.order if c.k else ()          # no block on a GPU: llama.cpp gets no device, allocates nothing there
     last = len(order) - 1
     for j, g in enumerate(order):

@@ -170,6 +170,24 @@ def kv_bytes_per_layer(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type
     return tuple(out)
 
 
+def checkpoint_bytes(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16", num_batch: int = 512,
+                     num_ubatch: int = 512, count: int = 32, mib_per_slot: int = 0) -> int:
+    """Host RAM the runner's context checkpoints may take (app/engine/runner/prompt_cache.Checkpoints): per slot up
+    to `count` copies of one sequence's partial memory (what llama_state_seq_get_data_ext with PARTIAL_ONLY
+    copies: the recurrent state rows, or else the sliding-window cells), at most `mib_per_slot` MiB a slot
+    (0 = the count alone). 0 for a model whose cache keeps every cell (it needs no checkpoints)."""
+    if count <= 0:
+        return 0
+    shape = kv_shape_of(info)
+    one_seq = kv_bytes_per_layer(info, num_ctx, 1, kv_type, num_batch, num_ubatch)
+    partial = sum(b for b, c in zip(one_seq, shape.cache) if c == "state") or \
+        sum(b for b, c in zip(one_seq, shape.cache) if c == "window")
+    per_slot = count * partial
+    if mib_per_slot > 0:
+        per_slot = min(per_slot, mib_per_slot * MiB)
+    return per_slot * num_parallel
+
+
 def fit_measured_kv(kv: tuple[int, ...], measured: tuple[int, int] | None) -> tuple[int, ...]:
     """Per-block cache bytes made to agree with what a dry run measured: `measured` = (bytes, number of log lines)
     from llama.cpp's cache size lines (app.ggml.alloc_report.cache_size). Within the lines' rounding (0.005 MiB
@@ -313,6 +331,7 @@ class MemoryModel:
     output_repack: int = 0              # a tied output on the CPU: its repacked copy of token_embd (real, extra)
     cpu_features: tuple[str, ...] = ()
     output_reserve: int = 0             # its growth on the first embedding request (output_reserve_bytes)
+    checkpoints: int = 0                # host RAM the context checkpoints may take (checkpoint_bytes)
 
     def part_bytes(self, il: int, part: str, gpu: bool = False) -> int:
         p = self.parts[il]
@@ -331,8 +350,9 @@ class MemoryModel:
 
 def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16", num_batch: int = 512,
                  num_ubatch: int = 512, embedding: bool = False, cpu_features: tuple[str, ...] = (),
-                 flash_attn: bool | None = None) -> MemoryModel:
-    """`cpu_features`: the inventory's (ggml names, "REPACK" when the build repacks); () = no repacking."""
+                 flash_attn: bool | None = None, ctx_checkpoints: int = 0, checkpoint_mib: int = 0) -> MemoryModel:
+    """`cpu_features`: the inventory's (ggml names, "REPACK" when the build repacks); () = no repacking.
+    `ctx_checkpoints`/`checkpoint_mib`: the runner's context checkpoint bounds (PlanOptions)."""
     tied = info.output_bytes == 0
     return MemoryModel(
         n_layer=info.n_layer,
@@ -347,4 +367,6 @@ def memory_model(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str 
         spans=span_groups(info, tuple(cpu_features)),
         output_repack=tied_output_repack(info, tuple(cpu_features)),
         cpu_features=tuple(cpu_features),
+        checkpoints=checkpoint_bytes(info, num_ctx, num_parallel, kv_type, num_batch, num_ubatch, ctx_checkpoints,
+                                     checkpoint_mib),
     )

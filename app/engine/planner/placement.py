@@ -104,7 +104,7 @@ class Costs:
     def cpu_usage(self, c: Config) -> int:
         k = c.k
         first_gpu = self.n - k
-        b = self.mm.token_embd + self.mm.output_buffer + self.mm.output_reserve + self.compute_cpu
+        b = self.mm.token_embd + self.mm.output_buffer + self.mm.output_reserve + self.mm.checkpoints + self.compute_cpu
         b += 0 if k else self.out_cpu
         for i in range(first_gpu):
             b += self.attn[i] + self.ffn[i] + self.exp[i]
@@ -381,7 +381,8 @@ def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
     n = info.n_layer
     moe = info.is_moe
     mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch, o.embedding,
-                      cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()), flash_attn=o.flash_attn)
+                      cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()), flash_attn=o.flash_attn,
+                      ctx_checkpoints=o.ctx_checkpoints, checkpoint_mib=o.checkpoint_mib)
     reasons: list[str] = []
     kv = fit_measured_kv(mm.kv, kv_measured)
     if kv != mm.kv:

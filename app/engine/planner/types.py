@@ -48,6 +48,8 @@ class DevicePlan:
                                      # droppable page cache, so NOT in `total`
     output_reserve: int = 0          # CPU: how far the output buffer grows on the first embedding request (every
                                      # token an output); planned for, allocated by llama.cpp only then
+    checkpoints: int = 0             # CPU: host RAM the runner's context checkpoints may take (recurrent, hybrid and
+                                     # sliding-window models: copies of a sequence's partial memory, per slot)
 
     @property
     def weights_total(self) -> int:
@@ -55,7 +57,7 @@ class DevicePlan:
 
     @property
     def total(self) -> int:
-        return self.weights_total + self.kv + self.compute + self.output + self.output_reserve
+        return self.weights_total + self.kv + self.compute + self.output + self.output_reserve + self.checkpoints
 
 
 @dataclass(frozen=True)
