@@ -30,7 +30,8 @@ def server(tmp_path_factory):
     store = ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
     for name in FAMILIES:
         store.import_gguf(write_family(name, src), name=f"ck-{name}")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", prompt_cache_mib=16,
+    # room for 10 turns and the reply reserve: a prompt that leaves too little grows the context (a reload)
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=2048, num_parallel=2, keep_alive="10m", prompt_cache_mib=16,
                         max_loaded_models=1)
     svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
     yield svc
