@@ -45,7 +45,7 @@ SETTINGS: tuple[Setting, ...] = (
             "web pages allowed to call the API besides localhost (e.g. https://app.example.com)"),
     Setting("num_parallel", "STRATA_NUM_PARALLEL", int, 4, "Slots per model",
             "requests one loaded model answers at the same time", minimum=1),
-    Setting("num_ctx", "STRATA_NUM_CTX", int, 32768, "Largest default context", "an upper bound: unless a request "
+    Setting("num_ctx", "STRATA_NUM_CTX", int, 32768, "Default context", "an upper bound: unless a request "
             "or Modelfile sets num_ctx, a model gets the largest context per sequence (tokens) that free memory "
             "holds, up to its training context and this; a longer prompt grows it when memory allows", minimum=256),
     Setting("keep_alive", "STRATA_KEEP_ALIVE", str, "5m", "Keep-alive",
