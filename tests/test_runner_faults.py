@@ -1,11 +1,15 @@
-"""Runner faults seen through the service: a runner killed with SIGKILL in the middle of streams, and a runner
-that aborts (as a GGML_ASSERT would; tests/test_runner.py checks the same hook at the client level).
-Requests in flight get an error (an error line in the NDJSON stream, an error event in the SSE stream, a 500
-JSON for a non-streamed call), the next request loads the model again in a new process, nothing hangs
-(every call has a deadline), and no slot stays busy."""
+"""Runner faults seen through the service: a runner killed with SIGKILL in the middle of streams, a runner that
+aborts (as a GGML_ASSERT would; tests/test_runner.py checks the same hook at the client level), one that is
+stopped (SIGSTOP) and one stuck inside a decode step. Requests the dead runner was serving get an error that
+names the model and how its runner ended (an error line in the NDJSON stream, an error event in the SSE stream,
+a 500 JSON for a non-streamed call), with the runner's last stderr lines; requests only queued for it are served
+by the reloaded model; the next request loads the model again in a new process, nothing hangs (every call has a
+deadline), and no slot stays busy. No assertion here depends on speed (docs/architecture.md, "When a runner dies
+or hangs")."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -14,12 +18,14 @@ import time
 import httpx
 import pytest
 
+from app.engine.runner.testhooks import ABORT_MESSAGE
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
 from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 ABORT_MARKER = "__strata_test_abort__"
+HANG_MARKER = "__strata_test_hang__"
 LONG = {"num_predict": 2000, "ignore_eos": True, "temperature": 0.8}
 DEADLINE = 120.0        # seconds any single call may take before the test calls it a hang
 
@@ -83,8 +89,9 @@ class Stream(threading.Thread):
         except Exception as e:  # noqa: BLE001 - recorded for the assertions
             self.ended = f"{type(e).__name__}: {e}"
 
-    def tokens(self) -> int:
-        return sum(1 for l in self.lines if '"done":false' in l.replace(" ", "") or '"delta"' in l)
+    def under_way(self) -> bool:
+        """Text has arrived (the request is decoding)."""
+        return any('"done":false' in l.replace(" ", "") or '"delta"' in l for l in self.lines)
 
 
 def _assert_idle(c: httpx.Client) -> None:
@@ -92,7 +99,23 @@ def _assert_idle(c: httpx.Client) -> None:
           "slots free")
 
 
+def _post(url: str, path: str, body: dict, out: dict, key) -> threading.Thread:
+    """A non-streamed request in a thread; its response (or exception) lands in out[key]."""
+    def call():
+        try:
+            out[key] = httpx.post(url + path, json=body, timeout=DEADLINE)
+        except Exception as e:  # noqa: BLE001 - recorded for the assertions
+            out[key] = e
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    return t
+
+
 def test_sigkill_mid_stream(server):
+    """Three streams decoding (every slot), three requests queued behind them: kill -9 the runner. The streams
+    get an error naming the model and SIGKILL; the queued requests (never sent to that runner) and one sent right
+    after the kill are served by the reloaded model."""
     with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
         pid = _loaded_pid(c)
         ollama_stream = Stream(server.url, "/api/generate", {"model": MODEL, "prompt": "Tell a long story.",
@@ -104,49 +127,44 @@ def test_sigkill_mid_stream(server):
         streams = [ollama_stream, chat_stream, openai_stream]
         for s in streams:
             s.start()
-        _wait(lambda: all(s.tokens() >= 2 for s in streams), "all three streams under way")
-        # a non-streamed request in flight too (it takes the queue's place behind the three slots)
-        blocking: dict = {}
-
-        def call():
-            try:
-                blocking["r"] = httpx.post(server.url + "/api/generate", timeout=DEADLINE, json={
-                    "model": MODEL, "prompt": "Write.", "stream": False, "options": LONG})
-            except Exception as e:  # noqa: BLE001
-                blocking["r"] = e
-
-        t = threading.Thread(target=call, daemon=True)
-        t.start()
-        _wait(lambda: _entry(c)["strata"]["queued"] == 1, "fourth request queued")
+        _wait(lambda: all(s.under_way() for s in streams), "all three streams under way")
+        short = {"num_predict": 3}
+        results: dict = {}
+        queued = [_post(server.url, "/api/generate", {"model": MODEL, "prompt": "Write.", "stream": False,
+                                                      "options": short}, results, "generate"),
+                  _post(server.url, "/api/chat", {"model": MODEL, "stream": False, "options": short,
+                                                  "messages": [{"role": "user", "content": "Hi"}]}, results, "chat"),
+                  _post(server.url, "/v1/completions", {"model": MODEL, "prompt": "Once", "max_tokens": 3},
+                        results, "openai")]
+        _wait(lambda: _entry(c)["strata"]["queued"] == 3, "three requests queued behind the streams")
         os.kill(pid, signal.SIGKILL)
+        after = _post(server.url, "/api/generate", {"model": MODEL, "prompt": "After.", "stream": False,
+                                                    "options": short}, results, "after")
         for s in streams:
             s.join(DEADLINE)
             assert not s.is_alive(), f"{s.path}: still streaming after the runner died"
-        t.join(DEADLINE)
-        assert not t.is_alive()
+        for t in queued + [after]:
+            t.join(DEADLINE)
+            assert not t.is_alive(), "a queued request hung"
 
         for s in (ollama_stream, chat_stream):
             assert s.status == 200 and s.ended == "eof", (s.path, s.ended)
             last = json.loads(s.lines[-1])
-            assert "error" in last and "SIGKILL" in last["error"], (s.path, s.lines[-1])
+            assert "error" in last, (s.path, s.lines[-1])
+            assert "SIGKILL" in last["error"] and "ended unexpectedly" in last["error"] and MODEL in last["error"]
             assert not any('"done":true' in l.replace(" ", "") for l in s.lines)
         assert openai_stream.status == 200 and openai_stream.ended == "eof"
         events = [l[6:] for l in openai_stream.lines if l.startswith("data: ")]
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])["error"]
-        assert "SIGKILL" in err["message"] and err["type"] == "server_error"
+        assert "SIGKILL" in err["message"] and err["type"] == "server_error", err
 
-        # the queued request: it either got the dead runner's error or ran on the reloaded model
-        r = blocking["r"]
-        assert isinstance(r, httpx.Response), r
-        assert r.status_code in (200, 500), r.text
-        if r.status_code == 500:
-            assert "ended unexpectedly" in r.json()["error"] or "runner" in r.json()["error"]
-
-        # the next request loads the model again, in a new process
-        r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
-                                          "options": {"num_predict": 3}})
-        assert r.status_code == 200 and r.json()["done"], r.text
+        # the queued requests and the one sent after the kill: served by the reloaded model, not failed
+        for key, r in results.items():
+            assert isinstance(r, httpx.Response) and r.status_code == 200, (key, r if not isinstance(
+                r, httpx.Response) else r.text)
+        assert results["generate"].json()["done"] and results["chat"].json()["done"]
+        assert results["openai"].json()["choices"][0]["finish_reason"] == "length"
         new_pid = _entry(c)["strata"]["pid"]
         assert new_pid and new_pid != pid
         _assert_idle(c)
@@ -168,24 +186,32 @@ def test_sigkill_between_requests(server):
         _assert_idle(c)
 
 
-def test_runner_abort_mid_stream(server):
+def test_runner_abort_mid_stream(server, caplog):
+    """An abort (as a GGML_ASSERT's): the error names the model and SIGABRT and quotes what the runner printed
+    last on stderr, and the service log keeps those lines."""
+    caplog.set_level(logging.WARNING, logger="strata.engine")
     with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
         pid = _loaded_pid(c)
         victim = Stream(server.url, "/api/generate", {"model": MODEL, "prompt": "Count slowly.", "options": LONG})
         victim.start()
-        _wait(lambda: victim.tokens() >= 2, "stream under way")
+        _wait(victim.under_way, "stream under way")
         r = c.post("/api/generate", json={"model": MODEL, "prompt": ABORT_MARKER, "raw": True, "stream": False,
                                           "options": {"num_predict": 4}})
         assert r.status_code == 500, r.text
-        assert "SIGABRT" in r.json()["error"] or "ended unexpectedly" in r.json()["error"], r.text
+        err = r.json()["error"]
+        assert "SIGABRT" in err and "ended unexpectedly" in err and MODEL in err, err
+        assert ABORT_MESSAGE in err, err                      # the runner's last stderr line
         victim.join(DEADLINE)
         assert not victim.is_alive() and victim.ended == "eof"
         last = json.loads(victim.lines[-1])
-        assert "SIGABRT" in last.get("error", ""), victim.lines[-1]
+        assert "SIGABRT" in last.get("error", "") and ABORT_MESSAGE in last["error"], victim.lines[-1]
+        logged = [rec.getMessage() for rec in caplog.records if str(pid) in rec.getMessage()]
+        assert any("stderr lines" in m and ABORT_MESSAGE in m for m in logged), logged
 
         # OpenAI dialect: an abort before the first token is an HTTP error with an OpenAI-shaped body
         r = c.post("/v1/completions", json={"model": MODEL, "prompt": ABORT_MARKER, "max_tokens": 4})
         assert r.status_code == 500 and r.json()["error"]["type"] == "server_error", r.text
+        assert r.json()["error"]["code"] == "runner_exited", r.text
 
         r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
                                           "options": {"num_predict": 2}})
@@ -295,11 +321,12 @@ def test_delete_while_planning_leaves_no_runner_behind(server):
         _wait(lambda: _runner_children() == before, "no runner left behind for the deleted model", timeout=30)
 
 
-def test_a_stopped_runner_is_killed_by_the_watchdog(tmp_path):
-    """A runner that stops making progress (SIGSTOP here; a driver can hang the same way): while requests wait
-    and no decode step completes within the watchdog limit, the service kills it, every waiting request gets a
-    5xx naming the model and the reason, and the next request loads the model again."""
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", runner_watchdog_s=3)
+def test_a_stopped_runner_is_noticed_and_its_queue_served(tmp_path):
+    """A runner stopped with SIGSTOP (a frozen process; a driver can hang one the same way), with the default
+    watchdog: the two requests it was serving get a 500 naming the model and the freeze, the one queued behind
+    them is served by the reloaded model, and so is the next request."""
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m")
+    assert cfg.runner_watchdog_s > 0                          # the default watchdog is on
     svc = ServiceThread(cfg, store_factory=_store_factory(tmp_path)).start()
     try:
         with httpx.Client(base_url=svc.url, timeout=DEADLINE) as c:
@@ -307,20 +334,14 @@ def test_a_stopped_runner_is_killed_by_the_watchdog(tmp_path):
             os.kill(pid, signal.SIGSTOP)
             try:
                 results: dict = {}
-
-                def call(key, path, body):
-                    try:
-                        results[key] = httpx.post(svc.url + path, json=body, timeout=DEADLINE)
-                    except Exception as e:  # noqa: BLE001 - recorded for the assertions
-                        results[key] = e
-
-                calls = [("ollama", "/api/generate", {"model": MODEL, "prompt": "Hi", "stream": False}),
-                         ("openai", "/v1/chat/completions", {"model": MODEL, "max_tokens": 4,
-                                                             "messages": [{"role": "user", "content": "Hi"}]})]
-                threads = [threading.Thread(target=call, args=a, daemon=True) for a in calls]
-                for t in threads:
-                    t.start()
-                for t in threads:
+                body = {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 3}}
+                sent = [_post(svc.url, "/api/generate", body, results, i) for i in range(2)]
+                _wait(lambda: (e := _entry(c)) is None or e["strata"]["pid"] != pid or e["strata"]["slots_busy"] == 2,
+                      "both slots taken")
+                sent.append(_post(svc.url, "/api/generate", body, results, "queued"))
+                _wait(lambda: (e := _entry(c)) is None or e["strata"]["pid"] != pid or e["strata"]["queued"] == 1,
+                      "a third request queued")
+                for t in sent:
                     t.join(DEADLINE)
                     assert not t.is_alive(), "a request to a stopped runner is still waiting"
             finally:
@@ -328,15 +349,38 @@ def test_a_stopped_runner_is_killed_by_the_watchdog(tmp_path):
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
-            r = results["ollama"]
-            assert isinstance(r, httpx.Response) and r.status_code == 500, r
-            err = r.json()["error"]
-            assert MODEL in err and "no decode step completed in 3 s" in err and "loads" in err, err
-            r = results["openai"]
-            assert isinstance(r, httpx.Response) and r.status_code == 500, r
-            assert "no decode step completed" in r.json()["error"]["message"], r.text
+            for key in (0, 1):
+                r = results[key]
+                assert isinstance(r, httpx.Response) and r.status_code == 500, r
+                err = r.json()["error"]
+                assert MODEL in err and "froze: no heartbeat" in err and "SIGKILL" in err and "loads" in err, err
+            r = results["queued"]
+            assert isinstance(r, httpx.Response) and r.status_code == 200 and r.json()["done"], r
             with pytest.raises(ProcessLookupError):
                 _wait(lambda: os.kill(pid, 0) and False, "the stopped runner was killed", timeout=30)
+            r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            assert _entry(c)["strata"]["pid"] not in (None, pid)
+            _assert_idle(c)
+    finally:
+        svc.stop()
+
+
+def test_a_runner_stuck_in_one_step_is_killed_by_its_step_limit(tmp_path, monkeypatch):
+    """The heartbeat goes on but one decode step never returns (a test hook hangs the context thread in it, like
+    a driver call that does not come back): past the step limit (a small floor here; the measured prediction of
+    SmolLM2's steps is far below it) the runner is killed and the request gets a 500 that says it was stuck."""
+    monkeypatch.setenv("STRATA_TEST_HANG_MARKER", HANG_MARKER)     # read by the runner when it is spawned
+    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", runner_step_floor_s=5)
+    svc = ServiceThread(cfg, store_factory=_store_factory(tmp_path)).start()
+    try:
+        with httpx.Client(base_url=svc.url, timeout=DEADLINE) as c:
+            pid = _loaded_pid(c)
+            r = c.post("/v1/completions", json={"model": MODEL, "prompt": HANG_MARKER, "max_tokens": 2})
+            assert r.status_code == 500, r.text
+            err = r.json()["error"]
+            assert err["code"] == "runner_frozen" and "is stuck: one decode step" in err["message"], err
+            assert MODEL in err["message"] and "measured steps predict" in err["message"], err
             r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
                                               "options": {"num_predict": 2}})
             assert r.status_code == 200, r.text

@@ -17,6 +17,7 @@ from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
 from app.service.errors import ApiError
 from app.service.keep_alive import DEFAULT, FOREVER
+from app.service import scheduler as scheduler_module
 from app.service.metrics import Metrics
 from app.service.scheduler import Scheduler
 
@@ -317,6 +318,78 @@ def test_one_load_serves_concurrent_requests_and_a_dead_runner_is_dropped():
         assert w.events.of("unloaded")[-1]["reason"] == "runner exited with code -9"
         await w.use("a")
         assert len(w.runners) == 2
+        await s.close()
+    run(main())
+
+
+def test_requests_queued_for_a_runner_that_dies_wait_for_the_reload():
+    """Only the request holding the slot was sent to the dead runner; the ones queued behind it (never sent) are
+    served by the next runner, not failed, and /api/ps counts them on the new model."""
+    async def main():
+        w = World({"a": MiB}, num_parallel=1)
+        s = w.scheduler
+        holding = asyncio.Event()
+        release = asyncio.Event()
+
+        async def running():
+            async with s.lease("a", keep_alive=FOREVER) as lease:
+                holding.set()
+                await release.wait()         # its request fails when the runner dies; then it lets go
+                return lease.model
+
+        async def queued():
+            async with s.lease("a", keep_alive=FOREVER) as lease:
+                return lease.model
+
+        first = asyncio.ensure_future(running())
+        await holding.wait()
+        waiting = [asyncio.ensure_future(queued()) for _ in range(3)]
+        await until(lambda: s.models["a"].queued == 3, "three requests queued behind the slot")
+        old = s.models["a"]
+        for cb in w.runners[0].exit_callbacks:
+            cb(-9)                           # the runner was killed
+        assert old.runner_ended and "a" not in s.models
+        release.set()
+        assert await first is old
+        served = await asyncio.gather(*waiting)
+        assert len(w.runners) == 2 and all(m is s.models["a"] and m is not old for m in served)
+        assert (old.pending, old.queued, old.slots_busy) == (0, 0, 0)
+        assert (s.models["a"].pending, s.models["a"].queued) == (0, 0)
+        await s.close()
+    run(main())
+
+
+def test_a_request_that_keeps_meeting_dead_runners_fails_with_the_reason(monkeypatch):
+    """Each queued request follows its model to a new runner at most REROUTES times (0 here): then it fails with
+    the dead runner's reason instead of waiting for ever on a model whose runners keep dying."""
+    monkeypatch.setattr(scheduler_module, "REROUTES", 0)
+
+    async def main():
+        w = World({"a": MiB}, num_parallel=1)
+        s = w.scheduler
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def running():
+            async with s.lease("a", keep_alive=FOREVER):
+                holding.set()
+                await release.wait()
+
+        async def queued():
+            async with s.lease("a", keep_alive=FOREVER):
+                return "served"
+
+        first = asyncio.ensure_future(running())
+        await holding.wait()
+        victim = asyncio.ensure_future(queued())
+        await until(lambda: s.models["a"].queued == 1, "the request queued")
+        for cb in w.runners[0].exit_callbacks:
+            cb(-6)
+        release.set()
+        await first
+        with pytest.raises(ApiError) as e:
+            await victim
+        assert e.value.status == 500 and e.value.code == "runner_exited" and "code -6" in e.value.message
+        assert len(w.runners) == 1                     # no reload was started for it
         await s.close()
     run(main())
 

@@ -2,13 +2,16 @@
 
 A reader thread blocks on the Connection and hands messages to the event loop in bursts (one wake-up for all
 that is waiting), so the per-token cost on the loop is a queue put. When the process ends for any reason,
-every request in flight fails with RunnerError, exit callbacks run in the loop, and a new RunnerClient can
-load the model again.
+every request in flight fails with RunnerError (RunnerExited: naming the model, the exit signal or the freeze,
+and the last lines the runner wrote to stderr), exit callbacks run in the loop, and a new RunnerClient can load
+the model again. While requests wait, a watchdog kills a runner that froze or is stuck in one step
+(runner_watch.py; docs/architecture.md, "When a runner dies or hangs").
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import multiprocessing
 import os
 import signal
@@ -19,9 +22,13 @@ from typing import AsyncIterator, Callable
 from app.discovery.host import host_memory
 from app.engine import protocol as P
 from app.engine.planner.types import Layout
+from app.engine.runner_watch import WatchLimits, judge, process_state
+from app.engine.stderr_tail import StderrTail
 from app.ggml import rpc
 
-DEFAULT_WATCHDOG_SECONDS = 300.0    # generous: one step of a big model on a slow CPU can take tens of seconds
+log = logging.getLogger("strata.engine")
+
+STDERR_DRAIN_S = 2.0                # after the process ended: how long its last stderr lines may take to arrive
 PROMPT_CACHE_SHARE = 0.10           # default prompt cache: this share of the host's available RAM ...
 PROMPT_CACHE_MAX = 4 << 30          # ... at most this much per loaded model
 
@@ -47,6 +54,15 @@ class ContextOverflowError(RequestError):
         self.data = dict(data or {})
 
 
+class RunnerExited(RunnerError):
+    """The runner process is gone: `kind` "exited" (it died: a signal, an abort, an exit code), "frozen" (the
+    watchdog killed it: no heartbeat, or stuck in one step) or "closed" (unloaded on purpose)."""
+
+    def __init__(self, message: str, kind: str = "exited"):
+        super().__init__(message)
+        self.kind = kind
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "exit code unknown"
@@ -62,27 +78,13 @@ _ids = itertools.count(1)
 
 
 def default_prompt_cache_bytes() -> int:
-    """STRATA_PROMPT_CACHE_MIB (0 = off), else a modest share of the RAM available now."""
-    raw = os.environ.get("STRATA_PROMPT_CACHE_MIB", "").strip()
-    if raw:
-        try:
-            return max(0, int(raw)) << 20
-        except ValueError:
-            pass
+    """A modest share of the RAM available now (the service's STRATA_PROMPT_CACHE_MIB, read in its config, is
+    passed as `prompt_cache_bytes` instead when set)."""
     try:
         _, available = host_memory()
     except OSError:
         return 0
     return int(min(PROMPT_CACHE_MAX, available * PROMPT_CACHE_SHARE))
-
-
-def default_watchdog_seconds() -> float:
-    """STRATA_RUNNER_WATCHDOG (seconds, 0 = off), else DEFAULT_WATCHDOG_SECONDS."""
-    raw = os.environ.get("STRATA_RUNNER_WATCHDOG", "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_WATCHDOG_SECONDS
-    except ValueError:
-        return DEFAULT_WATCHDOG_SECONDS
 
 
 # libgomp's spin at barriers before it sleeps (GOMP_SPINCOUNT), for runners: the default (300000 pauses, ~15 ms)
@@ -106,16 +108,20 @@ def _runner_process(*args) -> None:
 
 class RunnerClient:
     def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None,
-                 prompt_cache_bytes: int | None = None, watchdog_seconds: float | None = None):
+                 prompt_cache_bytes: int | None = None, watch: WatchLimits | None = None):
         self.layout = layout
         self.n_threads = n_threads
         self.model_name = model_name
         self.log_dir = str(log_dir) if log_dir else None
         # host RAM the runner may keep sequence states in (the prompt cache); accounted as its own memory kind
         self.prompt_cache_bytes = default_prompt_cache_bytes() if prompt_cache_bytes is None else prompt_cache_bytes
-        self.watchdog_seconds = default_watchdog_seconds() if watchdog_seconds is None else watchdog_seconds
-        self._last_progress = time.monotonic()
-        self._stalled: str | None = None
+        self.watch = watch or WatchLimits()    # the service passes its config's; tests and benches the defaults
+        self._last_sign = time.monotonic()      # the last message from the runner (set on the reader thread)
+        self._work_since = time.monotonic()     # when requests started waiting, after a time without any
+        self._beat: P.Heartbeat | None = None   # the runner's last heartbeat
+        self._stalled: str | None = None        # why the watchdog killed it
+        self._stderr: StderrTail | None = None
+        self.exit_error: RunnerExited | None = None     # what every request got when the process ended
         self._watchdog_task: asyncio.Task | None = None
         self.prompt_cache_used = 0          # bytes the runner's host-RAM prompt cache holds now
         self.prompt_cache_entries = 0
@@ -147,11 +153,17 @@ class RunnerClient:
         self._on_progress = on_progress
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
+        if self.log_dir is None:        # else the runner writes its stderr to its own log file
+            self._stderr = StderrTail()
         self._proc = mp.Process(target=_runner_process, name=f"strata-runner-{self.model_name or 'model'}",
                                 args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir,
-                                      self.prompt_cache_bytes),
+                                      self.prompt_cache_bytes, self._stderr and self._stderr.child_end),
                                 daemon=True)
-        await self._loop.run_in_executor(None, self._proc.start)
+        try:
+            await self._loop.run_in_executor(None, self._proc.start)
+        finally:
+            if self._stderr is not None:
+                self._stderr.child_started()
         child.close()
         self._conn = parent
         self.pid = self._proc.pid
@@ -162,7 +174,7 @@ class RunnerClient:
         except BaseException:
             await self.close()
             raise
-        if self.watchdog_seconds > 0:
+        if self.watch.enabled:
             self._watchdog_task = self._loop.create_task(self._watchdog())
         return loaded
 
@@ -200,9 +212,14 @@ class RunnerClient:
         self._exit_cbs.append(cb)
 
     # ---- requests ----------------------------------------------------------------------------------------
+    def _not_running(self) -> RunnerError:
+        if self.exit_error is not None:
+            return RunnerExited(str(self.exit_error), self.exit_error.kind)
+        return RunnerError(f"the runner for {self.model_name or self.layout.model_path} is not running")
+
     async def generate(self, req: P.GenerateRequest) -> AsyncIterator[P.Admitted | P.TokenEvent | P.DoneEvent]:
         if not self.alive:
-            raise RunnerError("the runner is not running")
+            raise self._not_running()
         if req.id in self._streams:
             raise RequestError(f"request id {req.id!r} is already in flight")
         q: asyncio.Queue = asyncio.Queue()
@@ -263,7 +280,7 @@ class RunnerClient:
     # ---- internals ---------------------------------------------------------------------------------------
     async def _call(self, rid: str, msg):
         if not self.alive:
-            raise RunnerError("the runner is not running")
+            raise self._not_running()
         fut = asyncio.get_running_loop().create_future()
         self._work_starts()
         self._futures[rid] = fut
@@ -277,22 +294,29 @@ class RunnerClient:
 
     def _work_starts(self) -> None:
         if not self._streams and not self._futures:
-            self._last_progress = time.monotonic()     # the watchdog measures from when work is pending
+            self._work_since = time.monotonic()     # an idle runner's silence before now is not held against it
 
     async def _watchdog(self) -> None:
-        """While work is pending and no decode step completes for `watchdog_seconds`, kill the runner: every
-        waiting request then fails with a message naming the model and why (`_on_exit`), and the scheduler's
-        exit callback lets the next request load the model again. A stopped (SIGSTOP) or hung runner, or a
-        driver stuck in a kernel, would otherwise keep every request to this model waiting forever."""
-        limit = self.watchdog_seconds
-        period = max(0.05, min(1.0, limit / 4))
+        """While requests wait, kill a runner that froze (no heartbeat for `watch.heartbeat_s`) or is stuck in one
+        step (runner_watch.judge): every waiting request then fails with a message naming the model and why
+        (`_on_exit`), and the scheduler's exit callback lets the next request load the model again. A stopped
+        (SIGSTOP) or wedged runner, or a driver stuck in a kernel, would otherwise keep them waiting for ever."""
+        confirmed = False
         while self.alive and not self._closing:
-            await asyncio.sleep(period)
-            if not (self._streams or self._futures) or time.monotonic() - self._last_progress <= limit:
+            await asyncio.sleep(self.watch.period_s)
+            if not (self._streams or self._futures) or not self.alive or self._closing:
+                confirmed = False
                 continue
-            if not self.alive or self._closing:
-                return
-            self._stalled = f"no decode step completed in {limit:g} s while requests were waiting"
+            silent = time.monotonic() - max(self._last_sign, self._work_since)
+            state = process_state(self.pid) if silent > self.watch.heartbeat_s else ""
+            why = judge(self.watch, silent, self._beat, state)
+            # a verdict must hold at two checks in a row: after this service itself was suspended (a laptop's
+            # sleep) the reader thread first catches up with the heartbeats that waited in the pipe
+            if why is None or not confirmed:
+                confirmed = why is not None
+                continue
+            self._stalled = why
+            log.warning("the runner of %s (pid %s) %s: killing it", self.model_name, self.pid, why)
             try:
                 self._proc.kill()
             except (OSError, ValueError):
@@ -323,11 +347,14 @@ class RunnerClient:
                 ended = True
                 self._proc.kill()       # the stream is out of step: end it so requests fail instead of hanging
             if burst:
+                self._last_sign = time.monotonic()      # here, not on the loop: a busy loop is not a silent runner
                 try:
                     loop.call_soon_threadsafe(self._dispatch, burst)
                 except RuntimeError:    # the loop is closed
                     return
         self._proc.join()
+        if self._stderr is not None:
+            self._stderr.wait_closed(STDERR_DRAIN_S)
         self._worker_down = self._lost_workers()
         try:
             loop.call_soon_threadsafe(self._on_exit, self._proc.exitcode)
@@ -347,10 +374,9 @@ class RunnerClient:
     def _dispatch(self, burst):
         for msg in burst:
             rid = getattr(msg, "id", None)
-            if isinstance(msg, (P.StepsDone, P.TokenEvent, P.DoneEvent, P.ErrorEvent, P.EmbedResult)):
-                self._last_progress = time.monotonic()
-                if isinstance(msg, P.StepsDone):
-                    continue
+            if isinstance(msg, P.Heartbeat):
+                self._beat = msg
+                continue
             if isinstance(msg, P.PromptCacheState):
                 self.prompt_cache_used, self.prompt_cache_entries = msg.bytes, msg.entries
                 self.checkpoints = msg
@@ -389,16 +415,24 @@ class RunnerClient:
         name = self.model_name or self.layout.model_path
         lost = (f": {self._worker_down}; layers of this model were on it"
                 if self._worker_down else "")
+        tail = self._stderr.detail() if self._stderr is not None else ""
+        said = f"; its last output: {tail}" if tail else ""
         if self._stalled:
-            err = RunnerError(f"the runner for {name} stopped making progress ({self._stalled}); it was killed, "
-                              f"and the next request loads {name} again")
+            err = RunnerExited(f"the runner process for {name} {self._stalled}; the watchdog ended it ({describe_exit(code)}), "
+                               f"and the next request loads {name} again{said}", "frozen")
         elif self._closing:
-            err = RunnerError(f"the runner for {name} was closed")
+            err = RunnerExited(f"the runner for {name} was closed", "closed")
         else:
-            err = RunnerError(f"the runner process for {name} ended unexpectedly ({describe_exit(code)})" + lost)
+            err = RunnerExited(f"the runner process for {name} ended unexpectedly ({describe_exit(code)}){lost}; "
+                               f"the next request loads {name} again{said}")
+        self.exit_error = err
+        if not self._closing and self._stderr is not None:
+            lines = self._stderr.lines()
+            log.warning("the runner process of %s (pid %s) ended: %s; its last %d stderr lines:%s", name, self.pid,
+                        describe_exit(code), len(lines), "".join(f"\n  | {ln}" for ln in lines) or " (none)")
         if not self._load_fut.done():
             self._load_fut.set_exception(LoadError(f"loading {name} failed: the runner process ended "
-                                                   f"({describe_exit(code)}){lost}"))
+                                                   f"({describe_exit(code)}){lost}{said}"))
         for q in self._streams.values():
             q.put_nowait(err)
         for fut in self._futures.values():

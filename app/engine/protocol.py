@@ -2,7 +2,7 @@
 
 Plain dataclasses sent over a multiprocessing Connection. Parent -> runner: GenerateRequest, EmbedRequest,
 Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, Admitted, TokenEvent, DoneEvent, ErrorEvent,
-EmbedResult, Stats, TokenizeResult, StepsDone, PromptCacheState.
+EmbedResult, Stats, TokenizeResult, Heartbeat, PromptCacheState.
 """
 from __future__ import annotations
 
@@ -205,6 +205,15 @@ class PromptCacheState:
 
 
 @dataclass
-class StepsDone:
-    """Sent by the runner at most once a second while decode steps complete: the parent's watchdog."""
-    steps: int
+class Heartbeat:
+    """Sent by the runner's heartbeat thread every HEARTBEAT_INTERVAL_S, whatever the context thread is doing (that
+    thread never waits on llama_decode): its absence means the process is frozen; its step fields tell the
+    parent's watchdog how long the step in progress has run against what this model's measured steps predict
+    (engine/runner_watch.py)."""
+    steps: int                              # decode steps completed since load
+    step_s: float = 0.0                     # seconds the step in progress has run (0: no step in progress)
+    step_tokens: int = 0                    # tokens in that step's batch
+    expected_s: float = 0.0                 # how long such a step should take, from this runner's measured steps
+
+
+HEARTBEAT_INTERVAL_S = 1.0

@@ -18,8 +18,11 @@ Environment variables (all optional):
   STRATA_MAX_BODY      request body limit in bytes (default 32 MiB)
   STRATA_PROMPT_CACHE_MIB  host RAM per loaded model for saved conversation states (prompt cache):
                        -1 (default) = 10% of the RAM available at load, at most 4 GiB; 0 = off
-  STRATA_RUNNER_WATCHDOG   seconds without a completed decode step, while requests wait, before a runner
-                       is killed and its requests fail (default 300; 0 = off; loading has its own progress)
+  STRATA_RUNNER_WATCHDOG   seconds without a heartbeat from a runner, while requests wait, before it is called
+                       frozen and killed, its requests fail and the next request loads the model again
+                       (default 10; 0 = no watchdog; loading has its own timeout)
+  STRATA_RUNNER_STEP_FLOOR seconds one decode step may always run before the runner is called stuck; beyond it
+                       the limit is 20x what the model's measured steps predict for that batch (default 120)
   STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
   STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from app import settings as settings_file
 from app.discovery.host import compute_threads
+from app.engine.runner_watch import WatchLimits
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -85,6 +89,19 @@ def _int_env(name: str, default: int, minimum: int = 0, env=os.environ) -> int:
     return v
 
 
+def _float_env(name: str, default: float, env=os.environ) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not v >= 0:
+        raise ConfigError(f"{name} must be >= 0, got {raw!r}")
+    return v
+
+
 def _environment() -> dict:
     try:
         return settings_file.environment()
@@ -126,7 +143,8 @@ class ServiceConfig:
     checkpoint_mib: int = 1024                 # their host RAM bound per slot; 0 = the count alone
     gpu_margin_mib: int = 512
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
-    runner_watchdog_s: float = 300.0           # 0 = off
+    runner_watchdog_s: float = 10.0            # heartbeat silence that means frozen; 0 = no watchdog
+    runner_step_floor_s: float = 120.0         # a step may always run this long (runner_watch.WatchLimits)
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceConfig":
@@ -151,13 +169,19 @@ class ServiceConfig:
             checkpoint_mib=_int_env("STRATA_CHECKPOINT_MIB", 1024, env=env),
             gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
-            runner_watchdog_s=float(_int_env("STRATA_RUNNER_WATCHDOG", 300, env=env)),
+            runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 10.0, env=env),
+            runner_step_floor_s=_float_env("STRATA_RUNNER_STEP_FLOOR", 120.0, env=env),
         )
         return replace(cfg, **overrides) if overrides else cfg
 
     def plan_defaults(self) -> dict:
         """PlanOptions fields every load plans with unless a request says otherwise."""
         return {"ctx_checkpoints": self.ctx_checkpoints, "checkpoint_mib": self.checkpoint_mib}
+
+    @property
+    def runner_watch(self) -> WatchLimits:
+        """The runner watchdog's limits, as every RunnerClient of this service gets them."""
+        return WatchLimits(heartbeat_s=self.runner_watchdog_s, step_floor_s=self.runner_step_floor_s)
 
     @property
     def base_url(self) -> str:

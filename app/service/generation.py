@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from app.engine import protocol
-from app.engine.client import ContextOverflowError, RequestError, RunnerError
+from app.engine.client import ContextOverflowError, RequestError, RunnerError, RunnerExited
 
 from . import chat_features
 from .errors import ApiError, ContextLengthError
@@ -107,9 +107,14 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
 
 def runner_error(e: Exception, model: str) -> ApiError:
     """A RunnerError as an HTTP error: the engine marks client mistakes (prompt too long, bad schema) with
-    `status` 400; anything else is the server's problem, said plainly."""
+    `status` 400; anything else is the server's problem, said plainly: a runner that died or froze says so in
+    its message (the model, the signal or the freeze, its last stderr lines) and in its code (runner_exited,
+    runner_frozen)."""
     status = getattr(e, "status", None) or (400 if isinstance(e, RequestError) else 500)
-    return ApiError(int(status), f"model {model!r}: {e}", code="runner_error" if status >= 500 else None)
+    code = None
+    if status >= 500:
+        code = f"runner_{e.kind}" if isinstance(e, RunnerExited) else "runner_error"
+    return ApiError(int(status), f"model {model!r}: {e}", code=code)
 
 
 class Generation:

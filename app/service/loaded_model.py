@@ -50,6 +50,7 @@ class LoadedModel:
         self.closing = False
         self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
         self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
+        self.runner_ended: str | None = None     # why its runner process ended (then its queue moves on)
 
     @property
     def predicted(self) -> dict[str, int]:

@@ -14,7 +14,9 @@ its collaborators (collaborators.py), injected, so its rules are tested with fak
   (`grow_context`). Both are logged and published (docs/architecture.md, "Context").
 - keep_alive: after a model's last request ends, it stays loaded that long (None = forever, 0 = unload now).
 - A failed load answers every waiting request with the error, and shows as "failed" in /api/ps until the next try.
-- The runner is a child process: if it dies, the model is dropped and the next request loads it again.
+- The runner is a child process: if it dies (or its watchdog kills it), the model is dropped and the next request
+  loads it again. Requests that were only queued for it (waiting for a slot, never sent to the runner) are not
+  failed: they go back through admission and are served by the reloaded model (at most REROUTES times each).
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ from .metrics import Metrics
 from .options import RequestOptions, parse_ollama_options, plan_options
 
 log = logging.getLogger("strata.scheduler")
+
+REROUTES = 3        # times one queued request follows its model to a new runner before it fails with the last error
 
 __all__ = ["Lease", "LoadedModel", "Scheduler"]
 
@@ -161,36 +165,61 @@ class Scheduler:
 
     @asynccontextmanager
     async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive: KeepAlive = DEFAULT):
-        """Load if needed, wait for a slot; on exit free the slot and start the keep-alive timer."""
+        """Load if needed, wait for a slot; on exit free the slot and start the keep-alive timer. A request whose
+        model's runner ended while it waited (it never reached that runner) waits for the model's reload."""
         ro = ro or RequestOptions()
         ka = self.keep_alive_for(keep_alive)
         t0 = time.monotonic()
-        model = await self._admit(name, ro)
-        model.keep_alive = ka
-        acquired = False
+        for attempt in range(REROUTES + 1):
+            model = await self._admit(name, ro)
+            model.keep_alive = ka
+            acquired = False
+            try:
+                t_loaded = await self._wait_for_slot(model)
+                acquired = t_loaded is not None
+            finally:
+                if not acquired:
+                    await self._leave(model, ka, acquired=False)
+            if acquired:
+                break
+            if attempt == REROUTES:
+                raise ApiError(500, f"model {name!r}: {model.runner_ended}", code="runner_exited")
+            log.info("a request queued for %s waits for its reload: %s", name, model.runner_ended)
         try:
-            if not model.ready.done():
-                await asyncio.shield(model.ready)
-            else:
-                model.ready.result()          # re-raise a failed load
-            t_loaded = time.monotonic()
-            await model.slots.acquire()
-            acquired = True
-            model.queued -= 1
-            model.slots_busy += 1
             yield Lease(model, load_wait=t_loaded - t0, queue_wait=time.monotonic() - t_loaded)
         finally:
-            if acquired:
-                model.slots_busy -= 1
-                model.slots.release()
-            else:
+            await self._leave(model, ka, acquired=True)
+
+    async def _wait_for_slot(self, model: LoadedModel) -> float | None:
+        """Wait for the load and then a slot. Returns when the load was done, with the slot taken; None (no slot
+        taken) when the model's runner ended before this request got to use it."""
+        if not model.ready.done():
+            await asyncio.shield(model.ready)
+        else:
+            model.ready.result()          # re-raise a failed load
+        t_loaded = time.monotonic()
+        if model.runner_ended is None:
+            await model.slots.acquire()   # the requests on a runner that ends fail at once and free their slots
+            if model.runner_ended is None:
                 model.queued -= 1
-            model.pending -= 1
-            model.last_used = time.monotonic()
-            model.keep_alive = ka
-            if model.pending == 0:
-                self._schedule_expiry(model)
-                await self._notify_idle()
+                model.slots_busy += 1
+                return t_loaded
+            model.slots.release()
+        return None
+
+    async def _leave(self, model: LoadedModel, ka, *, acquired: bool) -> None:
+        """A request is done with `model` (or leaves its queue): free its slot, start the keep-alive timer."""
+        if acquired:
+            model.slots_busy -= 1
+            model.slots.release()
+        else:
+            model.queued -= 1
+        model.pending -= 1
+        model.last_used = time.monotonic()
+        model.keep_alive = ka
+        if model.pending == 0:
+            self._schedule_expiry(model)
+            await self._notify_idle()
 
     async def _admit(self, name: str, ro: RequestOptions) -> LoadedModel:
         """Count the request against the model (starting its load if needed) or refuse it with 503."""
@@ -456,10 +485,13 @@ class Scheduler:
     def _runner_exited(self, model: LoadedModel, code, client=None) -> None:
         if client is not None and model.client is not client:
             return                          # a runner replaced by a larger context (grow_context)
+        err = getattr(model.client, "exit_error", None)
+        model.runner_ended = str(err) if err else f"its runner process ended (code {code})"
         self._forget_workers(model)
         if model.closing or self.models.get(model.name) is not model:
             return
-        log.warning("runner of %s exited (code %s); it will be loaded again on the next request", model.name, code)
+        log.warning("runner of %s exited (code %s); it will be loaded again on the next request, and the %d "
+                    "requests queued for it wait for that", model.name, code, max(0, model.queued))
         self.models.pop(model.name, None)
         self._cancel_expiry(model)
         self.events.publish("unloaded", {"model": model.name, "reason": f"runner exited with code {code}"})

@@ -33,6 +33,7 @@ from llama_cpp import llama_cpp as L
 from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
+from app.engine.runner.heartbeat import expected_step_s
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
@@ -46,13 +47,12 @@ log = logging.getLogger("strata.engine")
 # status or return code) keeps its level even then.
 ABORT_LOG_LINES = ("failed with error 1", "compute status: 1", "removing memory module entries",
                    "failed to decode, ret = 2")
-BEAT_SECONDS = 1.0              # at most one StepsDone message per second while steps complete
 
 
 class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
                  prompt_cache_bytes: int = 0, stream_interval: float = 0.0, checkpoints: int = 0,
-                 checkpoint_bytes: int = 0):
+                 checkpoint_bytes: int = 0, warmup_s: float = 0.0):
         self.model, self.ctx, self.send = model, ctx, send
         self.stream_interval = stream_interval   # output_thread.stream_interval_s: how long new text may be held
         self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
@@ -79,8 +79,10 @@ class Batcher:
         self._rr = 0
         self.in_batch: set[str] = set()
         self.steps = 0
-        self._timing: deque = deque(maxlen=128)   # (seconds in llama_decode, seconds of the whole step)
-        self._last_beat = 0.0
+        self._timing: deque = deque(maxlen=128)   # (seconds in llama_decode, seconds of the whole step, tokens)
+        self.warmup_s = warmup_s            # the load's one-token warm-up decode: the step estimate before any step
+        self._step_t0 = 0.0                 # when the step in progress began (0: none), for the heartbeat
+        self._step_tokens = 0
         self._cache_reported = (0, 0, 0, 0, 0, 0)
         # abort without the GIL: strlen(flag) != 0 aborts the running decode; a Python callback would take the
         # GIL once per graph node and slow a decode by ~80% while another thread is busy (docs/architecture.md,
@@ -134,6 +136,14 @@ class Batcher:
         return P.Stats(slots_total=self.n_slots, slots_busy=sum(s is not None for s in self.slots),
                        queued=len(self.ready), decode_fraction=(sum(x[0] for x in t) / busy) if busy else 0.0,
                        id=req_id, steps=self.steps, **self.placement.stats())
+
+    def step_state(self) -> tuple[int, float, int, float]:
+        """For the heartbeat thread (heartbeat.py): (steps done, seconds the step in progress has run, its tokens,
+        how long such a step should take). Plain attribute reads: no lock the context thread could hold."""
+        t0, n = self._step_t0, self._step_tokens
+        if not t0:
+            return self.steps, 0.0, 0, 0.0
+        return self.steps, time.perf_counter() - t0, n, expected_step_s(list(self._timing), n, self.warmup_s)
 
     def stop(self, timeout: float = 10.0) -> None:
         llama_log.remove_level_rule(self._relevel_abort_lines)
@@ -191,7 +201,7 @@ class Batcher:
                 return
             seq = self.ready.popleft()
             if self.hooks.abort_marker and seq.req.prompt == self.hooks.abort_marker:
-                os.abort()   # test hook: die like a GGML_ASSERT would, mid-request
+                self.hooks.abort()   # test hook: die like a GGML_ASSERT would, mid-request
             i = self.placement.place(seq, self.slots)
             seq.slot, self.slots[i] = i, seq
             seq.t_admit = time.perf_counter()
@@ -235,19 +245,19 @@ class Batcher:
         plan, outs = self._build_batch(b)
         if b.n == 0:
             return False
-        rc, msg, t_decode = self._decode(b, plan)
-        if rc != 0:
-            self._on_decode_failure(rc, msg, b, plan)
-            return True
-        self.steps += 1
-        self._advance(plan)
-        results, finished = self._sample(outs)
-        self._finish(results, finished)
-        t_end = time.perf_counter()
-        self._timing.append((t_decode, t_end - t_start))
-        if t_end - self._last_beat >= BEAT_SECONDS:     # the parent's watchdog: steps are still completing
-            self._last_beat = t_end
-            self.send(P.StepsDone(self.steps))
+        self._step_tokens, self._step_t0 = b.n, t_start     # the heartbeat reports the step while it runs
+        try:
+            rc, msg, t_decode = self._decode(b, plan)
+            if rc != 0:
+                self._on_decode_failure(rc, msg, b, plan)
+                return True
+            self.steps += 1
+            self._advance(plan)
+            results, finished = self._sample(outs)
+            self._finish(results, finished)
+        finally:
+            self._step_t0 = 0.0
+        self._timing.append((t_decode, time.perf_counter() - t_start, b.n))
         return True
 
     def _build_batch(self, b: NpBatch):
@@ -292,6 +302,8 @@ class Batcher:
             if any(seq.cancelled for seq, _, _ in plan):
                 rc = 2                               # a cancel arrived while building: skip straight to rollback
             else:
+                if self.hooks.hang_marker:
+                    self.hooks.hang_if_marked(seq.req.prompt for seq, _, _ in plan)
                 t0 = time.perf_counter()
                 rc = L.llama_decode(self.ctx, b.struct)
                 t_decode = time.perf_counter() - t0
@@ -385,12 +397,15 @@ class Batcher:
             if not free:
                 return False
             seq_id = self.placement.borrow(free)   # the least useful cached prefix goes (to the host cache)
+        self._step_tokens, self._step_t0 = n_tokens, time.perf_counter()   # one long step, for the heartbeat
         try:
             vectors = self.embedder.embed(token_lists, normalize=req.normalize, seq=seq_id)
             self.send(P.EmbedResult(req.id, vectors, n_tokens))
         except Exception as e:
             log.exception("embedding failed")
             self.send(P.EmbedResult(req.id, [], 0, error=f"embedding failed: {e}"))
+        finally:
+            self._step_t0 = 0.0
         return True
 
 

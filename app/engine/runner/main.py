@@ -3,7 +3,9 @@
 Started by `client.RunnerClient` through multiprocessing's 'spawn' context; `runner_main` is the process entry.
 The main thread reads the Connection (requests, cancels, stats, tokenize); the batcher's two threads do the
 work (batcher.py, output_thread.py; request admission in admission.py). A GGML_ASSERT/abort in llama.cpp ends
-this process only; the parent sees the pipe close (docs/architecture.md, "Process model").
+this process only; the parent sees the pipe close (docs/architecture.md, "Process model"). From the first moment a
+heartbeat thread tells the parent the process lives (heartbeat.py), and fd 2 is a pipe the parent reads
+(engine/stderr_tail.py), so what an abort prints last reaches the error and the service log.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from llama_cpp import llama_cpp as L
 
 from app.ggml import alloc_report, llama_log
 from app.engine import protocol as P
+from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
 from app.engine.planner.llama_params import context_params, model_params
 from app.engine.planner.memory import embed_chunk_tokens
 from app.engine.planner.types import Layout
@@ -26,6 +29,7 @@ from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher
 from app.engine.runner.embeddings import Embedder, tokenize
+from app.engine.runner.heartbeat import HeartbeatThread
 from app.engine.runner.output import Vocab
 from app.engine.runner.output_thread import stream_interval_s
 from app.engine.runner.testhooks import Hooks
@@ -58,7 +62,8 @@ def _load_error(lines: list[str], what: str) -> str:
 
 
 def load(layout, n_threads, send):
-    """Load model + context for `layout`. Returns (model, ctx, Loaded) or raises RuntimeError(message)."""
+    """Load model + context for `layout`. Returns (model, ctx, Loaded, seconds of the one-token warm-up decode) or
+    raises RuntimeError(message)."""
     t0 = time.perf_counter()
     last = [-1.0]
 
@@ -89,14 +94,16 @@ def load(layout, n_threads, send):
         # only one: two live teams (main + context) hold more threads than there are CPUs at n_threads > cores/2,
         # and libgomp then all but stops spinning at barriers (docs/architecture.md, "llama.cpp facts" 16)
         t = threading.Thread(target=_warm_up, args=(model, ctx), name="strata-warm-up")
+        t_warm = time.perf_counter()
         t.start()
         t.join()
+        warmup_s = time.perf_counter() - t_warm
     device_ids = [d.device_id for d in layout.devices]
     actual = alloc_report.parse_buffer_lines(lines, device_ids)
     vocab = L.llama_model_get_vocab(model)
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
                       n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0)
-    return model, ctx, loaded
+    return model, ctx, loaded, warmup_s
 
 
 def _apply_lora(model, ctx, paths, lines) -> None:
@@ -143,8 +150,9 @@ def _warm_up(model, ctx) -> None:
 
 
 def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str = "", log_dir: str | None = None,
-                prompt_cache_bytes: int = 0):
+                prompt_cache_bytes: int = 0, stderr_end: InheritedFd | None = None):
     """The runner process: route logs, load, then serve the Connection until Shutdown or the parent leaves."""
+    adopt_as_stderr(stderr_end)
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
         f = open(os.path.join(log_dir, f"runner-{os.getpid()}.log"), "a", buffering=1)
@@ -154,11 +162,12 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                         format=f"runner[{model_name or os.getpid()}] %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(0.0005)   # the context thread must get the GIL back quickly after llama_decode
     send = _Sender(conn)
+    heartbeat = HeartbeatThread(send).start()
     llama_log.install()
     L.llama_backend_init()
     try:
         layout = Layout.from_dict(layout_dict)
-        model, ctx, loaded = load(layout, n_threads, send)
+        model, ctx, loaded, warmup_s = load(layout, n_threads, send)
     except Exception as e:
         send(P.LoadFailed(str(e) or type(e).__name__))
         conn.close()
@@ -171,11 +180,14 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                       prompt_cache_bytes=prompt_cache_bytes,
                       stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)),
                       checkpoints=layout.options.ctx_checkpoints,
-                      checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20)
+                      checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
+                      warmup_s=warmup_s)
     admission.mark_last_user = batcher.placement.checkpoints.enabled
+    heartbeat.state = batcher.step_state
     batcher.start()
     send(loaded)
     _serve(conn, batcher, send, L.llama_model_get_vocab(model), admission)
+    heartbeat.stop()
     batcher.stop()
     if not any(t.is_alive() for t in batcher.threads):
         embedder.close()

@@ -5,6 +5,9 @@ STRATA_TEST_FAIL="admit:2,step:5,sample:3,output:4"  raise InjectedFailure the N
                                                       path returns its slot and nothing deadlocks.
 STRATA_TEST_ABORT_MARKER="..."                        a prompt equal to this string makes the runner call
                                                       os.abort() on its context thread, like a GGML_ASSERT would.
+STRATA_TEST_HANG_MARKER="..."                         a prompt equal to this string makes the context thread hang
+                                                      inside its decode step for ever (the heartbeat goes on), like
+                                                      a driver call that never returns.
 STRATA_TEST_NO_SHIFT=1                                pretend the KV cache cannot shift (tests the re-process path).
 Nothing here is active unless a test sets these variables.
 """
@@ -12,6 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
+
+
+ABORT_MESSAGE = "strata test hook: GGML_ASSERT-like abort (STRATA_TEST_ABORT_MARKER)"
 
 
 class InjectedFailure(RuntimeError):
@@ -29,7 +35,17 @@ class Hooks:
         self._count: dict[str, int] = {}
         self._lock = threading.Lock()
         self.abort_marker = env.get("STRATA_TEST_ABORT_MARKER") or None
+        self.hang_marker = env.get("STRATA_TEST_HANG_MARKER") or None
         self.no_shift = env.get("STRATA_TEST_NO_SHIFT") == "1"
+
+    def abort(self) -> None:
+        """Print to stderr and abort, as a GGML_ASSERT does (its message is what the parent keeps of stderr)."""
+        os.write(2, f"{ABORT_MESSAGE}\n".encode())
+        os.abort()
+
+    def hang_if_marked(self, prompts) -> None:
+        if any(p == self.hang_marker for p in prompts):
+            threading.Event().wait()        # for ever, without the GIL: only the step stops
 
     def hit(self, stage: str) -> None:
         if stage not in self._at:
