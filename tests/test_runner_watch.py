@@ -51,7 +51,7 @@ def test_the_step_estimate_grows_with_the_batch_and_the_slowest_step():
 def test_process_state_names_a_stopped_process():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert process_state(p.pid) == ""
+        assert "stopped" not in process_state(p.pid)    # running or sleeping (or, while it starts, reading disk)
         os.kill(p.pid, 19)                      # SIGSTOP
         deadline = time.monotonic() + 30
         while not process_state(p.pid) and time.monotonic() < deadline:
