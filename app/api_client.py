@@ -108,6 +108,13 @@ class ApiClient:
     async def show(self, model: str) -> dict:
         return await self.request("POST", "/api/show", {"model": model})
 
+    async def count_tokens(self, model: str, messages: list[dict], system: str | None = None) -> int:
+        """Tokens of a chat's prompt through the model's tokenizer and chat template (Anthropic's count_tokens
+        route; `messages` are user/assistant turns with text content). Loads the model if it is not loaded."""
+        body = {"model": model, "messages": messages, **({"system": system} if system else {})}
+        r = await self.request("POST", "/v1/messages/count_tokens", body, timeout=NO_TOTAL)
+        return int(r["input_tokens"])
+
     async def copy(self, source: str, destination: str) -> dict:
         return await self.request("POST", "/api/copy", {"source": source, "destination": destination})
 

@@ -184,6 +184,29 @@ def test_chat_menu_keys(qtbot, desk):
     qtbot.waitUntil(lambda: cid not in [c.id for c in desk.history.conversations()], timeout=SHORT)
 
 
+def test_chat_keys_for_files_search_and_options(qtbot, desk):
+    """Ctrl+Shift+A opens the attach dialog (Esc closes it), Ctrl+F puts the cursor in the search box,
+    Ctrl+Shift+O shows and hides the chat's options; the export and import entries open their dialogs."""
+    chat = desk.chat
+    press(qtbot, chat, Qt.Key_A, Qt.ControlModifier | Qt.ShiftModifier)
+    dlg = dialog_of(qtbot, chat, "attachDialog")
+    QTest.keyClick(dlg, Qt.Key_Escape)
+    qtbot.waitUntil(lambda: chat.dialog is None, timeout=SHORT)
+    press(qtbot, chat, Qt.Key_F, Qt.ControlModifier)
+    qtbot.waitUntil(chat.search_box.hasFocus, timeout=SHORT)
+    press(qtbot, chat, Qt.Key_O, Qt.ControlModifier | Qt.ShiftModifier)
+    qtbot.waitUntil(chat.options.isVisible, timeout=SHORT)
+    press(qtbot, chat, Qt.Key_O, Qt.ControlModifier | Qt.ShiftModifier)
+    qtbot.waitUntil(lambda: not chat.options.isVisible(), timeout=SHORT)
+    chat.new_chat()
+    for name, dialog in (("exportMarkdown", "exportDialog"), ("exportJson", "exportDialog"),
+                         ("importChat", "importChatDialog"), ("attachFiles", "attachDialog")):
+        click_menu(qtbot, open_menu_bar(qtbot, chat, "chatMenu"), name)
+        dlg = dialog_of(qtbot, chat, dialog)
+        dlg.reject()
+        qtbot.waitUntil(lambda: chat.dialog is None, timeout=SHORT)
+
+
 def test_buttons_name_their_keys_and_tab_walks_the_window(qtbot, desk):
     chat = desk.chat
     assert chat.new_button.toolTip() == "Start a new chat (Ctrl+N)"
@@ -319,7 +342,7 @@ def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
         d.shutdown()
     assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "quit"],
                    "modelsMenu": ["manageModels", "pullModel", "loadMenu", "copyAddress"],
-                   "chatMenu": ["focusInput", "stop", "regenerate", "searchChats", "moreOptions", "renameChat",
+                   "chatMenu": ["focusInput", "attachFiles", "stop", "regenerate", "searchChats", "moreOptions", "renameChat",
                                 "deleteChat", "exportMarkdown", "exportJson", "importChat"]}
     assert tray == ["manageModels", "pullModel", "loadMenu", "copyAddress", "openChat", "openMemory",
                     "openSettings", "quitApp"]
@@ -328,7 +351,7 @@ def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
     assert shortcuts == {"newChat": "Ctrl+N", "openChat": "Ctrl+0", "memoryView": "Ctrl+M", "settings": "Ctrl+,",
                          "quit": "Ctrl+Q", "manageModels": "Ctrl+Shift+M", "focusInput": "Ctrl+L", "stop": "Esc",
                          "regenerate": "Ctrl+R", "deleteChat": "Del", "searchChats": "Ctrl+F",
-                         "moreOptions": "Ctrl+Shift+O"}
+                         "moreOptions": "Ctrl+Shift+O", "attachFiles": "Ctrl+Shift+A"}
 
 
 def test_secondary_windows_have_the_same_menus(qtbot, desk):

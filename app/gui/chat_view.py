@@ -16,13 +16,26 @@ from PySide6.QtWidgets import (
     QToolTip, QVBoxLayout, QWidget,
 )
 
+from .attachments import local_files
 from .code_blocks import CopyCodeButton, find_fences, highlight
 from .message_blocks import ThinkingBlock, ToolCallBlock, call_text
 
 
 class MessageInput(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
+    """Enter sends, Shift+Enter starts a new line; files pasted (copied in a file manager) are attached, not
+    pasted as their paths."""
     submitted = Signal()
+    files_pasted = Signal(list)
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        files = local_files(source)
+        if files:
+            self.files_pasted.emit(files)
+        else:
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, e) -> None:
         if e.key() in (Qt.Key_Return, Qt.Key_Enter) and not (e.modifiers() & Qt.ShiftModifier):

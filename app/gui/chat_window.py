@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.app_actions import AppActions, make_action, tip
+from app.gui.attachments import AttachmentBar, fit, local_files, message_with, read_attachment
 from app.gui.bridge import Call
 from app.gui.chat_export import import_json, to_json, to_markdown
 from app.gui.chat_options import ChatOptions
@@ -50,6 +51,7 @@ class ChatWindow(QMainWindow):
         self.history = history
         self.conversation: Conversation | None = None
         self.call: Call | None = None
+        self.counting: Call | None = None           # attached files' tokens being counted before a send
         self.pending: PendingReply | None = None     # the reply streaming now
         self.extra_options: dict = {}     # more Ollama options for every request (num_predict, seed...)
         self.model_systems: dict[str, str] = {}     # each model's default system prompt (/api/show)
@@ -188,9 +190,19 @@ class ChatWindow(QMainWindow):
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.regen_button)
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setObjectName("attachButton")
+        self.attach_button.clicked.connect(lambda: self.attach_dialog())
+        self.input.files_pasted.connect(self.attach_files)
+        buttons.addWidget(self.attach_button)
+        self.attachment_bar = AttachmentBar()
+        left = QVBoxLayout()
+        left.addWidget(self.attachment_bar)
+        left.addWidget(self.input, 1)
         bottom = QHBoxLayout()
-        bottom.addWidget(self.input, 1)
+        bottom.addLayout(left, 1)
         bottom.addLayout(buttons)
+        self.setAcceptDrops(True)
         return bottom
 
     def _build_menus(self) -> None:
@@ -221,10 +233,12 @@ class ChatWindow(QMainWindow):
         self.action_export_json = make_action(self, "Export as &JSON…", "exportJson", None,
                                               lambda: self.export_chat("json"))
         self.action_import = make_action(self, "&Import a chat (JSON)…", "importChat", None, self.import_chat)
+        self.action_attach = make_action(self, "&Attach files…", "attachFiles", "Ctrl+Shift+A", self.attach_dialog,
+                                         "Attach text or code files to the message (or drop or paste them)")
         self.chat_menu = self.menuBar().addMenu("&Chat")
         self.chat_menu.setObjectName("chatMenu")
-        self.chat_menu.addActions([self.action_focus_input, self.action_stop, self.action_regenerate,
-                                   self.action_search, self.action_options])
+        self.chat_menu.addActions([self.action_focus_input, self.action_attach, self.action_stop,
+                                   self.action_regenerate, self.action_search, self.action_options])
         self.chat_menu.addSeparator()
         self.chat_menu.addActions([self.action_rename, self.action_delete])
         self.chat_menu.addSeparator()
@@ -233,7 +247,8 @@ class ChatWindow(QMainWindow):
         self.more_button.setToolTip(self.action_options.toolTip())
         for button, action in ((self.new_button, self.actions.new_chat), (self.rename_button, self.action_rename),
                                (self.delete_button, self.action_delete), (self.stop_button, self.action_stop),
-                               (self.regen_button, self.action_regenerate)):
+                               (self.regen_button, self.action_regenerate),
+                               (self.attach_button, self.action_attach)):
             button.setToolTip(action.toolTip())
         self.send_button.setToolTip(tip("Send the message", "Enter"))
         self.input.setToolTip(tip("Your message; Shift+Enter starts a new line", self.action_focus_input))
@@ -246,7 +261,7 @@ class ChatWindow(QMainWindow):
                  self.temperature, self.num_ctx, self.alternatives, self.more_button, self.options.top_p,
                  self.options.top_k, self.options.repeat_penalty, self.options.seed, self.options.stop,
                  self.system_prompt, self.transcript,
-                 self.input, self.send_button, self.stop_button, self.regen_button]
+                 self.input, self.send_button, self.stop_button, self.regen_button, self.attach_button]
         for a, b in zip(chain, chain[1:]):
             self.setTabOrder(a, b)
 
@@ -540,12 +555,89 @@ class ChatWindow(QMainWindow):
     # sending ---------------------------------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self.call is not None
+        return self.call is not None or self.counting is not None
 
     def send(self, text: str | None = None) -> None:
         text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
-        if not text or self.busy:
+        files = list(self.attachment_bar.items)
+        if (not text and not files) or self.busy:
             return
+        if files:
+            self._send_with_files(text, files)
+        else:
+            self._send_text(text)
+
+    # attachments -----------------------------------------------------------------------------------------------
+    def attach_dialog(self) -> None:
+        dlg = QFileDialog(self, "Attach text or code files", str(Path.home()))
+        dlg.setObjectName("attachDialog")
+        dlg.setFileMode(QFileDialog.ExistingFiles)
+        dlg.setOption(QFileDialog.DontUseNativeDialog)
+        dlg.filesSelected.connect(self.attach_files)
+        self._open_dialog(dlg)
+
+    def attach_files(self, paths: list[str]) -> None:
+        """Read each file (in the GUI thread: at most 4 MiB each); one that is not text is named in the status
+        bar and left out."""
+        refused = []
+        for path in paths:
+            try:
+                self.attachment_bar.add(read_attachment(path))
+            except ValueError as e:
+                refused.append(str(e))
+        if refused:
+            self.statusBar().showMessage("Not attached: " + "; ".join(refused), 15000)
+        self.input.setFocus()
+
+    def dragEnterEvent(self, e) -> None:
+        if local_files(e.mimeData()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e) -> None:
+        files = local_files(e.mimeData())
+        if files:
+            e.acceptProposedAction()
+            self.attach_files(files)
+
+    def _send_with_files(self, text: str, files: list) -> None:
+        """Count the chat and each file with the model's tokenizer (through the API, off the GUI thread), cut
+        what does not fit the context left after the chat and the reply's reserve, then send."""
+        model = self.selected_model()
+        if not model:
+            self._send_text(message_with(text, fit(files, [0] * len(files), 0)))
+            return
+        if self.conversation is None:
+            self.new_chat()
+        body = self.request_body()
+        turns = [m for m in body["messages"] if m["role"] in ("user", "assistant") and m["content"]]
+        turns.append({"role": "user", "content": text or "(files)"})
+        system = self.conversation.system
+
+        async def count(c):
+            base = await c.count_tokens(model, turns, system)
+            return base, [await c.count_tokens(model, [{"role": "user", "content": a.text or " "}]) for a in files]
+
+        self.counting = self.bridge.call(count)
+        self.counting.finished.connect(lambda r: self._files_counted(text, files, *r))
+        self.counting.failed.connect(lambda err: (setattr(self, "counting", None), self._show_error(err),
+                                                  self._update_buttons()))
+        self.counting.cancelled.connect(lambda: (setattr(self, "counting", None), self._update_buttons()))
+        self.statusBar().showMessage("Counting the attached files' tokens…")
+        self._update_buttons()
+
+    def _files_counted(self, text: str, files: list, base: int, each: list[int]) -> None:
+        self.counting = None
+        opts = {**self.conversation.options, **self.extra_options}
+        reserve = int(opts.get("num_predict") or 0) if int(opts.get("num_predict") or 0) > 0 \
+            else min(1024, self.conversation.num_ctx // 4)
+        fitted = fit(files, each, self.conversation.num_ctx - base - reserve)
+        self.attachment_bar.clear()
+        cut = [f.attachment.name for f in fitted if f.note]
+        if cut:
+            self.statusBar().showMessage(f"Cut to fit the context: {', '.join(cut)}", 15000)
+        self._send_text(message_with(text, fitted))
+
+    def _send_text(self, text: str) -> None:
         if self.conversation is None:
             self.new_chat()
         if self.conversation.title == DEFAULT_TITLE:
@@ -670,8 +762,9 @@ class ChatWindow(QMainWindow):
         self.transcript.add("error", error, message_id=mid)
 
     def stop(self) -> None:
-        if self.call is not None:
-            self.call.cancel()
+        for call in (self.counting, self.call):
+            if call is not None:
+                call.cancel()
 
     def abandon_reply(self) -> None:
         """At quit: save what has arrived now (the bridge will not deliver the cancellation any more)."""
