@@ -2,7 +2,13 @@
 /v1/chat/completions with streaming (the prompt cache, issue 12).
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
-    .venv/bin/python bench/bench_chat.py [--threads 1] [--reps 2] [--turns 8] [--model PATH]
+    .venv/bin/python bench/bench_chat.py [--threads 1] [--reps 2] [--turns 8] [--model PATH | --synthetic FAMILY]
+                                         [--server PATH] [--no-shared]
+
+--synthetic writes a family GGUF of tests/gguf_families.py (qwen3next, lfm2, granitehybrid, mamba, rwkv7: the
+recurrent and hybrid families, whose prompt cache rests on context checkpoints; random weights, so the replies are
+noise, but both engines decode the same tokens) and benchmarks it; --model benchmarks any GGUF (imported into
+Strata's fresh store). Default: the built-in SmolLM2.
 
 Both servers run as their own processes with the same model, threads, 4 slots of 2048 tokens each (per-sequence
 KV streams) and n_batch = n_ubatch = 512; both with their default prompt caching (llama-server: cache_prompt on,
@@ -100,8 +106,10 @@ class Endpoint:
 
     async def chat(self, messages: list[dict]) -> dict:
         """-> {"ttft": s, "text": reply, "prompt_tokens": n, "cached": n}"""
+        # num_ctx (Strata's; llama-server ignores it): the context is fixed, so a long turn is never a reason for
+        # Strata to reload the model with a larger one (which would start its caches empty)
         body = {"model": self.model_field, "messages": messages, "stream": True, "max_tokens": MAX_TOKENS,
-                "temperature": 0.0, "stream_options": {"include_usage": True}}
+                "temperature": 0.0, "stream_options": {"include_usage": True}, "num_ctx": NUM_CTX}
         t0 = time.perf_counter()
         ttft, parts, usage = None, [], {}
         async with self.session.post(self.url + "/v1/chat/completions", json=body) as r:
@@ -143,21 +151,27 @@ def llama_server(model: str, threads: int) -> Endpoint:
     return Endpoint("llama-server", cmd, port, "model")
 
 
-def strata(model_name: str, threads: int, home: str) -> Endpoint:
+def strata(model_name: str, threads: int, home: str, model_path: str | None = None) -> Endpoint:
     port = free_port()
     cmd = [sys.executable, __file__, "--serve-strata", str(port), "--threads", str(threads), "--home", home]
+    if model_path:
+        cmd += ["--import", model_path, "--model-name", model_name]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return Endpoint("strata", cmd, port, model_name, env=env)
 
 
-def serve_strata(port: int, threads: int, home: str) -> None:
-    """Child mode: Strata's service with a fresh store under `home` (the built-in model only)."""
+def serve_strata(port: int, threads: int, home: str, import_path: str | None = None, name: str | None = None) -> None:
+    """Child mode: Strata's service with a fresh store under `home` (the built-in model, and `import_path` as
+    `name` when given)."""
     sys.path.insert(0, str(ROOT))
     from app.service.config import ServiceConfig
     from app.service.server import ServiceThread
     from app.service.store import ModelStore
 
     h = Path(home)
+    if import_path:
+        ModelStore(db_path=h / "strata.db", models_dir=h / "models", discover_external=False).import_gguf(
+            import_path, name=name)
     cfg = ServiceConfig(port=port, n_threads=threads, num_ctx=NUM_CTX, num_parallel=N_PAR, keep_alive=-1)
     svc = ServiceThread(cfg, store_factory=lambda: ModelStore(db_path=h / "strata.db", models_dir=h / "models",
                                                               discover_external=False)).start()
@@ -209,18 +223,22 @@ def report(chat: dict, shared: dict, args) -> None:
     names = list(chat["ttft"])
     s_name, l_name = names
     print(f"\n## 8-turn chat: time to first token per turn (s), median of {args.reps} reps, threads {args.threads}\n")
-    print("| turn | Strata prompt / cached tokens | Strata TTFT | llama-server TTFT | ratio |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print("| turn | Strata prompt / cached tokens | llama-server prompt / cached | Strata TTFT | llama-server TTFT "
+          "| ratio |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     med = {n: [statistics.median(rep[t] for rep in chat["ttft"][n]) for t in range(args.turns)] for n in names}
     for t in range(args.turns):
         pt, ct = chat["tokens"][s_name][t]
-        print(f"| {t + 1} | {pt} / {ct} | {med[s_name][t]:.3f} | {med[l_name][t]:.3f} | "
+        lpt, lct = chat["tokens"][l_name][t]
+        print(f"| {t + 1} | {pt} / {ct} | {lpt} / {lct} | {med[s_name][t]:.3f} | {med[l_name][t]:.3f} | "
               f"{med[s_name][t] / med[l_name][t]:.2f} |")
     sums = {n: [sum(rep[1:]) for rep in chat["ttft"][n]] for n in names}
     s_sum, l_sum = statistics.median(sums[s_name]), statistics.median(sums[l_name])
     print(f"\nsum of turns 2-{args.turns}: Strata {s_sum:.3f} s, llama-server {l_sum:.3f} s, "
           f"ratio {s_sum / l_sum:.3f} (per rep: " + ", ".join(
               f"{a / b:.2f}" for a, b in zip(sums[s_name], sums[l_name])) + ")")
+    if not shared:
+        return
     agg = {n: [sum(rep) for rep in shared[n]] for n in names}
     s_agg, l_agg = statistics.median(agg[s_name]), statistics.median(agg[l_name])
     print(f"\n## four clients, one 1000-token system prompt: aggregate TTFT (sum of 4), median of {args.reps}\n")
@@ -232,26 +250,42 @@ def report(chat: dict, shared: dict, args) -> None:
 
 async def main(args):
     model = args.model
+    if args.synthetic:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from gguf_factory import write_family
+
+        model = str(write_family(args.synthetic, tempfile.mkdtemp(prefix="strata-bench-synth-")))
+        args.model_name = f"bench-{args.synthetic}"
+    if args.model and not args.model_name:
+        args.model_name = "bench-model"
     if model is None:
         from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 
         model, model_name = str(builtin_model_path()), DEFAULT_MODEL_NAME
     else:
         model_name = args.model_name
-    if not SERVER.exists():
+    if not SERVER.exists() and not args.only_strata:
         sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
     home = tempfile.mkdtemp(prefix="strata-bench-chat-")
-    engines = [strata(model_name, args.threads, home), llama_server(model, args.threads)]
+    engines = [strata(model_name, args.threads, home, model if args.model or args.synthetic else None)]
+    if not args.only_strata:
+        engines.append(llama_server(model, args.threads))
     await engines[0].start("/api/version")
-    await engines[1].start("/health")
+    if not args.only_strata:
+        await engines[1].start("/health")
     try:
         for e in engines:                            # load and warm up (page cache, thread pools)
             await e.chat([{"role": "user", "content": "Hello"}])
         chat = await run_chat(engines, args) if args.turns else None
-        shared = await run_shared(engines, args)
+        shared = await run_shared(engines, args) if args.shared else None
     finally:
         for e in engines:
             await e.stop()
+    if args.only_strata:
+        print("\n| turn | prompt tokens | cached tokens | TTFT s |\n| ---: | ---: | ---: | ---: |")
+        for t, ((pt, ct), ttft) in enumerate(zip(chat["tokens"]["strata"], chat["ttft"]["strata"][0])):
+            print(f"| {t + 1} | {pt} | {ct} | {ttft:.3f} |")
+        return
     report(chat, shared, args)
     if args.json:
         Path(args.json).write_text(json.dumps({"chat": chat, "shared": shared}))
@@ -264,12 +298,20 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--turns", type=int, default=8)
+    ap.add_argument("--synthetic", default=None, help="a tests/gguf_families.py family to write and benchmark")
+    ap.add_argument("--server", default=None, help="llama-server binary (default: bench/_build/llama-server)")
+    ap.add_argument("--no-shared", dest="shared", action="store_false", help="skip the shared-system-prompt part")
+    ap.add_argument("--only-strata", action="store_true",
+                    help="no llama-server: the chat part's prompt and cached tokens per turn (one rep)")
+    ap.add_argument("--import", dest="import_path", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="also write raw results here")
     ap.add_argument("--serve-strata", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--home", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.server:
+        SERVER = Path(a.server)
     if a.serve_strata is not None:
-        serve_strata(a.serve_strata, a.threads, a.home)
+        serve_strata(a.serve_strata, a.threads, a.home, a.import_path, a.model_name)
     else:
         sys.path.insert(0, str(ROOT))
         asyncio.run(main(a))

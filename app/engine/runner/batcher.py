@@ -64,6 +64,10 @@ class Batcher:
         self.mem = L.llama_get_memory(ctx)
         self.hooks = hooks or Hooks()
         self.can_shift = bool(self.mem) and bool(L.llama_memory_can_shift(self.mem)) and not self.hooks.no_shift
+        # a recurrent state is updated in place while a batch computes: a decode stopped half-way leaves every
+        # sequence of the batch with a state that matches no position (it cannot be rolled back), so a cancel
+        # on such a model waits for the running decode instead of aborting it
+        self.abortable = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
         self.embedder = embedder
         self.admit_fn = admit               # output thread: Seq -> None (fills prompt/chain/detok/stop) or raises
         self.slots: list[Seq | None] = [None] * self.n_slots
@@ -116,7 +120,7 @@ class Batcher:
         if seq is None:
             return
         seq.cancelled = True
-        if req_id in self.in_batch:
+        if req_id in self.in_batch and self.abortable:
             self.request_abort()
         self.wake.set()
 
