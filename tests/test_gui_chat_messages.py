@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
+from PySide6.QtGui import QColor, QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDialogButtonBox, QFileDialog, QPlainTextEdit
 
@@ -267,3 +267,36 @@ def test_more_options_are_saved_with_the_chat_and_sent(qtbot, desk, service):
     qtbot.waitUntil(lambda: "You are a pirate." in chat.system_prompt.placeholderText(), timeout=WAIT)
 
 
+
+
+def test_the_theme_follows_the_system_light_or_dark(qtbot, desk):
+    """A dark system scheme gives the dark style sheet and palette, and code blocks re-rendered in a dark
+    Pygments style; back to light, the light ones."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.theme import palette_is_dark, style_sheet
+
+    app = QApplication.instance()
+    chat = desk.chat
+    h = desk.history
+    conv = h.create(title="Code")
+    h.add_message(conv.id, "assistant", CODE)
+    chat.conversations.reload()
+    chat.select_conversation(conv.id)
+    body = chat.transcript.messages[0].body
+
+    def code_background() -> str:
+        return body.document().findBlockByNumber(body.copy_buttons[0].fence.first_block).blockFormat() \
+            .background().color().name()
+
+    light = code_background()
+    try:
+        desk.follow_system_theme(dark=True)
+        assert app.styleSheet() == style_sheet(dark=True) and palette_is_dark()
+        body = chat.transcript.messages[0].body
+        assert code_background() != light and QColor(code_background()).lightness() < 100
+    finally:
+        desk.follow_system_theme(dark=False)
+    assert app.styleSheet() == style_sheet(dark=False) and not palette_is_dark()
+    body = chat.transcript.messages[0].body
+    assert code_background() == light

@@ -399,6 +399,12 @@ class ChatWindow(QMainWindow):
             w.set_branch(siblings.index(m.id), len(siblings))
         self._update_buttons()
 
+    def restyle(self) -> None:
+        """After a light/dark switch: messages re-rendered, so code blocks take the new Pygments style."""
+        for m in self.transcript.messages:
+            if not (self.pending is not None and m is self.pending.widget):
+                m.set_content(m.content)
+
     # a message's own buttons -----------------------------------------------------------------------------------
     def _on_message_request(self, widget, what: str) -> None:
         if self.busy or self.conversation is None or widget.message_id is None:

@@ -15,10 +15,12 @@ from pygments.lexers.special import TextLexer
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 from PySide6.QtGui import (
-    QColor, QFont, QFontDatabase, QGuiApplication, QPalette, QTextBlockFormat, QTextCharFormat, QTextCursor,
+    QColor, QFont, QFontDatabase, QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor,
     QTextDocument, QTextFormat,
 )
 from PySide6.QtWidgets import QToolButton
+
+from app.gui.theme import palette_is_dark
 
 LIGHT_STYLE, DARK_STYLE = "default", "monokai"
 
@@ -29,12 +31,6 @@ class Fence:
     position: int             # document position of its first character
     language: str
     text: str
-
-
-def is_dark(palette: QPalette | None = None) -> bool:
-    """The palette's window is darker than its text (a dark system theme)."""
-    p = palette or QGuiApplication.palette()
-    return p.color(QPalette.Window).lightness() < p.color(QPalette.WindowText).lightness()
 
 
 def find_fences(doc: QTextDocument) -> list[Fence]:
@@ -93,7 +89,7 @@ def style_formats(dark: bool) -> tuple[dict, QColor]:
 
 def highlight(doc: QTextDocument, fences: list[Fence], dark: bool | None = None) -> None:
     """Monospace font, the style's background and Pygments token colours on every fence."""
-    formats, background = style_formats(is_dark() if dark is None else dark)
+    formats, background = style_formats(palette_is_dark() if dark is None else dark)
     mono = QFontDatabase.systemFont(QFontDatabase.FixedFont)
     cur = QTextCursor(doc)
     cur.beginEditBlock()

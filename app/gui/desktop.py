@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QRectF, Qt
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QApplication
 
 from app.gui.app_actions import AppActions
@@ -21,6 +21,7 @@ from app.gui.memory_window import MemoryWindow
 from app.gui.model_manager import ModelManagerWindow
 from app.gui.settings_dialog import RESTART_NOTE, SettingsDialog
 from app.gui.state import ServiceState
+from app.gui.theme import apply_theme, style_sheet, system_is_dark
 from app.gui.tray import TrayController
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"
@@ -53,11 +54,6 @@ def app_icon() -> QIcon:
     return QIcon(pm)
 
 
-def style_sheet() -> str:
-    f = RESOURCES / "style.qss"
-    return f.read_text() if f.is_file() else ""
-
-
 class Desktop(QObject):
     """Everything the GUI process shows. `service` (a ServiceThread) is stopped on quit when given.
     Windows other than the chat are made on first use and kept (reopening shows the same one)."""
@@ -72,8 +68,11 @@ class Desktop(QObject):
         self.icon = app_icon()
         app = QApplication.instance()
         app.setWindowIcon(self.icon)
-        if not app.styleSheet():
-            app.setStyleSheet(style_sheet())
+        # our light or dark style, following the system while the app runs (unless a style sheet was given)
+        self._own_style = app.styleSheet() in ("", style_sheet(False), style_sheet(True))
+        self.dark = system_is_dark()
+        if self._own_style:
+            apply_theme(app, self.dark)
         # one set of application actions, in every window's menus (app_actions.py)
         self.actions = AppActions(self)
         self.chat = ChatWindow(self.state, self.history, self.actions)
@@ -88,8 +87,19 @@ class Desktop(QObject):
             source.open_settings_requested.connect(self.open_settings)
             source.quit_requested.connect(self.quit)
         self.actions.new_chat_requested.connect(self.new_chat)
+        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.follow_system_theme())
         self.state.start()
         self._shut = False
+
+    def follow_system_theme(self, dark: bool | None = None) -> None:
+        """The system switched light/dark (or `dark` says which): restyle, and redraw the chat's code blocks."""
+        dark = system_is_dark() if dark is None else dark
+        if dark == self.dark:
+            return
+        self.dark = dark
+        if self._own_style:
+            apply_theme(QApplication.instance(), dark)
+        self.chat.restyle()
 
     def open_chat(self) -> ChatWindow:
         return _raise(self.chat)

@@ -42,7 +42,6 @@ class ThinkingBlock(QFrame):
         self.body.setObjectName("thinkingBody")
         self.body.setWordWrap(True)
         self.body.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.body.setStyleSheet("color: #5c636a;")
         self.body.hide()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -72,5 +71,4 @@ class ToolCallBlock(QLabel):
         self.kind, self.plain = kind, text
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.setStyleSheet("background: #f1f3f5; border-radius: 4px; padding: 4px;")
 
