@@ -28,6 +28,7 @@ from app.ggml import rpc
 
 log = logging.getLogger("strata.engine")
 
+CONFIRM_S = 0.25                    # a watchdog verdict is checked again this much later before the runner is killed
 STDERR_DRAIN_S = 2.0                # after the process ended: how long its last stderr lines may take to arrive
 PROMPT_CACHE_SHARE = 0.10           # default prompt cache: this share of the host's available RAM ...
 PROMPT_CACHE_MAX = 4 << 30          # ... at most this much per loaded model
@@ -301,19 +302,16 @@ class RunnerClient:
         step (runner_watch.judge): every waiting request then fails with a message naming the model and why
         (`_on_exit`), and the scheduler's exit callback lets the next request load the model again. A stopped
         (SIGSTOP) or wedged runner, or a driver stuck in a kernel, would otherwise keep them waiting for ever."""
-        confirmed = False
         while self.alive and not self._closing:
             await asyncio.sleep(self.watch.period_s)
-            if not (self._streams or self._futures) or not self.alive or self._closing:
-                confirmed = False
+            why = self._verdict()
+            if why is None:
                 continue
-            silent = time.monotonic() - max(self._last_sign, self._work_since)
-            state = process_state(self.pid) if silent > self.watch.heartbeat_s else ""
-            why = judge(self.watch, silent, self._beat, state)
-            # a verdict must hold at two checks in a row: after this service itself was suspended (a laptop's
+            # a verdict must still hold a moment later: after this service itself was suspended (a laptop's
             # sleep) the reader thread first catches up with the heartbeats that waited in the pipe
-            if why is None or not confirmed:
-                confirmed = why is not None
+            await asyncio.sleep(CONFIRM_S)
+            why = self._verdict()
+            if why is None:
                 continue
             self._stalled = why
             log.warning("the runner of %s (pid %s) %s: killing it", self.model_name, self.pid, why)
@@ -322,6 +320,14 @@ class RunnerClient:
             except (OSError, ValueError):
                 pass
             return
+
+    def _verdict(self) -> str | None:
+        """runner_watch.judge on what is known now; None while no request waits or the runner is going away."""
+        if not (self._streams or self._futures) or not self.alive or self._closing:
+            return None
+        silent = time.monotonic() - max(self._last_sign, self._work_since)
+        state = process_state(self.pid) if silent > self.watch.heartbeat_s else ""
+        return judge(self.watch, silent, self._beat, state)
 
     def _send(self, msg) -> None:
         try:

@@ -19,7 +19,7 @@ from app.engine import protocol as P
 
 @dataclass(frozen=True)
 class WatchLimits:
-    heartbeat_s: float = 10.0       # no heartbeat this long while requests wait: frozen (0 = no watchdog at all)
+    heartbeat_s: float = 8.0        # no heartbeat this long while requests wait: frozen (0 = no watchdog at all)
     step_floor_s: float = 120.0     # a step may always run this long ...
     step_factor: float = 20.0       # ... or this many times its measured prediction, whichever is longer
 

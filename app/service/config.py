@@ -20,7 +20,7 @@ Environment variables (all optional):
                        -1 (default) = 10% of the RAM available at load, at most 4 GiB; 0 = off
   STRATA_RUNNER_WATCHDOG   seconds without a heartbeat from a runner, while requests wait, before it is called
                        frozen and killed, its requests fail and the next request loads the model again
-                       (default 10; 0 = no watchdog; loading has its own timeout)
+                       (default 8; 0 = no watchdog; loading has its own timeout)
   STRATA_RUNNER_STEP_FLOOR seconds one decode step may always run before the runner is called stuck; beyond it
                        the limit is 20x what the model's measured steps predict for that batch (default 120)
   STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
@@ -143,7 +143,7 @@ class ServiceConfig:
     checkpoint_mib: int = 1024                 # their host RAM bound per slot; 0 = the count alone
     gpu_margin_mib: int = 512
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
-    runner_watchdog_s: float = 10.0            # heartbeat silence that means frozen; 0 = no watchdog
+    runner_watchdog_s: float = 8.0             # heartbeat silence that means frozen; 0 = no watchdog
     runner_step_floor_s: float = 120.0         # a step may always run this long (runner_watch.WatchLimits)
 
     @classmethod
@@ -169,7 +169,7 @@ class ServiceConfig:
             checkpoint_mib=_int_env("STRATA_CHECKPOINT_MIB", 1024, env=env),
             gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
-            runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 10.0, env=env),
+            runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 8.0, env=env),
             runner_step_floor_s=_float_env("STRATA_RUNNER_STEP_FLOOR", 120.0, env=env),
         )
         return replace(cfg, **overrides) if overrides else cfg
