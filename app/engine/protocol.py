@@ -51,6 +51,7 @@ class GenerateRequest:
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)
+    speculate: bool = True                  # False: no speculative drafts for this request (same tokens either way)
     # a prompt longer than the context (runner/context_fit.py): "error" | "drop_messages" | "truncate" (the engine's
     # token rule, logged; the service always says which, from its request's dialect: GenerationRequest.overflow)
     overflow: str = "truncate"
@@ -154,6 +155,8 @@ class DoneEvent:
     context_tokens: list[int] | None = None
     stop_string: str | None = None          # the stop string that ended it (reason "stop")
     cached_tokens: int = 0                  # of prompt_tokens, how many were found in the prompt cache
+    draft_tokens: int = 0                   # speculative decoding: tokens drafted for this reply (verified)
+    draft_accepted: int = 0                 # ... of which accepted (part of completion_tokens)
 
 
 @dataclass
@@ -189,6 +192,8 @@ class Stats:
     checkpoints: int = 0                    # how many the slots hold
     checkpoint_hits: int = 0                # prompts continued from a checkpoint, since load
     checkpoint_misses: int = 0              # prompts that shared a cached prefix no memory could continue from
+    draft_tokens: int = 0                   # speculative decoding: tokens drafted since load
+    draft_accepted: int = 0                 # ... and of those, accepted (emitted without a step of their own)
 
 
 @dataclass

@@ -34,6 +34,8 @@ from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.heartbeat import expected_step_s
+from app.engine.runner.draft_policy import FixedCosts, StepCosts
+from app.engine.runner.ngram_draft import MAX_DRAFT, NgramDrafter
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
@@ -52,7 +54,8 @@ ABORT_LOG_LINES = ("failed with error 1", "compute status: 1", "removing memory 
 class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
                  prompt_cache_bytes: int = 0, stream_interval: float = 0.0, checkpoints: int = 0,
-                 checkpoint_bytes: int = 0, warmup_s: float = 0.0):
+                 checkpoint_bytes: int = 0, warmup_s: float = 0.0,
+                 speculative: str | None = None):
         self.model, self.ctx, self.send = model, ctx, send
         self.stream_interval = stream_interval   # output_thread.stream_interval_s: how long new text may be held
         self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
@@ -68,6 +71,9 @@ class Batcher:
         # sequence of the batch with a state that matches no position (it cannot be rolled back), so a cancel
         # on such a model waits for the running decode instead of aborting it
         self.abortable = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
+        self.speculative, self.max_draft, measured = speculation(model, speculative)
+        self.costs = StepCosts() if measured else FixedCosts()
+        self.drafted_total = self.accepted_total = 0
         self.embedder = embedder
         self.admit_fn = admit               # output thread: Seq -> None (fills prompt/chain/detok/stop) or raises
         self.slots: list[Seq | None] = [None] * self.n_slots
@@ -139,7 +145,8 @@ class Batcher:
         busy = sum(x[1] for x in t)
         return P.Stats(slots_total=self.n_slots, slots_busy=sum(s is not None for s in self.slots),
                        queued=len(self.ready), decode_fraction=(sum(x[0] for x in t) / busy) if busy else 0.0,
-                       id=req_id, steps=self.steps, **self.placement.stats())
+                       id=req_id, steps=self.steps, draft_tokens=self.drafted_total,
+                       draft_accepted=self.accepted_total, **self.placement.stats())
 
     def step_state(self) -> tuple[int, float, int, float]:
         """For the heartbeat thread (heartbeat.py): (steps done, seconds the step in progress has run, its tokens,
@@ -256,6 +263,8 @@ class Batcher:
                 self._on_decode_failure(rc, msg, b, plan)
                 return True
             self.steps += 1
+            if all(seq.state == GEN for seq, _, _ in plan):
+                self.costs.record(b.n, t_decode)   # a generation-only step: what a draft's rows cost
             self._advance(plan)
             results, finished = self._sample(outs)
             self._finish(results, finished)
@@ -271,13 +280,22 @@ class Batcher:
         outs: list[tuple[Seq, int]] = []
         plan: list[tuple[Seq, int, int]] = []
         active = [s for s in self.slots if s is not None]
+        gen = []
         for seq in active:
+            seq.draft = []
             if seq.state == GEN:
                 if seq.n_past >= self.n_ctx_seq:
                     self._context_shift(seq)
                 if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
-                    outs.append((seq, b.add(seq.pending, seq.n_past, seq.slot, True)))
-                    plan.append((seq, seq.n_past, 1))
+                    gen.append(seq)
+        rows = len(gen)                         # each generating sequence needs one row; drafts add theirs
+        for seq in gen:
+            seq.draft = self._draft(seq, len(gen), rows, b.capacity - rows)
+            rows += len(seq.draft)
+            outs.append((seq, b.add(seq.pending, seq.n_past, seq.slot, True)))
+            if seq.draft:
+                b.add_span(seq.draft, seq.n_past + 1, seq.slot, logits_last=True, logits_all=True)
+            plan.append((seq, seq.n_past, 1 + len(seq.draft)))
         prefill = [s for s in active if s.state == PREFILL]
         if prefill:
             self._rr = (self._rr + 1) % len(prefill)
@@ -337,6 +355,7 @@ class Batcher:
             seq.n_past = pos0 + k
             if seq.state == GEN:
                 seq.history.append(seq.pending)
+                seq.n_past = pos0 + 1               # a draft's cells count once accepted (_sample)
             else:
                 seq.history.extend(seq.prompt[seq.todo:seq.todo + k].tolist())
                 seq.todo += k
@@ -351,28 +370,82 @@ class Batcher:
             if seq.req.num_predict == 0:                 # prompt only (like llama-server's n_predict 0): no token
                 finished.append((seq, "length"))
                 continue
-            try:
-                self.hooks.hit("sample")
-                tok = seq.sampler.sample(self.ctx, row)
-                logits = None
-                if seq.req.logprobs:
-                    ptr = L.llama_get_logits_ith(self.ctx, row)
-                    if ptr:
-                        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
-            except Exception as e:      # GrammarStuck names the grammar; only this sequence ends
-                seq.error = f"sampling failed: {e}"
-                finished.append((seq, "error"))
-                continue
-            if seq.n_gen == 0:
-                seq.t_first = time.perf_counter()
-            seq.pending = tok
-            seq.n_gen += 1
-            eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
-            results.append((seq, tok, logits, eog))
-            reason = self._end_reason(seq, tok, eog)
-            if reason:
-                finished.append((seq, reason))
+            draft = seq.draft if seq.state == GEN else []
+            end = seq.n_past + len(draft)           # one past the last drafted cell (GEN: n_past = pending + 1)
+            n_ok = 0
+            # speculation: sample at each drafted position with the sequence's own chain (so only tokens that are
+            # really emitted reach its penalties/grammar/RNG) and go on while the sample equals the draft, as
+            # llama.cpp's common_sampler_sample_and_accept_n; every token comes from the model's distribution
+            while True:
+                try:
+                    tok, logits = self._sample_row(seq, row + n_ok)
+                except Exception as e:  # GrammarStuck names the grammar; only this sequence ends
+                    seq.error = f"sampling failed: {e}"
+                    finished.append((seq, "error"))
+                    break
+                if seq.n_gen == 0:
+                    seq.t_first = time.perf_counter()
+                seq.pending = tok
+                seq.n_gen += 1
+                if seq.drafter is not None:
+                    seq.drafter.push(tok)
+                eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
+                results.append((seq, tok, logits, eog))
+                reason = self._end_reason(seq, tok, eog)
+                if reason:
+                    finished.append((seq, reason))
+                    break
+                if n_ok == len(draft) or tok != draft[n_ok]:
+                    break
+                seq.history.append(tok)             # the drafted cell holds this very token: keep it
+                seq.n_past += 1
+                n_ok += 1
+            if draft:
+                self._settle_draft(seq, len(draft), n_ok, end)
         return results, finished
+
+    def _sample_row(self, seq: Seq, row: int):
+        """Sample (and accept) one token from the logits of batch row `row`; with the logits when asked."""
+        self.hooks.hit("sample")
+        tok = seq.sampler.sample(self.ctx, row)
+        logits = None
+        if seq.req.logprobs:
+            ptr = L.llama_get_logits_ith(self.ctx, row)
+            if ptr:
+                logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        return tok, logits
+
+    # ---- speculation (docs/architecture.md, "Speculative decoding") ------------------------------------------
+    def _draft(self, seq: Seq, n_seqs: int, base_rows: int, spare: int) -> list[int]:
+        """The tokens to decode after `seq.pending` this step: prompt lookup's guess (ngram_draft.py), as many as
+        pay for their batch rows (draft_policy.py). None when speculation is off (runner, request, or a model
+        whose memory cannot drop cells by position), or past the context, the reply's token limit or the batch."""
+        if not (self.speculative and seq.speculate) or seq.req.num_predict == 0:
+            return []
+        limit = min(spare, self.max_draft, self.n_ctx_seq - seq.n_past - 1)
+        if seq.req.num_predict > 0:
+            limit = min(limit, seq.req.num_predict - seq.n_gen - 1)
+        if limit <= 0:
+            return []
+        if seq.drafter is None:
+            seq.drafter = NgramDrafter(seq.history + [seq.pending])
+        guess = seq.drafter.lookup(limit)
+        n = self.costs.best_length(seq.drafter.rate.rate, n_seqs, base_rows, len(guess)) if guess else 0
+        if n == 0:
+            seq.drafter.rate.idle()
+        return guess[:n]
+
+    def _settle_draft(self, seq: Seq, n_draft: int, n_ok: int, end: int) -> None:
+        """After verifying a draft: count it, adapt the drafter, and remove the rejected cells from KV (from the
+        first cell past what the sequence holds, so KV = history again, which the prompt cache relies on)."""
+        seq.n_drafted += n_draft
+        seq.n_accepted += n_ok
+        self.drafted_total += n_draft
+        self.accepted_total += n_ok
+        seq.drafter.rate.update(n_draft, n_ok)
+        seq.draft = []
+        if seq.n_past < end and seq.slot is not None:
+            L.llama_memory_seq_rm(self.mem, seq.slot, seq.n_past, -1)
 
     def _end_reason(self, seq: Seq, tok: int, eog: bool) -> str | None:
         if eog and not seq.req.ignore_eos:
@@ -427,3 +500,16 @@ def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:
             grant[seq.id] += extra
             budget -= extra
     return grant
+
+
+def speculation(model, setting: str | None = None) -> tuple[bool, int, bool]:
+    """(on, longest draft, measure step costs) for this runner, from `setting` (else STRATA_SPECULATIVE):
+    "auto" (the default) drafts where measured step costs say it pays (draft_policy.py); "on" drafts as if
+    extra batch rows were nearly free (a GPU; tests); "off"/"0" never drafts; a number is "auto" with that
+    longest draft. Off for a recurrent or hybrid model: its state cannot drop the rejected tokens by position."""
+    raw = (setting if setting is not None else os.environ.get("STRATA_SPECULATIVE", "")).strip().lower()
+    if raw in ("off", "0", "false", "no", "none"):
+        return False, 0, False
+    if L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model):
+        return False, 0, False
+    return True, int(raw) if raw.isdigit() else MAX_DRAFT, raw not in ("on", "always", "1", "true", "yes")

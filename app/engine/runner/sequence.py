@@ -33,6 +33,10 @@ class Seq:
         self.wait_src = None            # state WAIT: the running Seq whose first `wait_n` cells this one copies
         self.wait_n = 0
         self.pending = -1               # sampled, not yet decoded
+        self.speculate = bool(getattr(req, "speculate", True))   # may draft (the runner may still say no)
+        self.drafter = None             # ngram_draft.NgramDrafter, made at the first step that may draft
+        self.draft: list[int] = []      # this step's draft: decoded after `pending`, verified when sampling
+        self.n_drafted = self.n_accepted = 0
         self.n_gen = 0
         self.sampler = None             # constrained.SeqSampler (chain + grammar)
         self.n_keep = 0

@@ -1,0 +1,99 @@
+"""How long a draft should be: measured step costs against a sequence's acceptance rate.
+
+Verifying a draft of d tokens makes the step's batch d rows longer. On a GPU that is nearly free; on a CPU it is
+not, and the ratio differs by machine and quantization (SmolLM2 Q4_1 on a 2-core EPYC, 1 thread: a 2-row
+decode took ~2.5x a 1-row one, 8 rows ~5-8x). So the runner measures it: `StepCosts` keeps the mean seconds
+of a generation-only step per batch size, and a draft is made only when the expected tokens it brings
+(1 + a + a^2 + ... + a^d for a per-token acceptance rate a, the geometric model of prompt-lookup drafts) pay for
+the longer step in throughput of the whole batch. Before a size is measured its cost is guessed from the sizes
+that were (or as cheap, at first), so the runner tries drafts and learns; a sequence whose drafts fail sees its
+rate fall and stops drafting, and its rate drifts back to the prior while it does not draft (so it tries again
+later, when the text may have begun to repeat). Context thread only.
+"""
+from __future__ import annotations
+
+PRIOR_RATE = 0.5             # a sequence's per-token acceptance before it has drafted
+PRIOR_WEIGHT = 4.0           # ... counted as this many observations
+DECAY = 0.9                  # per verification (and per step without a draft): older outcomes weigh less
+PRIOR_SLOPE = 0.1            # unmeasured batch sizes: each extra row costs this share of a 1-row step
+MIN_GAIN = 1.05              # draft only when the batch's expected throughput rises by at least this factor
+COST_ALPHA = 0.2             # weight of a new measurement in a batch size's running mean
+MAX_ROWS = 256               # batch sizes measured (larger steps are prefill, not drafts)
+
+
+class AcceptanceRate:
+    """A sequence's recent per-token acceptance: accepted draft tokens vs drafts that ended in a mismatch."""
+
+    def __init__(self):
+        self.ok = 0.0
+        self.miss = 0.0
+
+    @property
+    def rate(self) -> float:
+        return (self.ok + PRIOR_RATE * PRIOR_WEIGHT) / (self.ok + self.miss + PRIOR_WEIGHT)
+
+    def update(self, n_drafted: int, n_accepted: int) -> None:
+        self.ok = self.ok * DECAY + n_accepted
+        self.miss = self.miss * DECAY + (1 if n_accepted < n_drafted else 0)
+
+    def idle(self) -> None:
+        """A step without a draft: the evidence ages, the rate drifts back toward the prior."""
+        self.ok *= DECAY
+        self.miss *= DECAY
+
+
+class StepCosts:
+    """Mean seconds of a generation-only decode step, by its number of batch rows."""
+
+    def __init__(self):
+        self.mean: dict[int, float] = {}
+
+    def record(self, rows: int, seconds: float) -> None:
+        if 0 < rows <= MAX_ROWS and seconds > 0:
+            old = self.mean.get(rows)
+            self.mean[rows] = seconds if old is None else old + COST_ALPHA * (seconds - old)
+
+    def cost(self, rows: int) -> float:
+        """Measured, else interpolated between measured sizes, else extrapolated (PRIOR_SLOPE past the largest
+        measured size when only one is known), relative units when nothing is measured yet."""
+        m = self.mean
+        if rows in m:
+            return m[rows]
+        if not m:
+            return 1.0 + PRIOR_SLOPE * (rows - 1)
+        lo = max((k for k in m if k < rows), default=None)
+        hi = min((k for k in m if k > rows), default=None)
+        if lo is not None and hi is not None:
+            return m[lo] + (m[hi] - m[lo]) * (rows - lo) / (hi - lo)
+        if hi is not None:                       # smaller than anything measured: not cheaper than the prior
+            return m[hi] * (1.0 + PRIOR_SLOPE * (rows - 1)) / (1.0 + PRIOR_SLOPE * (hi - 1))
+        below = sorted(k for k in m if k < rows)
+        if len(below) >= 2:                      # go on with the slope of the two largest measured sizes
+            a, b = below[-2], below[-1]
+            slope = max(0.0, (m[b] - m[a]) / (b - a))
+        else:
+            slope = m[lo] * PRIOR_SLOPE
+        return m[lo] + slope * (rows - lo)
+
+    def best_length(self, rate: float, n_seqs: int, base_rows: int, limit: int) -> int:
+        """The draft length (0..limit) that maximizes the batch's expected tokens per second, given `n_seqs`
+        generating sequences in `base_rows` rows so far; 0 unless it beats no draft by MIN_GAIN."""
+        if limit <= 0 or n_seqs <= 0:
+            return 0
+        base = n_seqs / self.cost(base_rows)
+        best, best_tps = 0, base * MIN_GAIN
+        expected, term = 1.0, 1.0            # tokens this sequence emits: 1 + a + ... + a^d
+        for d in range(1, limit + 1):
+            term *= rate
+            expected += term
+            tps = (n_seqs - 1 + expected) / self.cost(base_rows + d)
+            if tps > best_tps:
+                best, best_tps = d, tps
+        return best
+
+
+class FixedCosts(StepCosts):
+    """Costs that are never measured: each extra row costs PRIOR_SLOPE of a step (STRATA_SPECULATIVE=on)."""
+
+    def record(self, rows: int, seconds: float) -> None:
+        pass
