@@ -13,8 +13,9 @@ later, when the text may have begun to repeat). Context thread only.
 from __future__ import annotations
 
 PRIOR_RATE = 0.5             # a sequence's per-token acceptance before it has drafted
-PRIOR_WEIGHT = 4.0           # ... counted as this many observations
-DECAY = 0.9                  # per verification (and per step without a draft): older outcomes weigh less
+PRIOR_WEIGHT = 1.0           # ... counted as this many observations
+DECAY = 0.7                  # per verification: older outcomes weigh less (the text changes character)
+IDLE_DECAY = 0.9             # per step without a draft: the rate drifts back to the prior (~20 steps)
 PRIOR_SLOPE = 0.1            # unmeasured batch sizes: each extra row costs this share of a 1-row step
 MIN_GAIN = 1.05              # draft only when the batch's expected throughput rises by at least this factor
 COST_ALPHA = 0.2             # weight of a new measurement in a batch size's running mean
@@ -38,8 +39,8 @@ class AcceptanceRate:
 
     def idle(self) -> None:
         """A step without a draft: the evidence ages, the rate drifts back toward the prior."""
-        self.ok *= DECAY
-        self.miss *= DECAY
+        self.ok *= IDLE_DECAY
+        self.miss *= IDLE_DECAY
 
 
 class StepCosts:
