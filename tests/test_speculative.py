@@ -232,3 +232,49 @@ def test_synthetic_model_greedy_identity(loop, dense_gguf):
         assert total > 0
     finally:
         run(loop, c.close())
+
+
+# ---- the counts in every dialect ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, smollm2_path):
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+    from service_util import store_factory
+
+    saved = os.environ.get("STRATA_SPECULATIVE")
+    os.environ["STRATA_SPECULATIVE"] = "on"          # the runner, spawned at the first request, reads it
+    home = tmp_path_factory.mktemp("svc-spec")
+    svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m"),
+                        store_factory=store_factory(home)).start()
+    yield svc
+    svc.stop()
+    if saved is None:
+        os.environ.pop("STRATA_SPECULATIVE", None)
+    else:
+        os.environ["STRATA_SPECULATIVE"] = saved
+
+
+def test_draft_counts_in_ollama_openai_metrics_and_the_chat_line(server):
+    import httpx
+    import openai
+
+    from app.gui.chat_view import format_stats
+    from app.gui.reply import chat_stats
+
+    model = "smollm2:135m"
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        final = c.post("/api/generate", json={"model": model, "prompt": LIST, "raw": True, "stream": False,
+                                              "options": {"temperature": 0, "num_predict": 30}}).json()
+        assert 0 < final["draft_accepted_count"] <= final["draft_count"], final
+        line = format_stats(chat_stats(final, 50.0, 30, 1.0))
+        assert f"of {final['draft_count']} drafted tokens accepted" in line
+        ai = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        r = ai.completions.create(model=model, prompt=LIST, max_tokens=30, temperature=0)
+        t = r.model_extra["timings"]                 # llama-server's shape
+        assert 0 < t["draft_n_accepted"] <= t["draft_n"] and t["predicted_n"] == r.usage.completion_tokens
+        chunks = list(ai.chat.completions.create(model=model, messages=EDIT, max_tokens=40, temperature=0,
+                                                 stream=True))
+        assert "timings" in (chunks[-1].model_extra or {})
+        metrics = c.get("/metrics").text
+    drafted = [ln for ln in metrics.splitlines() if ln.startswith("strata_speculative_tokens_total")]
+    assert any('kind="accepted"' in ln for ln in drafted) and any('kind="drafted"' in ln for ln in drafted)

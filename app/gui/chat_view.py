@@ -99,6 +99,9 @@ def format_stats(stats: dict) -> str:
         parts.append(f"load {stats['load_duration'] / 1e9:.1f} s")
     if stats.get("done_reason") == "length":
         parts.append("length limit")
+    if stats.get("draft_count"):                    # speculative decoding: how many drafted tokens were right
+        parts.append(f"{100 * stats.get('draft_accepted_count', 0) / stats['draft_count']:.0f}% of "
+                     f"{stats['draft_count']} drafted tokens accepted")
     if stats.get("stopped"):
         parts.append("stopped")
     if stats.get("model"):

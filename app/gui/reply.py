@@ -19,7 +19,8 @@ def chat_stats(final: dict, ttft_ms: float | None, n_tokens: int, elapsed_s: flo
     else:
         tok_s = 0.0
     out = {"tokens": tokens, "tok_s": round(tok_s, 1), "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1)}
-    for k in ("prompt_eval_count", "prompt_cached_count", "load_duration", "done_reason"):
+    for k in ("prompt_eval_count", "prompt_cached_count", "draft_count", "draft_accepted_count", "load_duration",
+              "done_reason"):
         if k in final:
             out[k] = final[k]
     return out

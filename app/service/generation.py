@@ -221,9 +221,10 @@ class Generation:
         if isinstance(ev, protocol.DoneEvent):
             self._metrics.count_tokens(self.lease.model.name, ev.prompt_tokens, ev.completion_tokens,
                                        ev.generation_seconds, ev.cached_tokens)
+            self._metrics.count_drafts(self.lease.model.name, ev.draft_tokens, ev.draft_accepted)
             return Finished(ev.reason, ev.prompt_tokens, ev.completion_tokens, ev.prompt_seconds,
                             ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None,
-                            ev.cached_tokens, ev.stop_string)
+                            ev.cached_tokens, ev.stop_string, ev.draft_tokens, ev.draft_accepted)
         if isinstance(ev, protocol.ErrorEvent):
             status = 400 if ev.kind == "invalid" else 500
             raise ApiError(status, f"model {self.job.model!r}: {ev.message}")

@@ -24,6 +24,7 @@ class Metrics:
         self.loads: dict[tuple[str, str], int] = defaultdict(int)             # (model, "ok"|"failed") -> n
         self.last_tok_s: dict[str, float] = {}                                # model -> tok/s of the last request
         self.cached_tokens: dict[str, int] = defaultdict(int)                 # model -> prompt tokens from cache
+        self.drafts: dict[tuple[str, str], int] = defaultdict(int)            # (model, "drafted"|"accepted") -> n
 
     def count_request(self, route: str, method: str, status: int) -> None:
         self.requests[(route, method, status)] += 1
@@ -36,6 +37,11 @@ class Metrics:
         self.gen_seconds[model] += gen_seconds
         if gen_seconds > 0 and completion > 0:
             self.last_tok_s[model] = completion / gen_seconds
+
+    def count_drafts(self, model: str, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.drafts[(model, "drafted")] += drafted
+            self.drafts[(model, "accepted")] += accepted
 
     def render(self, scheduler=None, inventory=None) -> str:
         out: list[str] = []
@@ -58,6 +64,9 @@ class Metrics:
         family("strata_prompt_cache_hit_tokens_total", "counter",
                "Prompt tokens taken from the prompt cache instead of decoded (part of the prompt tokens).",
                [({"model": m}, n) for m, n in sorted(self.cached_tokens.items())])
+        family("strata_speculative_tokens_total", "counter",
+               "Speculative decoding: tokens drafted and verified, and of those accepted, by model.",
+               [({"model": m, "kind": k}, n) for (m, k), n in sorted(self.drafts.items())])
         family("strata_queue_rejected_total", "counter", "Requests refused with 503 because the model's queue was full.",
                [({"model": m}, n) for m, n in sorted(self.rejected.items())])
         family("strata_model_loads_total", "counter", "Model loads, by result.",

@@ -47,6 +47,8 @@ class Finished:
     context_tokens: tuple[int, ...] | None = None
     cached_tokens: int = 0               # of prompt_tokens, how many came from the prompt cache
     stop_string: str | None = None       # the request's stop string that ended it
+    draft_tokens: int = 0                # speculative decoding: tokens drafted and verified for this reply
+    draft_accepted: int = 0              # ... of which accepted (part of completion_tokens)
 
 
 Event = TextDelta | ThinkingDelta | ToolCallEvent | Finished

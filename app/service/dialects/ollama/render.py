@@ -39,6 +39,8 @@ def timing_fields(done: Finished | None, total_seconds: float, load_seconds: flo
             "eval_count": done.completion_tokens,
             "eval_duration": ns(done.generation_seconds),
         })
+        d["draft_count"] = done.draft_tokens                  # Strata: speculative drafts verified ...
+        d["draft_accepted_count"] = done.draft_accepted       # ... and accepted (of eval_count)
     return d
 
 

@@ -38,6 +38,27 @@ def usage(done: Finished | None) -> dict:
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
+def timings(done: Finished | None) -> dict | None:
+    """llama-server's `timings` object (its clients and benchmarks read it): prompt tokens processed (the cached
+    ones apart, as `cache_n`), generated tokens, their milliseconds, and the speculative draft counts when a
+    draft was made (`draft_n`, `draft_n_accepted`), as llama-server adds them."""
+    if done is None:
+        return None
+    prompt_n = max(0, done.prompt_tokens - done.cached_tokens)
+    prompt_ms, gen_ms = done.prompt_seconds * 1e3, done.generation_seconds * 1e3
+    t = {"cache_n": done.cached_tokens,
+         "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+         "prompt_per_second": prompt_n / done.prompt_seconds if done.prompt_seconds > 0 else 0.0,
+         "predicted_n": done.completion_tokens, "predicted_ms": gen_ms,
+         "predicted_per_token_ms": gen_ms / done.completion_tokens if done.completion_tokens else 0.0,
+         "predicted_per_second": done.completion_tokens / done.generation_seconds if done.generation_seconds > 0
+         else 0.0}
+    if done.draft_tokens > 0:
+        t["draft_n"], t["draft_n_accepted"] = done.draft_tokens, done.draft_accepted
+    return t
+
+
 def chat_logprobs(items, top: int) -> dict:
     content = []
     for t in items or ():
@@ -111,6 +132,7 @@ class ChatRenderer(_OpenAIRenderer):
 
     def closing(self, result: GenerationResult):
         out = [self._chunk({}, finish=finish_reason(result.finished, result.tool_calls))]
+        out[0]["timings"] = timings(result.finished)          # on the last chunk, as llama-server sends it
         if self.wire.include_usage:
             out.append(self._usage_chunk(result.finished))
         return out + ["[DONE]"]
@@ -133,6 +155,7 @@ class ChatRenderer(_OpenAIRenderer):
             "choices": [{"index": 0, "message": self._message(result), "logprobs": lp,
                          "finish_reason": finish_reason(result.finished, result.tool_calls)}],
             "usage": usage(result.finished),
+            "timings": timings(result.finished),
         }
 
 
@@ -152,6 +175,7 @@ class CompletionRenderer(_OpenAIRenderer):
                           "finish_reason": finish if chunk else finish_reason(done)}]}
         if not chunk:
             d["usage"] = usage(done)
+            d["timings"] = timings(done)
         return d
 
     def opening(self):
@@ -164,6 +188,7 @@ class CompletionRenderer(_OpenAIRenderer):
 
     def closing(self, result: GenerationResult):
         out = [self._text("", finish=finish_reason(result.finished))]
+        out[0]["timings"] = timings(result.finished)
         if self.wire.include_usage:
             out.append(self._usage_chunk(result.finished))
         return out + ["[DONE]"]
