@@ -278,3 +278,19 @@ def test_draft_counts_in_ollama_openai_metrics_and_the_chat_line(server):
         metrics = c.get("/metrics").text
     drafted = [ln for ln in metrics.splitlines() if ln.startswith("strata_speculative_tokens_total")]
     assert any('kind="accepted"' in ln for ln in drafted) and any('kind="drafted"' in ln for ln in drafted)
+
+
+def test_a_recurrent_model_never_drafts(loop, tmp_path):
+    """Its state cannot drop rejected tokens by position: speculation stays off even when asked for ("on"), and
+    the model still answers (SWA models, whose cells can be dropped, do draft: the edit test's SmolLM2 path)."""
+    from gguf_families import write_mamba
+
+    path = write_mamba(tmp_path / "mamba.gguf", n_layer=2)
+    c = start(loop, path, num_ctx=512, num_parallel=1, n_batch=64, n_layer=2)
+    try:
+        text, done, _ = run(loop, collect(c, req(True, prompt="one two three one two three one two", raw=True,
+                                                 num_predict=24)))
+        assert done.completion_tokens == 24 and done.draft_tokens == 0
+        assert run(loop, c.stats()).draft_tokens == 0
+    finally:
+        run(loop, c.close())
