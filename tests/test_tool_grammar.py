@@ -123,6 +123,22 @@ def test_bare_call_at_the_start_triggers_with_json_whitespace(vocab, start):
     s.free()
 
 
+def test_fenced_call_at_the_start_is_constrained_and_closed(vocab):
+    """Qwen2.5-Coder-0.5B writes most calls inside a ```json fence: the grammar starts at the brace, holds the
+    call, and admits the closing fence, then only the end."""
+    s = lazy_sampler(vocab, "hermes")
+    watch_text(vocab, s, '```json\n{\n    "name": "get_weather",\n    "arguments": {"city": "Paris"}\n}')
+    assert s.grammar is not None
+    assert not s.allows(s.grammar, L.llama_vocab_eos(vocab))                # the fence must close first
+    watch_text(vocab, s, "\n```")
+    assert s.allows(s.grammar, L.llama_vocab_eos(vocab))
+    s.free()
+    s = lazy_sampler(vocab, "generic")
+    watch_text(vocab, s, '```python\nprint({"name": 1})')                  # other code: never a call
+    assert s.grammar is None and s.lazy is None
+    s.free()
+
+
 def test_text_the_grammar_rejects_stays_free(vocab):
     """The marker completed by a token that also holds text no call can continue from (`>.`): the grammar is
     dropped (it is never fed a token it rejects), the reply stays free, and a later marker starts it again."""

@@ -25,7 +25,7 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner import sampling
-from app.engine.runner.tool_grammar import BARE, MARKER, ToolGrammar
+from app.engine.runner.tool_grammar import BARE, MARKER, ToolGrammar, may_open_bare
 
 log = logging.getLogger("strata.engine")
 
@@ -54,7 +54,7 @@ class SeqSampler:
         self.tokens: list[int] = []
         self.starts: list[int] = []
         self.search_from = 0
-        self.bare = True                    # a bare `{"name"` call may still start the reply
+        self.bare = True                    # a bare `{"name"` call (maybe in a ```json fence) may still start the reply
         self._cur = None                    # numpy llama_token_data[n_vocab], made when a grammar is in force
         self._one = L.llama_token_data()
         self._one_arr = L.llama_token_data_array(data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False)
@@ -131,7 +131,7 @@ class SeqSampler:
         self.starts.append(len(self.text))
         self.tokens.append(tok)
         self.text += self.piece(tok, special=True)
-        if self.bare and self.text.strip() and not self.text.lstrip().startswith(b"{"):
+        if self.bare and not may_open_bare(self.text):
             self.bare = False
             if not self.lazy.opener:             # nothing else can start a call: sample freely from here
                 self.lazy = None

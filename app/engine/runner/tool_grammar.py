@@ -19,10 +19,24 @@ from app.engine.chat.formats import CallGrammar, format_for
 from app.engine.runner.grammar import GrammarError, schema_grammar
 
 
-# A reply that opens with a bare call: whitespace, then `{`, the JSON whitespace the grammar's `space` rule admits
-# (json_schema_grammar.SPACE_RULE), and the "name" key, so the trigger fires only on text the grammar accepts.
-_BARE_START = re.compile(rb'\s*(\{(?: |\n{1,2}[ \t]{0,20})?"name")')
-BARE, MARKER = "bare", "marker"
+# A reply that opens with a bare call: whitespace, optionally a Markdown code fence (small models such as
+# Qwen2.5-Coder-0.5B write ```json around their calls), then `{`, the JSON whitespace the grammar's `space`
+# rule admits (json_schema_grammar.SPACE_RULE) and the "name" key, so the trigger fires only on text the
+# grammar accepts.
+_BARE_START = re.compile(rb'\s*(?P<fence>```(?:json)?[ \t]*\n\s*)?(?P<call>\{(?: |\n{1,2}[ \t]{0,20})?"name")')
+_FENCE_LINE = 16                     # a fence line longer than this is not "```json"
+BARE, FENCED, MARKER = "bare", "fenced", "marker"
+
+
+def may_open_bare(text: bytes) -> bool:
+    """Whether the reply so far can still grow into a bare (or fenced) call's start."""
+    t = text.lstrip()
+    if t.startswith(b"```"):
+        nl = t.find(b"\n")
+        if nl < 0:
+            return len(t) <= _FENCE_LINE
+        t = t[nl + 1:].lstrip()
+    return not t or t.startswith(b"{") or (len(t) < 3 and b"```".startswith(t))
 
 
 @dataclass(frozen=True)
@@ -34,12 +48,13 @@ class ToolGrammar:
 
     def find_trigger(self, text: bytes, start: int = 0, bare: bool = True) -> tuple[int, str] | None:
         """Where the constrained part starts in `text` (the reply so far, special tokens as text) and how:
-        (offset, BARE) for a reply that opens with `{"name"` (looked for when `bare`), (offset, MARKER) at the
+        (offset, BARE) for a reply that opens with `{"name"` (FENCED: inside a ```json fence, which the grammar then
+        closes; looked for when `bare`), (offset, MARKER) at the
         family's marker at or after `start`; None while neither has appeared."""
         if bare:
             m = _BARE_START.match(text)
             if m:
-                return m.start(1), BARE
+                return m.start("call"), FENCED if m.group("fence") else BARE
         if self.opener:
             i = text.find(self.opener.encode(), start)
             if i >= 0:
@@ -49,7 +64,7 @@ class ToolGrammar:
     def triggered(self, kind: str, prefix: str) -> str:
         """The grammar from the trigger on: `prefix` (the text of the trigger's first token before the trigger,
         already written) and then the calls."""
-        body = self.wrapped if kind == MARKER else "call"
+        body = self.wrapped if kind == MARKER else 'call tc-ws "```"' if kind == FENCED else "call"
         lead = f'"{_gbnf_str(prefix)}" ' if prefix else ""
         return f"root ::= {lead}({body})\n{self.gbnf}"
 
