@@ -21,9 +21,9 @@ from typing import AsyncIterator, Callable
 
 from app.discovery.host import host_memory
 from app.engine import protocol as P
+from app.engine import stderr_tail
 from app.engine.planner.types import Layout
 from app.engine.runner_watch import WatchLimits, judge, process_state
-from app.engine.stderr_tail import StderrTail
 from app.ggml import rpc
 
 log = logging.getLogger("strata.engine")
@@ -121,7 +121,7 @@ class RunnerClient:
         self._work_since = time.monotonic()     # when requests started waiting, after a time without any
         self._beat: P.Heartbeat | None = None   # the runner's last heartbeat
         self._stalled: str | None = None        # why the watchdog killed it
-        self._stderr: StderrTail | None = None
+        self._stderr: stderr_tail.StderrTail | None = None
         self.exit_error: RunnerExited | None = None     # what every request got when the process ended
         self._watchdog_task: asyncio.Task | None = None
         self.prompt_cache_used = 0          # bytes the runner's host-RAM prompt cache holds now
@@ -154,8 +154,8 @@ class RunnerClient:
         self._on_progress = on_progress
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
-        if self.log_dir is None:        # else the runner writes its stderr to its own log file
-            self._stderr = StderrTail()
+        if self.log_dir is None and stderr_tail.supported():   # else it writes its stderr to its own log file
+            self._stderr = stderr_tail.StderrTail()
         self._proc = mp.Process(target=_runner_process, name=f"strata-runner-{self.model_name or 'model'}",
                                 args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir,
                                       self.prompt_cache_bytes, self._stderr and self._stderr.child_end),
@@ -432,8 +432,8 @@ class RunnerClient:
             err = RunnerExited(f"the runner process for {name} ended unexpectedly ({describe_exit(code)}){lost}; "
                                f"the next request loads {name} again{said}")
         self.exit_error = err
-        if not self._closing and self._stderr is not None:
-            lines = self._stderr.lines()
+        if not self._closing:
+            lines = self._stderr.lines() if self._stderr is not None else []
             log.warning("the runner process of %s (pid %s) ended: %s; its last %d stderr lines:%s", name, self.pid,
                         describe_exit(code), len(lines), "".join(f"\n  | {ln}" for ln in lines) or " (none)")
         if not self._load_fut.done():

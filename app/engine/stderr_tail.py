@@ -18,6 +18,12 @@ DETAIL_LINES = 4            # of those, the last ones an error message quotes
 DETAIL_LINE_CHARS = 300
 
 
+def supported() -> bool:
+    """Passing a descriptor to a 'spawn' child is POSIX multiprocessing's (Windows passes handles instead): there
+    the runner keeps writing to the service's stderr directly, and errors carry no tail."""
+    return hasattr(reduction, "DupFd") and os.name == "posix"
+
+
 class InheritedFd:
     """A file descriptor handed to a 'spawn' child: pickling it (only possible while multiprocessing starts the
     child) registers the descriptor to be passed; the child gets it back from `fd()`."""
