@@ -11,6 +11,7 @@ import math
 import struct
 
 import httpx
+import jsonschema
 import ollama
 import openai
 import pytest
@@ -170,6 +171,31 @@ def test_json_schema_output(oc):
                     options={"num_predict": 40, "temperature": 0})
     data = json.loads(r.response)
     assert isinstance(data["age"], int)
+
+
+def test_a_grammar_that_cannot_continue_is_a_500_naming_it(http, oc):
+    """A schema no token can satisfy (a NUL character) ends that request with an error that names the grammar;
+    the runner lives on and the next request is served (issue 24)."""
+    r = http.post("/api/generate", json={"model": MODEL, "prompt": "x", "stream": False,
+                                         "format": {"type": "string", "pattern": "^\\x00$"}, "options": TINY})
+    assert r.status_code == 500 and "format JSON schema grammar" in r.json()["error"], r.text
+    assert oc.generate(model=MODEL, prompt="Hi", options=TINY).done
+
+
+def test_response_format_replies_validate(ai):
+    """Bounded so a reply always finishes well inside max_tokens: each one is JSON that validates."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "tags": {"type": "array", "items": {"enum": ["sun", "rain"]},
+                                                        "maxItems": 2}},
+              "required": ["city", "tags"], "additionalProperties": False}
+    for seed in (1, 2, 3):
+        r = ai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                       response_format={"type": "json_schema", "json_schema": {"name": "w",
+                                                                                               "schema": schema}},
+                                       max_tokens=200, temperature=1.0, seed=seed)
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", choice
+        jsonschema.validate(json.loads(choice.message.content), schema)
 
 
 def test_embed(oc):

@@ -86,7 +86,8 @@ def test_named_tool_choice_admits_only_that_name(vocab):
 
 def lazy_sampler(vocab, family):
     n_vocab = L.llama_vocab_n_tokens(vocab)
-    return SeqSampler(None, vocab, n_vocab, tg.for_request(TOOLS, "auto", family), "tool-call", Vocab(vocab, n_vocab).piece)
+    return SeqSampler(None, vocab, n_vocab, tg.for_request(TOOLS, "auto", family), "tool-call",
+                      Vocab(vocab, n_vocab).piece)
 
 
 def watch_text(vocab, sampler, text):
