@@ -31,7 +31,9 @@ class SamplingParams:
 class GenerateRequest:
     id: str
     prompt: str | None = None               # completion prompt (raw text when raw=True)
-    messages: list[dict] | None = None      # chat: [{"role","content"}], rendered with the GGUF chat template
+    messages: list[dict] | None = None      # chat: [{"role","content"}], rendered with the GGUF chat template;
+                                            # a message may carry "images": [encoded image bytes] (runner/media.py)
+    images: list[bytes] | None = None       # images of a generate-style prompt (before its text)
     system: str | None = None               # system prompt for generate-style requests
     raw: bool = False                       # bypass the chat template
     sampling: SamplingParams = field(default_factory=SamplingParams)

@@ -86,6 +86,7 @@ class Layout:
     reasons: tuple[str, ...] = field(default_factory=tuple)      # why each decision was made
     suggestions: tuple[str, ...] = field(default_factory=tuple)  # when it does not fit: what would
     lora_adapters: tuple[str, ...] = ()      # LoRA adapter GGUFs the runner applies (scale 1) after loading
+    mmproj_path: str | None = None           # the vision projector GGUF the runner loads through mtmd
     context: dict = field(default_factory=dict)   # how num_ctx was chosen: {"num_ctx", "limit", "reason"}
                                                   # (planner.options.ContextChoice; empty when not recorded)
 

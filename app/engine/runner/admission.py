@@ -12,6 +12,8 @@ fill-in-the-middle tokens (docs/architecture.md, "Tool calls").
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from llama_cpp import llama_cpp as L
 
@@ -59,6 +61,7 @@ class Admission:
         fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
         self.fim = fim if all(t >= 0 for t in fim) else None
         self.mark_last_user = False     # set when the model takes context checkpoints (batcher.Placement)
+        self.media = None               # media.Media when the model has a projector (runner main)
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
@@ -76,11 +79,18 @@ class Admission:
         chat = not req.raw and (req.messages is not None or req.prompt is not None) and req.suffix is None
         if req.suffix is not None:
             toks, text = self.infill_tokens(req), ""
+        elif has_images(req):
+            seq.media = self.media_prompt(req)
+            text, toks = "", seq.media.tokens
         else:
             text = self.prompt_text(req)
             toks = self.tokens_of(text, self.context_tokens(req))
         seq.n_keep = min(N_KEEP, len(toks))
-        toks, text = self.fit(seq, req, toks, text)
+        if seq.media is not None:       # images are never cut or dropped: a prompt that does not fit is refused
+            if not context_fit.fits(len(toks), max(0, int(req.reserve or 0)), self.n_ctx_seq):
+                raise context_fit.ContextOverflow(len(toks), max(0, int(req.reserve or 0)), self.n_ctx_seq)
+        else:
+            toks, text = self.fit(seq, req, toks, text)
         if chat and self.mark_last_user and not (seq.dropped_messages or seq.truncated_tokens):
             seq.checkpoint_at = self.last_user_start(req, toks)
         seq.prompt = np.asarray(toks, dtype=np.int32)
@@ -92,7 +102,8 @@ class Admission:
         except BaseException:
             sampling.free_chain(chain)
             raise
-        sampling.accept_prompt(chain, seq.prompt, sampling.penalty_window(req.sampling, self.n_ctx_seq))
+        sampling.accept_prompt(chain, seq.prompt[seq.prompt >= 0],      # image pseudo-tokens are no vocabulary
+                               sampling.penalty_window(req.sampling, self.n_ctx_seq))
         seq.detok = Detokenizer(self.vocab_out, self.shown if chat else frozenset(),
                                 self.thinking_prefix(text) if chat else "")
         stops = list(req.stop) + (self.turn_stops if chat else [])
@@ -207,9 +218,29 @@ class Admission:
             raise ValueError("the prompt is empty")
         return toks
 
+    def media_prompt(self, req):
+        """A prompt with images (media.py): mtmd's marker where each image goes, tokenized by mtmd. The caller
+        frees the MediaPrompt (Seq.free_media)."""
+        if self.media is None:
+            raise ValueError("this model has no vision projector: it cannot read images (missing capability: vision)")
+        if req.context:
+            raise ValueError("context cannot be combined with images")
+        marked, images = with_markers(req, self.media.marker)
+        text = self.prompt_text(marked)
+        add_special = not (self.bos and text.startswith(self.bos))     # the template wrote BOS itself
+        mp = self.media.tokenize(text, images, add_special)
+        if not mp.tokens or mp.tokens[-1] < 0:
+            mp.free()
+            raise ValueError("a prompt cannot end with an image: put text after it")
+        return mp
+
     def prompt_tokens(self, req) -> list[int]:
         if req.suffix is not None:
             return self.infill_tokens(req)
+        if has_images(req):
+            mp = self.media_prompt(req)
+            mp.free()
+            return mp.tokens
         return self.tokens_of(self.prompt_text(req), self.context_tokens(req))
 
     def context_tokens(self, req) -> list[int]:
@@ -223,3 +254,34 @@ class Admission:
         if not all(0 <= t < self.n_vocab for t in ctx):
             raise ValueError(f"context holds a token id outside the vocabulary (0..{self.n_vocab - 1})")
         return list(ctx)
+
+
+def has_images(req) -> bool:
+    """The request carries images (a generate prompt's, or any message's)."""
+    if req.images:
+        return True
+    return bool(req.messages) and any(isinstance(m, dict) and m.get("images") for m in req.messages)
+
+
+def with_markers(req, marker: str):
+    """(the request with `marker` before the text of each message or prompt that carries images, and the images
+    taken out; the images in prompt order)."""
+    images: list[bytes] = []
+    messages = req.messages
+    if messages is not None:
+        messages = []
+        for m in req.messages:
+            if isinstance(m, dict) and m.get("images"):
+                imgs = list(m["images"])
+                images.extend(imgs)
+                rest = {k: v for k, v in m.items() if k != "images"}
+                content = rest.get("content") or ""
+                rest["content"] = marker * len(imgs) + (content if isinstance(content, str) else "")
+                messages.append(rest)
+            else:
+                messages.append(m)
+    prompt = req.prompt
+    if req.images:
+        images = list(req.images) + images
+        prompt = marker * len(req.images) + (prompt or "")
+    return replace(req, messages=messages, prompt=prompt, images=None), images

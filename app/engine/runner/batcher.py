@@ -55,8 +55,9 @@ class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
                  prompt_cache_bytes: int = 0, stream_interval: float = 0.0, checkpoints: int = 0,
                  checkpoint_bytes: int = 0, warmup_s: float = 0.0,
-                 speculative: str | None = None):
+                 speculative: str | None = None, media=None):
         self.model, self.ctx, self.send = model, ctx, send
+        self.media = media                  # media.Media (the model's projector) or None
         self.stream_interval = stream_interval   # output_thread.stream_interval_s: how long new text may be held
         self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
         self.vocab = L.llama_model_get_vocab(model)
@@ -198,6 +199,7 @@ class Batcher:
         if seq.sampler is not None:
             seq.sampler.free()
             seq.sampler = None
+        seq.free_media()
         if seq.finish is None:
             seq.finish = reason
         seq.t_done = time.perf_counter()
@@ -301,8 +303,19 @@ class Batcher:
             self._rr = (self._rr + 1) % len(prefill)
             prefill = prefill[self._rr:] + prefill[:self._rr]
             grant = prefill_grants(prefill, b.free)
+            imaged = False
             for seq in prefill:
                 k = grant[seq.id]
+                if seq.media is not None:
+                    self._image_boundary(seq)
+                    nxt = seq.media.next_start(seq.todo)
+                    if nxt == seq.todo:                          # an image starts here: one image per step
+                        if not imaged:
+                            imaged = True
+                            self._eval_image(seq)
+                        continue
+                    if nxt is not None:
+                        k = min(k, nxt - seq.todo)               # a text chunk ends where an image starts
                 stops = self.placement.checkpoint_stops(seq)     # a chunk ends where a checkpoint is due
                 if stops:
                     k = min(k, stops[0] - seq.todo)
@@ -314,6 +327,39 @@ class Batcher:
                 if last:
                     outs.append((seq, row))
         return plan, outs
+
+    def _image_boundary(self, seq: Seq) -> None:
+        """A prefix found in the prompt cache must not end inside an image (its embeddings come whole): cut the
+        cells back to the image's start."""
+        start = seq.media.inside(seq.todo)
+        if start is None:
+            return
+        if not L.llama_memory_seq_rm(self.mem, seq.slot, start, -1):
+            L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
+            start = 0
+        seq.todo = seq.n_past = start
+        seq.n_cached = min(seq.n_cached, start)
+        seq.history = seq.history[:start]
+
+    def _eval_image(self, seq: Seq) -> None:
+        """Encode the image at seq.todo and decode its embeddings into the sequence's cells (runner/media.py),
+        outside the step's batch; a failure ends this sequence only."""
+        start = seq.todo
+        chunk, n = seq.media.images[start]
+        t0 = time.perf_counter()
+        try:
+            self.hooks.hit("image")
+            n_past = self.media.eval_image(self.ctx, chunk, seq.n_past, seq.slot, self.n_batch)
+        except Exception as e:  # noqa: BLE001 - mtmd's failure: this request fails, the runner goes on
+            L.llama_memory_seq_rm(self.mem, seq.slot, start, -1)
+            log.error("image of request %s: %s", seq.id, e)
+            seq.error = str(e)
+            self._release(seq, "error")
+            return
+        self._timing.append((time.perf_counter() - t0, time.perf_counter() - t0))
+        seq.history.extend(seq.prompt[start:start + n].tolist())
+        seq.todo, seq.n_past = start + n, n_past
+        self.placement.after_prefill(seq)
 
     def _decode(self, b: NpBatch, plan) -> tuple[int, str, float]:
         """llama_decode on `b`, unless a cancel arrived while it was built. Returns (rc, message, seconds)."""

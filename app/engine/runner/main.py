@@ -30,6 +30,7 @@ from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher
 from app.engine.runner.embeddings import Embedder, tokenize
 from app.engine.runner.heartbeat import HeartbeatThread
+from app.engine.runner.media import Media
 from app.engine.runner.output import Vocab
 from app.engine.runner.output_thread import stream_interval_s
 from app.engine.runner.testhooks import Hooks
@@ -90,6 +91,7 @@ def load(layout, n_threads, send):
             L.llama_model_free(model)
             raise RuntimeError(_load_error(lines, "llama.cpp could not create the context (not enough memory?)"))
         _apply_lora(model, ctx, layout.lora_adapters, lines)
+        media = _load_projector(model, ctx, layout, n_threads)
         # warm up in a thread that then ends, so its OpenMP team ends with it and the context thread's team is the
         # only one: two live teams (main + context) hold more threads than there are CPUs at n_threads > cores/2,
         # and libgomp then all but stops spinning at barriers (docs/architecture.md, "llama.cpp facts" 16)
@@ -103,7 +105,19 @@ def load(layout, n_threads, send):
     vocab = L.llama_model_get_vocab(model)
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
                       n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0)
-    return model, ctx, loaded, warmup_s
+    return model, ctx, loaded, warmup_s, media
+
+
+def _load_projector(model, ctx, layout, n_threads):
+    """The model's vision projector through mtmd (runner/media.py), or None when it has none."""
+    if not layout.mmproj_path:
+        return None
+    try:
+        return Media(model, layout.mmproj_path, n_threads or L.llama_n_threads(ctx), use_gpu=bool(layout.gpu_devices))
+    except Exception:
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+        raise
 
 
 def _apply_lora(model, ctx, paths, lines) -> None:
@@ -167,7 +181,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     L.llama_backend_init()
     try:
         layout = Layout.from_dict(layout_dict)
-        model, ctx, loaded, warmup_s = load(layout, n_threads, send)
+        model, ctx, loaded, warmup_s, media = load(layout, n_threads, send)
     except Exception as e:
         send(P.LoadFailed(str(e) or type(e).__name__))
         conn.close()
@@ -181,7 +195,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                       stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)),
                       checkpoints=layout.options.ctx_checkpoints,
                       checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
-                      warmup_s=warmup_s)
+                      warmup_s=warmup_s, media=media)
+    admission.media = media
     admission.mark_last_user = batcher.placement.checkpoints.enabled
     heartbeat.state = batcher.step_state
     batcher.start()
@@ -191,6 +206,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     batcher.stop()
     if not any(t.is_alive() for t in batcher.threads):
         embedder.close()
+        if media is not None:
+            media.close()
         L.llama_free(ctx)
         L.llama_model_free(model)
     conn.close()

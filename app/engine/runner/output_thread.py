@@ -92,6 +92,7 @@ class OutputThread:
         self.b.wake.set()
 
     def _finish_unadmitted(self, seq: Seq, reason: str):
+        seq.free_media()
         if seq.sampler is not None:
             seq.sampler.free()
             seq.sampler = None

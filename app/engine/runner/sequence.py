@@ -52,3 +52,8 @@ class Seq:
         self.t_sent = 0.0               # when text was last sent (0: never, so the first token goes at once)
         self.n_out = 0
         self.pending_lp: list = []
+        self.media = None               # media.MediaPrompt: the prompt's image chunks (admission; freed on release)
+
+    def free_media(self) -> None:
+        if self.media is not None:
+            self.media.free()
