@@ -28,6 +28,7 @@ def register(sub) -> None:
     p.add_argument("path")
     p.add_argument("--name", help="name:tag (default: from the file name, tag latest)")
     p.add_argument("--copy", action="store_true", help="always copy, never hard-link")
+    p.add_argument("--mmproj", help="a vision projector GGUF (mmproj) for the model: it then takes images")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("cp", help="copy a model to a new name (no file is copied)")
@@ -191,13 +192,14 @@ class _Bar:
 def cmd_import(args) -> int:
     bar = _Bar()
     try:
-        rec = _store().import_gguf(args.path, name=args.name, link=not args.copy, progress=bar)
+        rec = _store().import_gguf(args.path, name=args.name, link=not args.copy, progress=bar, mmproj=args.mmproj)
     except _errors() as e:
         bar.end()
         return _fail(e)
     bar.end()
     how = "copied" if bar.phase == "copying" else "linked"
-    print(f"imported {rec.name} ({format_bytes(rec.size, si=True)}, {how}) sha256:{rec.sha256}")
+    print(f"imported {rec.name} ({format_bytes(rec.size, si=True)}, {how}) sha256:{rec.sha256}"
+          + (f", vision projector {rec.projector}" if rec.projector else ""))
     return 0
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+IMAGE_MAX_PIXELS = 32 * 1024 * 1024     # an image's width x height: the service refuses more, the runner checks again
+
 
 @dataclass
 class SamplingParams:
@@ -59,6 +61,14 @@ class GenerateRequest:
     overflow: str = "truncate"
     reserve: int = 0                        # tokens the prompt must leave free for the reply (num_predict when set)
     announce: bool = False                  # send Admitted once the prompt is fitted (before any token)
+
+
+def has_images(req) -> bool:
+    """The request (this GenerateRequest, or the service's GenerationRequest: same two fields) carries images:
+    a generate prompt's, or any message's."""
+    if req.images:
+        return True
+    return bool(req.messages) and any(isinstance(m, dict) and m.get("images") for m in req.messages)
 
 
 @dataclass

@@ -22,8 +22,9 @@ from typing import AsyncIterator
 
 from app.engine import protocol
 from app.engine.client import ContextOverflowError, RequestError, RunnerError, RunnerExited
+from app.engine.protocol import has_images
 
-from . import chat_features
+from . import chat_features, images
 from .errors import ApiError, ContextLengthError
 from .gotemplate import TemplateError, render as render_template
 from .keep_alive import DEFAULT, KeepAlive
@@ -81,6 +82,11 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
     ro = request_options(req.options, record.parameters, req.logit_bias)
     facts = await chat_features.facts_for(record.path)
     chat_features.check(req, facts, req.model)
+    if has_images(req):
+        if not record.projector:
+            raise ApiError(400, f"model {req.model!r} does not support images: missing capability 'vision' (it has "
+                                "no vision projector)", param="images")
+        images.limit(req)
     prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
     if messages is not None:
         messages = with_default_system(messages, record.system)
@@ -97,7 +103,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
                 # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
     extra = chat_features.runner_fields(req, facts, messages)
     runner_request = protocol.GenerateRequest(
-        id=new_id(), prompt=prompt, system=system, raw=raw, sampling=ro.sampling,
+        id=new_id(), prompt=prompt, images=req.images, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
         overflow=req.overflow, reserve=max(0, ro.num_predict), announce=True, **extra)

@@ -207,7 +207,7 @@ def _file_digests(files, what: str) -> list[tuple[str, str]]:
 
 async def create_from_files(request: web.Request, body: dict, name: str, from_: str | None, parameters: dict,
                             template: str | None, system: str | None, license: str | None,
-                            stream: bool) -> web.StreamResponse:
+                            stream: bool, projector: str | None = None) -> web.StreamResponse:
     """`files` and `adapters` as Ollama documents them: {"model.gguf": "sha256:..."} of blobs uploaded with
     POST /api/blobs (a split model is its parts, named ...-00001-of-0000N.gguf); `adapters` are LoRA GGUFs put on
     the model made from `files`, or on `from`."""
@@ -242,9 +242,9 @@ async def create_from_files(request: web.Request, body: dict, name: str, from_: 
         lora = tuple(str(p) for p in placed[len(files):])
         if files:
             await store.call("add_model", name, placed[0], files[0][1], parameters, template, system, license,
-                             "uploaded (/api/create files)", lora)
+                             "uploaded (/api/create files)", lora, projector=projector)
         else:
-            await store.call("create", name, from_, parameters, template, system, license, lora)
+            await store.call("create", name, from_, parameters, template, system, license, lora, projector)
         for (_fname, hex_), dest in zip(files, placed):      # split parts now live under their split names
             if Path(sources[hex_]) != Path(dest):
                 await store.call("release_blob", sources[hex_])

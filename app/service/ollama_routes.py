@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from aiohttp import web
 
 from app import __version__
+from app.engine.gguf.projector import read_projector
 
 from . import appkeys as keys
 from . import model_routes
@@ -63,6 +64,16 @@ async def _model_info_or_empty(path, info, verbose: bool) -> dict:
         return {}
 
 
+async def _projector_or_none(record):
+    """The model's vision projector's facts (engine/gguf/projector.py), None without one or when unreadable."""
+    if not getattr(record, "projector", None):
+        return None
+    try:
+        return await asyncio.to_thread(read_projector, record.projector)
+    except Exception:  # noqa: BLE001 - a projector file gone since: the load says so with its own error
+        return None
+
+
 async def show(request):
     scheduler, store, _ = _ctx(request)
     body = await read_json(request)
@@ -78,6 +89,11 @@ async def show(request):
         caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
     strata = {"source": record.source, "read_only": bool(record.read_only), "path": str(record.path),
               "digest": digest_of(record)}
+    projector = await _projector_or_none(record)
+    if projector is not None:
+        caps.append("vision")
+        strata["projector"] = {"path": projector.path, "projector_type": projector.projector_type,
+                               "size": projector.file_size, "weight_bytes": projector.weight_bytes}
     if info is not None:      # the context a load gets (or got) and what decided it
         strata["context"] = await scheduler.context_preview(record, info)
     if facts is not None:     # which chat template is used and why (a GGUF without one gets a built-in)
@@ -93,6 +109,9 @@ async def show(request):
         "details": details(info, record),
         "model_info": await _model_info_or_empty(record.path, info, verbose) if info else {},
         "capabilities": caps,
+        **({"projector_info": {"general.architecture": "clip", "clip.projector_type": projector.projector_type,
+                               "clip.vision.image_size": projector.image_size,
+                               "clip.vision.patch_size": projector.patch_size}} if projector else {}),
         "modified_at": iso_time(record.modified_at),
         "strata": strata,
     })
@@ -133,15 +152,23 @@ async def create(request):
     if body.get("system") is not None:
         system = field(body, "system", str)
     license = _license(body) or mf_license
+    projector = None
+    if body.get("projector") is not None:            # Strata's: a vision projector GGUF (mmproj) on this machine
+        try:
+            projector = await store.call("store_projector", field(body, "projector", str))
+        except Exception as e:  # noqa: BLE001 - mapped by type
+            err = store_error(e, name)
+            raise ApiError(err.status, f"projector: {err.message}", param="projector") from None
     if body.get("files") or body.get("adapters"):     # uploaded GGUF blobs (POST /api/blobs first)
         return await model_routes.create_from_files(request, body, name, from_, parameters, template, system,
-                                                    license, stream)
+                                                    license, stream, projector)
     if not from_:
         raise ApiError(400, "'from' (a model name or a GGUF path on this machine) or a 'modelfile' with FROM is "
                             "required", param="from")
     try:
         adapters = tuple([str(await store.call("add_adapter", p)) for p in adapter_paths])
-        record = await store.call("create", name, from_, parameters, template, system, license, adapters)
+        record = await store.call("create", name, from_, parameters, template, system, license, adapters,
+                                  projector)
     except Exception as e:  # noqa: BLE001 - mapped by type
         raise store_error(e, name) from None
     statuses = [{"status": "reading model metadata"}, {"status": f"using {record.path}"},

@@ -36,6 +36,8 @@ class GenerationRequest:
     model: str                                   # as the client wrote it (renderers echo it where the wire does)
     messages: list[dict] | None = None
     prompt: str | None = None
+    images: list[bytes] | None = None            # prompt requests: images before the prompt (messages carry their
+                                                 # own as "images": [bytes]); checked by service/images.py
     system: str | None = None                    # prompt requests: the system prompt (default: the Modelfile's)
     template: str | None = None                  # prompt requests: an Ollama Go template (default: the Modelfile's)
     raw: bool = False                            # prompt requests: no template at all

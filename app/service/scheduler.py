@@ -273,9 +273,11 @@ class Scheduler:
             async with self._load_lock:
                 if self._closed:
                     raise ApiError(503, "the service is shutting down")
-                # LoRA adapters are the record's, applied by the runner after the load (not planned: small)
+                # LoRA adapters are the record's, applied by the runner after the load (not planned: small); so is
+                # the vision projector (loaded beside the model through mtmd)
                 model.layout = replace(await self._place(model),
-                                       lora_adapters=tuple(getattr(model.record, "adapters", ()) or ()))
+                                       lora_adapters=tuple(getattr(model.record, "adapters", ()) or ()),
+                                       mmproj_path=getattr(model.record, "projector", None))
                 if model.closing or self._closed:
                     # unloaded (deleted, keep_alive 0, shutdown) while it was being planned: unload() found no
                     # runner to close, so a runner started now would belong to nobody and hold the memory
@@ -409,7 +411,8 @@ class Scheduler:
                 return False
             reason = f"num_ctx {options.num_ctx}: grown from {cur} for a prompt that needs {needed} tokens"
             layout = replace(layout, context={"num_ctx": options.num_ctx, "limit": "request", "reason": reason},
-                             lora_adapters=model.layout.lora_adapters if model.layout else ())
+                             lora_adapters=model.layout.lora_adapters if model.layout else (),
+                             mmproj_path=model.layout.mmproj_path if model.layout else None)
             log.info("reloading %s: %s", name, reason)
             self.events.publish("context_grow", {"model": name, "from": cur, "to": options.num_ctx,
                                                  "needed": needed})

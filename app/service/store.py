@@ -29,6 +29,7 @@ from app import paths
 from app.engine.gguf.adapter import read_adapter
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
+from app.engine.gguf.projector import read_projector
 from app.engine.gguf.split import part_path, sibling_paths
 from app.service.external_models import discover_external
 from app.service.names import InvalidName, sanitize_name
@@ -55,7 +56,8 @@ CREATE TABLE IF NOT EXISTS models (
     origin      TEXT,                       -- where it was imported from
     license     TEXT,                       -- LICENSE text (pulled models, /api/create)
     adapters    TEXT NOT NULL DEFAULT '[]', -- JSON list of LoRA adapter GGUFs (in the store's folder)
-    manifest    TEXT                        -- a registry pull's manifest, as the registry sent it
+    manifest    TEXT,                       -- a registry pull's manifest, as the registry sent it
+    projector   TEXT                        -- the vision projector GGUF (mmproj), in the store's folder
 );
 CREATE TABLE IF NOT EXISTS file_hashes (   -- sha256 of files we do not own (built-in, external), by version
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL
@@ -91,6 +93,7 @@ class ModelRecord:
     license: str | None = None
     adapters: tuple[str, ...] = ()   # LoRA adapter GGUFs applied on load
     manifest: str | None = field(default=None, repr=False)   # a registry pull's manifest (JSON text)
+    projector: str | None = None     # the vision projector GGUF (mmproj) loaded beside it: capability "vision"
 
     @property
     def model(self) -> str:
@@ -168,6 +171,8 @@ class ModelStore(StoreBlobs):
                 db.execute("ALTER TABLE models ADD COLUMN adapters TEXT NOT NULL DEFAULT '[]'")
             if "manifest" not in columns:
                 db.execute("ALTER TABLE models ADD COLUMN manifest TEXT")
+            if "projector" not in columns:
+                db.execute("ALTER TABLE models ADD COLUMN projector TEXT")
             if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 self._migrate_pulled_names(db)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -215,7 +220,8 @@ class ModelStore(StoreBlobs):
                            modified_at=r["modified_at"], source="store", read_only=False,
                            parameters=json.loads(r["parameters"] or "{}"), template=r["template"],
                            system=r["system"], origin=r["origin"], license=r["license"],
-                           adapters=tuple(json.loads(r["adapters"] or "[]")), manifest=r["manifest"])
+                           adapters=tuple(json.loads(r["adapters"] or "[]")), manifest=r["manifest"],
+                           projector=r["projector"])
 
     def _builtin_record(self) -> ModelRecord | None:
         p = builtin_model_path()
@@ -308,9 +314,11 @@ class ModelStore(StoreBlobs):
             raise ReadOnlyModel(f"{key!r} is the built-in model and cannot be replaced or removed")
 
     def import_gguf(self, path: str | os.PathLike, name: str | None = None, link: bool = True,
-                    progress: Progress | None = None) -> ModelRecord:
+                    progress: Progress | None = None, mmproj: str | os.PathLike | None = None) -> ModelRecord:
         """Validate a GGUF file and register it under `name` (default: from the file name, tag `latest`).
-        link=True hard-links when the store is on the same filesystem, else copies; link=False always copies."""
+        link=True hard-links when the store is on the same filesystem, else copies; link=False always copies.
+        `mmproj`: a vision projector GGUF stored with it (the model then takes images)."""
+        projector = self.store_projector(mmproj, link) if mmproj is not None else None
         src = Path(path).expanduser()
         key = canonical_name(name) if name is not None else sanitize_name(src.stem)
         self._check_writable(key)
@@ -346,7 +354,24 @@ class ModelStore(StoreBlobs):
             for tmp in staged:
                 tmp.unlink(missing_ok=True)
             raise
-        return self._put(key, blob, size, first_digest, {}, None, None, str(src))
+        return self._put(key, blob, size, first_digest, {}, None, None, str(src), projector=projector)
+
+    def store_projector(self, path: str | os.PathLike, link: bool = True) -> str:
+        """Check a vision projector GGUF (engine/gguf/projector.py) and put it in the store's folder (hard link or
+        copy, named by its sha256); returns its stored path."""
+        src = Path(path).expanduser()
+        if not src.is_file():
+            raise GGUFError(f"{src}: no such projector file")
+        read_projector(src)
+        tmp, digest = self._stage(src.resolve(), link, None)
+        dest = self.models_dir / f"sha256-{digest}.gguf"
+        try:
+            self._place(tmp, dest, src.stat().st_size)
+            read_projector(dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return str(dest)
 
     def _stage(self, src: Path, link: bool, progress: Progress | None) -> tuple[Path, str]:
         """Hard-link (else copy) `src` to a temporary name in the store and hash it: (temp path, sha256 hex)."""
@@ -383,7 +408,7 @@ class ModelStore(StoreBlobs):
     def add_model(self, name: str, path: Path, digest_hex: str | None, parameters: dict | None = None,
                   template: str | None = None, system: str | None = None, license: str | None = None,
                   origin: str | None = None, adapters: tuple[str, ...] = (),
-                  manifest: str | None = None) -> ModelRecord:
+                  manifest: str | None = None, projector: str | None = None) -> ModelRecord:
         """Register a GGUF that is already in the store's folder (a pull, an upload): checked, then written in
         one transaction, so a model is either fully there or not at all. `manifest`: a registry pull's."""
         key = canonical_name(name)
@@ -394,11 +419,12 @@ class ModelStore(StoreBlobs):
         info = read_model_info(path)
         self._check_adapters(adapters, info.architecture)
         return self._put(key, path, info.file_size, digest_hex, dict(parameters or {}), template, system, origin,
-                         license, adapters, manifest)
+                         license, adapters, manifest, projector)
 
     def _put(self, key: str, blob: Path, size: int, digest: str | None, parameters: dict, template: str | None,
              system: str | None, origin: str | None, license: str | None = None,
-             adapters: tuple[str, ...] = (), manifest: str | None = None) -> ModelRecord:
+             adapters: tuple[str, ...] = (), manifest: str | None = None,
+             projector: str | None = None) -> ModelRecord:
         """Write one name (replacing the model it named, in any case spelling) in one transaction."""
         try:
             params_json = json.dumps(parameters, sort_keys=True)
@@ -406,22 +432,23 @@ class ModelStore(StoreBlobs):
             raise StoreError(f"parameters must be JSON values: {e}") from None
         with closing(self._connect()) as db:
             with db:
-                old = db.execute("SELECT path, adapters FROM models WHERE name = ? COLLATE NOCASE",
+                old = db.execute("SELECT path, adapters, projector FROM models WHERE name = ? COLLATE NOCASE",
                                  (key,)).fetchone()
                 db.execute("DELETE FROM models WHERE name = ? COLLATE NOCASE", (key,))
                 db.execute("INSERT INTO models (name, path, size, sha256, modified_at, parameters, template, system, "
-                           "origin, license, adapters, manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "origin, license, adapters, manifest, projector) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (key, str(blob), size, digest, time.time(), params_json, template, system, origin,
-                            license, json.dumps(list(adapters)), manifest))
+                            license, json.dumps(list(adapters)), manifest, projector))
             if old:
-                for p in [old["path"], *json.loads(old["adapters"] or "[]")]:
+                for p in [old["path"], *json.loads(old["adapters"] or "[]"), *filter(None, [old["projector"]])]:
                     self._delete_blob_if_unused(db, Path(p))
             row = db.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
         return self._row_record(row)
 
     def create(self, name: str, from_name_or_path: str, parameters: dict | None = None, template: str | None = None,
                system: str | None = None, license: str | None = None,
-               adapters: tuple[str, ...] = ()) -> ModelRecord:
+               adapters: tuple[str, ...] = (), projector: str | None = None) -> ModelRecord:
         """Modelfile-style: a new name from an existing model (FROM name) or a GGUF path, with PARAMETERs,
         TEMPLATE and SYSTEM layered over the base's, and LoRA `adapters` (stored GGUFs) added to its own."""
         key = canonical_name(name)
@@ -446,7 +473,8 @@ class ModelStore(StoreBlobs):
                          template if template is not None else base.template,
                          system if system is not None else base.system,
                          base.origin if base.source == "store" else f"{base.source}: {base.name}",
-                         license if license is not None else base.license, all_adapters)
+                         license if license is not None else base.license, all_adapters,
+                         projector=projector if projector is not None else base.projector)
 
     def copy(self, src: str, dst: str) -> ModelRecord:
         rec = self.get(src)
@@ -457,7 +485,7 @@ class ModelStore(StoreBlobs):
         Path(rec.path).stat()                                  # the file must still be there
         origin = rec.origin if rec.source == "store" else f"{rec.source}: {rec.name}"
         return self._put(key, Path(rec.path), rec.size, rec.sha256, dict(rec.parameters), rec.template,
-                         rec.system, origin, rec.license, rec.adapters, rec.manifest)
+                         rec.system, origin, rec.license, rec.adapters, rec.manifest, rec.projector)
 
     def remove(self, name: str) -> ModelRecord:
         key = self.lookup_key(name)
@@ -471,7 +499,7 @@ class ModelStore(StoreBlobs):
                                     "remove it with the app that owns it")
             with db:
                 db.execute("DELETE FROM models WHERE name = ?", (row["name"],))
-            for p in [row["path"], *json.loads(row["adapters"] or "[]")]:
+            for p in [row["path"], *json.loads(row["adapters"] or "[]"), *filter(None, [row["projector"]])]:
                 self._delete_blob_if_unused(db, Path(p))
         return self._row_record(row)
 
@@ -483,8 +511,8 @@ class ModelStore(StoreBlobs):
             return
         if not inside or not path.name.startswith("sha256-"):
             return
-        if db.execute("SELECT 1 FROM models WHERE path = ? OR instr(adapters, ?) > 0 LIMIT 1",
-                      (str(path), json.dumps(str(path)))).fetchone():
+        if db.execute("SELECT 1 FROM models WHERE path = ? OR instr(adapters, ?) > 0 OR projector = ? LIMIT 1",
+                      (str(path), json.dumps(str(path)), str(path))).fetchone():
             return
         for part in sibling_paths(str(path)) or [str(path)]:     # a split model goes with all of its parts
             Path(part).unlink(missing_ok=True)

@@ -90,6 +90,7 @@ async def import_model(request):
         raise ApiError(400, "'path' must not be empty", param="path")
     name = model_name(body) if body.get("model") is not None else None
     link = field(body, "link", bool, True)
+    mmproj = field(body, "mmproj", str)          # a vision projector GGUF stored with the model
     stream = field(body, "stream", bool, True)
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
@@ -107,7 +108,8 @@ async def import_model(request):
         f.exception()              # retrieved here too: after a cancel nobody else asks for it
         events.put_nowait(None)
 
-    job = asyncio.ensure_future(store.call_aside("import_gguf", path, name, link=link, progress=progress))
+    job = asyncio.ensure_future(store.call_aside("import_gguf", path, name, link=link, progress=progress,
+                                                 mmproj=mmproj))
     job.add_done_callback(finished)
     w = NDJSONWriter(request) if stream else None
     try:

@@ -19,6 +19,7 @@ from llama_cpp import llama_cpp as L
 
 from app.engine.chat.formats import format_for
 from app.engine.gguf.chat_facts import ChatFacts
+from app.engine.protocol import has_images
 from app.engine.runner import chat_template, context_fit, grammar, sampling, tool_grammar
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.embeddings import tokenize
@@ -254,13 +255,6 @@ class Admission:
         if not all(0 <= t < self.n_vocab for t in ctx):
             raise ValueError(f"context holds a token id outside the vocabulary (0..{self.n_vocab - 1})")
         return list(ctx)
-
-
-def has_images(req) -> bool:
-    """The request carries images (a generate prompt's, or any message's)."""
-    if req.images:
-        return True
-    return bool(req.messages) and any(isinstance(m, dict) and m.get("images") for m in req.messages)
 
 
 def with_markers(req, marker: str):

@@ -347,6 +347,7 @@ class Batcher:
         start = seq.todo
         chunk, n = seq.media.images[start]
         t0 = time.perf_counter()
+        self._step_tokens, self._step_t0 = n, t0            # one step of n tokens, for the heartbeat
         try:
             self.hooks.hit("image")
             n_past = self.media.eval_image(self.ctx, chunk, seq.n_past, seq.slot, self.n_batch)
@@ -356,7 +357,10 @@ class Batcher:
             seq.error = str(e)
             self._release(seq, "error")
             return
-        self._timing.append((time.perf_counter() - t0, time.perf_counter() - t0))
+        finally:
+            self._step_t0 = 0.0
+        dt = time.perf_counter() - t0
+        self._timing.append((dt, dt, n))
         seq.history.extend(seq.prompt[start:start + n].tolist())
         seq.todo, seq.n_past = start + n, n_past
         self.placement.after_prefill(seq)

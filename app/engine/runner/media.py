@@ -27,10 +27,11 @@ from llama_cpp import llama_cpp as L
 from llama_cpp import mtmd_cpp as M
 from PIL import Image
 
+from app.engine.protocol import IMAGE_MAX_PIXELS
+
 log = logging.getLogger("strata.engine")
 
 CHUNK_TEXT, CHUNK_IMAGE = 0, 1
-MAX_IMAGE_PIXELS = 64 * 1024 * 1024         # the service checks the same bound before it sends an image
 PSEUDO_SPAN = 1 << 30                        # pseudo-token ids are -(1 .. 2^30)
 
 
@@ -149,8 +150,8 @@ def bitmap(data: bytes):
     """An mtmd bitmap of the image in `data` (RGB), with the image's sha256 as its id; MediaError when bad."""
     try:
         with Image.open(io.BytesIO(data)) as im:
-            if im.width * im.height > MAX_IMAGE_PIXELS:
-                raise MediaError(f"the image is {im.width}x{im.height}: more than {MAX_IMAGE_PIXELS} pixels")
+            if im.width * im.height > IMAGE_MAX_PIXELS:
+                raise MediaError(f"the image is {im.width}x{im.height}: more than {IMAGE_MAX_PIXELS} pixels")
             rgb = im.convert("RGB")
     except MediaError:
         raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ... import images as image_input
 from ...errors import ApiError
 from ...options import check_int, check_number, parse_stop
 from ...request import GenerationRequest, field, model_name, ollama_options
@@ -43,8 +44,8 @@ def _text_of(content, where: str) -> str:
 
 
 def _user(blocks, i: int) -> list[dict]:
-    """A user turn: tool results become tool messages (first, in order), the text one user message."""
-    out, text = [], []
+    """A user turn: tool results become tool messages (first, in order), the text and images one user message."""
+    out, text, imgs = [], [], []
     for j, b in enumerate(blocks):
         where = f"messages[{i}].content[{j}]"
         kind = b.get("type") if isinstance(b, dict) else None
@@ -58,13 +59,29 @@ def _user(blocks, i: int) -> list[dict]:
             if b.get("is_error"):
                 content = f"Error: {content}"
             out.append({"role": "tool", "content": content, "tool_call_id": tid})
-        elif kind in ("image", "document", "search_result"):
+        elif kind == "image":
+            imgs.append(_image(b.get("source"), f"{where}.source"))
+        elif kind in ("document", "search_result"):
             raise _bad(f"{where}: {kind} blocks are not supported by this model")
         else:
             raise _bad(f"{where}: unknown or malformed content block {kind!r}")
-    if text or not out:
-        out.append({"role": "user", "content": "".join(text)})
+    if text or imgs or not out:
+        msg = {"role": "user", "content": "".join(text)}
+        if imgs:
+            msg["images"] = imgs
+        out.append(msg)
     return out
+
+
+def _image(source, where: str) -> bytes:
+    """An image block's source: {"type": "base64", "media_type", "data"}; a URL source is refused (never fetched)."""
+    if not isinstance(source, dict):
+        raise _bad(f"{where} must be an object")
+    if source.get("type") == "url":
+        return image_input.from_url(source.get("url"), f"{where}.url", "messages")     # refuses http(s) with a 400
+    if source.get("type") != "base64":
+        raise _bad(f"{where}.type must be 'base64' (got {source.get('type')!r})")
+    return image_input.from_base64(source.get("data"), f"{where}.data", "messages")
 
 
 def _assistant(blocks, i: int) -> dict:

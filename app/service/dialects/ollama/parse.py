@@ -2,6 +2,7 @@
 _types.py). Every check is a 400 that names the field."""
 from __future__ import annotations
 
+from ... import images as image_input
 from ...errors import ApiError
 from ...keep_alive import request_keep_alive
 from ...request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
@@ -35,9 +36,14 @@ def _common(req: GenerationRequest, body: dict) -> GenerationRequest:
     return req
 
 
-def _no_images(obj: dict, where: str) -> None:
-    if obj.get("images"):
-        raise ApiError(400, f"{where}: images are not supported (the model has no vision encoder)", param="images")
+def _images(obj: dict, where: str) -> list[bytes] | None:
+    """`images`: base64-encoded images (checked: service/images.py), or None when there are none."""
+    raw = obj.get("images")
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list):
+        raise ApiError(400, f"{where}.images must be an array of base64-encoded images", param="images")
+    return [image_input.from_base64(v, f"{where}.images[{j}]", "images") for j, v in enumerate(raw)]
 
 
 def parse_generate(body: dict) -> GenerationRequest:
@@ -52,7 +58,7 @@ def parse_generate(body: dict) -> GenerationRequest:
     if ctx is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in ctx):
         raise ApiError(400, "'context' must be a list of token ids", param="context")
     req.context = ctx or None
-    _no_images(body, "generate")
+    req.images = _images(body, "generate")
     req.suffix = suffix or None              # insert: checked against the model's FIM tokens
     req.want_context = not req.raw and req.suffix is None
     # a prompt longer than the context: Ollama's token rule, or a 400 with truncate=false (never a silent cut)
@@ -77,8 +83,10 @@ def parse_messages(raw, key: str = "messages") -> list[dict]:
             content = ""
         if not isinstance(content, str):
             raise ApiError(400, f"{key}[{i}].content must be a string", param=key)
-        _no_images(m, f"{key}[{i}]")
         msg = {"role": role, "content": content}
+        imgs = _images(m, f"{key}[{i}]")
+        if imgs:
+            msg["images"] = imgs
         if m.get("tool_calls") is not None:
             msg["tool_calls"] = parse_tool_calls(m["tool_calls"], f"{key}[{i}]", key)
         if m.get("tool_name") is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ... import images as image_input
 from ...errors import ApiError
 from ...options import check_int, check_number, parse_stop
 from ...request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name,
@@ -23,13 +24,14 @@ ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistan
             "function": "tool"}
 
 
-def _content_text(content, i: int) -> str:
+def _content(content, i: int) -> tuple[str, list[bytes]]:
+    """A message's content -> (its text, its images: `image_url` parts with data: URLs)."""
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
+        return content, []
     if isinstance(content, list):
-        parts = []
+        parts, imgs = [], []
         for part in content:
             if not isinstance(part, dict):
                 raise ApiError(400, f"messages[{i}].content parts must be objects", param="messages")
@@ -38,12 +40,16 @@ def _content_text(content, i: int) -> str:
                 if not isinstance(part.get("text"), str):
                     raise ApiError(400, f"messages[{i}].content text part needs 'text'", param="messages")
                 parts.append(part["text"])
-            elif kind in ("image_url", "input_image", "input_audio", "file"):
+            elif kind == "image_url":
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                imgs.append(image_input.from_url(url, f"messages[{i}].content image_url.url", "messages"))
+            elif kind in ("input_image", "input_audio", "file"):
                 raise ApiError(400, f"messages[{i}]: content of type {kind!r} is not supported by this model",
                                param="messages")
             else:
                 raise ApiError(400, f"messages[{i}]: unknown content part type {kind!r}", param="messages")
-        return "".join(parts)
+        return "".join(parts), imgs
     raise ApiError(400, f"messages[{i}].content must be a string or a list of parts", param="messages")
 
 
@@ -59,7 +65,10 @@ def parse_messages(raw) -> list[dict]:
         if role is None:
             raise ApiError(400, f"messages[{i}].role must be one of system, developer, user, assistant, tool; "
                                 f"got {m.get('role')!r}", param="messages")
-        msg = {"role": role, "content": _content_text(m.get("content"), i)}
+        text, imgs = _content(m.get("content"), i)
+        msg = {"role": role, "content": text}
+        if imgs:
+            msg["images"] = imgs
         if role == "assistant" and m.get("tool_calls") is not None:
             msg["tool_calls"] = parse_tool_calls(m["tool_calls"], f"messages[{i}]", "messages")
         if role == "assistant" and isinstance(m.get("function_call"), dict):      # the deprecated single call

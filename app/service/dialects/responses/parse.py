@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ... import images as image_input
 from ...errors import ApiError
 from ...options import check_int, check_number
 from ...request import GenerationRequest, field, model_name, ollama_options
@@ -34,7 +35,8 @@ def _bad(message: str, param: str = "input") -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def _content(content, where: str) -> str:
+def _content(content, where: str, images: list | None = None) -> str:
+    """A content's text; `input_image` parts (data: URLs) go to `images` where the caller takes them."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -44,8 +46,13 @@ def _content(content, where: str) -> str:
         kind = p.get("type") if isinstance(p, dict) else None
         if kind in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
             parts.append(p["text"])
+        elif kind == "input_image" and images is not None:
+            if p.get("file_id") and not p.get("image_url"):
+                raise _bad(f"{where}.content[{j}]: file_id images are not supported (no file storage here); "
+                           "send image_url as a data: URL")
+            images.append(image_input.from_url(p.get("image_url"), f"{where}.content[{j}].image_url", "input"))
         elif kind in ("input_image", "input_file", "input_audio"):
-            raise _bad(f"{where}.content[{j}]: {kind} is not supported by this model")
+            raise _bad(f"{where}.content[{j}]: {kind} is not supported here")
         else:
             raise _bad(f"{where}.content[{j}]: unknown content part {kind!r}")
     return "".join(parts)
@@ -74,7 +81,11 @@ def parse_input(raw) -> list[dict]:
             role = ROLES.get(item.get("role")) if isinstance(item.get("role"), str) else None
             if role is None:
                 raise _bad(f"{where}.role must be one of user, assistant, system, developer")
-            out.append({"role": role, "content": _content(item.get("content"), where)})
+            imgs: list[bytes] = []
+            msg = {"role": role, "content": _content(item.get("content"), where, imgs)}
+            if imgs:
+                msg["images"] = imgs
+            out.append(msg)
         elif kind == "function_call":
             name, cid, args = item.get("name"), item.get("call_id"), item.get("arguments", "{}")
             if not isinstance(name, str) or not name:
