@@ -54,5 +54,7 @@ class NgramDrafter:
         for n in range(min(N_MAX, len(toks) - 1), N_MIN - 1, -1):
             e = self.index.get(tuple(toks[len(toks) - n:]))
             if e is not None:
-                return toks[e:min(e + limit, len(toks))]
+                out = toks[e:min(e + limit, len(toks))]
+                cut = next((i for i, t in enumerate(out) if t < 0), len(out))   # an image's pseudo-tokens
+                return out[:cut]                                                 # (runner/media.py) are no text
         return []
