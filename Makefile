@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.strata-installed
 
-.PHONY: run test test-models setup serve bench screenshots package clean rebuild-engine
+.PHONY: run test test-models fuzz setup serve bench screenshots package clean rebuild-engine
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,12 @@ test: $(STAMP)
 # verified file is there. Tests that need one skip without it, unless STRATA_REQUIRE_TEST_MODELS=1 (.ci/run).
 test-models: $(BIN)/python
 	$(BIN)/python tests/model_cache.py
+
+# The long tool-call fuzz (tests/test_tool_fuzz.py; CI runs 24 requests per family): every tools family's random-weight
+# model sampled hot with random schemas. STRATA_TOOL_FUZZ_REQUESTS per family, STRATA_TOOL_FUZZ_SEED for another draw.
+fuzz: $(STAMP)
+	STRATA_TOOL_FUZZ_REQUESTS=$${STRATA_TOOL_FUZZ_REQUESTS:-200} QT_QPA_PLATFORM=offscreen \
+	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_tool_fuzz.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
