@@ -197,6 +197,31 @@ def test_openai_parallel_tool_calls_false_gives_one_call(ai, choice):
         valid(c.function.name, c.function.arguments)
 
 
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}, "confident": {"type": "boolean"}},
+          "required": ["answer"]}
+
+
+@pytest.mark.parametrize("question", [ASK[0]["content"], "What is 2 + 2? Answer in JSON."], ids=["tool", "plain"])
+def test_format_beside_tools_on_auto(ai, oc, question):
+    """response_format / format with tools on auto: the reply is calls, or content in that format (OpenAI's rule);
+    the format no longer silently switches the tools off."""
+    msgs = [{"role": "user", "content": question}]
+    r = ai.chat.completions.create(model=MODEL, messages=msgs, tools=[WEATHER], tool_choice="auto", max_tokens=N_CALL,
+                                   response_format={"type": "json_schema",
+                                                    "json_schema": {"name": "answer", "schema": ANSWER}}, **GREEDY)
+    o = oc.chat(MODEL, messages=msgs, tools=[WEATHER], format=ANSWER, options={"num_predict": N_CALL, **GREEDY})
+    for calls, content, cut in (
+            ([(c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls or ()],
+             r.choices[0].message.content, r.choices[0].finish_reason == "length"),
+            ([(c.function.name, c.function.arguments) for c in o.message.tool_calls or ()], o.message.content,
+             o.done_reason == "length")):
+        for name, args in calls:
+            valid(name, args)
+        if not calls and not cut:
+            jsonschema.validate(json.loads(content), ANSWER)
+        assert calls or content
+
+
 def test_openai_tool_result_round_trip(ai):
     """A call made, its result sent back as a tool message: the next turn is content, and the result is in its
     prompt."""

@@ -106,6 +106,8 @@ class ReplyReader:
         use_tools = bool(req.tools) and req.tool_choice != "none"
         self.parser = make_parser(facts.family if facts else "generic", tool_names(req.tools) if use_tools else ())
         self.drop_thinking = req.think is False
+        # parallel_tool_calls false: at most one call, also where no grammar shapes the calls (harmony, XML...)
+        self.max_calls = None if req.parallel_tool_calls else 1
         self.n_calls = 0
         self.pending_lp: tuple = ()
 
@@ -128,6 +130,8 @@ class ReplyReader:
             out.append(TextDelta(d.content, self.pending_lp))
             self.pending_lp = ()
         for c in d.calls:
+            if self.max_calls is not None and self.n_calls >= self.max_calls:
+                break
             out.append(ToolCallEvent(self.n_calls, new_call_id(), c.name, c.arguments))
             self.n_calls += 1
         return out

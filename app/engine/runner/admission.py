@@ -141,16 +141,18 @@ class Admission:
 
     def grammar(self, req):
         """(grammar, what it is called in errors): a tool-call grammar when the request's tool_choice asks for
-        one, else the `format` grammar (with tool_choice auto an explicit `format` wins: it is what the client
-        constrained), else (None, "")."""
-        wants_format = req.json_mode or req.json_schema is not None
-        if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw and \
-                not (wants_format and req.tool_choice == "auto"):
+        one; with tool_choice auto and a `format`, a grammar for either (calls, or content in that format: OpenAI's
+        response_format beside tools); else the `format` grammar, else (None, "")."""
+        fmt = grammar.grammar_for(req.json_mode, req.json_schema)
+        label = "format JSON schema" if req.json_schema is not None else "format json"
+        if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw:
+            if fmt is not None and req.tool_choice == "auto":
+                return (tool_grammar.with_format(req.tools, self.family, fmt, req.parallel_tool_calls),
+                        f"tool-call or {label} (tool_choice auto)")
             g = tool_grammar.for_request(req.tools, req.tool_choice, self.family, req.parallel_tool_calls)
             if g is not None:
                 return g, f"tool-call (tool_choice {req.tool_choice})"
-        label = "format JSON schema" if req.json_schema is not None else "format json"
-        return grammar.grammar_for(req.json_mode, req.json_schema), label
+        return fmt, label
 
     def thinking_prefix(self, prompt: str) -> str:
         """The thinking marker the template left open at the end of the prompt (DeepSeek-R1, QwQ, Qwen3 with

@@ -100,17 +100,64 @@ def forced(tools: list[dict], only: str | None = None, parallel: bool = False) -
     return ToolGrammar(f"{root}\ntc-ws ::= [ \\t\\n]*\n{body}")
 
 
-def lazy(tools: list[dict], shape: CallGrammar) -> ToolGrammar:
-    """`auto`: constrained from the family's marker (or a bare `{"name"` at the start) to the end of the call."""
+def lazy(tools: list[dict], shape: CallGrammar, parallel: bool = True) -> ToolGrammar:
+    """`auto`: constrained from the family's marker (or a bare `{"name"` at the start) to the end of the call.
+    Without `parallel` (OpenAI's parallel_tool_calls false) one call, after which the grammar admits only the
+    end of the reply."""
     opener, closer, listed = shape.opener, shape.closer, shape.listed
     body = _convert(call_schema(tools, None, shape.args_key), "call")
     wrapped = ""
     if opener:
-        inner = '"[" tc-ws call ("," tc-ws call)* "]"' if listed else "call"
+        inner = ('"[" tc-ws call ("," tc-ws call)* "]"' if parallel else '"[" tc-ws call tc-ws "]"') if listed \
+            else "call"
         end = f' tc-ws "{_gbnf_str(closer)}"' if closer else ""
-        wrapped = f'("{_gbnf_str(opener)}" tc-ws {inner}{end} tc-ws)+'
+        wrapped = f'("{_gbnf_str(opener)}" tc-ws {inner}{end} tc-ws)' + ("+" if parallel else "")
     # a bare call at the start is `call` (llama3's bare JSON uses its own key too)
     return ToolGrammar(f"tc-ws ::= [ \\t\\n]*\n{body}", lazy=True, opener=opener, wrapped=wrapped)
+
+
+def with_format(tools: list[dict], family: str, format_gbnf: str, parallel: bool = True) -> str:
+    """`auto` with a `format` (OpenAI's response_format beside tools): the reply is either content in that format
+    or calls (at the family's marker, or as a bare call JSON the parser reads as one), constrained from its first
+    token. The format's rules are renamed (`fmt-`) so they cannot clash with the call's."""
+    g = lazy(tools, format_for(family).grammar or CallGrammar(), parallel)     # no marker: bare calls only
+    alts = ["fmt-root", "call"] + ([g.wrapped] if g.wrapped else [])
+    return f"root ::= {' | '.join(alts)}\n{g.gbnf}\n{prefix_rules(format_gbnf, 'fmt-')}"
+
+
+_GBNF_NAME = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*::=", re.M)
+
+
+def prefix_rules(gbnf: str, prefix: str) -> str:
+    """`gbnf` with every rule it defines renamed `prefix + name`, at the definition and at each use (outside
+    string literals, character classes and comments)."""
+    names = set(_GBNF_NAME.findall(gbnf))
+    out, i, n = [], 0, len(gbnf)
+    while i < n:
+        c = gbnf[i]
+        if c in '"[':
+            close = '"' if c == '"' else "]"
+            j = i + 1
+            while j < n and gbnf[j] != close:
+                j += 2 if gbnf[j] == "\\" else 1
+            out.append(gbnf[i:j + 1])
+            i = j + 1
+        elif c == "#":
+            j = gbnf.find("\n", i)
+            j = n if j < 0 else j
+            out.append(gbnf[i:j])
+            i = j
+        elif c.isalnum() or c in "_-":
+            j = i
+            while j < n and (gbnf[j].isalnum() or gbnf[j] in "_-"):
+                j += 1
+            word = gbnf[i:j]
+            out.append(prefix + word if word in names else word)
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def _gbnf_str(s: str) -> str:
@@ -129,4 +176,4 @@ def for_request(tools: list[dict] | None, tool_choice, family: str, parallel: bo
     if isinstance(tool_choice, str) and tool_choice != "auto":
         return forced(tools, tool_choice, False)
     shape = format_for(family).grammar
-    return None if shape is None else lazy(tools, shape)
+    return None if shape is None else lazy(tools, shape, parallel)
