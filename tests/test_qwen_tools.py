@@ -328,7 +328,7 @@ def fake_tool(name: str, args: dict) -> str:
 def openai_agent(ai, question: str, max_turns: int = 3) -> tuple[list[dict], str, list[int]]:
     """An agent loop as frameworks write one: call tools until the model answers in content; at the step limit
     the last turn is asked with tool_choice none (an answer, whatever the model would rather do).
-    -> (the messages, the answer, each turn's prompt tokens)."""
+    -> (the messages, the answer, each turn's prompt tokens and then the question's alone)."""
     messages, prompt_tokens = [{"role": "user", "content": question}], []
     for turn in range(max_turns):
         last = turn == max_turns - 1
@@ -337,6 +337,10 @@ def openai_agent(ai, question: str, max_turns: int = 3) -> tuple[list[dict], str
         msg = r.choices[0].message
         prompt_tokens.append(r.usage.prompt_tokens)
         if not msg.tool_calls:
+            # the question alone, asked as this turn was: what the calls and results added shows
+            prompt_tokens.append(ai.chat.completions.create(
+                model=MODEL, messages=messages[:1], tools=[WEATHER, TIME], tool_choice="none" if last else "auto",
+                max_tokens=1, **GREEDY).usage.prompt_tokens)
             assert msg.content
             return messages, msg.content, prompt_tokens
         messages.append({"role": "assistant", "content": msg.content, "tool_calls": [
@@ -358,6 +362,8 @@ def ollama_agent(oc, question: str, max_turns: int = 3) -> tuple[list[dict], str
         msg = r.message
         prompt_tokens.append(r.prompt_eval_count)
         if not msg.tool_calls:
+            prompt_tokens.append(oc.chat(MODEL, messages=messages[:1], tools=None if last else [WEATHER, TIME],
+                                         options={"num_predict": 1, **GREEDY}).prompt_eval_count)
             assert msg.content
             return messages, msg.content, prompt_tokens
         messages.append({"role": "assistant", "content": msg.content or "", "tool_calls": [
@@ -369,18 +375,18 @@ def ollama_agent(oc, question: str, max_turns: int = 3) -> tuple[list[dict], str
 
 
 def check_agent_run(messages: list[dict], answer: str, prompt_tokens: list[int]) -> None:
+    """`prompt_tokens`: each turn's, then the question's alone asked as the last turn was."""
     assert any(m["role"] == "tool" for m in messages)        # it used a tool before answering
     assert answer and "<tool_call>" not in answer
-    # every turn's prompt held the turns before it (calls and results went back in)
-    assert all(b > a for a, b in zip(prompt_tokens, prompt_tokens[1:])), prompt_tokens
+    # every turn's prompt held the turns before it (calls and results went back in); the last (perhaps asked
+    # without tools, so without their description) held more than the question alone asked the same way
+    *tool_turns, last, alone = prompt_tokens
+    assert all(b > a for a, b in zip(tool_turns, tool_turns[1:])) and last > alone, prompt_tokens
 
 
-def test_agent_loop_reaches_an_answer(ai):
-    check_agent_run(*openai_agent(ai, ASK[0]["content"]))
-
-
-def test_two_clients_at_once(ai, oc):
-    """An OpenAI agent and an Ollama agent run their loops at the same time on the one model (two slots)."""
+def test_two_agent_loops_at_once(ai, oc):
+    """An OpenAI agent and an Ollama agent run their loops (tools until an answer) at the same time on the one
+    model (two slots): both reach an answer with valid calls."""
     results, errors = {}, []
 
     def run(name, fn):

@@ -274,8 +274,7 @@ def test_anthropic_tool_use_and_result(ac):
 
 
 def test_anthropic_thinking_count_tokens_and_errors(ac):
-    m = ac.messages.create(model="thinker:test", max_tokens=10, messages=ASK,
-                           thinking={"type": "enabled", "budget_tokens": 1024})
+    m = ac.messages.create(model="thinker:test", max_tokens=10, messages=ASK, thinking={"type": "adaptive"})
     assert m.content[0].type == "thinking" and m.content[0].thinking
     n = ac.messages.count_tokens(model=MODEL, messages=ASK)
     assert n.input_tokens > 5
@@ -291,6 +290,27 @@ def test_anthropic_thinking_count_tokens_and_errors(ac):
         ac.messages.create(model=MODEL, max_tokens=5, messages=ASK + [{"role": "assistant", "content": [
             {"type": "tool_use", "id": "t1", "name": "get_weather", "input": "Paris"}]}])
     assert "input must be an object" in e.value.body["error"]["message"]
+
+
+def test_anthropic_thinking_budget_ends_thinking(ac):
+    """budget_tokens caps thinking. The random model never closes its <think> block by itself: without a budget
+    every token is thinking; with one the runner ends the block when the budget is spent and the rest is the
+    answer. Anthropic's own limits are 400s naming the field."""
+    free = ac.messages.create(model="thinker:test", max_tokens=1100, messages=ASK, thinking={"type": "adaptive"},
+                              extra_body=TINY)
+    def texts(m):
+        return [b.type for b in m.content if b.type != "text" or b.text], "".join(
+            b.text if b.type == "text" else b.thinking for b in m.content)
+
+    assert texts(free)[0] == ["thinking"] and free.stop_reason == "max_tokens"
+    capped = ac.messages.create(model="thinker:test", max_tokens=1100, messages=ASK, extra_body=TINY,
+                                thinking={"type": "enabled", "budget_tokens": 1024})
+    assert texts(capped)[0] == ["thinking", "text"] and "</think>" not in texts(capped)[1]
+    for thinking, max_tokens in (({"type": "enabled"}, 2000), ({"type": "enabled", "budget_tokens": 1000}, 2000),
+                                 ({"type": "enabled", "budget_tokens": 1024}, 1024)):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            ac.messages.create(model="thinker:test", max_tokens=max_tokens, messages=ASK, thinking=thinking)
+        assert "budget_tokens" in e.value.body["error"]["message"], thinking
 
 
 # ---- OpenAI Responses ---------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import openai
 import pytest
 from gguf import GGUFValueType
 
-from app.engine.gguf.chat_facts import MARKER_TOKENS
+from app.engine.chat.formats import format_for
 from gguf_factory import tokenizer_keys, write_dense_llama
 from gguf_writer import smollm2_tokenizer_kv, template_text
 from service_util import start_service_in
@@ -88,7 +88,7 @@ def vocab_edits(family: str):
     -> (tokenizer_keys extra, {token text: id})."""
     kv = {k: (v, t, it) for k, v, t, it in smollm2_tokenizer_kv()}
     tokens, types = list(kv["tokenizer.ggml.tokens"][0]), list(kv["tokenizer.ggml.token_type"][0])
-    markers = [m for m in MARKER_TOKENS[PARSER_FAMILY.get(family, family)] if m not in tokens]
+    markers = [m for m in format_for(PARSER_FAMILY.get(family, family)).shown if m not in tokens]
     ids: dict[str, int] = {}
     for tid, text in zip(FREE_IDS, list(BARE) + markers):
         tokens[tid] = text

@@ -52,6 +52,7 @@ class GenerateRequest:
     tool_choice: str | None = None          # "auto" | "required" | a function name: the runner adds a grammar
     parallel_tool_calls: bool = True
     template_kwargs: dict = field(default_factory=dict)   # enable_thinking, reasoning_effort
+    think_budget: int | None = None         # at most this many tokens of thinking (Anthropic budget_tokens)
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)

@@ -84,7 +84,8 @@ def with_tool_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
 
 def runner_fields(req: GenerationRequest, facts: ChatFacts | None, messages: list[dict] | None) -> dict:
     """The GenerateRequest fields for tools, thinking and insert, and the messages the template gets."""
-    out: dict = {"template_kwargs": template_kwargs(req.think, facts), "suffix": req.suffix}
+    out: dict = {"template_kwargs": template_kwargs(req.think, facts), "suffix": req.suffix,
+                 "think_budget": req.think_budget if req.think else None}
     use_tools = bool(req.tools) and req.tool_choice != "none"
     if messages is not None and facts is not None and facts.family == "mistral":
         messages = mistral_ids(messages)

@@ -56,6 +56,7 @@ class GenerationRequest:
     tool_choice: str | None = None               # None (= auto) | "none" | "auto" | "required" | a function's name
     parallel_tool_calls: bool = True
     think: bool | str | None = None              # None: the template's default; "low" / "medium" / "high": effort
+    think_budget: int | None = None              # at most this many thinking tokens (Anthropic budget_tokens)
     suffix: str | None = None                    # completion requests: the text after the gap (insert)
     # a prompt longer than the context (runner/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
     # "drop_messages" (Ollama's chat: oldest messages go), "truncate" (Ollama's prompt: the token rule)

@@ -20,7 +20,7 @@ from llama_cpp import llama_cpp as L
 from app.engine.chat.formats import format_for
 from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.protocol import has_images
-from app.engine.runner import chat_template, context_fit, grammar, sampling, tool_grammar
+from app.engine.runner import chat_template, context_fit, grammar, sampling, think_budget, tool_grammar
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.embeddings import tokenize
 from app.engine.runner.output import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
@@ -107,6 +107,10 @@ class Admission:
                                sampling.penalty_window(req.sampling, self.n_ctx_seq))
         seq.detok = Detokenizer(self.vocab_out, self.shown if chat else frozenset(),
                                 self.thinking_prefix(text) if chat else "")
+        if chat and req.think_budget:
+            close = tokenize(self.vocab, think_budget.markers(self.family)[2], add_special=False, parse_special=True)
+            seq.sampler.budget = think_budget.ThinkBudget(req.think_budget, self.family, close,
+                                                          self.vocab_out.piece, bool(self.thinking_prefix(text)))
         stops = list(req.stop) + (self.turn_stops if chat else [])
         seq.stop = StopMatcher(stops)
         seq.stop_bytes = StopBytes(stops) if any(stops) else None

@@ -55,6 +55,7 @@ class SeqSampler:
         self.starts: list[int] = []
         self.search_from = 0
         self.bare = True                    # a bare `{"name"` call (maybe in a ```json fence) may still start the reply
+        self.budget = None                  # a think_budget.ThinkBudget, set by admission
         self._cur = None                    # numpy llama_token_data[n_vocab], made when a grammar is in force
         self._one = L.llama_token_data()
         self._one_arr = L.llama_token_data_array(data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False)
@@ -75,7 +76,21 @@ class SeqSampler:
 
     # ---- sampling (the context thread) ---------------------------------------------------------------------
     def sample(self, ctx, row: int) -> int:
-        """Pick the next token from the logits of batch row `row` and accept it into the chain (and grammar)."""
+        """Pick the next token from the logits of batch row `row` and accept it into the chain (and grammar);
+        with a thinking budget spent, the next token of the text that ends thinking instead (think_budget)."""
+        forced = self.budget.next_forced() if self.budget is not None and self.grammar is None else None
+        if forced is not None:
+            L.llama_sampler_accept(self.chain, forced)
+            if self.lazy is not None:
+                self.watch(forced)
+            tok = forced
+        else:
+            tok = self._sample(ctx, row)
+        if self.budget is not None:
+            self.budget.seen(tok)
+        return tok
+
+    def _sample(self, ctx, row: int) -> int:
         if self.grammar is None:
             tok = L.llama_sampler_sample(self.chain, ctx, row)
             if self.lazy is not None:

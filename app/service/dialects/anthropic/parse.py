@@ -173,12 +173,26 @@ def parse_tool_choice(raw, tools) -> tuple[str | None, bool]:
     return name, parallel
 
 
-def parse_thinking(raw):
+MIN_THINKING_BUDGET = 1024          # Anthropic's own minimum
+
+
+def parse_thinking(raw, max_tokens: int | None = None) -> tuple[bool | None, int | None]:
+    """-> (think, thinking budget in tokens). `enabled` needs `budget_tokens`, at least 1024 and below
+    max_tokens, as Anthropic requires; the runner ends the thinking block when the budget is spent."""
     if raw is None:
-        return None
+        return None, None
     if not isinstance(raw, dict) or raw.get("type") not in ("enabled", "disabled", "adaptive"):
         raise _bad("'thinking.type' must be enabled, disabled or adaptive", "thinking")
-    return raw["type"] != "disabled"
+    if raw["type"] != "enabled":
+        return raw["type"] != "disabled", None
+    budget = field(raw, "budget_tokens", int, required=True, name="thinking.budget_tokens")
+    if budget < MIN_THINKING_BUDGET:
+        raise _bad(f"'thinking.budget_tokens' must be at least {MIN_THINKING_BUDGET}, got {budget}",
+                   "thinking.budget_tokens")
+    if max_tokens is not None and budget >= max_tokens:
+        raise _bad(f"'max_tokens' must be greater than 'thinking.budget_tokens' ({budget}), got {max_tokens}",
+                   "thinking.budget_tokens")
+    return True, budget
 
 
 def sampling_options(body: dict) -> dict:
@@ -208,9 +222,10 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[Gen
         req.messages = [{"role": "system", "content": system}] + req.messages
     req.tools = parse_tools(body.get("tools"))
     req.tool_choice, req.parallel_tool_calls = parse_tool_choice(body.get("tool_choice"), req.tools)
-    req.think = parse_thinking(body.get("thinking"))
     if count_only:
+        req.think, _ = parse_thinking(body.get("thinking"))
         return req, WireChoices()
     req.stream = field(body, "stream", bool, False)
     req.options = {**ollama_options(body), **sampling_options(body)}     # max_tokens: the reply's reserve
+    req.think, req.think_budget = parse_thinking(body.get("thinking"), req.options["num_predict"])
     return req, WireChoices(tuple(req.options.get("stop", ())))
