@@ -48,7 +48,7 @@ test: $(STAMP)
 test-models: $(BIN)/python
 	$(BIN)/python tests/model_cache.py
 
-# The long tool-call fuzz (tests/test_tool_fuzz.py; CI runs 24 requests per family): every tools family's random-weight
+# The long tool-call fuzz (tests/test_tool_fuzz.py; CI runs 20 requests per family): every tools family's random-weight
 # model sampled hot with random schemas. STRATA_TOOL_FUZZ_REQUESTS per family, STRATA_TOOL_FUZZ_SEED for another draw.
 fuzz: $(STAMP)
 	STRATA_TOOL_FUZZ_REQUESTS=$${STRATA_TOOL_FUZZ_REQUESTS:-200} QT_QPA_PLATFORM=offscreen \

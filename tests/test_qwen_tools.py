@@ -222,25 +222,25 @@ def test_format_beside_tools_on_auto(ai, oc, question):
         assert calls or content
 
 
-def test_openai_tool_result_round_trip(ai):
-    """A call made, its result sent back as a tool message: the next turn is content, and the result is in its
-    prompt."""
+def test_openai_tool_result_round_trip(ai, server):
+    """A call made, its result sent back as a tool message: the call and the result are in the prompt the next
+    turn reads (llama-server's /apply-template shows it), and that turn answers in content."""
     first = ai.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required",
                                        max_tokens=N_CALL, **GREEDY).choices[0].message
     call = first.tool_calls[0]
-    valid(call.function.name, call.function.arguments)
-
-    def turn(result: str):
-        history = ASK + [{"role": "assistant", "content": None, "tool_calls": [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
-            {"role": "tool", "tool_call_id": call.id, "content": result}]
-        return ai.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER], tool_choice="none",
-                                          max_tokens=24, **GREEDY)
-
-    long, short = turn(LONG_RESULT), turn("ok")
-    assert long.choices[0].message.content and not long.choices[0].message.tool_calls
-    assert long.usage.prompt_tokens - short.usage.prompt_tokens >= len(LONG_RESULT.split())
+    args = valid(call.function.name, call.function.arguments)
+    history = ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function",
+         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": LONG_RESULT}]
+    body = {"model": MODEL, "messages": history, "tools": [WEATHER], "tool_choice": "none"}
+    r = ai.chat.completions.create(max_tokens=24, **body, **GREEDY)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    rendered = httpx.post(server.url + "/apply-template", json=body, timeout=60).json()
+    assert LONG_RESULT in rendered["prompt"] and "<tool_response>" in rendered["prompt"]
+    made = rendered["prompt"].rsplit("<tool_call>\n", 1)[1].split("\n</tool_call>")[0]
+    assert json.loads(made) == {"name": call.function.name, "arguments": args}
+    assert r.usage.prompt_tokens == rendered["n_tokens"]
 
 
 # ---- Anthropic Messages: tool_use -> tool_result -------------------------------------------------------------
