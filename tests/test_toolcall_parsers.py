@@ -224,6 +224,16 @@ def test_harmony_without_markup_is_content():
     check("harmony", "Just words.", content="Just words.")
 
 
+def test_a_call_cut_short_must_name_a_supplied_tool():
+    """max_tokens can end a reply inside a call's name: the mended JSON names no tool, so it is not a call."""
+    for family, text in (("hermes", '<tool_call>\n{"name": "get_wea'), ("llama3", '<|python_tag|>{"name": "get_'),
+                         ("mistral", '[TOOL_CALLS][{"name": "get_ti')):
+        d = parse_all(family, text, TOOLS)
+        assert d.calls == [] and "get_" in d.content, (family, d)
+    check("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+          calls=[{"name": "get_weather", "arguments": {"city": "Par"}}])
+
+
 # ---- helpers ------------------------------------------------------------------------------------------------
 
 def test_json_helpers():

@@ -136,7 +136,10 @@ class OutputParser:
             return False
         body = self.buf[:i] if i >= 0 else self.buf
         self.buf = self.buf[i + len(end):] if i >= 0 else ""
-        calls = self.section.parse(body if i >= 0 else _mended(body))
+        whole = body if i >= 0 else _mended(body)
+        calls = self.section.parse(whole)
+        if whole != body or (end and i < 0):     # cut short (its JSON mended, or no end marker): maybe in the
+            calls = self._named(calls)           # name too, so it must name a supplied tool
         if calls:
             self._calls(calls, out)
         else:                                    # not a call after all: keep what the model said, minus markup
@@ -177,7 +180,8 @@ class OutputParser:
         return True
 
     def _named(self, calls: list[ToolCall] | None) -> list[ToolCall] | None:
-        """The fallback's rule: every call must name a supplied tool."""
+        """The fallback's rule, and a section cut short's (its name may be cut too): every call must name a
+        supplied tool."""
         if calls and all(c.name in self.tool_names for c in calls):
             return calls
         return None

@@ -22,10 +22,10 @@ def tool_use_id(call_id: str) -> str:
 
 def stop_reason(result: GenerationResult) -> tuple[str, str | None]:
     done = result.finished
+    if done is not None and done.reason == "length":       # first: a tool_use cut short may lack its input
+        return "max_tokens", None
     if result.tool_calls:
         return "tool_use", None
-    if done is not None and done.reason == "length":
-        return "max_tokens", None
     if done is not None and done.stop_string:
         return "stop_sequence", done.stop_string
     return "end_turn", None

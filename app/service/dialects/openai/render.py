@@ -17,11 +17,11 @@ FINGERPRINT = "fp_strata"
 
 
 def finish_reason(done: Finished | None, tool_calls=()) -> str:
-    if tool_calls:
-        return "tool_calls"
-    if done is None:
-        return "stop"
-    return "length" if done.reason == "length" else "stop"
+    """`length` whenever max_tokens ended the reply, calls or not (a call cut short may lack arguments, as
+    OpenAI reports it); else `tool_calls` when the reply made calls."""
+    if done is not None and done.reason == "length":
+        return "length"
+    return "tool_calls" if tool_calls else "stop"
 
 
 def tool_call_json(ev: ToolCallEvent) -> dict:
