@@ -182,6 +182,7 @@ class Tally:
         self.counts: Counter = Counter()
         self.by_family: dict[str, Counter] = {}
         self.problems: list[str] = []
+        self.bad: Counter = Counter()          # (family, cell) -> replies with a problem
 
     def add(self, family: str, **kinds) -> None:
         with self.lock:
@@ -190,9 +191,20 @@ class Tally:
                 self.counts[k] += n
                 fam[k] += n
 
-    def problem(self, text: str) -> None:
+    def problem(self, text: str, family: str, cell: str) -> None:
         with self.lock:
             self.problems.append(text)
+            self.bad[(family, cell)] += 1
+
+    def table(self, families) -> list[str]:
+        """family x (tool_choice, streamed or not): requests / with a problem."""
+        cells = [f"{c}{s}" for c in ("auto", "required", "named", "none") for s in ("", "+stream")]
+        rows = [f"  {'family':15}" + "".join(f"{c:>17}" for c in cells)]
+        for fam in families:
+            got = self.by_family.get(fam, Counter())
+            marks = [f"{got[c]} " + (f"FAIL {self.bad[(fam, c)]}" if self.bad[(fam, c)] else "ok") for c in cells]
+            rows.append(f"  {fam:15}" + "".join(f"{m:>17}" for m in marks))
+        return rows
 
 
 def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, tally: Tally) -> None:
@@ -210,6 +222,7 @@ def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, t
         for t in BARE:
             bias[ids[t]] = round(rng.uniform(0, 12), 1)
     stream = rng.random() < 0.5
+    cell = choice + ("+stream" if stream else "")
     what = f"{family} choice={choice} parallel={parallel} stream={stream} tools={json.dumps(tools)[:200]}"
     kw = dict(model=f"fuzz-{family}:test", messages=[{"role": "user", "content": rng.choice(ODD_TEXT)}],
               tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel, max_tokens=max_tokens,
@@ -235,21 +248,21 @@ def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, t
             content = r.choices[0].message.content or ""
             got = [(c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls or ()]
     except openai.BadRequestError as e:
-        tally.add(family, requests=1, refused=1)
+        tally.add(family, requests=1, refused=1, **{cell: 1})
         if e.body.get("param") != "tools":
-            tally.problem(f"400 not naming tools: {e.body} ({what})")
+            tally.problem(f"400 not naming tools: {e.body} ({what})", family, cell)
         return
     except (openai.APIError, httpx.HTTPError) as e:
         text = str(e)
         aborted = "ended unexpectedly" in text or "runner" in text
-        tally.add(family, requests=1, aborts=int(aborted), errors=int(not aborted))
-        tally.problem(f"{'ABORT' if aborted else 'error'}: {text[:300]} ({what})")
+        tally.add(family, requests=1, aborts=int(aborted), errors=int(not aborted), **{cell: 1})
+        tally.problem(f"{'ABORT' if aborted else 'error'}: {text[:300]} ({what})", family, cell)
         return
     cut = n_tokens is None or n_tokens >= max_tokens
-    tally.add(family, requests=1, calls=len(got), cut=int(cut), with_calls=int(bool(got)), **{choice: 1})
+    tally.add(family, requests=1, calls=len(got), cut=int(cut), with_calls=int(bool(got)), **{cell: 1})
     for name, args in got:
         if name not in schemas:
-            tally.problem(f"call of {name!r}, not an offered tool ({what})")
+            tally.problem(f"call of {name!r}, not an offered tool ({what})", family, cell)
             continue
         try:
             parsed = json.loads(args)
@@ -257,15 +270,15 @@ def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, t
                 jsonschema.validate(parsed, schemas[name])
         except (ValueError, jsonschema.ValidationError) as e:
             tally.add(family, invalid=1)
-            tally.problem(f"invalid arguments {args[:200]!r} of {name}: {str(e)[:200]} ({what})")
+            tally.problem(f"invalid arguments {args[:200]!r} of {name}: {str(e)[:200]} ({what})", family, cell)
     if choice == "none" and got:
-        tally.problem(f"tool_choice none made {len(got)} calls ({what})")
+        tally.problem(f"tool_choice none made {len(got)} calls ({what})", family, cell)
     if not parallel and len(got) > 1:
-        tally.problem(f"parallel_tool_calls false made {len(got)} calls ({what})")
+        tally.problem(f"parallel_tool_calls false made {len(got)} calls ({what})", family, cell)
     if choice in ("required", "named") and not cut and not got:
-        tally.problem(f"tool_choice {choice} made no call ({what}; finish {finish}; content {content[:300]!r})")
+        tally.problem(f"tool_choice {choice} made no call ({what}; finish {finish}; content {content[:300]!r})", family, cell)
     if choice == "named" and any(n != named for n, _ in got):
-        tally.problem(f"tool_choice named {named} called {[n for n, _ in got]} ({what})")
+        tally.problem(f"tool_choice named {named} called {[n for n, _ in got]} ({what})", family, cell)
 
 
 def test_tool_calls_fuzzed_on_every_family(fuzz_service):
@@ -279,7 +292,7 @@ def test_tool_calls_fuzzed_on_every_family(fuzz_service):
         with ThreadPoolExecutor(2) as pool:            # two at a time: both slots of a runner busy
             list(pool.map(lambda rng: one_request(ai, family, ids[family], rng, tally), rngs))
     lines = [f"tool fuzz (seed {SEED}): {dict(tally.counts)}"]
-    lines += [f"  {fam:15} {dict(c)}" for fam, c in tally.by_family.items()]
+    lines += [f"  {fam:15} {dict(c)}" for fam, c in tally.by_family.items()] + tally.table(families)
     print("\n".join(lines))
     assert tally.counts["aborts"] == 0, "\n".join(lines + tally.problems[:20])
     assert not tally.problems, "\n".join(lines + tally.problems[:30])
