@@ -9,8 +9,8 @@ marker or as bare JSON) far more often than noise would, with random tool schema
 integers and numbers with bounds, booleans, strings whose enum values and property names hold quotes, backslashes,
 newlines and non-ASCII text; tool_choice auto / required / named / none, streamed or not, parallel calls on or off.
 
-Checked on every reply: the service answered (no runner abort, no 5xx); every call names an offered tool; unless
-the reply was cut by max_tokens, every call's arguments validate against that tool's schema (jsonschema), a
+Checked on every reply: the service answered (no runner abort, no 5xx); every call names an offered tool; every
+call's arguments validate against that tool's schema (jsonschema) but the last of a reply cut by max_tokens, a
 forced choice made a call (of the named tool), `none` made none and `parallel_tool_calls: false` at most one.
 At the end the counts (requests, calls, cut replies, aborts) are printed; aborts must be 0.
 
@@ -82,6 +82,7 @@ PARSER_FAMILY = {"hermes-granite": "hermes", "llama4": "llama3"}
 BARE = ("{\n", ' "name"')           # single tokens in the edited vocabulary, as `{\n` is in Qwen's
 FREE_IDS = range(3, 17)              # SmolLM2's unused control tokens (<repo_name>...): replaced by the markers
 CONTROL, USER_DEFINED = 3, 4
+END_IDS = (0, 2)                     # SmolLM2's <|endoftext|> and <|im_end|>
 
 
 def vocab_edits(family: str):
@@ -214,13 +215,17 @@ def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, t
     named = rng.choice(list(schemas))
     tool_choice = {"type": "function", "function": {"name": named}} if choice == "named" else choice
     parallel = rng.random() < 0.7
-    max_tokens = rng.randint(16, 72)
+    max_tokens = rng.randint(24, 128)
     opener = FAMILIES[family][1]
-    bias = {ids[t]: round(rng.uniform(0, 9), 1) for t in ("Ċ", "Ġ", '"', "Ġ\"") if rng.random() < 0.5}
+    bias = {ids[t]: round(rng.uniform(0, 9), 1) for t in ("Ċ", "Ġ", "Ġ\"") if rng.random() < 0.5}
+    bias[ids['"']] = round(rng.uniform(3, 10), 1)      # strings close (a hot random model's strings run on)
     if choice == "auto":
         bias[ids[opener]] = round(rng.uniform(4, 14), 1)
         for t in BARE:
             bias[ids[t]] = round(rng.uniform(0, 12), 1)
+    if rng.random() < 0.6:                 # end-of-text favoured: replies end once a call is complete, so
+        for t in END_IDS:                  # more calls are whole and their arguments checked
+            bias[t] = round(rng.uniform(2, 9), 1)
     stream = rng.random() < 0.5
     cell = choice + ("+stream" if stream else "")
     what = f"{family} choice={choice} parallel={parallel} stream={stream} tools={json.dumps(tools)[:200]}"
@@ -260,14 +265,15 @@ def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, t
         return
     cut = n_tokens is None or n_tokens >= max_tokens
     tally.add(family, requests=1, calls=len(got), cut=int(cut), with_calls=int(bool(got)), **{cell: 1})
-    for name, args in got:
+    for i, (name, args) in enumerate(got):
         if name not in schemas:
             tally.problem(f"call of {name!r}, not an offered tool ({what})", family, cell)
             continue
         try:
             parsed = json.loads(args)
-            if not cut:
+            if not cut or i < len(got) - 1:      # only a cut reply's last call may lack arguments
                 jsonschema.validate(parsed, schemas[name])
+                tally.add(family, validated=1)
         except (ValueError, jsonschema.ValidationError) as e:
             tally.add(family, invalid=1)
             tally.problem(f"invalid arguments {args[:200]!r} of {name}: {str(e)[:200]} ({what})", family, cell)
