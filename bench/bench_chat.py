@@ -254,7 +254,8 @@ async def main(args):
         sys.path.insert(0, str(ROOT / "tests"))
         from gguf_factory import write_family
 
-        model = str(write_family(args.synthetic, tempfile.mkdtemp(prefix="strata-bench-synth-")))
+        model = str(write_family(args.synthetic, tempfile.mkdtemp(prefix="strata-bench-synth-"),
+                                 **json.loads(args.synthetic_args)))
         args.model_name = f"bench-{args.synthetic}"
     if args.model and not args.model_name:
         args.model_name = "bench-model"
@@ -299,6 +300,8 @@ if __name__ == "__main__":
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--synthetic", default=None, help="a tests/gguf_families.py family to write and benchmark")
+    ap.add_argument("--synthetic-args", default="{}",
+                    help='the family writer\'s sizes as JSON, e.g. \'{"n_embd": 512, "n_layer": 8}\'')
     ap.add_argument("--server", default=None, help="llama-server binary (default: bench/_build/llama-server)")
     ap.add_argument("--no-shared", dest="shared", action="store_false", help="skip the shared-system-prompt part")
     ap.add_argument("--only-strata", action="store_true",
