@@ -1,10 +1,11 @@
 """Context checkpoints seen from the APIs, with the official `openai` and `ollama` clients against a live server,
 on a synthetic model of each recurrent and hybrid family (tests/gguf_families.py; random weights: the text is
 noise, the memory paths are real). A 10-turn chat: from the second turn on, every turn reuses everything before
-the previous reply (all but the new message where the reply's tokens survive the round trip; OpenAI
-`usage.prompt_tokens_details.cached_tokens`, and for Ollama the service's hit-token counter in /metrics, which
-counts the same DoneEvent field). The last turn asked again of a freshly loaded model (nothing cached) gives the
-same greedy reply. /api/ps and /metrics show the checkpoints."""
+the previous reply (all but the new message where the reply's tokens survive the round trip): OpenAI
+`usage.prompt_tokens_details.cached_tokens`, the Responses API's `input_tokens_details.cached_tokens`, and for
+Ollama the service's hit-token counter in /metrics (it counts the same DoneEvent field). The last turn asked again
+of a freshly loaded model (nothing cached) gives the same greedy reply. /api/ps and /metrics show the
+checkpoints."""
 from __future__ import annotations
 
 import httpx
@@ -72,8 +73,13 @@ def test_ten_turns_reuse_the_history_through_openai_and_ollama(server, family):
         assert metric(http, "strata_ctx_checkpoint_bytes", model) == ps["checkpoint_bytes"]
         assert metric(http, "strata_ctx_checkpoint_hits_total", model) == ps["checkpoint_hits"]
 
+        # the Responses API reports the same reuse (input_tokens_details.cached_tokens)
+        resp = ai.responses.create(model=model, input=msgs + [{"role": "user", "content": words(TURNS)}],
+                                   max_output_tokens=4, temperature=0)
+        assert usage[-1][0] - END_BACKOFF <= resp.usage.input_tokens_details.cached_tokens < resp.usage.input_tokens
+
         # exactness: the last turn again on a freshly loaded model (no cache at all) gives the same reply
-        last = msgs[:-1]
+        last = msgs[:-1]             # (the Responses turn above is not part of this conversation)
         oc.generate(model=model, prompt="", keep_alive=0)
         wait_for(lambda: all(m["name"] != model for m in http.get("/api/ps").json()["models"]), 60, "unload")
         cold = ai.chat.completions.create(model=model, messages=last, max_tokens=4, temperature=0)

@@ -21,7 +21,8 @@ def _id(prefix: str) -> str:
 def usage(result: GenerationResult) -> dict:
     d = result.finished
     i, o = (d.prompt_tokens, d.completion_tokens) if d else (0, 0)
-    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": o,
+    cached = d.cached_tokens if d else 0                # of input_tokens, found in the prompt cache (as OpenAI)
+    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": o,
             "output_tokens_details": {"reasoning_tokens": result.thinking_tokens}, "total_tokens": i + o}
 
 
