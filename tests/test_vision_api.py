@@ -144,3 +144,18 @@ def test_text_only_model_refuses_images_naming_vision(server):
     with pytest.raises(openai.BadRequestError, match="vision"):
         o.chat.completions.create(model=TEXT, max_tokens=3, messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": data_url(png())}}]}])
+
+
+def test_ps_counts_the_projector_predicted_and_actual(server):
+    c = ollama.Client(host=server.url, timeout=300)
+    c.chat(model=VISION, messages=[{"role": "user", "content": "Hi", "images": [png()]}], options=NO_REPLY)
+    ps = httpx.get(server.url + "/api/ps").json()["models"]
+    m = next(x for x in ps if x["name"] == VISION)
+    st = m["strata"]
+    predicted, actual = st["predicted_kinds"]["CPU"]["projector"], st["actual"]["CPU"]["projector"]
+    weights = 1_501_056                                     # the synthetic projector's tensors (exact)
+    print(f"\nprojector on CPU: predicted {predicted} bytes, actual {actual} bytes")
+    assert actual >= weights - 10_000                       # clip's "model size" line, 2 decimals of MiB
+    assert actual <= predicted <= 1.25 * actual             # the compute estimate is an upper bound here
+    assert m["size"] == sum(st["predicted"].values()) and st["predicted"]["CPU"] > predicted   # in /api/ps's size
+    assert any("vision projector" in r for r in st["layout"]["reasons"])

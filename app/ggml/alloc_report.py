@@ -65,6 +65,20 @@ def parse_buffer_lines(lines: Iterable[str], device_ids: Iterable[str] | None = 
     return out
 
 
+PROJECTOR_WEIGHTS_LINE = re.compile(r"load_hparams: model size:\s+([\d.]+) MiB")
+
+
+def projector_sizes(lines: Iterable[str], device_ids: Iterable[str] | None = None) -> dict[str, int]:
+    """What clip (a vision projector, loaded through mtmd) allocated, per device: its weights ("model size") on the
+    device of its compute buffer, plus that buffer. `lines` are the projector load's only."""
+    report = parse_buffer_lines(lines, device_ids)
+    weights = sum(round(float(m.group(1)) * MiB) for m in map(PROJECTOR_WEIGHTS_LINE.search, lines) if m)
+    out = {dev: kinds["compute"] for dev, kinds in report.items() if kinds["compute"]}
+    dev = next(iter(out), "CPU")
+    out[dev] = out.get(dev, 0) + weights
+    return {d: b for d, b in out.items() if b}
+
+
 def cache_size(lines: Iterable[str]) -> tuple[int, int]:
     """(bytes, number of size lines) of every KV cache and recurrent state llama.cpp built, all devices together.
     Correct under `no_alloc` (the dry run measures the KV of shapes the planner cannot know from it)."""

@@ -77,6 +77,15 @@ def install() -> None:
         L.llama_log_set(_callback, ctypes.c_void_p(0))
 
 
+def route_mtmd() -> None:
+    """Send mtmd's and clip's log (the vision projector's library) through the same callback, so its buffer lines
+    can be captured like llama.cpp's. Child processes only (maps libmtmd)."""
+    install()
+    from llama_cpp import mtmd_cpp as M   # late: maps libmtmd (child processes only)
+
+    M.mtmd_helper_log_set(_callback, ctypes.c_void_p(0))
+
+
 def add_level_rule(rule) -> None:
     """Let `rule(python_level, line) -> python_level` re-level lines before they reach logging, e.g. the runner
     turns the error lines of a decode it aborted itself into DEBUG. Called on the logging thread with the GIL;

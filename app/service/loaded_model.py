@@ -51,6 +51,7 @@ class LoadedModel:
         self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
         self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
         self.runner_ended: str | None = None     # why its runner process ended (then its queue moves on)
+        self.projector = None            # engine.gguf.projector.ProjectorInfo of its vision projector (or None)
 
     @property
     def predicted(self) -> dict[str, int]:

@@ -30,8 +30,10 @@ from datetime import datetime, timedelta, timezone
 from app.discovery.inventory import Inventory, subtract
 from app.discovery.remote import reserve_workers
 from app.engine.gguf.errors import GGUFError
+from app.engine.gguf.projector import read_projector
 from app.ggml import rpc
 from app.engine.planner.options import CTX_STEP
+from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 from app.engine.planner.types import Layout, PlanOptions
 
 from .collaborators import Collaborators
@@ -273,11 +275,11 @@ class Scheduler:
             async with self._load_lock:
                 if self._closed:
                     raise ApiError(503, "the service is shutting down")
-                # LoRA adapters are the record's, applied by the runner after the load (not planned: small); so is
-                # the vision projector (loaded beside the model through mtmd)
-                model.layout = replace(await self._place(model),
-                                       lora_adapters=tuple(getattr(model.record, "adapters", ()) or ()),
-                                       mmproj_path=getattr(model.record, "projector", None))
+                # the vision projector's weights and image compute go into the plan (planner/projector.py)
+                model.projector = await self._projector_info(model)
+                # LoRA adapters are the record's, applied by the runner after the load (not planned: small)
+                model.layout = self._with_projector(model, replace(
+                    await self._place(model), lora_adapters=tuple(getattr(model.record, "adapters", ()) or ())))
                 if model.closing or self._closed:
                     # unloaded (deleted, keep_alive 0, shutdown) while it was being planned: unload() found no
                     # runner to close, so a runner started now would belong to nobody and hold the memory
@@ -342,6 +344,21 @@ class Scheduler:
         model.progress = max(model.progress, min(1.0, p))
         self.events.publish("load_progress", {"model": model.name, "progress": round(model.progress, 4)})
 
+    async def _projector_info(self, model: LoadedModel):
+        """The record's vision projector's facts (engine/gguf/projector.py), or None when it has none."""
+        path = getattr(model.record, "projector", None)
+        if not path:
+            return None
+        try:
+            return await asyncio.to_thread(read_projector, path)
+        except Exception as e:  # noqa: BLE001 - GGUFError, a file gone: the model cannot take images
+            raise ApiError(500, f"model {model.name!r}: its vision projector {path} cannot be read: {e}") from None
+
+    @staticmethod
+    def _with_projector(model: LoadedModel, layout: Layout) -> Layout:
+        p = getattr(model, "projector", None)
+        return with_projector(layout, p, model.info.n_embd) if p is not None else layout
+
     async def _place(self, model: LoadedModel) -> Layout:
         """Plan on what the other models leave free; unload idle ones (LRU) until the plan fits."""
         inventory = await self.get_inventory()
@@ -352,6 +369,9 @@ class Scheduler:
             layout = None
             if not too_many:
                 used = self.used_bytes(model.name)
+                if getattr(model, "projector", None) is not None:     # room for the projector where mtmd puts it
+                    dev = projector_device([g.id for g in inventory.gpus])
+                    used = {**used, dev: used.get(dev, 0) + projector_bytes(model.projector, model.info.n_embd)}
                 model.options, layout = await self.plan_context(model.info, model.options,
                                                                 reserve_workers(subtract(inventory, used), used),
                                                                 model.asked_ctx)
@@ -411,8 +431,8 @@ class Scheduler:
                 return False
             reason = f"num_ctx {options.num_ctx}: grown from {cur} for a prompt that needs {needed} tokens"
             layout = replace(layout, context={"num_ctx": options.num_ctx, "limit": "request", "reason": reason},
-                             lora_adapters=model.layout.lora_adapters if model.layout else (),
-                             mmproj_path=model.layout.mmproj_path if model.layout else None)
+                             lora_adapters=model.layout.lora_adapters if model.layout else ())
+            layout = self._with_projector(model, layout)
             log.info("reloading %s: %s", name, reason)
             self.events.publish("context_grow", {"model": name, "from": cur, "to": options.num_ctx,
                                                  "needed": needed})

@@ -20,6 +20,9 @@ class ProjectorInfo:
     projector_type: str              # clip.cpp's name: "mlp", "gemma3", "idefics3", ...
     image_size: int | None
     patch_size: int | None
+    n_embd: int | None               # the vision encoder's width, heads, FFN size (clip.vision.*)
+    n_head: int | None
+    n_ff: int | None
     weight_bytes: int                # every tensor's bytes (all of it is loaded on one device)
     n_tensors: int
     file_size: int
@@ -43,4 +46,6 @@ def read_projector(path) -> ProjectorInfo:
         return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
 
     return ProjectorInfo(str(path), ptype, num("clip.vision.image_size"), num("clip.vision.patch_size"),
+                         num("clip.vision.embedding_length"), num("clip.vision.attention.head_count"),
+                         num("clip.vision.feed_forward_length"),
                          sum(t.n_bytes for t in gf.tensors), len(gf.tensors), gf.file_size)

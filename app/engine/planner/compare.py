@@ -16,9 +16,11 @@ def predicted_of(layout) -> dict[str, dict[str, int]]:
     for d in layout.devices:
         rp = d.weights.get("repack", 0)
         mapped = getattr(d, "mapped", 0)
-        if d.weights_total or d.kv or d.compute or d.output:
+        if d.weights_total or d.kv or d.compute or d.output or getattr(d, "projector", 0):
             out[d.device_id] = {"model": d.weights_total - rp + mapped, "kv": d.kv, "compute": d.compute,
                                 "output": d.output, "repack": rp}
+            if getattr(d, "projector", 0):
+                out[d.device_id]["projector"] = d.projector
     return out
 
 

@@ -50,6 +50,7 @@ class DevicePlan:
                                      # token an output); planned for, allocated by llama.cpp only then
     checkpoints: int = 0             # CPU: host RAM the runner's context checkpoints may take (recurrent, hybrid and
                                      # sliding-window models: copies of a sequence's partial memory, per slot)
+    projector: int = 0               # the vision projector's weights + image compute buffer (planner/projector.py)
 
     @property
     def weights_total(self) -> int:
@@ -57,7 +58,8 @@ class DevicePlan:
 
     @property
     def total(self) -> int:
-        return self.weights_total + self.kv + self.compute + self.output + self.output_reserve + self.checkpoints
+        return (self.weights_total + self.kv + self.compute + self.output + self.output_reserve + self.checkpoints
+                + self.projector)
 
 
 @dataclass(frozen=True)

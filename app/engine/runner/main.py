@@ -91,7 +91,6 @@ def load(layout, n_threads, send):
             L.llama_model_free(model)
             raise RuntimeError(_load_error(lines, "llama.cpp could not create the context (not enough memory?)"))
         _apply_lora(model, ctx, layout.lora_adapters, lines)
-        media = _load_projector(model, ctx, layout, n_threads)
         # warm up in a thread that then ends, so its OpenMP team ends with it and the context thread's team is the
         # only one: two live teams (main + context) hold more threads than there are CPUs at n_threads > cores/2,
         # and libgomp then all but stops spinning at barriers (docs/architecture.md, "llama.cpp facts" 16)
@@ -102,22 +101,40 @@ def load(layout, n_threads, send):
         warmup_s = time.perf_counter() - t_warm
     device_ids = [d.device_id for d in layout.devices]
     actual = alloc_report.parse_buffer_lines(lines, device_ids)
+    media = _load_projector(model, ctx, layout, n_threads, actual, device_ids)
     vocab = L.llama_model_get_vocab(model)
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
                       n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0)
     return model, ctx, loaded, warmup_s, media
 
 
-def _load_projector(model, ctx, layout, n_threads):
-    """The model's vision projector through mtmd (runner/media.py), or None when it has none."""
+def _load_projector(model, ctx, layout, n_threads, actual: dict, device_ids):
+    """The model's vision projector through mtmd (runner/media.py), or None when it has none. What clip allocates
+    (weights, image compute buffer) goes into `actual` as the kind "projector". Loaded in a thread that then ends:
+    its warm-up encode starts an OpenMP team that must not outlive it (see _warm_up)."""
     if not layout.mmproj_path:
         return None
-    try:
-        return Media(model, layout.mmproj_path, n_threads or L.llama_n_threads(ctx), use_gpu=bool(layout.gpu_devices))
-    except Exception:
+    llama_log.route_mtmd()
+    result: list = []
+
+    def load_it():
+        try:
+            result.append(Media(model, layout.mmproj_path, n_threads or L.llama_n_threads(ctx),
+                                use_gpu=bool(layout.gpu_devices)))
+        except Exception as e:  # noqa: BLE001 - handed to the loading thread
+            result.append(e)
+
+    with llama_log.capture_log() as lines:
+        t = threading.Thread(target=load_it, name="strata-projector")
+        t.start()
+        t.join()
+    if isinstance(result[0], Exception):
         L.llama_free(ctx)
         L.llama_model_free(model)
-        raise
+        raise RuntimeError(_load_error(lines, str(result[0])))
+    for dev, n in alloc_report.projector_sizes(lines, device_ids).items():
+        actual.setdefault(dev, {k: 0 for k in alloc_report.KINDS})["projector"] = n
+    return result[0]
 
 
 def _apply_lora(model, ctx, paths, lines) -> None:
