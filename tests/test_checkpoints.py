@@ -182,3 +182,30 @@ def test_the_plan_holds_the_checkpoint_memory(family_dir):
             per_slot = count * one if not mib else min(count * one, mib << 20)
             assert cpu.checkpoints == 3 * per_slot, (name, count, mib)
             assert cpu.total >= cpu.checkpoints + cpu.kv
+
+
+def test_sliding_window_model_continues_from_a_checkpoint(tmp_path):
+    """A window-sized SWA cache (window 32) drops the cells older than the window as a long prompt is decoded, so
+    a prompt that diverges from the slot's tokens far before their end (another long last message after the same
+    history) can only continue from a checkpoint, the one taken before the last user message; and gives what a
+    cold run gives."""
+    path = write_family("gemma2", tmp_path, window=32)
+    long_a = " ".join(user(i) for i in range(12))
+    long_b = " ".join(user(i) for i in range(30, 42))
+
+    async def go():
+        c = runner(path, num_parallel=1, cache_mib=0)
+        await c.start()
+        try:
+            head = [{"role": "user", "content": long_a}, {"role": "assistant", "content": "Noted."}]
+            _, first = await ask(c, head + [{"role": "user", "content": long_b}])
+            _, warm = await warm_and_cold(c, head + [{"role": "user", "content": user(50)}])
+            n_head = await c.count_prompt(chat(head[:1]))
+            return first, warm, n_head, await c.stats()
+        finally:
+            await c.close()
+
+    first, warm, n_head, st = run(go())
+    assert first.prompt_tokens > 500
+    assert n_head < warm.cached_tokens < first.prompt_tokens - 200      # up to the last user message's start
+    assert st.checkpoint_hits >= 1
