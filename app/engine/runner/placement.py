@@ -276,6 +276,8 @@ class Placement:
         cps = self.checkpoints
         if not cps.enabled or seq.n_exact is not None or seq.slot is None or seq.slot in self.slots.shared:
             return
+        if seq.n_past != seq.todo:      # positions no longer equal token indices (an image chunk's positions):
+            return                      # a checkpoint's n would not say which tokens it holds
         n = seq.n_past
         if n <= 0 or cps.has(seq.slot, n):
             return
