@@ -418,6 +418,10 @@ class ModelStore(StoreBlobs):
             raise StoreError(f"{path} is not in the store's folder")
         info = read_model_info(path)
         self._check_adapters(adapters, info.architecture)
+        if projector is not None:
+            if Path(projector).resolve().parent != self.models_dir.resolve():
+                raise StoreError(f"projector {projector} is not in the store's folder")
+            read_projector(projector)
         return self._put(key, path, info.file_size, digest_hex, dict(parameters or {}), template, system, origin,
                          license, adapters, manifest, projector)
 

@@ -38,8 +38,8 @@ from app.service.modelfile import ModelfileError, parse_param_value
 
 from . import hf
 from .download import Downloader, RegistryError, Source
-from .ollama import (MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROMPT, MEDIA_SYSTEM,
-                     MEDIA_TEMPLATE, SMALL_MEDIA, RegistryClient, parse_manifest)
+from .ollama import (MEDIA_ADAPTER, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR, MEDIA_PROMPT,
+                     MEDIA_SYSTEM, MEDIA_TEMPLATE, SMALL_MEDIA, RegistryClient, parse_manifest)
 from .reference import Reference
 
 log = logging.getLogger("strata.pull")
@@ -72,6 +72,11 @@ class ModelFile:
     dest_name: str | None              # None: known only once hashed (a Hub file stored in git, not LFS)
     local: Path | None = None          # already on this machine (a store blob, another app's blob, the HF cache)
     adapter: bool = False              # a LoRA adapter layer, not (a part of) the model
+    projector: bool = False            # a vision projector layer (mmproj): stored with the model
+
+    @property
+    def part_of_model(self) -> bool:
+        return not (self.adapter or self.projector)
 
 
 @dataclass
@@ -137,11 +142,13 @@ class Puller:
             paths = [await self._finish(f, dl) for f in plan.files]
             await emit(progress_line("writing manifest"))
             lora = tuple(str(p) for f, p in zip(plan.files, paths) if f.adapter)
-            model = next(p for f, p in zip(plan.files, paths) if not f.adapter)
+            projector = next((str(p) for f, p in zip(plan.files, paths) if f.projector), None)
+            model = next(p for f, p in zip(plan.files, paths) if f.part_of_model)
             try:
                 record = await self.store.call("add_model", name, model, _hex_of(model),
                                                meta.get("parameters"), meta.get("template"), meta.get("system"),
-                                               meta.get("license"), plan.origin, lora, plan.manifest)
+                                               meta.get("license"), plan.origin, lora, plan.manifest,
+                                               projector=projector)
             except GGUFError as e:       # verified bytes, but not a model Strata can run: do not keep them
                 for f, p in zip(plan.files, paths):
                     if f.local is None:
@@ -173,7 +180,7 @@ class Puller:
 
     async def _same_files(self, plan: Plan, record) -> bool:
         """True when the registry's model is exactly the read-only file (one GGUF, no adapter, same sha256)."""
-        if len(plan.files) != 1 or plan.files[0].adapter or not plan.files[0].source.digest.startswith("sha256:"):
+        if len(plan.files) != 1 or not plan.files[0].part_of_model or not plan.files[0].source.digest.startswith("sha256:"):
             return False
         return plan.files[0].source.hex == await self.store.call("sha256", record.name)
 
@@ -210,9 +217,13 @@ class Puller:
                 f = ModelFile(client.blob_source(layer), f"sha256-{layer.hex}.gguf", adapter=True)
                 plan.files.append(f)
                 plan.steps.append(("model", f))
+            elif layer.media_type == MEDIA_PROJECTOR:      # the vision projector: the model then takes images
+                f = ModelFile(client.blob_source(layer), f"sha256-{layer.hex}.gguf", projector=True)
+                plan.files.append(f)
+                plan.steps.append(("model", f))
             elif layer.media_type in SMALL_MEDIA:
                 plan.steps.append(("small", layer))
-            else:                  # projector (vision), tensor layers: not used by Strata (see README)
+            else:                  # tensor layers (safetensors): not used by Strata (see README)
                 log.info("%s: skipping layer %s (%s)", ref.display(), layer.digest[:19], layer.media_type)
         return plan
 
@@ -233,11 +244,11 @@ class Puller:
     async def _find_local(self, plan: Plan) -> None:
         """Blobs this machine already has (same digest): in the store, imported, or another app's."""
         # a split model's parts are stored under split names, not their own digests
-        split = sum(not f.adapter for f in plan.files) > 1
+        split = sum(f.part_of_model for f in plan.files) > 1
         for f in plan.files:
             if f.dest_name is None:
                 continue
-            if f.local is None and not (split and not f.adapter):
+            if f.local is None and not (split and f.part_of_model):
                 f.local = await self.store.call("blob_path", f.source.hex, f.source.size)
             if f.local is None:
                 dest = Path(await self.store.call("blob_dir")) / f.dest_name

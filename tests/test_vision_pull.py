@@ -1,0 +1,49 @@
+"""A vision model pulled from an Ollama-style registry (tests/registry_fixture.py on loopback) keeps its projector
+layer (`application/vnd.ollama.image.projector`): the model lists the capability `vision` and answers a chat with an
+image through the official ollama client. The model is a synthetic dense llama (n_embd 64) and the projector the
+synthetic `mlp` one of tests/mmproj_factory.py made for that width."""
+from __future__ import annotations
+
+import io
+
+import httpx
+import ollama
+import pytest
+from PIL import Image
+
+from gguf_factory import write_dense_llama
+from mmproj_factory import write_mlp_projector
+from registry_fixture import MEDIA, Registry
+from service_util import store_factory
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+
+    home = tmp_path_factory.mktemp("vision-pull")
+    reg = Registry().start()
+    model = write_dense_llama(home / "m.gguf", n_embd=64).read_bytes()
+    proj = write_mlp_projector(home / "mmproj.gguf", n_embd_text=64).read_bytes()
+    reg.add_model("library/tinyvision", "latest", model, extra_layers=[
+        {"mediaType": MEDIA["projector"], "digest": reg.add_blob(proj), "size": len(proj)}])
+    svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m"),
+                        store_factory=store_factory(home)).start()
+    yield svc, reg
+    svc.stop()
+    reg.stop()
+
+
+def test_pulled_projector_makes_a_vision_model(setup):
+    svc, reg = setup
+    c = ollama.Client(host=svc.url, timeout=300)
+    name = f"{reg.host}/library/tinyvision:latest"
+    c.pull(name, insecure=True)
+    shown = httpx.post(svc.url + "/api/show", json={"model": name}).json()
+    assert "vision" in shown["capabilities"] and shown["projector_info"]["clip.projector_type"] == "mlp"
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 30), (9, 99, 199)).save(buf, "JPEG")
+    r = c.chat(model=name, messages=[{"role": "user", "content": "What is it?", "images": [buf.getvalue()]}],
+               options={"num_predict": 2, "temperature": 0})
+    assert r.done and r.prompt_eval_count > 16
