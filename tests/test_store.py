@@ -259,7 +259,7 @@ def other_apps(tmp_path):
     lms = home / ".lmstudio" / "models" / "pub" / "Tiny-GGUF"
     lms.mkdir(parents=True)
     os.link(g3, lms / "Tiny-Model-Q8_0.gguf")
-    os.link(g3, lms / "mmproj-Tiny-F16.gguf")                    # vision projector: skipped
+    os.link(g3, lms / "mmproj-Tiny-F16.gguf")                    # vision projector: paired, not a model
     os.link(g3, lms / "Big-Model-00001-of-00002.gguf")           # split model: skipped
     (lms / "readme.gguf").write_text("not a gguf")               # wrong magic: skipped
 
@@ -284,6 +284,8 @@ def test_discovers_other_apps_models(store, other_apps):
     assert ext["hf.co/someorg/Some-Repo-GGUF:Q8_0"].origin == "ollama: hf.co/someorg/Some-Repo-GGUF:Q8_0"
     lm = ext["tiny-model-q8_0:latest"]
     assert (lm.source, lm.origin) == ("lmstudio", "lmstudio: pub/Tiny-GGUF/Tiny-Model-Q8_0.gguf")
+    assert lm.projector.endswith("mmproj-Tiny-F16.gguf")         # the projector beside it is paired with it
+    assert t.projector is None and ext["repo-q8_0:latest"].projector is None
     hf = ext["repo-q8_0:latest"]
     assert (hf.source, hf.sha256) == ("huggingface", sha(other_apps["hf"]))
     assert hf.origin.startswith("huggingface: org/Repo-GGUF/")

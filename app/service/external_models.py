@@ -10,7 +10,9 @@
 `STRATA_USER_HOME` replaces the home directory (tests point it at a fixture tree; the environment overrides
 above are then ignored so a test never sees the real machine). `STRATA_EXTERNAL_MODELS=0` turns discovery off,
 `STRATA_EXTERNAL_MODELS=ollama,lmstudio` keeps only those; the settings file's choice comes in as `sources`.
-Split GGUFs (`-00001-of-00003.gguf`) and vision projectors (mmproj) are skipped: they are not a model alone.
+Split GGUFs (`-00001-of-00003.gguf`) and vision projectors (mmproj) are skipped: they are not a model alone. A
+projector is paired with the model it belongs to instead: Ollama's `application/vnd.ollama.image.projector` layer, or
+an `*mmproj*.gguf` beside the model file (LM Studio, Hugging Face; F16 preferred, then Q8_0, then the first).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 OLLAMA_MODEL_MEDIA = "application/vnd.ollama.image.model"
 OLLAMA_PARAMS_MEDIA = "application/vnd.ollama.image.params"
 OLLAMA_SYSTEM_MEDIA = "application/vnd.ollama.image.system"
+OLLAMA_PROJECTOR_MEDIA = "application/vnd.ollama.image.projector"
 DEFAULT_OLLAMA_HOST = "registry.ollama.ai"
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
@@ -50,6 +53,7 @@ class ExternalModel:
     sha256: str | None = None    # known for free for Ollama and HF blobs
     parameters: dict = field(default_factory=dict)
     system: str | None = None
+    projector: Path | None = None  # its vision projector GGUF (mmproj), when one belongs to it
 
 
 def user_home() -> Path:
@@ -150,7 +154,7 @@ def _ollama_entry(mpath: Path, rel: tuple[str, ...], blobs: Path) -> ExternalMod
         m = _DIGEST.match(d) if isinstance(d, str) else None
         return blobs / f"sha256-{m.group(1)}" if m else None    # the digest is checked: no path tricks
 
-    model_path = digest = None
+    model_path = digest = projector = None
     params, system = {}, None
     for layer in layers:
         media = layer.get("mediaType") if isinstance(layer, dict) else None
@@ -164,12 +168,15 @@ def _ollama_entry(mpath: Path, rel: tuple[str, ...], blobs: Path) -> ExternalMod
             params = loaded if isinstance(loaded, dict) else {}
         elif media == OLLAMA_SYSTEM_MEDIA and p.is_file() and p.stat().st_size <= MAX_SMALL_BLOB_BYTES:
             system = p.read_text(encoding="utf-8", errors="replace")
+        elif media == OLLAMA_PROJECTOR_MEDIA and p.is_file() and _is_gguf(p):
+            projector = p
     if model_path is None or not model_path.is_file() or not _is_gguf(model_path):
         return None
     name, shown = _ollama_name(rel)
     st = model_path.stat()
     return ExternalModel(name=name, path=model_path, size=st.st_size, source="ollama", origin=f"ollama: {shown}",
-                         modified_at=mpath.stat().st_mtime, sha256=digest, parameters=params, system=system)
+                         modified_at=mpath.stat().st_mtime, sha256=digest, parameters=params, system=system,
+                         projector=projector)
 
 
 def _walk_files(root: Path, depth: int = MAX_WALK_DEPTH):
@@ -205,8 +212,23 @@ def discover_gguf_tree(root: Path, source: str) -> list[ExternalModel]:
         else:
             origin = f"lmstudio: {rel.as_posix()}"
         out.append(ExternalModel(name=sanitize_name(p.stem), path=p, size=st.st_size, source=source,
-                                 origin=origin, modified_at=st.st_mtime, sha256=sha))
+                                 origin=origin, modified_at=st.st_mtime, sha256=sha, projector=sibling_projector(p)))
     return out
+
+
+def sibling_projector(model: Path) -> Path | None:
+    """The vision projector stored beside a model file (`*mmproj*.gguf` in its folder): F16, else Q8_0, else the
+    first by name; None when there is none."""
+    try:
+        found = sorted(q for q in model.parent.iterdir()
+                       if "mmproj" in q.name.lower() and q.name.lower().endswith(".gguf") and _is_gguf(q))
+    except OSError:
+        return None
+    for want in ("f16", "q8_0"):
+        for q in found:
+            if want in q.name.lower():
+                return q
+    return found[0] if found else None
 
 
 def discover_external(home: Path | None = None, sources=SOURCES) -> list[ExternalModel]:

@@ -238,7 +238,8 @@ class ModelStore(StoreBlobs):
         sources = EXTERNAL_SOURCES if self.discover_external is True else self.discover_external
         return [ModelRecord(name=m.name, path=str(m.path), size=m.size, sha256=m.sha256,
                             modified_at=m.modified_at, source=m.source, read_only=True,
-                            parameters=dict(m.parameters), system=m.system, origin=m.origin)
+                            parameters=dict(m.parameters), system=m.system, origin=m.origin,
+                            projector=str(m.projector) if m.projector else None)
                 for m in discover_external(sources=sources)]
 
     def list(self) -> list[ModelRecord]:
