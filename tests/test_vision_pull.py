@@ -4,6 +4,7 @@ image through the official ollama client. The model is a synthetic dense llama (
 synthetic `mlp` one of tests/mmproj_factory.py made for that width."""
 from __future__ import annotations
 
+import hashlib
 import io
 
 import httpx
@@ -47,3 +48,38 @@ def test_pulled_projector_makes_a_vision_model(setup):
     r = c.chat(model=name, messages=[{"role": "user", "content": "What is it?", "images": [buf.getvalue()]}],
                options={"num_predict": 2, "temperature": 0})
     assert r.done and r.prompt_eval_count > 16
+
+
+def test_hugging_face_pull_takes_the_repos_projector(tmp_path, monkeypatch):
+    """A Hub repository (the stand-in on loopback, through huggingface_hub) with a Q8_0 model and two projectors:
+    the F16 projector comes along (no projector of the model's quantization), and the model takes an image."""
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+
+    reg = Registry().start()
+    try:
+        model = write_dense_llama(tmp_path / "m.gguf", n_embd=64, seed=11).read_bytes()
+        f16 = write_mlp_projector(tmp_path / "p16.gguf", n_embd_text=64).read_bytes()
+        other = write_mlp_projector(tmp_path / "p32.gguf", n_embd_text=64, seed=3).read_bytes()
+        reg.add_hub_repo("someone/TinyVision-GGUF", {"tinyvision-Q8_0.gguf": model, "mmproj-tinyvision-F16.gguf": f16,
+                                                     "mmproj-tinyvision-F32.gguf": other})
+        monkeypatch.setenv("HF_ENDPOINT", reg.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-cache"))
+        svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m"),
+                            store_factory=store_factory(tmp_path / "home")).start()
+        try:
+            c = ollama.Client(host=svc.url, timeout=300)
+            name = "hf.co/someone/TinyVision-GGUF:Q8_0"
+            assert c.pull(name).status == "success"
+            shown = httpx.post(svc.url + "/api/show", json={"model": name}).json()
+            assert "vision" in shown["capabilities"]
+            assert shown["strata"]["projector"]["path"].endswith(hashlib.sha256(f16).hexdigest() + ".gguf")
+            buf = io.BytesIO()
+            Image.new("RGB", (16, 16), (1, 2, 3)).save(buf, "PNG")
+            r = c.chat(model=name, messages=[{"role": "user", "content": "What?", "images": [buf.getvalue()]}],
+                       options={"num_predict": 2, "temperature": 0})
+            assert r.done and r.prompt_eval_count > 16
+        finally:
+            svc.stop()
+    finally:
+        reg.stop()

@@ -9,7 +9,9 @@ progress in Ollama's format); a file already in the user's HF cache is linked, n
 Which file: the tag names a quantization (`Q4_K_M`, `IQ4_XS`, `Q8_0`, `F16`...), matched against the quant in the
 file name (`Model-Q4_K_M.gguf`, `model.q8_0.gguf`, `Q4_K_M/Model-Q4_K_M-00001-of-00002.gguf`). Without a tag
 (`latest`) Q4_K_M is taken when there is one, as llama-server's `-hf` and Ollama do, then the next usual choices.
-Vision projectors (`mmproj`) are never the model. Split GGUFs are taken whole: every part of the set.
+Vision projectors (`mmproj`) are never the model: the repository's projector comes along with it (the one of the
+chosen quantization, else F16, else Q8_0, else BF16, else the first), so the model takes images. Split GGUFs are
+taken whole: every part of the set.
 
 `huggingface_hub` (and httpx under it) is imported inside the functions: it costs 0.4 s and only a Hugging Face
 pull needs it, so the service starts without it.
@@ -48,6 +50,7 @@ class Selection:
     quant: str
     files: tuple[HfFile, ...]  # one file, or the parts of a split model in order
     endpoint: str
+    projector: HfFile | None = None   # the repository's vision projector (mmproj), when it has one
 
 
 def endpoint() -> str:
@@ -110,6 +113,17 @@ def choose(files: list[HfFile], tag: str, repo_id: str) -> tuple[str, list[HfFil
     return want, cands[want][0]
 
 
+def choose_projector(files: list[HfFile], quant: str) -> HfFile | None:
+    """The repository's vision projector to take with a model of `quant` (see the module docstring)."""
+    found = sorted((f for f in files if "mmproj" in f.path.rsplit("/", 1)[-1].lower()
+                    and f.path.lower().endswith(".gguf")), key=lambda f: f.path)
+    for want in (quant.upper(), "F16", "Q8_0", "BF16"):
+        for f in found:
+            if (quant_of(f.path) or "") == want:
+                return f
+    return found[0] if found else None
+
+
 def resolve(ref: Reference) -> Selection:
     """List the repository (one Hub API call) and choose the files. Blocking: run it in a thread."""
     import httpx
@@ -137,7 +151,7 @@ def resolve(ref: Reference) -> Selection:
             continue
         files.append(HfFile(s.rfilename, int(size), lfs.sha256 if lfs else None, None if lfs else s.blob_id))
     quant, chosen = choose(files, ref.tag, repo_id)
-    return Selection(repo_id, info.sha or "main", quant, tuple(chosen), ep)
+    return Selection(repo_id, info.sha or "main", quant, tuple(chosen), ep, choose_projector(files, quant))
 
 
 def source_for(sel: Selection, f: HfFile) -> Source:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from app.engine.gguf.errors import GGUFError
+from app.engine.gguf.projector import read_projector
 from app.engine.gguf.split import part_path
 from app.service.modelfile import ModelfileError, parse_param_value
 
@@ -140,9 +141,13 @@ class Puller:
             meta = await self._fetch(plan, dl, emit)
             await emit(progress_line("verifying sha256 digest"))
             paths = [await self._finish(f, dl) for f in plan.files]
+            projector = next((str(p) for f, p in zip(plan.files, paths) if f.projector), None)
+            if projector is not None and not await self._usable_projector(projector):
+                await emit(progress_line("the repository's projector is not a vision projector: the model is "
+                                         "pulled without it"))
+                projector = None
             await emit(progress_line("writing manifest"))
             lora = tuple(str(p) for f, p in zip(plan.files, paths) if f.adapter)
-            projector = next((str(p) for f, p in zip(plan.files, paths) if f.projector), None)
             model = next(p for f, p in zip(plan.files, paths) if f.part_of_model)
             try:
                 record = await self.store.call("add_model", name, model, _hex_of(model),
@@ -239,6 +244,13 @@ class Puller:
                 mf.local = await loop.run_in_executor(None, hf.cached_file, sel, f)
             plan.files.append(mf)
             plan.steps.append(("model", mf))
+        if sel.projector is not None:          # the repository's vision projector comes along (hf.choose_projector)
+            pf = sel.projector
+            mf = ModelFile(hf.source_for(sel, pf), f"sha256-{pf.sha256}.gguf" if pf.sha256 else None, projector=True)
+            if pf.sha256:
+                mf.local = await loop.run_in_executor(None, hf.cached_file, sel, pf)
+            plan.files.append(mf)
+            plan.steps.append(("model", mf))
         return plan
 
     async def _find_local(self, plan: Plan) -> None:
@@ -287,6 +299,16 @@ class Puller:
 
             await dl.fetch(f.source, progress)
         return meta
+
+    async def _usable_projector(self, path: str) -> bool:
+        """The pulled projector is one (engine/gguf/projector.py); a file that is not is let go, not kept."""
+        try:
+            await asyncio.to_thread(read_projector, path)
+            return True
+        except GGUFError as e:
+            log.warning("%s: not a vision projector (%s); pulling the model without it", path, e)
+            await self.store.call("release_blob", path)
+            return False
 
     async def _finish(self, f: ModelFile, dl: Downloader) -> Path:
         """The file in its final place: a local blob linked in, or the download verified and moved there."""
