@@ -5,6 +5,7 @@ synthetic `mlp` one of tests/mmproj_factory.py made for that width."""
 from __future__ import annotations
 
 import hashlib
+import json
 import io
 
 import httpx
@@ -83,3 +84,20 @@ def test_hugging_face_pull_takes_the_repos_projector(tmp_path, monkeypatch):
             svc.stop()
     finally:
         reg.stop()
+
+
+def test_push_sends_the_projector_and_a_pull_brings_it_back(setup):
+    """The pulled vision model pushed under another name carries its projector layer; pulling that name back gives
+    a model with the capability `vision` again."""
+    svc, reg = setup
+    c = ollama.Client(host=svc.url, timeout=300)
+    src = f"{reg.host}/library/tinyvision:latest"
+    c.pull(src, insecure=True)
+    dst = f"{reg.host}/me/tinyvision-copy:v1"
+    c.copy(src, dst)
+    c.push(dst, insecure=True)
+    manifest = json.loads(reg.manifests[("me/tinyvision-copy", "v1")])
+    assert [x["mediaType"] for x in manifest["layers"]].count(MEDIA["projector"]) == 1
+    c.delete(dst)
+    c.pull(dst, insecure=True)
+    assert "vision" in httpx.post(svc.url + "/api/show", json={"model": dst}).json()["capabilities"]

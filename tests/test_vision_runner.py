@@ -104,3 +104,19 @@ def test_images_to_a_model_without_projector_are_refused(loop, smollm2_path):
         assert c.alive
     finally:
         run(loop, c.close())
+
+
+def test_images_and_text_in_parallel_sequences(loop, runner):
+    """Two sequences at once (the runner has 2 slots): one with two images, one text only; both finish, and the
+    image one's answer equals the one it gets alone (its cells were not disturbed by the other's batches)."""
+    pics = [png((50, 60, 70)), png((80, 90, 100), (40, 64))]
+    img_alone, alone = run(loop, collect(runner, ask(pics, "Compare these.", n=6)))
+    text_alone, _ = run(loop, collect(runner, ask(None, "Tell me a story about a cat.", n=6)))
+
+    async def both():
+        return await asyncio.gather(collect(runner, ask(pics, "Compare these.", n=6)),
+                                    collect(runner, ask(None, "Tell me a story about a cat.", n=6)))
+    (img_text, img_done), (txt, txt_done) = run(loop, both())
+    assert img_done.reason in ("stop", "length") and txt_done.reason in ("stop", "length")
+    assert img_done.prompt_tokens == alone.prompt_tokens
+    assert img_text == img_alone and txt == text_alone

@@ -6,7 +6,7 @@ writes, so `ollama pull` and Strata's pull read it back):
     {"status":"pushing manifest"}
     {"status":"success"}
 
-Layers: the GGUF (every part of a split model), its LoRA adapters, then template, system, params and license
+Layers: the GGUF (every part of a split model), its LoRA adapters, its vision projector, then template, system, params and license
 when the model has them, and a config blob (format, family, size, quantization) as Ollama's ConfigV2.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from app.engine.gguf.split import sibling_paths
 from app.service.store import ModelNotFound
 
 from .download import RegistryError, sha256_file
-from .ollama import (MEDIA_ADAPTER, MEDIA_CONFIG, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_SYSTEM,
-                     MEDIA_TEMPLATE, Layer, Manifest, RegistryClient)
+from .ollama import (MEDIA_ADAPTER, MEDIA_CONFIG, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
+                     MEDIA_SYSTEM, MEDIA_TEMPLATE, Layer, Manifest, RegistryClient)
 from .pull import Emit, Puller, progress_line, short
 from .reference import DEFAULT_HOST, Reference
 
@@ -66,10 +66,10 @@ async def push(puller: Puller, ref: Reference, insecure: bool, source: str | Non
     for p in files:
         hex_ = (await loop.run_in_executor(None, sha256_file, p))[0]
         layers.append((Layer(MEDIA_MODEL, f"sha256:{hex_}", p.stat().st_size), p, None))
-    for a in record.adapters:
-        p = Path(a)
+    for media, p in [(MEDIA_ADAPTER, Path(a)) for a in record.adapters] + \
+            ([(MEDIA_PROJECTOR, Path(record.projector))] if getattr(record, "projector", None) else []):
         hex_ = (await loop.run_in_executor(None, sha256_file, p))[0]
-        layers.append((Layer(MEDIA_ADAPTER, f"sha256:{hex_}", p.stat().st_size), p, None))
+        layers.append((Layer(media, f"sha256:{hex_}", p.stat().st_size), p, None))
     texts = [(MEDIA_TEMPLATE, record.template), (MEDIA_SYSTEM, record.system),
              (MEDIA_PARAMS, json.dumps(record.parameters) if record.parameters else None),
              (MEDIA_LICENSE, record.license)]
