@@ -384,6 +384,7 @@ class Transcript(QScrollArea):
         self._pending = None
         for m in self.messages:
             self.vbox.removeWidget(m)
+            m.hide()                 # (deleted later, by the event loop: not drawn meanwhile)
             m.deleteLater()
         self.messages = []
 
@@ -399,6 +400,7 @@ class Transcript(QScrollArea):
         if m in self.messages:
             self.messages.remove(m)
             self.vbox.removeWidget(m)
+            m.hide()
             m.deleteLater()
 
     def stream_text(self, m: MessageWidget, text: str) -> None:

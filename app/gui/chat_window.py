@@ -12,8 +12,8 @@ from pathlib import Path
 from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-    QLineEdit, QListView, QMainWindow, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QToolButton,
-    QVBoxLayout, QWidget,
+    QLineEdit, QListView, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter,
+    QToolButton, QVBoxLayout, QWidget,
 )
 
 from app.gui.app_actions import AppActions, make_action, tip
@@ -21,6 +21,7 @@ from app.gui.attachments import AttachmentBar, fit, local_files, message_with, r
 from app.gui.bridge import Call
 from app.gui.chat_export import import_json, to_json, to_markdown
 from app.gui.chat_options import ChatOptions
+from app.gui.chat_tools import MAX_ROUNDS, ChatTools, call_arguments
 from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, format_stats
 from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
 from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
@@ -51,7 +52,11 @@ class ChatWindow(QMainWindow):
         self.history = history
         self.conversation: Conversation | None = None
         self.call: Call | None = None
-        self.counting: Call | None = None           # attached files' tokens being counted before a send
+        self.preparing: Call | None = None      # before a reply: files counted, tools listed, a tool call run
+        self.tools = ChatTools(self.bridge, self)   # MCP servers' tools (chat_tools.py)
+        self.tools.failed.connect(lambda msg: self._show_error(msg))
+        self.tool_loop: int | None = None          # the chat whose tool calls are being answered, while they are
+        self.tool_rounds = 0                       # tool rounds since the user's last message
         self.pending: PendingReply | None = None     # the reply streaming now
         self.extra_options: dict = {}     # more Ollama options for every request (num_predict, seed...)
         self.model_systems: dict[str, str] = {}     # each model's default system prompt (/api/show)
@@ -160,6 +165,15 @@ class ChatWindow(QMainWindow):
         self.num_ctx.valueChanged.connect(lambda v: self._save_setting(num_ctx=int(v)))
         self.system_prompt.textChanged.connect(
             lambda: self._save_setting(system=self.system_prompt.toPlainText()))
+        self.tools_button = QToolButton()
+        self.tools_button.setObjectName("toolsButton")
+        self.tools_button.setText("Tools")
+        self.tools_button.setToolTip("The MCP servers whose tools this chat offers the model (Settings → MCP)")
+        self.tools_button.setPopupMode(QToolButton.InstantPopup)
+        self.tools_menu = QMenu(self.tools_button)
+        self.tools_menu.setObjectName("toolsMenu")
+        self.tools_menu.aboutToShow.connect(self._fill_tools_menu)
+        self.tools_button.setMenu(self.tools_menu)
         self.more_button = QToolButton()
         self.more_button.setObjectName("moreOptions")
         self.more_button.setText("More…")
@@ -168,7 +182,8 @@ class ChatWindow(QMainWindow):
         header = QHBoxLayout()
         for w, stretch in ((QLabel("Model"), 0), (self.model_picker, 0), (self.model_status, 1),
                            (QLabel("Temperature"), 0), (self.temperature, 0), (QLabel("Context"), 0),
-                           (self.num_ctx, 0), (self.alternatives, 0), (self.more_button, 0)):
+                           (self.num_ctx, 0), (self.alternatives, 0), (self.tools_button, 0),
+                           (self.more_button, 0)):
             header.addWidget(w, stretch)
         return header
 
@@ -344,6 +359,8 @@ class ChatWindow(QMainWindow):
         conv = self.history.create(model=self.selected_model(), system=self.system_prompt.toPlainText(),
                                    temperature=self.temperature.value(), num_ctx=self.num_ctx.value(),
                                    options=self.options.values())
+        if self.conversation is not None and self.conversation.tools:     # the tools chosen go on too
+            conv = self.history.update(conv.id, tools=self.conversation.tools)
         self.search_box.clear()          # a filtered list would hide the new chat
         self.conversations.reload()
         self.select_conversation(conv.id)
@@ -379,6 +396,7 @@ class ChatWindow(QMainWindow):
         self.system_prompt.setPlainText(conv.system)
         self.system_prompt.blockSignals(False)
         self.options.set_values(conv.options)
+        self.tools_button.setText(f"Tools ({len(conv.tools)})" if conv.tools else "Tools")
         if conv.model and self.models.row_of(conv.model) >= 0:
             self.model_picker.blockSignals(True)
             self.model_picker.setCurrentIndex(self.models.row_of(conv.model))
@@ -561,7 +579,7 @@ class ChatWindow(QMainWindow):
     # sending ---------------------------------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self.call is not None or self.counting is not None
+        return self.call is not None or self.preparing is not None or self.tool_loop is not None
 
     def send(self, text: str | None = None) -> None:
         text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
@@ -623,16 +641,16 @@ class ChatWindow(QMainWindow):
             base = await c.count_tokens(model, turns, system)
             return base, [await c.count_tokens(model, [{"role": "user", "content": a.text or " "}]) for a in files]
 
-        self.counting = self.bridge.call(count)
-        self.counting.finished.connect(lambda r: self._files_counted(text, files, *r))
-        self.counting.failed.connect(lambda err: (setattr(self, "counting", None), self._show_error(err),
+        self.preparing = self.bridge.call(count)
+        self.preparing.finished.connect(lambda r: self._files_counted(text, files, *r))
+        self.preparing.failed.connect(lambda err: (setattr(self, "preparing", None), self._show_error(err),
                                                   self._update_buttons()))
-        self.counting.cancelled.connect(lambda: (setattr(self, "counting", None), self._update_buttons()))
+        self.preparing.cancelled.connect(lambda: (setattr(self, "preparing", None), self._update_buttons()))
         self.statusBar().showMessage("Counting the attached files' tokens…")
         self._update_buttons()
 
     def _files_counted(self, text: str, files: list, base: int, each: list[int]) -> None:
-        self.counting = None
+        self.preparing = None
         opts = {**self.conversation.options, **self.extra_options}
         reserve = int(opts.get("num_predict") or 0) if int(opts.get("num_predict") or 0) > 0 \
             else min(1024, self.conversation.num_ctx // 4)
@@ -644,6 +662,7 @@ class ChatWindow(QMainWindow):
         self._send_text(message_with(text, fitted))
 
     def _send_text(self, text: str) -> None:
+        self.tool_rounds = 0
         if self.conversation is None:
             self.new_chat()
         if self.conversation.title == DEFAULT_TITLE:
@@ -666,6 +685,8 @@ class ChatWindow(QMainWindow):
                 msg = {"role": m.role, "content": m.content}
                 if m.blocks.get("tool_calls"):
                     msg["tool_calls"] = m.blocks["tool_calls"]
+                if m.role == "tool" and m.blocks.get("tool_name"):
+                    msg["tool_name"] = m.blocks["tool_name"]
                 messages.append(msg)
         body = {"model": self.selected_model(), "messages": messages,
                 "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **conv.options,
@@ -685,7 +706,17 @@ class ChatWindow(QMainWindow):
             self._show_error("No model to answer with: add one (Models → Manage models: import a .gguf or pull "
                              "one) and pick it above.")
             return
+        names = self.conversation.tools
+        missing = self.tools.missing(names)
+        if missing:                  # list their tools first (once per session), then ask
+            self.preparing = self.tools.prepare(missing, lambda: (setattr(self, "preparing", None),
+                                                                  self._start_reply(continuing)))
+            self.preparing.cancelled.connect(lambda: (setattr(self, "preparing", None), self._update_buttons()))
+            self._update_buttons()
+            return
         body = self.request_body()
+        if self.tools.api_tools(names):
+            body["tools"] = self.tools.api_tools(names)
         leaf = self.history.conversation_leaf(self.conversation.id)
         if continuing is not None:
             # The service renders every assistant message as a finished turn, so the model is asked to go on
@@ -720,7 +751,83 @@ class ChatWindow(QMainWindow):
         self.call = None
         if pending is not None:
             self._save_reply(pending, stopped)
+            if not stopped and pending.tool_calls and self.conversation is not None \
+                    and self.conversation.id == pending.conversation_id and self.conversation.tools:
+                self._answer_tool_calls(list(pending.tool_calls))
         self._update_buttons()
+
+    # MCP tool calls ----------------------------------------------------------------------------------------------
+    def _fill_tools_menu(self) -> None:
+        """One checkable entry per configured MCP server; checked = this chat offers its tools."""
+        self.tools_menu.clear()
+        servers = self.tools.servers()
+        if not servers:
+            self.tools_menu.addAction("(no MCP servers: add them in Settings)").setEnabled(False)
+        on = set(self.conversation.tools if self.conversation else [])
+        for name in servers:
+            a = self.tools_menu.addAction(name)
+            a.setObjectName(f"tool:{name}")
+            a.setCheckable(True)
+            a.setChecked(name in on)
+            a.toggled.connect(lambda checked, n=name: self.set_chat_tool(n, checked))
+
+    def set_chat_tool(self, server: str, on: bool) -> None:
+        if self.conversation is None:
+            self.new_chat()
+        names = [n for n in self.conversation.tools if n != server] + ([server] if on else [])
+        self.tools.tools.pop(server, None)          # listed again when next used (it may have been fixed)
+        self._save_setting(tools=names)
+        self.tools_button.setText(f"Tools ({len(names)})" if names else "Tools")
+
+    def _answer_tool_calls(self, calls: list[dict]) -> None:
+        """Each call: ask the user, run it, save its result as a tool message; then ask the model again."""
+        cid, names = self.conversation.id, list(self.conversation.tools)
+        if self.tool_rounds >= MAX_ROUNDS:
+            self._show_error(f"Stopped after {MAX_ROUNDS} rounds of tool calls without an answer.")
+            return
+        self.tool_rounds += 1
+        self.tool_loop = cid
+
+        def still_here() -> bool:
+            return self.tool_loop == cid and self.conversation is not None and self.conversation.id == cid
+
+        def result(name: str, text: str, is_error: bool) -> None:
+            self.preparing = None
+            if not still_here():
+                return
+            blocks = {"tool_name": name, "is_error": is_error}
+            msg = self.history.add_message(cid, "tool", text, blocks=blocks)
+            self.transcript.add("tool", text, message_id=msg.id, blocks=blocks)
+            next_call()
+
+        def next_call() -> None:
+            if not still_here():
+                return
+            if not calls:
+                self.tool_loop = None
+                self._start_reply()
+                return
+            call = calls.pop(0)
+            name = (call.get("function") or {}).get("name", "")
+            args = call_arguments(call)
+            tool = self.tools.find(names, name)
+            if tool is None:
+                result(name, f"There is no tool named {name!r}.", True)
+                return
+
+            def answered(allowed: bool) -> None:
+                if not still_here():
+                    return
+                if not allowed:
+                    result(name, "The user denied this tool call.", True)
+                    return
+                self.preparing = self.tools.run(tool, args, lambda text, err: result(name, text, err))
+                self._update_buttons()
+
+            self.tools.ask(self, tool, args, answered)
+
+        self._update_buttons()
+        next_call()
 
     def _save_reply(self, p: PendingReply, stopped: bool) -> None:
         """Save what arrived to the chat it belongs to. The user may have switched chats meanwhile (the widget
@@ -768,7 +875,12 @@ class ChatWindow(QMainWindow):
         self.transcript.add("error", error, message_id=mid)
 
     def stop(self) -> None:
-        for call in (self.counting, self.call):
+        if self.tool_loop is not None:          # tool calls being answered: no more of them, no new reply
+            self.tool_loop = None
+            if self.dialog is not None:
+                self.dialog.close()
+            self._update_buttons()
+        for call in (self.preparing, self.call):
             if call is not None:
                 call.cancel()
 

@@ -135,6 +135,7 @@ class Desktop(QObject):
             self.settings = SettingsDialog(self.chat)
             self.actions.install(self.settings)
             self.settings.saved.connect(lambda _p: self.chat.statusBar().showMessage(RESTART_NOTE, 15000))
+            self.settings.saved.connect(lambda _p: self.chat.tools.clear())      # MCP servers: list them again
         self.settings.reload()
         return _raise(self.settings)
 

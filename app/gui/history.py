@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     temperature REAL NOT NULL DEFAULT 0.8,
     num_ctx     INTEGER NOT NULL DEFAULT 4096,
     options     TEXT NOT NULL DEFAULT '{}',
+    tools       TEXT NOT NULL DEFAULT '[]',
     leaf_id     INTEGER,
     created_at  REAL NOT NULL,
     updated_at  REAL NOT NULL
@@ -57,6 +58,7 @@ class Conversation:
     temperature: float = 0.8
     num_ctx: int = 4096
     options: dict = field(default_factory=dict)    # more Ollama options: top_p, top_k, repeat_penalty, seed, stop
+    tools: list = field(default_factory=list)      # the MCP servers whose tools this chat offers the model
     leaf_id: int | None = None                     # the last message of the branch shown
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -65,6 +67,7 @@ class Conversation:
     def from_row(cls, row) -> "Conversation":
         d = dict(row)
         d["options"] = json.loads(d.get("options") or "{}")
+        d["tools"] = json.loads(d.get("tools") or "[]")
         return cls(**d)
 
 
@@ -86,7 +89,7 @@ class Message:
                    json.loads(r["logprobs"]), r["created_at"], json.loads(r["blocks"]), r["parent_id"])
 
 
-SETTINGS = ("title", "model", "system", "temperature", "num_ctx", "options")
+SETTINGS = ("title", "model", "system", "temperature", "num_ctx", "options", "tools")
 
 
 class ChatHistory:
@@ -111,6 +114,8 @@ class ChatHistory:
         conv_columns = {r["name"] for r in self.db.execute("PRAGMA table_info(conversations)")}
         if "options" not in conv_columns:
             self.db.execute("ALTER TABLE conversations ADD COLUMN options TEXT NOT NULL DEFAULT '{}'")
+        if "tools" not in conv_columns:
+            self.db.execute("ALTER TABLE conversations ADD COLUMN tools TEXT NOT NULL DEFAULT '[]'")
         if "parent_id" not in columns:
             self.db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
             self.db.execute("ALTER TABLE conversations ADD COLUMN leaf_id INTEGER")
@@ -167,6 +172,8 @@ class ChatHistory:
             settings["title"] = title[:200]
         if "options" in settings:
             settings["options"] = json.dumps(settings["options"] or {})
+        if "tools" in settings:
+            settings["tools"] = json.dumps(list(settings["tools"] or []))
         if settings:
             cols = ", ".join(f"{k} = ?" for k in settings)
             self.db.execute(f"UPDATE conversations SET {cols}, updated_at = ? WHERE id = ?",

@@ -38,6 +38,7 @@ SIM_TINY = {"devices": [{"id": "CUDA0", "name": "Simulated 1 GB GPU", "kind": "g
             "simulated": True}
 
 PROMPT = "Write a Python function that checks whether a number is prime, then explain it in two sentences."
+EDITED = "Write a Python function that reverses a string."
 
 
 def wait(app, cond, timeout: float, what: str) -> None:
@@ -123,6 +124,22 @@ def shoot_chat(app, desk, out: Path) -> None:
         settle(app, 0.8)
         save_screen(app, chat, out / "chat-tokens.png")   # the screen: the tooltip is its own window
         reply.tokens_button.setChecked(False)
+    shoot_branch(app, desk, out)
+    desk.follow_system_theme(dark=True)
+    settle(app, 0.5)
+    save(chat, out / "chat-dark.png")
+    desk.follow_system_theme(dark=False)
+    settle(app)
+
+
+def shoot_branch(app, desk, out: Path) -> None:
+    """The first message edited and sent again: the new version and its reply, with ‹ 2/2 › to go back."""
+    chat = desk.chat
+    first = chat.transcript.messages[0]
+    chat.resend_edited(first.message_id, EDITED)
+    wait(app, lambda: not chat.busy, 300, "the edited message's reply")
+    settle(app)
+    save(chat, out / "chat-branch.png")
 
 
 def shoot_memory(app, desk, out: Path) -> None:

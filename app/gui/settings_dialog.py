@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import settings
+from app.gui import mcp_tools
 from app.settings import BY_KEY, EXTERNAL_SOURCES, SOURCE_LABELS, SettingsError
 
 INT_MAX = {"num_parallel": 256, "num_ctx": 1 << 20, "num_threads": 1024, "prompt_cache_mib": 1 << 20,
@@ -51,6 +52,7 @@ class SettingsDialog(QDialog):
         lay.addWidget(self._build_server())
         lay.addWidget(self._build_models())
         lay.addWidget(self._build_sources())
+        lay.addWidget(self._build_mcp())
         lay.addStretch(1)
         self.message = QLabel()
         self.message.setObjectName("settingsMessage")
@@ -154,8 +156,25 @@ class SettingsDialog(QDialog):
         bl.addLayout(form)
         return box
 
+    def _build_mcp(self) -> QGroupBox:
+        """MCP servers in the `mcpServers` JSON other apps use; kept in mcp.json (the desktop app's alone)."""
+        box = QGroupBox("Tools: MCP servers (the mcpServers JSON of Claude Desktop, LM Studio, Cursor)")
+        bl = QVBoxLayout(box)
+        self.mcp = QPlainTextEdit()
+        self.mcp.setObjectName("mcpServers")
+        self.mcp.setPlaceholderText('{"mcpServers": {"files": {"command": "npx", "args": ["-y", '
+                                    '"@modelcontextprotocol/server-filesystem", "/home/me/notes"]},\n'
+                                    '                "remote": {"url": "http://127.0.0.1:8000/mcp"}}}')
+        self.mcp.setToolTip("A server started as a command (stdio: command, args, env) or reached at a URL "
+                            "(streamable HTTP). Each chat picks which of them it uses (the Tools button); every "
+                            "call asks you first.")
+        self.mcp.setMaximumHeight(90)
+        bl.addWidget(self.mcp)
+        return box
+
     # values --------------------------------------------------------------------------------------------------
     def reload(self) -> None:
+        self.mcp.setPlainText(mcp_tools.config_text())
         try:
             self.show_values(settings.load())
             self.message.setText(f"Stored in {settings.settings_path()}. The service reads it when it starts.")
@@ -189,6 +208,11 @@ class SettingsDialog(QDialog):
 
     def save(self) -> bool:
         """Write the file; on a refusal say which setting and keep the dialog open."""
+        try:
+            mcp_tools.save_config(self.mcp.toPlainText())
+        except ValueError as e:
+            self.message.setText(f"Not saved: MCP servers: {e}")
+            return False
         try:
             path = settings.save(self.values())
         except SettingsError as e:

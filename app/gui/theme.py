@@ -48,10 +48,10 @@ def dark_palette() -> QPalette:
 def apply_theme(app: QApplication, dark: bool) -> None:
     """Our style sheet for `dark`; when dark and the platform's palette is still light, Fusion with a dark
     palette (otherwise the platform's own dark palette is kept)."""
-    app.setStyleSheet(style_sheet(dark))
     window = app.palette().color(QPalette.Window)
     if dark and window.lightness() > 128:
         app.setStyle(QStyleFactory.create("Fusion"))
         app.setPalette(dark_palette())
     elif not dark and window.lightness() <= 128:
         app.setPalette(app.style().standardPalette())
+    app.setStyleSheet(style_sheet(dark))          # last: setting it repolishes every widget with the palette
