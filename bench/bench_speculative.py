@@ -6,9 +6,10 @@ prompt-lookup speculation `--spec-type ngram-simple`), through the OpenAI API, s
     .venv/bin/python bench/bench_speculative.py [--threads 1] [--reps 2] [--model PATH] [--streams 1,4]
 
 Tasks (each at 1 and 4 streams; the 4 streams send the same task, so the text differs only when sampled):
-- edit        rename a function in a 40-line module and print the whole module (chat, temperature 0)
+- edit        rename a method in a 40-line module and print the whole module (a ChatML prompt, temperature 0)
 - complete    code completion that echoes the code around it (raw completion, temperature 0)
-- free        a short story (chat, temperature 0.8, seeds fixed): text that does not repeat
+- free        a short story (a ChatML prompt, temperature 0.8, seeds fixed): text that does not repeat
+All go raw to /v1/completions, so both servers decode the same prompt tokens.
 Generation tok/s per configuration = completion tokens / (last token - first token), summed over streams for 4
 streams (all tokens / (last token of any - first token of any)); medians over repetitions, configurations measured
 in turn and the order rotated each repetition. Acceptance = accepted / drafted tokens, from each server's
@@ -86,7 +87,18 @@ COMPLETE = MODULE.replace("def main():", "def report(inv):\n    \"\"\"Print each
                           "def main():") + "\n\nclass TaggedInventory(Inventory):\n    \"\"\"An Inventory whose items " \
                                            "also carry tags.\"\"\"\n\n    def __init__(self, path):\n"
 FREE = [{"role": "user", "content": "Write a short story about a lighthouse keeper who finds a message in a bottle."}]
-TASKS = {"edit": ("chat", EDIT, 0.0, 420), "complete": ("raw", COMPLETE, 0.0, 300), "free": ("chat", FREE, 0.8, 200)}
+
+
+def chatml(messages) -> str:
+    """The conversation as a ChatML prompt (SmolLM2's and Qwen2.5's format), sent raw to /v1/completions: both
+    servers then decode the same tokens (their chat endpoints differ in template details, e.g. a default system
+    prompt, and so would write different replies)."""
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
+
+
+TASKS = {"edit": ("raw", chatml(EDIT), 0.0, 420), "complete": ("raw", COMPLETE, 0.0, 300),
+         "free": ("raw", chatml(FREE), 0.8, 200)}
 
 
 def free_port() -> int:
@@ -125,8 +137,11 @@ class Server:
     async def one(self, task: str, seed: int) -> dict:
         """Stream one request -> {"n", "first", "last", "draft_n", "draft_ok", "text"}."""
         kind, content, temp, n_max = TASKS[task]
+        # the same sampling on both: repeat penalty off (llama-server's default; Strata's, like Ollama's, is 1.1,
+        # which also makes a reply that must repeat its prompt come out differently), top-k 40, top-p off
+        knobs = {"repeat_penalty": 1.0, "top_k": 40, "top_p": 1.0}
         body = {"model": self.model, "max_tokens": n_max, "temperature": temp, "seed": seed, "stream": True,
-                "top_p": 1.0, "top_k": 40 if temp else 1}
+                **knobs, "options": knobs}
         if kind == "chat":
             path, body["messages"] = "/v1/chat/completions", content
         else:

@@ -2,13 +2,13 @@
 
 Verifying a draft of d tokens makes the step's batch d rows longer. On a GPU that is nearly free; on a CPU it is
 not, and the ratio differs by machine and quantization (SmolLM2 Q4_1 on a 2-core EPYC, 1 thread: a 2-row
-decode took ~2.5x a 1-row one, 8 rows ~5-8x). So the runner measures it: `StepCosts` keeps the mean seconds
-of a generation-only step per batch size, and a draft is made only when the expected tokens it brings
+decode took ~2.5x a 1-row one, 8 rows ~5-8x). So the runner measures it: `StepCosts` fits the seconds of recent
+generation-only steps against their batch rows, and a draft is made only when the expected tokens it brings
 (1 + a + a^2 + ... + a^d for a per-token acceptance rate a, the geometric model of prompt-lookup drafts) pay for
-the longer step in throughput of the whole batch. Before a size is measured its cost is guessed from the sizes
-that were (or as cheap, at first), so the runner tries drafts and learns; a sequence whose drafts fail sees its
-rate fall and stops drafting, and its rate drifts back to the prior while it does not draft (so it tries again
-later, when the text may have begun to repeat). Context thread only.
+the longer step in throughput of the whole batch. Before two batch sizes are measured each extra row is guessed
+cheap, so the runner tries drafts and learns; a sequence whose drafts fail sees its rate fall and stops drafting,
+and its rate drifts back to the prior while it does not draft (so it tries again later, when the text may have
+begun to repeat). Context thread only.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ IDLE_DECAY = 0.9             # per step without a draft: the rate drifts back to
 PRIOR_SLOPE = 0.1            # unmeasured batch sizes: each extra row costs this share of a 1-row step
 MIN_GAIN = 1.05              # draft only when the batch's expected throughput rises by at least this factor
 COST_ALPHA = 0.2             # weight of a new measurement in a batch size's running mean
+COST_DECAY = 0.98            # per recorded step: the weight of older steps in the cost line (~50 steps)
+TRUSTED_COUNT = 8            # a batch size measured this often uses its own mean, not the line
 MAX_ROWS = 256               # batch sizes measured (larger steps are prefill, not drafts)
 
 
@@ -44,37 +46,48 @@ class AcceptanceRate:
 
 
 class StepCosts:
-    """Mean seconds of a generation-only decode step, by its number of batch rows."""
+    """Seconds of a generation-only decode step as a function of its batch rows: a straight line c(k) = a + b*k
+    fitted by least squares over recent steps (each older step weighs COST_DECAY less), so one step slowed by
+    another process does not turn a draft size cheap or dear; the size measured most (the batch without drafts)
+    uses its own running mean. Until two sizes are measured the slope is the prior (PRIOR_SLOPE of a step)."""
 
     def __init__(self):
         self.mean: dict[int, float] = {}
+        self.count: dict[int, int] = {}
+        self.sums = [0.0] * 5                  # decayed sums of 1, k, k^2, y, k*y
 
     def record(self, rows: int, seconds: float) -> None:
-        if 0 < rows <= MAX_ROWS and seconds > 0:
-            old = self.mean.get(rows)
-            self.mean[rows] = seconds if old is None else old + COST_ALPHA * (seconds - old)
+        if not (0 < rows <= MAX_ROWS and seconds > 0):
+            return
+        old = self.mean.get(rows)
+        self.mean[rows] = seconds if old is None else old + COST_ALPHA * (seconds - old)
+        self.count[rows] = self.count.get(rows, 0) + 1
+        w, k = self.sums, float(rows)
+        for i, v in enumerate((1.0, k, k * k, seconds, k * seconds)):
+            w[i] = w[i] * COST_DECAY + v
+
+    def _line(self) -> tuple[float, float] | None:
+        n, sk, skk, sy, sky = self.sums
+        var = n * skk - sk * sk
+        if n <= 0:
+            return None
+        if var <= 1e-9 * max(1.0, n * skk):   # one size only: its mean, the prior slope
+            a_plus_bk = sy / n
+            k = sk / n
+            b = a_plus_bk * PRIOR_SLOPE / (1.0 + PRIOR_SLOPE * (k - 1))
+            return a_plus_bk - b * k, b
+        b = max(0.0, (n * sky - sk * sy) / var)
+        return (sy - b * sk) / n, b
 
     def cost(self, rows: int) -> float:
-        """Measured, else interpolated between measured sizes, else extrapolated (PRIOR_SLOPE past the largest
-        measured size when only one is known), relative units when nothing is measured yet."""
-        m = self.mean
-        if rows in m:
-            return m[rows]
-        if not m:
+        """Seconds (relative units before anything is measured) for a step of `rows` rows."""
+        if self.count.get(rows, 0) >= TRUSTED_COUNT:
+            return self.mean[rows]
+        line = self._line()
+        if line is None:
             return 1.0 + PRIOR_SLOPE * (rows - 1)
-        lo = max((k for k in m if k < rows), default=None)
-        hi = min((k for k in m if k > rows), default=None)
-        if lo is not None and hi is not None:
-            return m[lo] + (m[hi] - m[lo]) * (rows - lo) / (hi - lo)
-        if hi is not None:                       # smaller than anything measured: not cheaper than the prior
-            return m[hi] * (1.0 + PRIOR_SLOPE * (rows - 1)) / (1.0 + PRIOR_SLOPE * (hi - 1))
-        below = sorted(k for k in m if k < rows)
-        if len(below) >= 2:                      # go on with the slope of the two largest measured sizes
-            a, b = below[-2], below[-1]
-            slope = max(0.0, (m[b] - m[a]) / (b - a))
-        else:
-            slope = m[lo] * PRIOR_SLOPE
-        return m[lo] + slope * (rows - lo)
+        a, b = line
+        return max(a + b * rows, 1e-6)
 
     def best_length(self, rate: float, n_seqs: int, base_rows: int, limit: int) -> int:
         """The draft length (0..limit) that maximizes the batch's expected tokens per second, given `n_seqs`
