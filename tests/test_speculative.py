@@ -14,7 +14,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
-from app.engine.runner.draft_policy import AcceptanceRate, StepCosts
+from app.engine.runner.draft_policy import TRIAL_STEPS, VETO_MIN, AcceptanceRate, DraftGate, StepCosts
 from app.engine.runner.ngram_draft import NgramDrafter
 from engine_util import cancel_stream, cpu_layout
 
@@ -131,6 +131,19 @@ def test_draft_length_follows_acceptance_and_measured_costs():
     assert cheap.best_length(rate.rate, 1, 1, 16) <= 2        # a low rate: a short draft at most
     assert dear.best_length(high, 1, 1, 16) == 0
     assert StepCosts().best_length(high, 1, 1, 16) > 0         # nothing measured yet: try, and learn
+
+
+def test_the_gate_stops_drafts_that_lose_and_tries_again_later():
+    gate = DraftGate()
+    for _ in range(TRIAL_STEPS):
+        gate.record(False, 1, 0.010)                  # 100 tokens/s without drafts
+        gate.record(True, 2, 0.030)                   # 67 tokens/s with them: they lose
+    assert [gate.allow() for _ in range(VETO_MIN)] == [False] * VETO_MIN
+    assert gate.allow()                               # the veto is over: drafts are tried again
+    for _ in range(TRIAL_STEPS):
+        gate.record(False, 1, 0.010)
+        gate.record(True, 3, 0.015)                   # 200 tokens/s: they win, no veto
+    assert gate.allow()
 
 
 # ---- exactness --------------------------------------------------------------------------------------------

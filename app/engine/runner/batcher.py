@@ -34,7 +34,7 @@ from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.heartbeat import expected_step_s
-from app.engine.runner.draft_policy import FixedCosts, StepCosts
+from app.engine.runner.draft_policy import DraftGate, FixedCosts, OpenGate, StepCosts
 from app.engine.runner.ngram_draft import MAX_DRAFT, NgramDrafter
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
@@ -74,6 +74,7 @@ class Batcher:
         self.abortable = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
         self.speculative, self.max_draft, measured = speculation(model, speculative)
         self.costs = StepCosts() if measured else FixedCosts()
+        self.gate = DraftGate() if measured else OpenGate()
         self.drafted_total = self.accepted_total = 0
         self.embedder = embedder
         self.admit_fn = admit               # output thread: Seq -> None (fills prompt/chain/detok/stop) or raises
@@ -265,10 +266,14 @@ class Batcher:
                 self._on_decode_failure(rc, msg, b, plan)
                 return True
             self.steps += 1
-            if all(seq.state == GEN for seq, _, _ in plan):
+            gen_only = all(seq.state == GEN for seq, _, _ in plan)
+            if gen_only:
                 self.costs.record(b.n, t_decode)   # a generation-only step: what a draft's rows cost
+            drafted = b.n > len(plan)               # some sequence decoded a draft this step
             self._advance(plan)
             results, finished = self._sample(outs)
+            if gen_only and self.speculative:
+                self.gate.record(drafted, len(results), t_decode)
             self._finish(results, finished)
         finally:
             self._step_t0 = 0.0
@@ -291,8 +296,9 @@ class Batcher:
                 if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
                     gen.append(seq)
         rows = len(gen)                         # each generating sequence needs one row; drafts add theirs
+        may_draft = self.speculative and bool(gen) and self.gate.allow()
         for seq in gen:
-            seq.draft = self._draft(seq, len(gen), rows, b.capacity - rows)
+            seq.draft = self._draft(seq, len(gen), rows, b.capacity - rows) if may_draft else []
             rows += len(seq.draft)
             outs.append((seq, b.add(seq.pending, seq.n_past, seq.slot, True)))
             if seq.draft:

@@ -111,3 +111,56 @@ class FixedCosts(StepCosts):
 
     def record(self, rows: int, seconds: float) -> None:
         pass
+
+
+TRIAL_STEPS = 24             # steps with drafts (and as many without) before the gate compares their speed
+VETO_MIN, VETO_MAX = 64, 4096    # steps without drafts after a losing comparison (doubling while drafts keep losing)
+RATE_DECAY = 0.97            # per step: the weight of older steps in the tokens-per-second comparison
+
+
+class DraftGate:
+    """The final word, measured: are steps with drafts emitting more tokens per second of decode than steps
+    without? The line in `StepCosts` chooses a draft's length from a model of step costs; on a machine shared with
+    other work that model can be wrong for long stretches, so the runner also compares what it gets. When steps
+    with drafts lose, drafting stops for VETO_MIN steps (doubling each time it loses again, up to VETO_MAX), then
+    is tried again."""
+
+    def __init__(self):
+        self.tok = {True: 0.0, False: 0.0}      # decayed tokens emitted, by "the step had drafts"
+        self.sec = {True: 0.0, False: 0.0}      # decayed decode seconds
+        self.n = {True: 0, False: 0}            # steps since the last verdict
+        self.veto = 0
+        self.veto_len = VETO_MIN
+
+    def allow(self) -> bool:
+        """Called once per step before drafting."""
+        if self.veto > 0:
+            self.veto -= 1
+            return False
+        return True
+
+    def record(self, drafted: bool, tokens: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        for k in (True, False):
+            self.tok[k] *= RATE_DECAY
+            self.sec[k] *= RATE_DECAY
+        self.tok[drafted] += tokens
+        self.sec[drafted] += seconds
+        self.n[drafted] += 1
+        if self.n[True] < TRIAL_STEPS or self.n[False] < TRIAL_STEPS:
+            return
+        with_drafts, without = self.tok[True] / self.sec[True], self.tok[False] / self.sec[False]
+        self.n[True] = 0
+        if with_drafts < without:
+            self.veto, self.veto_len = self.veto_len, min(VETO_MAX, self.veto_len * 2)
+            self.tok[True] = self.sec[True] = 0.0
+        else:
+            self.veto_len = max(VETO_MIN, self.veto_len // 2)
+
+
+class OpenGate(DraftGate):
+    """Never vetoes (STRATA_SPECULATIVE=on)."""
+
+    def record(self, drafted: bool, tokens: int, seconds: float) -> None:
+        pass
