@@ -1,15 +1,22 @@
-"""Text and code files attached to a chat message: read, shown as removable chips over the message box, and
-put into the message with their names. When the files do not fit the context left (counted with the model's
-tokenizer through the API before sending), each one that does not fit is cut and the message says so."""
+"""Files attached to a chat message: read, shown as removable chips over the message box. Text and code files go
+into the message with their names; when they do not fit the context left (counted with the model's tokenizer
+through the API before sending), each one that does not fit is cut and the message says so. Images (a file, or
+image data pasted) go with the message as images (a vision model reads them; the service refuses them for a
+model without the capability `vision`), are saved with the conversation and shown as thumbnails."""
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt, Signal
+from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 MAX_BYTES = 4 << 20          # read at most this much of a file (a bigger one is cut at once, and says so)
+MAX_IMAGE_BYTES = 20 << 20   # the service's limit per image (docs: README "Images")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+THUMB = 48                   # thumbnail height in pixels
 CUT_MARGIN = 0.95            # characters kept = this x the share of tokens that fits (token sizes vary)
 
 
@@ -18,6 +25,7 @@ class Attachment:
     name: str
     text: str
     cut_on_read: bool = False          # the file was bigger than MAX_BYTES
+    image: bytes | None = None         # an image (its file's bytes): sent as an image, not as text
 
 
 @dataclass
@@ -35,8 +43,11 @@ def local_files(mime) -> list[str]:
 
 
 def read_attachment(path: str | Path) -> Attachment:
-    """A UTF-8 text file (code, Markdown, CSV, logs...). Anything else raises ValueError saying why."""
+    """A UTF-8 text file (code, Markdown, CSV, logs...) or an image Qt can read. Anything else raises ValueError
+    saying why."""
     p = Path(path)
+    if p.suffix.lower() in IMAGE_SUFFIXES:
+        return _read_image(p)
     try:
         with open(p, "rb") as f:
             data = f.read(MAX_BYTES + 1)
@@ -53,6 +64,54 @@ def read_attachment(path: str | Path) -> Attachment:
             raise ValueError(f"{p.name} is not UTF-8 text") from None
         text = data[:e.start].decode("utf-8")
     return Attachment(p.name, text, cut)
+
+
+def _read_image(p: Path) -> Attachment:
+    try:
+        data = p.read_bytes() if p.stat().st_size <= MAX_IMAGE_BYTES else None
+    except OSError as e:
+        raise ValueError(f"cannot read {p.name}: {e.strerror or e}") from e
+    if data is None:
+        raise ValueError(f"{p.name} is larger than {MAX_IMAGE_BYTES >> 20} MiB")
+    if QImage.fromData(data).isNull():
+        raise ValueError(f"{p.name} is not a text file (nor an image that can be read)")
+    return Attachment(p.name, "", image=data)
+
+
+def pasted_image(image: QImage, n: int) -> Attachment:
+    """Image data pasted (a screenshot): PNG-encoded, named pasted-N.png."""
+    buf = QBuffer()
+    buf.open(QIODevice.WriteOnly)
+    image.save(buf, "PNG")
+    return Attachment(f"pasted-{n}.png", "", image=bytes(buf.data()))
+
+
+def images_block(attachments: list[Attachment]) -> list[str]:
+    """The images of a message as the conversation saves them and the API takes them: base64."""
+    return [base64.b64encode(a.image).decode() for a in attachments if a.image]
+
+
+def thumbnail(data: bytes, height: int = THUMB) -> QLabel:
+    label = QLabel()
+    label.setObjectName("imageThumbnail")
+    pix = QPixmap()
+    pix.loadFromData(QByteArray(data))
+    if not pix.isNull():
+        label.setPixmap(pix.scaledToHeight(height, Qt.SmoothTransformation))
+    return label
+
+
+class Thumbnails(QWidget):
+    """A message's images (base64, as saved), in a row of thumbnails."""
+
+    def __init__(self, images_b64: list[str], parent=None):
+        super().__init__(parent)
+        self.setObjectName("messageImages")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for b in images_b64:
+            row.addWidget(thumbnail(base64.b64decode(b)))
+        row.addStretch(1)
 
 
 def fit(attachments: list[Attachment], token_counts: list[int], budget: int) -> list[Fitted]:
@@ -118,7 +177,9 @@ class AttachmentBar(QWidget):
             chip.setObjectName("attachmentChip")
             cl = QHBoxLayout(chip)
             cl.setContentsMargins(6, 0, 0, 0)
-            label = QLabel(f"📄 {a.name} ({len(a.text):,} characters)")
+            if a.image:
+                cl.addWidget(thumbnail(a.image, 24))
+            label = QLabel(f"🖼 {a.name}" if a.image else f"📄 {a.name} ({len(a.text):,} characters)")
             x = QToolButton()
             x.setObjectName("removeAttachment")
             x.setText("×")

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QToolTip, QVBoxLayout, QWidget,
 )
 
-from .attachments import local_files
+from .attachments import Thumbnails, local_files
 from .code_blocks import CopyCodeButton, find_fences, highlight
 from .message_blocks import ThinkingBlock, ToolCallBlock, call_text
 
@@ -26,14 +26,17 @@ class MessageInput(QPlainTextEdit):
     pasted as their paths."""
     submitted = Signal()
     files_pasted = Signal(list)
+    image_pasted = Signal(object)       # a QImage (a screenshot copied)
 
     def canInsertFromMimeData(self, source) -> bool:
-        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+        return bool(local_files(source)) or source.hasImage() or super().canInsertFromMimeData(source)
 
     def insertFromMimeData(self, source) -> None:
         files = local_files(source)
         if files:
             self.files_pasted.emit(files)
+        elif source.hasImage():
+            self.image_pasted.emit(source.imageData())
         else:
             super().insertFromMimeData(source)
 
@@ -289,6 +292,8 @@ class MessageWidget(QFrame):
         blocks = blocks or {}
         self.set_thinking(blocks.get("thinking", ""), blocks.get("thinking_tokens", 0))
         self.set_tool_calls(blocks.get("tool_calls") or [])
+        if blocks.get("images"):
+            lay.insertWidget(lay.indexOf(self.body), Thumbnails(blocks["images"]))
 
     def set_thinking(self, text: str, n_tokens: int = 0, streaming: bool = False) -> None:
         self.thinking.set_thinking(text, n_tokens, streaming)

@@ -17,7 +17,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.app_actions import AppActions, make_action, tip
-from app.gui.attachments import AttachmentBar, fit, local_files, message_with, read_attachment
+from app.gui.attachments import (AttachmentBar, fit, images_block, local_files, message_with, pasted_image,
+                                 read_attachment)
 from app.gui.bridge import Call
 from app.gui.chat_export import import_json, to_json, to_markdown
 from app.gui.chat_options import ChatOptions
@@ -209,8 +210,10 @@ class ChatWindow(QMainWindow):
         self.attach_button.setObjectName("attachButton")
         self.attach_button.clicked.connect(lambda: self.attach_dialog())
         self.input.files_pasted.connect(self.attach_files)
+        self.input.image_pasted.connect(self.attach_image)
         buttons.addWidget(self.attach_button)
         self.attachment_bar = AttachmentBar()
+        self._pending_images: list = []         # image attachments of the message being sent (send -> _send_text)
         left = QVBoxLayout()
         left.addWidget(self.attachment_bar)
         left.addWidget(self.input, 1)
@@ -249,7 +252,7 @@ class ChatWindow(QMainWindow):
                                               lambda: self.export_chat("json"))
         self.action_import = make_action(self, "&Import a chat (JSON)…", "importChat", None, self.import_chat)
         self.action_attach = make_action(self, "&Attach files…", "attachFiles", "Ctrl+Shift+A", self.attach_dialog,
-                                         "Attach text or code files to the message (or drop or paste them)")
+                                         "Attach text, code or image files to the message (or drop or paste them)")
         self.chat_menu = self.menuBar().addMenu("&Chat")
         self.chat_menu.setObjectName("chatMenu")
         self.chat_menu.addActions([self.action_focus_input, self.action_attach, self.action_stop,
@@ -586,14 +589,17 @@ class ChatWindow(QMainWindow):
         files = list(self.attachment_bar.items)
         if (not text and not files) or self.busy:
             return
+        self._pending_images = [a for a in files if a.image]     # sent as images, with whatever the text becomes
+        files = [a for a in files if not a.image]
         if files:
             self._send_with_files(text, files)
         else:
+            self.attachment_bar.clear()
             self._send_text(text)
 
     # attachments -----------------------------------------------------------------------------------------------
     def attach_dialog(self) -> None:
-        dlg = QFileDialog(self, "Attach text or code files", str(Path.home()))
+        dlg = QFileDialog(self, "Attach text, code or image files", str(Path.home()))
         dlg.setObjectName("attachDialog")
         dlg.setFileMode(QFileDialog.ExistingFiles)
         dlg.setOption(QFileDialog.DontUseNativeDialog)
@@ -611,6 +617,13 @@ class ChatWindow(QMainWindow):
                 refused.append(str(e))
         if refused:
             self.statusBar().showMessage("Not attached: " + "; ".join(refused), 15000)
+        self.input.setFocus()
+
+    def attach_image(self, image) -> None:
+        """Image data pasted in the message box (a screenshot): attached as a PNG."""
+        if image is not None and not image.isNull():
+            n = sum(1 for a in self.attachment_bar.items if a.name.startswith("pasted-"))
+            self.attachment_bar.add(pasted_image(image, n + 1))
         self.input.setFocus()
 
     def dragEnterEvent(self, e) -> None:
@@ -663,14 +676,16 @@ class ChatWindow(QMainWindow):
 
     def _send_text(self, text: str) -> None:
         self.tool_rounds = 0
+        images, self._pending_images = images_block(self._pending_images), []
+        blocks = {"images": images} if images else None        # saved with the conversation, sent each turn
         if self.conversation is None:
             self.new_chat()
         if self.conversation.title == DEFAULT_TITLE:
-            self.conversation = self.history.rename(self.conversation.id, self.history.title_from(text))
+            self.conversation = self.history.rename(self.conversation.id, self.history.title_from(text or "Image"))
             self.conversations.reload()
             self.select_conversation(self.conversation.id)
-        msg = self.history.add_message(self.conversation.id, "user", text)
-        self.transcript.add("user", text, message_id=msg.id)
+        msg = self.history.add_message(self.conversation.id, "user", text, blocks=blocks)
+        self.transcript.add("user", text, message_id=msg.id, blocks=blocks)
         self.first_run.setVisible(False)
         self.input.clear()
         self._start_reply()
@@ -687,6 +702,8 @@ class ChatWindow(QMainWindow):
                     msg["tool_calls"] = m.blocks["tool_calls"]
                 if m.role == "tool" and m.blocks.get("tool_name"):
                     msg["tool_name"] = m.blocks["tool_name"]
+                if m.blocks.get("images"):
+                    msg["images"] = m.blocks["images"]
                 messages.append(msg)
         body = {"model": self.selected_model(), "messages": messages,
                 "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **conv.options,
