@@ -159,3 +159,13 @@ def test_ps_counts_the_projector_predicted_and_actual(server):
     assert actual <= predicted <= 1.25 * actual             # the compute estimate is an upper bound here
     assert m["size"] == sum(st["predicted"].values()) and st["predicted"]["CPU"] > predicted   # in /api/ps's size
     assert any("vision projector" in r for r in st["layout"]["reasons"])
+
+
+def test_anthropic_count_tokens_counts_the_image(server):
+    c = anthropic.Anthropic(base_url=server.url, api_key="x", timeout=300)
+    text = [{"type": "text", "text": "What is this?"}]
+    image = [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                          "data": base64.b64encode(png()).decode()}}]
+    plain = c.messages.count_tokens(model=VISION, messages=[{"role": "user", "content": text}]).input_tokens
+    with_image = c.messages.count_tokens(model=VISION, messages=[{"role": "user", "content": image + text}])
+    assert with_image.input_tokens >= plain + 16 - 2
