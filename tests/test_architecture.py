@@ -104,6 +104,18 @@ def test_runner_code_is_only_imported_by_the_runner():
     assert not bad, "runner-child modules imported outside the runner:\n" + "\n".join(sorted(bad))
 
 
+def test_the_runner_reads_no_chat_facts_and_the_chat_package_no_llama():
+    """The family and template choice are read once, in the parent (engine/client.py passes them at load and the
+    service's plan names the family per request): no runner module reads them from the GGUF. engine/chat/ is
+    imported by both processes, so it imports no llama.cpp and no runner code."""
+    readers = [p for p in (APP / "engine" / "runner").rglob("*.py") if "read_chat_facts" in p.read_text()]
+    assert not readers, readers
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() if mod.startswith("app.engine.chat")
+           for dep in deps if dep.startswith((RUNNER, "app.ggml"))]
+    bad += [str(p) for p in (APP / "engine" / "chat").rglob("*.py") if "llama_cpp" in p.read_text()]
+    assert not bad, bad
+
+
 def test_gui_imports_only_its_client_and_plain_data():
     bad = [f"{mod} -> {dep}" for mod, deps in graph().items() if mod.startswith("app.gui.")
            and mod not in GUI_EXCEPTIONS for dep in deps if not dep.startswith(GUI_ALLOWED_PREFIXES)]

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from app.engine import protocol as P
+from app.engine.chat.plan import plan_chat
 from app.engine.client import RunnerClient
 from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.gguf.model_info import read_model_info
@@ -60,8 +61,8 @@ def test_forced_call_through_the_family_parser(family_dir, name, family):
             msgs = [{"role": "user", "content": "Weather in Paris?"}]
             plain = await c.count_prompt(P.GenerateRequest(id="a", messages=msgs))
             with_tools = await c.count_prompt(P.GenerateRequest(id="b", messages=msgs, tools=[WEATHER]))
-            req = P.GenerateRequest(id="c", messages=msgs, tools=[WEATHER], tool_choice="required",
-                                    parallel_tool_calls=False, sampling=P.SamplingParams(temperature=0),
+            req = P.GenerateRequest(id="c", messages=msgs, tools=[WEATHER],
+                                    plan=plan_chat(family, [WEATHER], "required", False), sampling=P.SamplingParams(temperature=0),
                                     num_predict=40)
             text = "".join([e.text async for e in c.generate(req) if isinstance(e, P.TokenEvent)])
             return plain, with_tools, text

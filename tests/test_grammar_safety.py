@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 
 from app.engine import protocol as P
+from app.engine.chat.plan import plan_chat
 from app.engine.client import RunnerClient, RunnerError
 from app.service.toolcalls import parse_all
 from engine_util import cpu_layout
@@ -73,7 +74,7 @@ def steered(ids: list[int], **kw) -> P.SamplingParams:
 
 def test_bare_call_opening_with_brace_newline_does_not_crash(loop, runner):
     ids = token_ids(loop, runner, "{", "\n ", ' "', "name", '":')
-    req = P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, tools=[WEATHER], tool_choice="auto",
+    req = P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, tools=[WEATHER], plan=plan_chat("hermes", [WEATHER], "auto"),
                             sampling=steered(ids), num_predict=60)
     text, done = run(loop, collect(runner, req))
     assert runner.alive
@@ -85,9 +86,20 @@ def test_bare_call_opening_with_brace_newline_does_not_crash(loop, runner):
         assert isinstance(d.calls[0].arguments.get("city"), str)
 
 
+@pytest.mark.parametrize("family,key", [("hermes", "arguments"), ("llama3", "parameters")])
+def test_the_runner_applies_the_plans_family_not_its_own(loop, runner, family, key):
+    """The GGUF is Qwen3's (hermes); the runner reads no family from it: a plan naming llama3 gets llama3's call
+    grammar (its arguments key is "parameters"), a plan naming hermes gets Hermes's."""
+    ids = token_ids(loop, runner, "{", "\n ", ' "', "name", '":')
+    req = P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, tools=[WEATHER],
+                            plan=plan_chat(family, [WEATHER], "auto"), sampling=steered(ids), num_predict=40)
+    text, _ = run(loop, collect(runner, req))
+    assert re.match(r'\{\n  "name":\s*"get_weather"\s*,\s*"' + key + '"', text), text
+
+
 def test_marker_written_as_text_starts_the_grammar(loop, runner):
     ids = token_ids(loop, runner, "<", "tool", "_", "call", ">", "\n ")
-    req = P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, tools=[WEATHER], tool_choice="auto",
+    req = P.GenerateRequest(id=f"s{next(_ids)}", messages=MSGS, tools=[WEATHER], plan=plan_chat("hermes", [WEATHER], "auto"),
                             sampling=steered(ids), num_predict=60)
     text, done = run(loop, collect(runner, req))
     assert text.startswith("<tool_call>\n "), text

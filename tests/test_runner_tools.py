@@ -10,6 +10,7 @@ import itertools
 import pytest
 
 from app.engine import protocol as P
+from app.engine.chat.plan import plan_chat
 from app.engine.client import RequestError, RunnerClient
 from app.engine.runner.chat_template import render_chat
 from app.engine.gguf.builtin_templates import CHATML
@@ -60,7 +61,7 @@ def run(loop, coro):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_tool_choice_required_forces_a_valid_call(loop, smol, seed):
     req = P.GenerateRequest(id=f"t{next(_ids)}", messages=[{"role": "user", "content": "What's the weather in Paris?"}],
-                            tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+                            tools=[WEATHER], plan=plan_chat("generic", [WEATHER], "required", False),
                             sampling=P.SamplingParams(temperature=0.7, seed=seed), num_predict=200)
     text, done = run(loop, collect(smol, req))
     d = parse_all("generic", text, ["get_weather"])
@@ -73,11 +74,11 @@ def test_tool_choice_required_forces_a_valid_call(loop, smol, seed):
 def test_named_tool_choice_and_bad_name(loop, smol):
     other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
     req = P.GenerateRequest(id=f"t{next(_ids)}", messages=[{"role": "user", "content": "Weather?"}],
-                            tools=[WEATHER, other], tool_choice="get_time", sampling=greedy(), num_predict=100)
+                            tools=[WEATHER, other], plan=plan_chat("generic", [WEATHER, other], "get_time"), sampling=greedy(), num_predict=100)
     text, _ = run(loop, collect(smol, req))
     assert [c.name for c in parse_all("generic", text, ["get_weather", "get_time"]).calls] == ["get_time"]
     bad = P.GenerateRequest(id=f"t{next(_ids)}", messages=[{"role": "user", "content": "x"}], tools=[WEATHER],
-                            tool_choice="nope", sampling=greedy(), num_predict=5)
+                            plan=plan_chat("generic", [WEATHER], "nope"), sampling=greedy(), num_predict=5)
     with pytest.raises(RequestError, match="not among the tools"):
         run(loop, collect(smol, bad))
 

@@ -9,6 +9,7 @@ import re
 from llama_cpp import llama_cpp as L
 from llama_cpp.llama_grammar import JSON_GBNF
 
+from app.engine.chat.plan import plan_chat
 from app.engine.runner import tool_grammar as tg
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.grammar import grammar_for
@@ -72,12 +73,9 @@ def test_reply_reader_keeps_one_call_without_parallel():
              '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
              '{"city": "Paris"}<|call|>')
 
-    class Facts:
-        family = "harmony"
-
     for parallel, n in ((True, 2), (False, 1)):
         req = GenerationRequest(model="m", messages=[], tools=TOOLS, tool_choice="auto", parallel_tool_calls=parallel)
-        r = ReplyReader(req, Facts())
+        r = ReplyReader(req, plan_chat("harmony", TOOLS, "auto", parallel))
         events = r.feed(TextDelta(reply)) + r.finish()
         calls = [e for e in events if isinstance(e, ToolCallEvent)]
         assert [c.name for c in calls] == ["get_time", "get_weather"][:n]

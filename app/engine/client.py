@@ -22,6 +22,7 @@ from typing import AsyncIterator, Callable
 from app.discovery.host import host_memory
 from app.engine import protocol as P
 from app.engine import stderr_tail
+from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.planner.types import Layout
 from app.engine.runner_watch import WatchLimits, judge, process_state
 from app.ggml import rpc
@@ -107,6 +108,17 @@ def _runner_process(*args) -> None:
     runner_main(*args)
 
 
+def _chat_facts(path: str):
+    """The model's chat facts (template choice, family, turn stops), read here once for the runner it starts
+    (cached per file version: the same the service reads for its checks and parser). A file llama.cpp may load
+    but this reader cannot read still runs, with the GGUF's own template and no family markup."""
+    try:
+        return read_chat_facts(path)
+    except Exception as e:  # noqa: BLE001 - never fail a load that llama.cpp may accept over this
+        log.warning("chat facts unavailable for %s: %s", path, e)
+        return None
+
+
 class RunnerClient:
     def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None,
                  prompt_cache_bytes: int | None = None, watch: WatchLimits | None = None):
@@ -152,13 +164,14 @@ class RunnerClient:
         self._exited = asyncio.Event()
         self._load_fut = self._loop.create_future()
         self._on_progress = on_progress
+        facts = await self._loop.run_in_executor(None, _chat_facts, self.layout.model_path)
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
         if self.log_dir is None and stderr_tail.supported():   # else it writes its stderr to its own log file
             self._stderr = stderr_tail.StderrTail()
         self._proc = mp.Process(target=_runner_process, name=f"strata-runner-{self.model_name or 'model'}",
                                 args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir,
-                                      self.prompt_cache_bytes, self._stderr and self._stderr.child_end),
+                                      self.prompt_cache_bytes, self._stderr and self._stderr.child_end, facts),
                                 daemon=True)
         try:
             await self._loop.run_in_executor(None, self._proc.start)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.engine.chat.plan import ChatPlan
+
 IMAGE_MAX_PIXELS = 32 * 1024 * 1024     # an image's width x height: the service refuses more, the runner checks again
 
 
@@ -49,8 +51,8 @@ class GenerateRequest:
     # tools and thinking (issue 14; docs/architecture.md, "Tool calls")
     tools: list[dict] | None = None         # OpenAI function shape: the grammar's calls, and the template's tools
     render_tools: bool = True               # False: the template cannot show tools (the service described them)
-    tool_choice: str | None = None          # "auto" | "required" | a function name: the runner adds a grammar
-    parallel_tool_calls: bool = True
+    plan: ChatPlan | None = None            # the service's decisions (chat/plan.py): family, tool-call grammar;
+                                            # None: the loaded model's family, no tool-call grammar
     template_kwargs: dict = field(default_factory=dict)   # enable_thinking, reasoning_effort
     think_budget: int | None = None         # at most this many tokens of thinking (Anthropic budget_tokens)
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix

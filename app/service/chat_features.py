@@ -1,10 +1,13 @@
 """Tools, thinking and fill-in-the-middle for one generation, whichever dialect asked.
 
+- plan(): the one decision of whether tools are in use (tool_choice auto / required / named / none, parallel
+  calls, a format beside them) and which grammar shapes the calls: an engine/chat/plan.ChatPlan over the model's
+  family (from the GGUF, engine/gguf/chat_facts), sent to the runner, which applies it.
 - check(): a request that needs what the model cannot do is a 400 naming the capability and the field, as
-  Ollama answers ("... does not support tools"). Capabilities come from the GGUF (engine/gguf/chat_facts).
-- runner_fields(): what the runner needs: the tools for the template (or, for a template that knows none and
-  a forced call, a system message describing them), tool_choice for the grammar, thinking switches.
-- ReplyReader: the model's text -> TextDelta / ThinkingDelta / ToolCallEvent, through the family's parser
+  Ollama answers ("... does not support tools").
+- runner_fields(): what the runner needs: the plan, the tools for the template (or, for a template that knows
+  none and a forced call, a system message describing them), thinking switches.
+- ReplyReader: the model's text -> TextDelta / ThinkingDelta / ToolCallEvent, through the parser the plan names
   (service/toolcalls), so markup never reaches content. See docs/architecture.md, "Tool calls".
 """
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from app.engine.chat.plan import ChatPlan, plan_chat
 from app.engine.gguf.chat_facts import ChatFacts, read_chat_facts
 
 from .errors import ApiError
@@ -20,7 +24,6 @@ from .result import TextDelta, ThinkingDelta, ToolCallEvent
 from .toolcalls import make_parser
 from .tools import mistral_ids, new_call_id, tool_names
 
-FORCED = ("required",)
 EFFORTS = ("low", "medium", "high")
 
 
@@ -32,17 +35,18 @@ async def facts_for(path) -> ChatFacts | None:
         return None
 
 
-def forced(req: GenerationRequest) -> bool:
-    """tool_choice "required" or a function's name: the grammar makes the call, whatever the template."""
-    return bool(req.tool_choice) and req.tool_choice not in ("none", "auto")
+def plan(req: GenerationRequest, facts: ChatFacts | None, raw: bool) -> ChatPlan:
+    """The request's chat plan (`raw`: the prompt goes to the model as it is, no template)."""
+    return plan_chat(facts.family if facts else "generic", req.tools, req.tool_choice, req.parallel_tool_calls,
+                     has_format=req.json_mode or req.json_schema is not None, raw=raw)
 
 
-def check(req: GenerationRequest, facts: ChatFacts | None, model: str) -> None:
+def check(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPlan, model: str) -> None:
     caps = facts.capabilities if facts else ("completion",)
     if "completion" not in caps:
         raise ApiError(400, f"model {model!r} does not support completion (it is an embedding model: use "
                             "/api/embed or /v1/embeddings)", param="model")
-    if req.tools and req.tool_choice != "none" and "tools" not in caps and not forced(req):
+    if plan.tools and "tools" not in caps and not plan.forced:
         raise ApiError(400, f"model {model!r} does not support tools (its chat template has no tool calling); "
                             "tool_choice 'required' or a named function still works through a grammar",
                        param="tools")
@@ -82,20 +86,18 @@ def with_tool_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
     return [{"role": "system", "content": text}] + messages
 
 
-def runner_fields(req: GenerationRequest, facts: ChatFacts | None, messages: list[dict] | None) -> dict:
+def runner_fields(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPlan,
+                  messages: list[dict] | None) -> dict:
     """The GenerateRequest fields for tools, thinking and insert, and the messages the template gets."""
     out: dict = {"template_kwargs": template_kwargs(req.think, facts), "suffix": req.suffix,
-                 "think_budget": req.think_budget if req.think else None}
-    use_tools = bool(req.tools) and req.tool_choice != "none"
-    if messages is not None and facts is not None and facts.family == "mistral":
+                 "think_budget": req.think_budget if req.think else None, "plan": plan}
+    if messages is not None and plan.family == "mistral":
         messages = mistral_ids(messages)
-    if use_tools:
+    if plan.tools:
         renders = facts is not None and facts.renders_tools
         out["tools"], out["render_tools"] = req.tools, renders
         if not renders and messages is not None:
             messages = with_tool_prompt(messages, req.tools)
-        out["tool_choice"] = req.tool_choice or "auto"
-        out["parallel_tool_calls"] = req.parallel_tool_calls
     out["messages"] = messages
     return out
 
@@ -103,9 +105,8 @@ def runner_fields(req: GenerationRequest, facts: ChatFacts | None, messages: lis
 class ReplyReader:
     """Turns the runner's text into the service's events through the model family's reply parser."""
 
-    def __init__(self, req: GenerationRequest, facts: ChatFacts | None):
-        use_tools = bool(req.tools) and req.tool_choice != "none"
-        self.parser = make_parser(facts.family if facts else "generic", tool_names(req.tools) if use_tools else ())
+    def __init__(self, req: GenerationRequest, plan: ChatPlan):
+        self.parser = make_parser(plan.parser, tool_names(req.tools) if plan.tools else ())
         self.drop_thinking = req.think is False
         # parallel_tool_calls false: at most one call, also where no grammar shapes the calls (harmony, XML...)
         self.max_calls = None if req.parallel_tool_calls else 1

@@ -81,12 +81,6 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
     record = await scheduler.resolve(req.model)
     ro = request_options(req.options, record.parameters, req.logit_bias)
     facts = await chat_features.facts_for(record.path)
-    chat_features.check(req, facts, req.model)
-    if has_images(req):
-        if not record.projector:
-            raise ApiError(400, f"model {req.model!r} does not support images: missing capability 'vision' (it has "
-                                "no vision projector)", param="images")
-        images.limit(req)
     prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
     if messages is not None:
         messages = with_default_system(messages, record.system)
@@ -101,7 +95,14 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
                 if req.template:
                     raise ApiError(400, f"template: {e}", param="template") from None
                 # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
-    extra = chat_features.runner_fields(req, facts, messages)
+    plan = chat_features.plan(req, facts, raw)
+    chat_features.check(req, facts, plan, req.model)
+    if has_images(req):
+        if not record.projector:
+            raise ApiError(400, f"model {req.model!r} does not support images: missing capability 'vision' (it has "
+                                "no vision projector)", param="images")
+        images.limit(req)
+    extra = chat_features.runner_fields(req, facts, plan, messages)
     runner_request = protocol.GenerateRequest(
         id=new_id(), prompt=prompt, images=req.images, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
@@ -202,7 +203,8 @@ class Generation:
     async def events(self) -> AsyncIterator[Event]:
         """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
         name = self.job.model
-        reader = chat_features.ReplyReader(self.job.request, self.job.facts) if self.job.parse_reply else None
+        reader = (chat_features.ReplyReader(self.job.request, self.job.runner_request.plan)
+                  if self.job.parse_reply else None)
         await self.start()
         try:
             async for ev in self._runner_events():

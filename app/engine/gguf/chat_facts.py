@@ -2,8 +2,8 @@
 the vocabulary when it has none), the family whose tool-call and thinking markup its replies use, and its
 capabilities (`completion`, `tools`, `insert`, `thinking`, `embedding`) as Ollama's /api/show lists them.
 
-Pure functions over the template text and the vocabulary's tokens, so the service (/api/show, parsing replies)
-and the runner (rendering, stops, fill-in-the-middle) agree. The family's markup itself (markers, sections,
+Pure functions over the template text and the vocabulary's tokens, read in the service process only (/api/show,
+the request's plan, and engine/client.py, which hands them to the runner at load for rendering and stops). The family's markup itself (markers, sections,
 thinking, the call grammar's shape) is app/engine/chat/formats.py. See docs/architecture.md, "Chat templates".
 """
 from __future__ import annotations

@@ -5,10 +5,11 @@ request says, and count what went), build the grammar and the sampler chain, and
 The context thread never waits on this work: a sequence reaches the `ready` queue only once its prompt tokens
 and sampler chain exist (docs/architecture.md, "Runner").
 
-Chat facts (app/engine/gguf/chat_facts) decide the rest: the template (the GGUF's, or a built-in one chosen from
-the vocabulary when it has none, with that family's end-of-turn stops), which special tokens a reply shows as
-text (the family's tool-call and thinking markers, for the service's parser), the tool-call grammar, and the
-fill-in-the-middle tokens (docs/architecture.md, "Tool calls").
+The model's chat facts (app/engine/gguf/chat_facts, read by the parent and passed at load: the runner never reads
+them) give the template (the GGUF's, or a built-in one chosen from the vocabulary when it has none, with that
+family's end-of-turn stops). The request's plan (app/engine/chat/plan.py, made by the service) names the family,
+whose marker tokens a reply shows as text for the service's parser, and the tool-call grammar, built here as
+it says (docs/architecture.md, "Tool calls").
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.chat.formats import format_for
+from app.engine.chat.plan import ChatPlan
 from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.protocol import has_images
 from app.engine.runner import chat_template, context_fit, grammar, sampling, think_budget, tool_grammar
@@ -57,8 +59,7 @@ class Admission:
         self.bos_id, eos_id = L.llama_vocab_bos(self.vocab), L.llama_vocab_eos(self.vocab)
         self.bos = self._special(self.bos_id)
         self.eos = self._special(eos_id)
-        self.shown = frozenset(t for t in (self._special_id(m) for m in format_for(self.family).shown)
-                               if t is not None)
+        self._shown: dict[str, frozenset] = {}
         fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
         self.fim = fim if all(t >= 0 for t in fim) else None
         self.mark_last_user = False     # set when the model takes context checkpoints (batcher.Placement)
@@ -105,11 +106,12 @@ class Admission:
             raise
         sampling.accept_prompt(chain, seq.prompt[seq.prompt >= 0],      # image pseudo-tokens are no vocabulary
                                sampling.penalty_window(req.sampling, self.n_ctx_seq))
-        seq.detok = Detokenizer(self.vocab_out, self.shown if chat else frozenset(),
+        family = self.plan_of(req).family
+        seq.detok = Detokenizer(self.vocab_out, self.shown_for(family) if chat else frozenset(),
                                 self.thinking_prefix(text) if chat else "")
         if chat and req.think_budget:
-            close = tokenize(self.vocab, think_budget.markers(self.family)[2], add_special=False, parse_special=True)
-            seq.sampler.budget = think_budget.ThinkBudget(req.think_budget, self.family, close,
+            close = tokenize(self.vocab, think_budget.markers(family)[2], add_special=False, parse_special=True)
+            seq.sampler.budget = think_budget.ThinkBudget(req.think_budget, family, close,
                                                           self.vocab_out.piece, bool(self.thinking_prefix(text)))
         stops = list(req.stop) + (self.turn_stops if chat else [])
         seq.stop = StopMatcher(stops)
@@ -144,19 +146,31 @@ class Admission:
             return None
 
     def grammar(self, req):
-        """(grammar, what it is called in errors): a tool-call grammar when the request's tool_choice asks for
-        one; with tool_choice auto and a `format`, a grammar for either (calls, or content in that format: OpenAI's
-        response_format beside tools); else the `format` grammar, else (None, "")."""
+        """(grammar, what it is called in errors): what the request's plan names (chat/plan.py: a tool-call
+        grammar; with tool_choice auto and a `format`, one for either calls or content in that format), else the
+        `format` grammar, else (None, "")."""
         fmt = grammar.grammar_for(req.json_mode, req.json_schema)
         label = "format JSON schema" if req.json_schema is not None else "format json"
-        if req.tools and req.tool_choice and req.tool_choice != "none" and not req.raw:
-            if fmt is not None and req.tool_choice == "auto":
-                return (tool_grammar.with_format(req.tools, self.family, fmt, req.parallel_tool_calls),
-                        f"tool-call or {label} (tool_choice auto)")
-            g = tool_grammar.for_request(req.tools, req.tool_choice, self.family, req.parallel_tool_calls)
-            if g is not None:
-                return g, f"tool-call (tool_choice {req.tool_choice})"
+        plan = self.plan_of(req)
+        g = tool_grammar.for_plan(req.tools, plan, fmt)
+        if isinstance(g, str):
+            return g, f"tool-call or {label} (tool_choice {plan.tool_choice})"
+        if g is not None:
+            return g, f"tool-call (tool_choice {plan.tool_choice})"
         return fmt, label
+
+    def plan_of(self, req) -> ChatPlan:
+        """The request's plan (the service's); without one (a bare runner request), the loaded model's family
+        and no tools."""
+        return req.plan if req.plan is not None else ChatPlan(self.family)
+
+    def shown_for(self, family: str) -> frozenset:
+        """The ids of the family's markers a reply shows as text (looked up once per family)."""
+        ids = self._shown.get(family)
+        if ids is None:
+            ids = self._shown[family] = frozenset(t for t in (self._special_id(m) for m in format_for(family).shown)
+                                                  if t is not None)
+        return ids
 
     def thinking_prefix(self, prompt: str) -> str:
         """The thinking marker the template left open at the end of the prompt (DeepSeek-R1, QwQ, Qwen3 with

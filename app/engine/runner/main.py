@@ -24,7 +24,6 @@ from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
 from app.engine.planner.llama_params import context_params, model_params
 from app.engine.planner.memory import embed_chunk_tokens
 from app.engine.planner.types import Layout
-from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher
@@ -181,8 +180,10 @@ def _warm_up(model, ctx) -> None:
 
 
 def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str = "", log_dir: str | None = None,
-                prompt_cache_bytes: int = 0, stderr_end: InheritedFd | None = None):
-    """The runner process: route logs, load, then serve the Connection until Shutdown or the parent leaves."""
+                prompt_cache_bytes: int = 0, stderr_end: InheritedFd | None = None, chat_facts=None):
+    """The runner process: route logs, load, then serve the Connection until Shutdown or the parent leaves.
+    `chat_facts`: the model's ChatFacts as the parent read them from the GGUF (template choice, family, turn stops;
+    None: the GGUF's own template, no family markup); the runner never reads them itself."""
     adopt_as_stderr(stderr_end)
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
@@ -206,7 +207,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     vocab_out = Vocab(L.llama_model_get_vocab(model), loaded.n_vocab)
     embedder = Embedder(model, ctx, layout.options.num_ctx, embed_chunk_tokens(
         loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
-    admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, _chat_facts(layout.model_path))
+    admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, chat_facts)
     batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
                       prompt_cache_bytes=prompt_cache_bytes,
                       stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)),
@@ -229,16 +230,6 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         L.llama_model_free(model)
     conn.close()
     os._exit(0)     # the process's memory all comes back; skip interpreter teardown racing daemon threads
-
-
-def _chat_facts(path: str):
-    """The model's chat facts (template choice, family, FIM); a file llama.cpp loaded but this reader cannot
-    read still runs, with the GGUF's own template and no family markup."""
-    try:
-        return read_chat_facts(path)
-    except Exception as e:  # noqa: BLE001 - never fail a load that llama.cpp accepted over this
-        log.warning("chat facts unavailable for %s: %s", path, e)
-        return None
 
 
 def _serve(conn, batcher: Batcher, send, vocab, admission: Admission) -> None:

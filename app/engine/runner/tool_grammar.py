@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from app.engine.chat.formats import CallGrammar, format_for
+from app.engine.chat.plan import EITHER, FORCED, LAZY, ChatPlan, plan_chat
 from app.engine.runner.grammar import GrammarError, schema_grammar
 
 
@@ -166,14 +167,19 @@ def _gbnf_str(s: str) -> str:
                    "\\" + c if c in '"\\' else c for c in s)
 
 
-def for_request(tools: list[dict] | None, tool_choice, family: str, parallel: bool = True) -> ToolGrammar | None:
-    """The grammar a request's tools and tool_choice call for, or None (no tools, `none`, or `auto` in a family
-    whose calls the grammar does not model, chat/formats.py: there the parser alone reads them)."""
-    if not tools or tool_choice in (None, "none"):
+def for_plan(tools: list[dict] | None, plan: ChatPlan, format_gbnf: str | None = None) -> ToolGrammar | str | None:
+    """The grammar the service's plan names (chat/plan.py), over the family's record: a ToolGrammar (FORCED, LAZY),
+    the GBNF for calls or the format (EITHER, with `format_gbnf`), or None. Nothing is decided here."""
+    if not tools or plan.grammar is None:
         return None
-    if tool_choice == "required":
-        return forced(tools, None, parallel)
-    if isinstance(tool_choice, str) and tool_choice != "auto":
-        return forced(tools, tool_choice, False)
-    shape = format_for(family).grammar
-    return None if shape is None else lazy(tools, shape, parallel)
+    if plan.grammar == EITHER and format_gbnf is not None:
+        return with_format(tools, plan.family, format_gbnf, plan.parallel)
+    if plan.grammar == FORCED:
+        return forced(tools, plan.only, plan.parallel)
+    shape = format_for(plan.family).grammar
+    return None if shape is None or plan.grammar != LAZY else lazy(tools, shape, plan.parallel)
+
+
+def for_request(tools: list[dict] | None, tool_choice, family: str, parallel: bool = True) -> ToolGrammar | None:
+    """The grammar for tools and tool_choice without a format, as the service would plan it (for tests)."""
+    return for_plan(tools, plan_chat(family, tools, tool_choice, parallel))
