@@ -153,6 +153,27 @@ def test_ollama_chat_drops_the_oldest_messages_and_says_so(tight):
     assert r.status_code == 400 and "tokens" in r.json()["error"] and f"context of {CTX}" in r.json()["error"]
 
 
+def test_ollama_num_predict_past_the_context_is_a_cap_not_a_claim(tight):
+    """Ollama's num_predict caps the reply; it claims no context (a reply that reaches the end shifts it), so a
+    short chat with num_predict far beyond the context is answered whole: nothing dropped, nothing refused (the
+    desktop chat sends num_predict 4000 with a 2048 context). OpenAI's max_tokens still claims all it asks for."""
+    oc = ollama.Client(host=tight.url)
+    messages = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": _turn(1)}]
+    r = httpx.post(tight.url + "/api/chat", timeout=120, json={
+        "model": MODEL, "messages": messages, "stream": False,
+        "options": {"num_predict": 4 * CTX, "temperature": 0, "seed": 1, "stop": ["."]}})
+    assert r.status_code == 200, r.text
+    assert r.headers.get("X-Strata-Dropped-Messages", "0") == "0"
+    assert r.json()["prompt_eval_count"] == _count(tight.url, "You are brief.", messages[1:])
+    parts = list(oc.chat(model=MODEL, messages=messages, stream=True,
+                         options={"num_predict": 4 * CTX, "temperature": 0, "seed": 1, "stop": ["."]}))
+    assert parts[-1].done and parts[-1].eval_count >= 1
+    with pytest.raises(openai.BadRequestError) as e:
+        openai.OpenAI(base_url=tight.url + "/v1", api_key="unused", max_retries=0).chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=4 * CTX)
+    assert e.value.body["code"] == "context_length_exceeded"
+
+
 def test_ollama_chat_last_message_alone_too_long_is_refused(tight):
     oc = ollama.Client(host=tight.url)
     huge = " ".join(_turn(i) for i in range(20))

@@ -120,12 +120,12 @@ class Admission:
     def fit(self, seq: Seq, req, toks: list[int], text: str) -> tuple[list[int], str]:
         """The prompt fitted to the context by the request's `overflow` rule (context_fit.py); what was dropped
         or cut is counted on `seq`. ContextOverflow (a ValueError) when it is refused."""
-        reserve, limit = max(0, int(req.reserve or 0)), self.n_ctx_seq
-        if context_fit.fits(len(toks), reserve, limit):
-            return toks, text
-        overflow = req.overflow
+        limit, overflow = self.n_ctx_seq, req.overflow
         if overflow not in context_fit.OVERFLOWS:
             raise ValueError(f"overflow must be one of {', '.join(context_fit.OVERFLOWS)}")
+        reserve = context_fit.reply_room(overflow, max(0, int(req.reserve or 0)), limit)
+        if context_fit.fits(len(toks), reserve, limit):
+            return toks, text
         if overflow == context_fit.OVERFLOW_DROP and req.messages is not None and not req.raw and req.suffix is None:
             kept, seq.dropped_messages = context_fit.drop_oldest(req.messages, lambda m: self._count(m, req),
                                                                  reserve, limit)

@@ -27,6 +27,14 @@ class ContextOverflow(ValueError):
                          f"per sequence{why}")
 
 
+def reply_room(overflow: str, reserve: int, limit: int) -> int:
+    """How much of the context the reply's limit claims. Refusing ("error": OpenAI, Anthropic) counts all of it,
+    as they do (prompt + max_tokens must fit). Ollama's rules count at most half the context: its num_predict only
+    caps a reply (which shifts the context when it reaches the end), so a long num_predict must not drop messages
+    from a short chat, or refuse it."""
+    return reserve if overflow == OVERFLOW_ERROR else min(reserve, limit // 2)
+
+
 def fits(n_prompt: int, reserve: int, limit: int) -> bool:
     return n_prompt < limit and n_prompt + max(0, reserve) <= limit
 
