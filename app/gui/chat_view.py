@@ -335,6 +335,8 @@ class MessageWidget(QFrame):
 
     def set_content(self, text: str) -> None:
         self.content = text
+        # a reply that is only tool calls (or not started yet) shows no empty text line
+        self.body.setVisible(self.role != "assistant" or bool(text.strip()))
         if self.role in ("error", "tool"):
             self.body.setPlainText(text)
         elif not self.tokens_button.isChecked():

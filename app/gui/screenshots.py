@@ -236,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.gui.screenshots")
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--url", help="use a running service instead of hosting one")
+    ap.add_argument("--tools-model", type=Path, default=TOOLS_MODEL,
+                    help="a GGUF that calls tools, for the MCP pictures (default: make test-models' Qwen)")
     args = ap.parse_args(argv)
     args.outdir.mkdir(parents=True, exist_ok=True)
     if not os.environ.get("STRATA_HOME"):
@@ -255,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot_manager(app, desk, args.outdir)
         shoot_settings(app, desk, args.outdir)
         shoot_menu(app, desk, args.outdir)
+        shoot_mcp(app, desk, args.outdir, args.tools_model)
     finally:
         desk.shutdown()
         if server is not None:
@@ -281,6 +284,73 @@ def start_server() -> subprocess.Popen:
                 proc.kill()
                 raise RuntimeError("screenshots: strata serve did not start") from None
             time.sleep(0.2)
+
+
+MCP_SERVER = '''
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("weather")
+
+
+@server.tool()
+def get_weather(city: str) -> str:
+    """The weather now in a city."""
+    return f"{city}: sunny, 21 °C, light wind from the west"
+
+
+server.run()
+'''
+TOOLS_MODEL = Path.home() / ".cache" / "strata-test-models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+def shoot_mcp(app, desk, out: Path, model_file: Path) -> None:
+    """A chat using an MCP server's tool (a small stdio server written here) with a real tools model: the
+    permission question, then the call, its result and the answer."""
+    from app.gui.mcp_tools import save_config
+
+    if not model_file.is_file():
+        print(f"skipped chat-tool*.png: no tools model at {model_file} (make test-models)")
+        return
+    done = []
+
+    async def imp(c):
+        async for _ in c.import_stream(str(model_file), "qwen-coder"):
+            pass
+    call = desk.bridge.call(imp)
+    call.finished.connect(lambda _r: done.append(1))
+    call.failed.connect(lambda e: done.append(e))
+    wait(app, lambda: bool(done), 600, "the tools model's import")
+    script = Path(os.environ["STRATA_HOME"]) / "weather_server.py"
+    script.write_text(MCP_SERVER)
+    save_config(json.dumps({"mcpServers": {"weather": {"command": sys.executable, "args": [str(script)]}}}))
+    desk.chat.tools.clear()
+    desk.state.refresh()
+    chat = desk.open_chat()
+    wait(app, lambda: chat.models.row_of("qwen-coder:latest") >= 0, 60, "the tools model in the list")
+    chat.new_chat()
+    chat.model_picker.setCurrentIndex(chat.models.row_of("qwen-coder:latest"))
+    chat.set_chat_tool("weather", True)
+    chat.extra_options = {"num_predict": 80, "temperature": 0}
+    chat.send("What is the weather in Lisbon right now?")
+    wait(app, lambda: not chat.busy or (chat.dialog is not None and chat.dialog.isVisible()), 300,
+         "the tool call")
+    if chat.dialog is None:
+        print("skipped chat-tool*.png: the model answered without calling the tool")
+        return
+    settle(app, 0.5)
+    save_screen(app, chat, out / "chat-tool-permission.png")
+    first = True
+    while chat.busy:
+        if chat.dialog is not None and chat.dialog.isVisible():
+            name = "allowOnce" if first else "deny"
+            chat.dialog.findChild(type(chat.dialog.defaultButton()), name).click()
+            first = False
+        wait(app, lambda: not chat.busy or (chat.dialog is not None and chat.dialog.isVisible()), 300,
+             "the tool's result and the answer")
+    settle(app)
+    chat.transcript.verticalScrollBar().setValue(0)     # the question, the call, its result
+    settle(app)
+    save(chat, out / "chat-tool.png")
 
 
 def copy_for_the_manager(app, desk) -> None:
