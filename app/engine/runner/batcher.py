@@ -34,7 +34,7 @@ from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.heartbeat import expected_step_s
-from app.engine.runner.draft_policy import DraftGate, FixedCosts, OpenGate, StepCosts
+from app.engine.runner.draft_policy import DraftGate, OpenGate, StepCosts
 from app.engine.runner.ngram_draft import MAX_DRAFT, NgramDrafter
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
@@ -73,7 +73,7 @@ class Batcher:
         # on such a model waits for the running decode instead of aborting it
         self.abortable = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
         self.speculative, self.max_draft, measured = speculation(model, speculative)
-        self.costs = StepCosts() if measured else FixedCosts()
+        self.costs = StepCosts()
         self.gate = DraftGate() if measured else OpenGate()
         self.drafted_total = self.accepted_total = 0
         self.embedder = embedder
@@ -267,9 +267,7 @@ class Batcher:
                 return True
             self.steps += 1
             gen_only = all(seq.state == GEN for seq, _, _ in plan)
-            if gen_only:
-                self.costs.record(b.n, t_decode)   # a generation-only step: what a draft's rows cost
-            drafted = b.n > len(plan)               # some sequence decoded a draft this step
+            drafted = b.n > len(plan)               # (generation-only steps) some sequence decoded a draft
             self._advance(plan)
             results, finished = self._sample(outs)
             if gen_only and self.speculative:
@@ -559,9 +557,9 @@ def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:
 
 
 def speculation(model, setting: str | None = None) -> tuple[bool, int, bool]:
-    """(on, longest draft, measure step costs) for this runner, from `setting` (else STRATA_SPECULATIVE):
-    "auto" (the default) drafts where measured step costs say it pays (draft_policy.py); "on" drafts as if
-    extra batch rows were nearly free (a GPU; tests); "off"/"0" never drafts; a number is "auto" with that
+    """(on, longest draft, gate drafts by their measured speed) for this runner, from `setting` (else STRATA_SPECULATIVE):
+    "auto" (the default) drafts while steps with drafts measure faster than steps without (draft_policy.DraftGate);
+    "on" always drafts (tests); "off"/"0" never drafts; a number is "auto" with that
     longest draft. Off for a recurrent or hybrid model: its state cannot drop the rejected tokens by position."""
     raw = (setting if setting is not None else os.environ.get("STRATA_SPECULATIVE", "")).strip().lower()
     if raw in ("off", "0", "false", "no", "none"):

@@ -1,14 +1,14 @@
-"""How long a draft should be: measured step costs against a sequence's acceptance rate.
+"""Whether and how long to draft: a sequence's acceptance rate, and the measured speed of steps with drafts.
 
 Verifying a draft of d tokens makes the step's batch d rows longer. On a GPU that is nearly free; on a CPU it is
 not, and the ratio differs by machine and quantization (SmolLM2 Q4_1 on a 2-core EPYC, 1 thread: a 2-row
-decode took ~2.5x a 1-row one, 8 rows ~5-8x). So the runner measures it: `StepCosts` fits the seconds of recent
-generation-only steps against their batch rows, and a draft is made only when the expected tokens it brings
-(1 + a + a^2 + ... + a^d for a per-token acceptance rate a, the geometric model of prompt-lookup drafts) pay for
-the longer step in throughput of the whole batch. Before two batch sizes are measured each extra row is guessed
-cheap, so the runner tries drafts and learns; a sequence whose drafts fail sees its rate fall and stops drafting,
-and its rate drifts back to the prior while it does not draft (so it tries again later, when the text may have
-begun to repeat). Context thread only.
+decode took ~2.5x a 1-row one, 8 rows ~5-8x; yet llama-server's 16-48-token n-gram drafts ran Qwen2.5-Coder
+Q4_K edits 1.8x faster on the same CPU).
+So the length of a draft follows the sequence's acceptance rate a (the expected tokens 1 + a + ... + a^d of the
+geometric model of prompt-lookup drafts, against rows assumed cheap), and `DraftGate` measures whether steps with
+drafts really emit more tokens per second than steps without, stopping drafts for a while when they do not. A
+sequence whose drafts fail sees its rate fall and stops drafting; its rate drifts back to the prior while it does
+not draft (so it tries again later, when the text may have begun to repeat). Context thread only.
 """
 from __future__ import annotations
 
@@ -18,10 +18,6 @@ DECAY = 0.7                  # per verification: older outcomes weigh less (the 
 IDLE_DECAY = 0.9             # per step without a draft: the rate drifts back to the prior (~20 steps)
 PRIOR_SLOPE = 0.1            # unmeasured batch sizes: each extra row costs this share of a 1-row step
 MIN_GAIN = 1.05              # draft only when the batch's expected throughput rises by at least this factor
-COST_ALPHA = 0.2             # weight of a new measurement in a batch size's running mean
-COST_DECAY = 0.98            # per recorded step: the weight of older steps in the cost line (~50 steps)
-TRUSTED_COUNT = 8            # a batch size measured this often uses its own mean, not the line
-MAX_ROWS = 256               # batch sizes measured (larger steps are prefill, not drafts)
 
 
 class AcceptanceRate:
@@ -46,48 +42,14 @@ class AcceptanceRate:
 
 
 class StepCosts:
-    """Seconds of a generation-only decode step as a function of its batch rows: a straight line c(k) = a + b*k
-    fitted by least squares over recent steps (each older step weighs COST_DECAY less), so one step slowed by
-    another process does not turn a draft size cheap or dear; the size measured most (the batch without drafts)
-    uses its own running mean. Until two sizes are measured the slope is the prior (PRIOR_SLOPE of a step)."""
-
-    def __init__(self):
-        self.mean: dict[int, float] = {}
-        self.count: dict[int, int] = {}
-        self.sums = [0.0] * 5                  # decayed sums of 1, k, k^2, y, k*y
-
-    def record(self, rows: int, seconds: float) -> None:
-        if not (0 < rows <= MAX_ROWS and seconds > 0):
-            return
-        old = self.mean.get(rows)
-        self.mean[rows] = seconds if old is None else old + COST_ALPHA * (seconds - old)
-        self.count[rows] = self.count.get(rows, 0) + 1
-        w, k = self.sums, float(rows)
-        for i, v in enumerate((1.0, k, k * k, seconds, k * seconds)):
-            w[i] = w[i] * COST_DECAY + v
-
-    def _line(self) -> tuple[float, float] | None:
-        n, sk, skk, sy, sky = self.sums
-        var = n * skk - sk * sk
-        if n <= 0:
-            return None
-        if var <= 1e-9 * max(1.0, n * skk):   # one size only: its mean, the prior slope
-            a_plus_bk = sy / n
-            k = sk / n
-            b = a_plus_bk * PRIOR_SLOPE / (1.0 + PRIOR_SLOPE * (k - 1))
-            return a_plus_bk - b * k, b
-        b = max(0.0, (n * sky - sk * sy) / var)
-        return (sy - b * sk) / n, b
+    """What a draft's rows are assumed to cost: each extra row PRIOR_SLOPE of a one-row step. Measured costs were
+    tried first (a line fitted to recent steps' seconds against their rows) and failed on CPUs: the cost per row
+    is not a line (small batches cost several 1-row steps, long drafts far less per row), and a
+    few early steps slowed by other work locked drafting off for good. So the length follows the acceptance rate
+    alone and `DraftGate` judges, by the tokens per second that drafts actually bring, whether to draft at all."""
 
     def cost(self, rows: int) -> float:
-        """Seconds (relative units before anything is measured) for a step of `rows` rows."""
-        if self.count.get(rows, 0) >= TRUSTED_COUNT:
-            return self.mean[rows]
-        line = self._line()
-        if line is None:
-            return 1.0 + PRIOR_SLOPE * (rows - 1)
-        a, b = line
-        return max(a + b * rows, 1e-6)
+        return 1.0 + PRIOR_SLOPE * (rows - 1)
 
     def best_length(self, rate: float, n_seqs: int, base_rows: int, limit: int) -> int:
         """The draft length (0..limit) that maximizes the batch's expected tokens per second, given `n_seqs`
@@ -104,13 +66,6 @@ class StepCosts:
             if tps > best_tps:
                 best, best_tps = d, tps
         return best
-
-
-class FixedCosts(StepCosts):
-    """Costs that are never measured: each extra row costs PRIOR_SLOPE of a step (STRATA_SPECULATIVE=on)."""
-
-    def record(self, rows: int, seconds: float) -> None:
-        pass
 
 
 TRIAL_STEPS = 24             # steps with drafts (and as many without) before the gate compares their speed
