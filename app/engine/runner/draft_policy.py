@@ -12,7 +12,7 @@ not draft (so it tries again later, when the text may have begun to repeat). Con
 """
 from __future__ import annotations
 
-PRIOR_RATE = 0.5             # a sequence's per-token acceptance before it has drafted
+PRIOR_RATE = 0.7             # a sequence's per-token acceptance before it has drafted (optimistic: it must try)
 PRIOR_WEIGHT = 1.0           # ... counted as this many observations
 DECAY = 0.7                  # per verification: older outcomes weigh less (the text changes character)
 IDLE_DECAY = 0.9             # per step without a draft: the rate drifts back to the prior (~20 steps)
