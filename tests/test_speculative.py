@@ -112,7 +112,8 @@ def test_lookup_proposes_what_followed_the_longest_most_recent_match():
     assert d.lookup(3) == [5, 9, 2]            # "1 2 3 4" (4 tokens) wins over the more recent "2 3 4"
     d.push(5)
     assert d.lookup(4) == [9, 2, 3, 4]
-    assert NgramDrafter([5, 1, 2, 8, 1, 2, 9, 1, 2]).lookup(5) == [9, 1, 2]   # of equals, the most recent
+    assert NgramDrafter([5, 1, 2, 3, 8, 1, 2, 3, 9, 1, 2, 3]).lookup(5) == [9, 1, 2, 3]   # of equals, the most recent
+    assert NgramDrafter([7, 1, 2, 8, 1, 2]).lookup(5) == []                   # a 2-token match is chance: no draft
     assert NgramDrafter([1, 2, 3, 4, 5, 6]).lookup(4) == []                     # nothing repeats: no draft
 
 
