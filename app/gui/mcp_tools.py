@@ -9,10 +9,9 @@ timeout, so a server that hangs or dies costs that one call and nothing else.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
-
-import anyio
 
 from app import paths
 
@@ -116,18 +115,24 @@ def _client(spec: ServerSpec):
     return Client(params)
 
 
-async def list_tools(spec: ServerSpec, timeout: float = LIST_TIMEOUT_S) -> list[McpTool]:
-    with anyio.fail_after(timeout):
+async def _with_client(spec: ServerSpec, use, timeout: float):
+    """`use(client)` on a fresh connection to the server, all of it (start, handshake, call, stop) under `timeout`.
+    Plain asyncio here: the SDK (and anyio under it) is imported only when a server is used, so the app (and its
+    one-folder bundle, which leaves the SDK out) starts without it."""
+    async def session():
         async with _client(spec) as c:
-            result = await c.list_tools()
+            return await use(c)
+    return await asyncio.wait_for(session(), timeout)
+
+
+async def list_tools(spec: ServerSpec, timeout: float = LIST_TIMEOUT_S) -> list[McpTool]:
+    result = await _with_client(spec, lambda c: c.list_tools(), timeout)
     return [McpTool(spec.name, t.name, t.description or "", dict(t.input_schema or {})) for t in result.tools]
 
 
 async def call_tool(spec: ServerSpec, name: str, arguments: dict, timeout: float = CALL_TIMEOUT_S) -> tuple[str, bool]:
     """The tool's text result (its text blocks joined; other blocks named) and whether it is an error."""
-    with anyio.fail_after(timeout):
-        async with _client(spec) as c:
-            result = await c.call_tool(name, arguments or {})
+    result = await _with_client(spec, lambda c: c.call_tool(name, arguments or {}), timeout)
     parts = []
     for block in result.content:
         text = getattr(block, "text", None)
@@ -141,7 +146,7 @@ def describe_error(e: BaseException) -> str:
     """A message for the chat from what a server did (an ExceptionGroup from the SDK's task group unwrapped)."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
-    if isinstance(e, TimeoutError):
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
         return "it did not answer in time"
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
