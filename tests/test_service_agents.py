@@ -249,11 +249,14 @@ def test_anthropic_text_and_stream(ac):
 
 def test_anthropic_tool_use_and_result(ac):
     tools = [{"name": "get_weather", "description": "weather", "input_schema": WEATHER["function"]["parameters"]}]
-    m = ac.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=tools, tool_choice={"type": "any"})
+    # greedy: Anthropic's default temperature 1.0 let SmolLM2 pad the forced call with the whitespace JSON allows
+    # (the grammar admits newlines and indentation as llama.cpp's does) past max_tokens now and then
+    m = ac.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=tools, tool_choice={"type": "any"},
+                           extra_body={"temperature": 0})
     assert m.stop_reason == "tool_use"
     use = next(b for b in m.content if b.type == "tool_use")
     assert use.name == "get_weather" and isinstance(use.input["city"], str) and use.id.startswith("toolu_")
-    with ac.messages.stream(model=MODEL, max_tokens=60, messages=ASK, tools=tools,
+    with ac.messages.stream(model=MODEL, max_tokens=60, messages=ASK, tools=tools, extra_body={"temperature": 0},
                             tool_choice={"type": "tool", "name": "get_weather"}) as s:
         final = s.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].name == "get_weather"
