@@ -66,6 +66,20 @@ def qwen_coder_path():
     return p
 
 
+@pytest.fixture(scope="module")
+def vocab(smollm2_path):
+    """SmolLM2's vocabulary alone (a vocab_only load, in this process): for grammar and tokenizer tests."""
+    from llama_cpp import llama_cpp as L
+
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
+    assert model
+    yield L.llama_model_get_vocab(model)
+    L.llama_model_free(model)
+
+
 # Synthetic GGUFs (tests/gguf_factory.py), written once per session. Random weights, SmolLM2's tokenizer.
 @pytest.fixture(scope="session")
 def synthetic_dir(tmp_path_factory, smollm2_path):

@@ -117,3 +117,30 @@ def type_into(widget, text: str) -> None:
     edit.selectAll()
     QTest.keyClick(edit, Qt.Key_Backspace)
     QTest.keyClicks(edit, text)
+
+
+def chat_service(tmp_path_factory, name: str):
+    """A started service on SmolLM2 for the chat window's tests (2 threads, one slot, 2048 tokens), its data in a
+    fresh folder; stop() it when done."""
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+    from service_util import store_factory
+
+    home = tmp_path_factory.mktemp(name)
+    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=2048,
+                                      keep_alive="10m"), store_factory=store_factory(home))
+    return svc.start()
+
+
+def open_desk(qtbot, url: str, num_predict: int):
+    """The desktop app on `url` with its chat open and the built-in model listed; replies capped at num_predict
+    tokens (seed 5). shutdown() it when done."""
+    from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME
+    from app.gui.desktop import Desktop
+
+    d = Desktop(url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    d.open_chat()
+    d.chat.extra_options = {"num_predict": num_predict, "seed": 5}
+    qtbot.waitUntil(lambda: DEFAULT_MODEL_NAME in d.state.installed_names(), timeout=WAIT)
+    return d

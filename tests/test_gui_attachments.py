@@ -9,33 +9,19 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from gui_util import SHORT, WAIT, click, dialog_of
-from service_util import store_factory
+from gui_util import SHORT, WAIT, chat_service, click, dialog_of, open_desk
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("gui-attach")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=2048,
-                                      keep_alive="10m"), store_factory=store_factory(home))
-    svc.start()
+    svc = chat_service(tmp_path_factory, "gui-attach")
     yield svc
     svc.stop()
 
 
 @pytest.fixture
 def desk(qtbot, service):
-    from app.gui.desktop import Desktop
-
-    d = Desktop(service.url, use_tray=False, poll_ms=300)
-    qtbot.addWidget(d.chat)
-    d.open_chat()
-    d.chat.extra_options = {"num_predict": 4, "seed": 5}
-    qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
+    d = open_desk(qtbot, service.url, num_predict=4)
     yield d
     d.shutdown()
 

@@ -13,34 +13,22 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDialogButtonBox, QFileDialog, QPlainTextEdit
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from gui_util import SHORT, WAIT, choose, click, click_menu, dialog_of, open_menu_bar, press, type_into
-from service_util import store_factory
+from gui_util import (SHORT, WAIT, chat_service, choose, click, click_menu, dialog_of, open_desk, open_menu_bar,
+                      press, type_into)
 
 CODE = "Here it is:\n\n```python\ndef add(a, b):\n    return a + b  # sum\n```\n\nAnd a shell line:\n\n```sh\nls -l\n```\n"
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("gui-messages")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=2048,
-                                      keep_alive="10m"), store_factory=store_factory(home))
-    svc.start()
+    svc = chat_service(tmp_path_factory, "gui-messages")
     yield svc
     svc.stop()
 
 
 @pytest.fixture
 def desk(qtbot, service):
-    from app.gui.desktop import Desktop
-
-    d = Desktop(service.url, use_tray=False, poll_ms=300)
-    qtbot.addWidget(d.chat)
-    d.open_chat()
-    d.chat.extra_options = {"num_predict": 6, "seed": 5}
-    qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
+    d = open_desk(qtbot, service.url, num_predict=6)
     yield d
     d.shutdown()
 

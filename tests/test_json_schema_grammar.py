@@ -31,17 +31,6 @@ def trim(s: str) -> str:
     return re.sub(r"(^|\n)[ \t]+", r"\1", s.strip(" \n\r\t"))
 
 
-@pytest.fixture(scope="module")
-def vocab(smollm2_path):
-    L.llama_backend_init()
-    mp = L.llama_model_default_params()
-    mp.vocab_only = True
-    model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
-    assert model
-    yield L.llama_model_get_vocab(model)
-    L.llama_model_free(model)
-
-
 def matches(vocab, gbnf: str, text: str) -> bool:
     """Whether llama.cpp's grammar accepts `text` whole: every token allowed when it comes, and the grammar
     complete at the end (it then allows end-of-generation)."""

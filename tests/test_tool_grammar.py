@@ -21,17 +21,6 @@ TOOLS = [{"type": "function", "function": {
     {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
 
 
-@pytest.fixture(scope="module")
-def vocab(smollm2_path):
-    L.llama_backend_init()
-    mp = L.llama_model_default_params()
-    mp.vocab_only = True
-    model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
-    assert model
-    yield L.llama_model_get_vocab(model)
-    L.llama_model_free(model)
-
-
 def allowed(vocab, sampler, n_vocab) -> np.ndarray:
     """Which tokens the grammar sampler still admits (all start equally likely)."""
     data = (L.llama_token_data * n_vocab)()
