@@ -2,18 +2,17 @@
 
 Enumerating devices on a GPU build initialises the driver (a CUDA context takes hundreds of MiB of VRAM and a
 broken driver can abort the process), so the service never does it in its own process. The child prints one JSON
-object on stdout; the parent parses it, with a timeout.
+object on stdout; the parent parses it, with a timeout (app.ggml.child_json).
 """
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 from app.discovery.cpu_features import ggml_cpu_features
 from app.discovery.remote import probe_remote
 from app.ggml import ggml_lib, llama_log
+from app.ggml.child_json import ChildError, run_json_child
 from app.ggml.rpc import WorkerError
 
 TIMEOUT_S = 60
@@ -47,27 +46,12 @@ def _has_rpc() -> str | None:
 
 
 def probe_ggml(timeout: float = TIMEOUT_S, rpc_endpoints: list[str] | None = None) -> tuple[dict | None, str | None]:
-    """(result, None) or (None, why) when the child failed, crashed or hung."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    """(result, None) or (None, why) when the child failed, crashed or hung (a driver hang, say)."""
     try:
-        p = subprocess.run([sys.executable, "-m", "app.discovery.ggml_probe", ",".join(rpc_endpoints or ())],
-                           capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return None, f"ggml device enumeration did not finish in {timeout:.0f} s (driver hang?)"
-    except OSError as e:
-        return None, f"ggml device enumeration could not start: {e}"
-    if p.returncode != 0:
-        tail = (p.stderr or "").strip().splitlines()[-3:]
-        return None, f"ggml device enumeration failed (exit {p.returncode}): {' | '.join(tail)}"
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line), None
-            except json.JSONDecodeError:
-                break
-    return None, "ggml device enumeration printed no result"
+        return run_json_child("app.discovery.ggml_probe", ",".join(rpc_endpoints or ()),
+                              what="ggml device enumeration", timeout=timeout), None
+    except ChildError as e:
+        return None, str(e)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import threading
 from dataclasses import replace
@@ -26,6 +25,7 @@ from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner import llama_params as load_params
 from app.engine.planner.search import plan
 from app.ggml import alloc_report, cxx_runtime, llama_log
+from app.ggml.child_json import ChildError, run_json_child
 from app.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -86,22 +86,14 @@ def _child_main() -> None:
 
 def run_dry_run(layout: Layout, timeout: float = TIMEOUT_S) -> dict:
     """Dry-run `layout` in a child process. Raises DryRunError if it fails, aborts or hangs."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        p = subprocess.run([sys.executable, "-m", "app.engine.planner.dryrun"], input=json.dumps({"layout": layout.to_dict()}),
-                           capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise DryRunError(f"dry run did not finish in {timeout:.0f} s") from None
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("{"):
-            res = json.loads(line)
-            if res.get("ok"):
-                return res
-            raise DryRunError(res.get("error", "dry run failed"))
-    tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
-    raise DryRunError(f"dry run process died (exit {p.returncode}): {tail}")
+        res = run_json_child("app.engine.planner.dryrun", what="dry run", timeout=timeout,
+                             stdin=json.dumps({"layout": layout.to_dict()}))
+    except ChildError as e:
+        raise DryRunError(str(e)) from None
+    if res.get("ok"):
+        return res
+    raise DryRunError(res.get("error", "dry run failed"))
 
 
 def _cache_key(layout: Layout) -> str:

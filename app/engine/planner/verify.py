@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -24,6 +23,7 @@ from app.engine.planner.dryrun import dry_run_here
 from app.engine.planner.options import plan_options
 from app.engine.planner.search import plan
 from app.ggml import alloc_report, cxx_runtime, llama_log
+from app.ggml.child_json import run_json_child
 from app.engine.planner.compare import KINDS, compare, predicted_of  # noqa: F401 - KINDS: verify's callers
 
 MiB = 1024 * 1024
@@ -74,23 +74,15 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
 
 def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
                timeout: float = 600) -> list[dict]:
-    """verify_here in a child process; raises RuntimeError with the child's stderr tail if it dies."""
+    """verify_here in a child process; raises ChildError (a RuntimeError) with the child's stderr tail if it dies."""
     return run_verify_many([str(path)], combos, inventory_dict, timeout)[str(path)]
 
 
 def run_verify_many(paths: list[str], combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
                     timeout: float = 600) -> dict[str, list[dict]]:
     """verify_here for several models in ONE child process (one interpreter and llama.cpp start for all)."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     req = json.dumps({"paths": [str(p) for p in paths], "combos": combos, "inventory": inventory_dict})
-    p = subprocess.run([sys.executable, "-m", "app.engine.planner.verify", "--child"], input=req, capture_output=True,
-                       text=True, timeout=timeout, env=env)
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"verify child died (exit {p.returncode}): " + " | ".join(p.stderr.strip().splitlines()[-5:]))
+    return run_json_child("app.engine.planner.verify", "--child", what="verify child", timeout=timeout, stdin=req)
 
 
 def format_table(name: str, rows: list[dict]) -> str:
