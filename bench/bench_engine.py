@@ -59,7 +59,7 @@ def unique(rep: int, text: str) -> str:
 
 
 def cpu_layout(path: str, n_layer: int):
-    from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+    from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 
     opts = PlanOptions(num_ctx=NUM_CTX, num_parallel=N_PAR, num_batch=N_BATCH, num_ubatch=N_BATCH, num_gpu=0)
     cpu = DevicePlan("CPU", "CPU", tuple(range(n_layer)), (), {}, 0, 0)

@@ -15,7 +15,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from app.discovery.simulated import load_simulated  # noqa: E402
 from app.engine.gguf.builtin_model import builtin_model_path  # noqa: E402
 from app.engine.planner.search import plan  # noqa: E402
-from app.engine.planner.types import PlanOptions  # noqa: E402
+from app.engine.layout.types import PlanOptions  # noqa: E402
 from app.engine.gguf.model_info import read_model_info  # noqa: E402
 from model_shapes import dense_8b, huge_dense, qwen3_30b_a3b  # noqa: E402
 

@@ -27,8 +27,8 @@ import json, sys, threading, time
 from app.ggml import cxx_runtime, llama_log
 cxx_runtime.preload(); llama_log.install()
 from llama_cpp import llama_cpp as L
-from app.engine.planner.types import Layout
-from app.engine.planner import llama_params
+from app.engine.layout.types import Layout
+from app.engine.layout import llama_params
 req = json.loads(sys.argv[1])
 lay = Layout.from_dict(req["layout"])
 mp, keep = llama_params.model_params(lay)

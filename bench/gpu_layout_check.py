@@ -33,10 +33,10 @@ def main() -> int:
 
     from app.discovery import discover
     from app.ggml import alloc_report, llama_log
-    from app.engine.planner import llama_params as load_params
+    from app.engine.layout import llama_params as load_params
     from app.engine.runner.batch import NpBatch  # noqa: F401  (imported to prove the engine module loads on this build)
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
     from app.engine.gguf.model_info import read_model_info
     from app.engine.planner.verify import compare, predicted_of
 

@@ -247,7 +247,7 @@ def plan_strata(model: str, budget: int, n_ctx: int):
     from app.discovery import discover
     from app.engine.gguf.model_info import read_model_info
     from app.engine.planner.dryrun import plan_measured
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     info = read_model_info(model)
     inv = discover()

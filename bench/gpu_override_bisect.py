@@ -42,7 +42,7 @@ def runner_child(model: str) -> None:
     from app.engine.client import RunnerClient
     from app.engine.gguf.model_info import read_model_info
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     info = read_model_info(model)
     lay = plan(info, discover(), PlanOptions(num_ctx=2048, cpu_moe=info.n_layer))
@@ -78,7 +78,7 @@ def child(model: str, toggles: set[str]) -> None:
     from llama_cpp import llama_cpp as L
 
     from app.ggml import ggml_lib, llama_log
-    from app.engine.planner import llama_params as load_params
+    from app.engine.layout import llama_params as load_params
     from app.engine.gguf.model_info import read_model_info
 
     if "log" in toggles:
@@ -96,7 +96,7 @@ def child(model: str, toggles: set[str]) -> None:
     load_mode = load_params.LOAD_MODE_NONE if "nommap" in toggles else None
     if "layout" in toggles:
         from app.engine.planner.search import plan
-        from app.engine.planner.types import PlanOptions
+        from app.engine.layout.types import PlanOptions
 
         lay = plan(info, inv, PlanOptions(num_ctx=2048, num_parallel=1, cpu_moe=n, num_batch=512, num_ubatch=512))
         if not lay.tensor_buft_overrides:      # no GPU here: force the same override into the CPU plan

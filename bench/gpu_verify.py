@@ -24,7 +24,7 @@ ROUNDING = int(0.005 * MiB) + 1
 def inventory_dict(budget: int | None) -> dict:
     """This machine's inventory as a simulated-inventory dict, the first GPU's free memory cut to budget + margin."""
     from app.discovery import discover
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     inv = discover()
     margin = PlanOptions().margin

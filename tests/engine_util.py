@@ -1,7 +1,7 @@
 """Helpers for the engine tests: a CPU Layout for a GGUF built directly (no planner), and a client runner."""
 from __future__ import annotations
 
-from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 
 
 def cpu_layout(path, *, num_ctx: int = 512, num_parallel: int = 2, n_batch: int = 512, n_ubatch: int | None = None,

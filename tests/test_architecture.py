@@ -3,6 +3,8 @@
 - Layers: ggml < discovery < engine < service < gui < cli; a module imports its own layer and those below.
 - app/engine/runner/ is the runner child's code: outside it only the runner's parent side (`engine/client.py`,
   which hands the process entry to multiprocessing) may name it.
+- The runner and the Layout contract (app/engine/layout/) import no planner code: the runner loads a Layout, it
+  does not plan one.
 - The GUI imports only its API client and plain data modules (no service, no engine code that runs anything).
 - No import cycle between modules (late imports inside functions included).
 Each import is read with `ast`, so nothing is imported to check it.
@@ -20,12 +22,13 @@ SHARED = {"app", "app.paths", "app.settings", "app.format", "app.api_client", "a
 # ^ plain modules below every layer (paths, the settings file, formatters; the API client speaks only HTTP), and
 #   the entry point (__main__)
 # What the GUI may import outside app.gui: its API client and plain data modules (dataclasses, constants).
-GUI_ALLOWED_PREFIXES = ("app.gui", "app.paths", "app.settings", "app.engine.planner.types", "app.discovery.inventory",
+GUI_ALLOWED_PREFIXES = ("app.gui", "app.paths", "app.settings", "app.engine.layout.types", "app.discovery.inventory",
                         "app.api_client", "app.format")
 # A developer tool in app/gui that starts a real service to render the windows for the README.
 GUI_EXCEPTIONS = {"app.gui.screenshots"}
 RUNNER = "app.engine.runner"
 RUNNER_PARENTS = {"app.engine.client"}
+PLANNER = "app.engine.planner"
 
 
 def module_name(path: Path) -> str:
@@ -102,6 +105,15 @@ def test_runner_code_is_only_imported_by_the_runner():
            if (dep == RUNNER or dep.startswith(RUNNER + ".")) and not mod.startswith(RUNNER)
            and mod not in RUNNER_PARENTS]
     assert not bad, "runner-child modules imported outside the runner:\n" + "\n".join(sorted(bad))
+
+
+def test_the_runner_and_the_layout_contract_import_no_planner():
+    """What the runner needs of a Layout (its types, the llama.cpp param structs, the shared context rules) lives
+    in app/engine/layout/; planning stays in the service process."""
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items()
+           if mod.startswith((RUNNER, "app.engine.layout")) for dep in deps
+           if dep == PLANNER or dep.startswith(PLANNER + ".")]
+    assert not bad, "runner or layout modules importing the planner:\n" + "\n".join(sorted(bad))
 
 
 def test_the_runner_reads_no_chat_facts_and_the_chat_package_no_llama():

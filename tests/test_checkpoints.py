@@ -165,7 +165,7 @@ def test_the_plan_holds_the_checkpoint_memory(family_dir):
     nothing for a model whose KV cache keeps every cell."""
     from app.discovery.inventory import Inventory
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     inv = Inventory(devices=(), host_ram_total=64 << 30, host_ram_available=32 << 30, cpu_name="test", cpu_cores=2)
     for name, expect_some in (("qwen3next", True), ("mamba", True), ("gemma2", True), ("llama", False)):

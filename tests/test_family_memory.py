@@ -161,7 +161,7 @@ def test_unknown_kv_shape_is_measured_by_the_dry_run(family_paths, verified):
     from app.engine.gguf.model_info import read_model_info
     from app.engine.planner.dryrun import plan_measured
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     info = read_model_info(family_paths["gemma3"])
     wrong = KVShape("full", ("full",) * info.n_layer, info.kv.k, info.kv.v, known=False)

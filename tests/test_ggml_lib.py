@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from app.ggml import alloc_report, ggml_lib, llama_log
-from app.engine.planner import llama_params as load_params
+from app.engine.layout import llama_params as load_params
 from app.engine.planner.search import plan
-from app.engine.planner.types import PlanOptions
+from app.engine.layout.types import PlanOptions
 from app.engine.gguf.model_info import read_model_info
 from app.discovery.simulated import inventory_from_dict
 

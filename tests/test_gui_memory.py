@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app.discovery.inventory import Device, Inventory
-from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from app.gui.memory_data import (
     COMPUTE, FREE, KV, MAPPED, OTHERS, OVER, SEGMENT_COLORS, WEIGHTS, device_colors, device_columns, format_bytes,
     layer_cells, predicted_kinds_of, predicted_vs_actual,

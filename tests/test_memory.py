@@ -84,9 +84,10 @@ def test_output_reserve_plans_the_embedding_growth():
     buffer to logits + embeddings for all of them: a generative model embeds in chunks sized to keep that near
     32 MiB, an embedding model decodes a whole input (up to a ubatch) at once. The plan counts it on the CPU."""
     from app.discovery.simulated import inventory_from_dict
-    from app.engine.planner.memory import embed_chunk_tokens, memory_model
+    from app.engine.layout.context_rules import embed_chunk_tokens
+    from app.engine.planner.memory import memory_model
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     info = build_info(arch="llama", name="gen", n_layer=2, n_embd=576, n_head=9, n_head_kv=3, head_dim=64,
                       n_ff=1536, n_vocab=49152, wtype="Q8_0", more_bits_type="Q8_0", out_type="Q8_0", embd_type="Q8_0")

@@ -11,7 +11,7 @@ import pytest
 
 from app.discovery.simulated import inventory_from_dict, load_simulated
 from app.engine.planner.search import plan
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 from app.engine.gguf.model_info import read_model_info
 from layout_oracle import BruteForce, realise, score_of
 from model_shapes import build_info, dense_8b, huge_dense, qwen3_30b_a3b, tiny

@@ -10,7 +10,7 @@ from app.ggml import alloc_report
 from app.discovery.cpu_features import cpuinfo_features
 from app.engine.planner import repack
 from app.engine.planner.search import plan
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 from app.engine.gguf.model_info import read_model_info
 from app.engine.planner.verify import predicted_of
 

@@ -16,7 +16,7 @@ from app.discovery.remote import parse_workers, reserve_workers
 from app.discovery.simulated import inventory_from_dict
 from app.engine.planner.network import machine_path, remote_first
 from app.engine.planner.search import plan
-from app.engine.planner.types import PlanOptions
+from app.engine.layout.types import PlanOptions
 from app.engine.gguf.model_info import read_model_info
 from app.ggml import rpc
 from layout_oracle import realise

@@ -19,7 +19,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
-from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from engine_util import cancel_stream
 
 pytestmark = pytest.mark.gpu
@@ -148,7 +148,7 @@ def test_moe_experts_on_cpu_load_and_generate(gpu, moe_path):
     from app.discovery import discover
     from app.engine.gguf.model_info import read_model_info
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     info = read_model_info(moe_path)
     lay = plan(info, discover(), PlanOptions(num_ctx=1024, num_parallel=2, cpu_moe=MOE_LAYERS // 2))
@@ -173,7 +173,7 @@ def test_moe_partial_offload_under_a_vram_budget(gpu, moe_path):
     from app.engine.gguf.model_info import read_model_info
     from app.engine.planner.dryrun import plan_measured
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
 
     info = read_model_info(moe_path)
     inv = discover()
@@ -207,9 +207,9 @@ def test_moe_override_load_after_numpy(gpu, moe_path):
         from llama_cpp import llama_cpp as L
         from app.discovery import discover
         from app.engine.gguf.model_info import read_model_info
-        from app.engine.planner import llama_params
+        from app.engine.layout import llama_params
         from app.engine.planner.search import plan
-        from app.engine.planner.types import PlanOptions
+        from app.engine.layout.types import PlanOptions
         info = read_model_info({moe_path!r})
         lay = plan(info, discover(), PlanOptions(num_ctx=1024, cpu_moe={MOE_LAYERS}))
         assert lay.tensor_buft_overrides and lay.gpu_devices, lay

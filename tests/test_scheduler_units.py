@@ -12,7 +12,7 @@ import pytest
 
 from app.discovery.inventory import Inventory
 from app.engine.planner.options import ContextChoice
-from app.engine.planner.types import DevicePlan, Layout, PlanOptions
+from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
 from app.service.errors import ApiError

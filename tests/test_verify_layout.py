@@ -95,7 +95,7 @@ def test_quantized_kv_with_head_size_llama_refuses(dense_gguf):
     """head size 16 with a q8_0 cache: llama.cpp would refuse the context; the planner says so first."""
     from app.discovery.simulated import inventory_from_dict
     from app.engine.planner.search import plan
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
     from app.engine.gguf.model_info import read_model_info
 
     inv = inventory_from_dict({"devices": [], "host_ram_total": "8 GiB", "cpu_cores": 2})
@@ -108,7 +108,7 @@ def test_dry_run_measures_and_caches(smollm2_path, strata_home):
     GPU options with a simulated inventory do not disturb the CPU-only measurement."""
     from app.discovery.simulated import inventory_from_dict
     from app.engine.planner.dryrun import measure_compute, plan_measured
-    from app.engine.planner.types import PlanOptions
+    from app.engine.layout.types import PlanOptions
     from app.engine.gguf.model_info import read_model_info
 
     info = read_model_info(smollm2_path)

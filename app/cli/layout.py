@@ -8,7 +8,7 @@ from pathlib import Path
 from app.discovery import discover
 from app.engine.gguf.model_info import GGUFError, read_model_info
 from app.engine.planner.options import plan_layout, plan_options
-from app.engine.planner.types import KV_TYPES
+from app.engine.layout.types import KV_TYPES
 from app.format import format_bytes
 from app.service.store import ModelStore
 

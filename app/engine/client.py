@@ -23,7 +23,7 @@ from app.discovery.host import host_memory
 from app.engine import protocol as P
 from app.engine import stderr_tail
 from app.engine.gguf.chat_facts import read_chat_facts
-from app.engine.planner.types import Layout
+from app.engine.layout.types import Layout
 from app.engine.runner_watch import WatchLimits, judge, process_state
 from app.ggml import rpc
 

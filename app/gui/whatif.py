@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QTabWidget, QVBoxLayout, QWidget,
 )
 
-from app.engine.planner.types import KV_TYPES
+from app.engine.layout.types import KV_TYPES
 from app.gui.memory_view import LayoutView
 from app.gui.state import ServiceState
 from app.gui.whatif_data import (

@@ -12,7 +12,7 @@ from app.discovery.inventory import Inventory
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
 from app.engine.planner.options import ContextChoice, context_for, plan_layout
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 
 from .config import ServiceConfig
 from .errors import ApiError

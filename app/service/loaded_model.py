@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.engine.planner.compare import predicted_of
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 
 
 @dataclass

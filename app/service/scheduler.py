@@ -34,7 +34,7 @@ from app.engine.gguf.projector import read_projector
 from app.ggml import rpc
 from app.engine.planner.options import CTX_STEP
 from app.engine.planner.projector import projector_bytes, projector_device, with_projector
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 
 from .collaborators import Collaborators
 from .config import ServiceConfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 from app.discovery.inventory import Device
 from app.engine.planner import repack
 from app.engine.planner.memory import MemoryModel
-from app.engine.planner.types import DevicePlan, PlanOptions
+from app.engine.layout.types import DevicePlan, PlanOptions
 
 
 def _block_devices(cs, c, gpus: tuple[Device, ...], n: int) -> tuple[list[str], list[str]]:

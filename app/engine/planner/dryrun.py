@@ -20,9 +20,9 @@ import threading
 from dataclasses import replace
 
 from app.discovery.inventory import Inventory
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 from app.engine.gguf.model_info import ModelInfo
-from app.engine.planner import llama_params as load_params
+from app.engine.layout import llama_params as load_params
 from app.engine.planner.search import plan
 from app.ggml import alloc_report, cxx_runtime, llama_log
 from app.ggml.child_json import ChildError, run_json_child

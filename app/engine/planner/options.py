@@ -12,7 +12,7 @@ from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner.dryrun import plan_measured
 from app.engine.planner.placement import place
 from app.engine.planner.search import plan
-from app.engine.planner.types import KV_TYPES, Layout, PlanOptions  # noqa: F401  (KV_TYPES: re-exported)
+from app.engine.layout.types import KV_TYPES, Layout, PlanOptions  # noqa: F401  (KV_TYPES: re-exported)
 from app.engine.planner.validate import validate
 
 MIN_CTX = 64          # below this a chat template alone does not fit

@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, replace
 
 from app.discovery.inventory import Device, Inventory
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 from app.engine.planner import network
 from app.engine.planner.device_plans import device_plans
 from app.engine.planner.memory import (EXPERTS_RE, FFN_RE, MemoryModel, estimate_compute, fit_measured_kv,

@@ -11,7 +11,7 @@ from app.discovery.inventory import Inventory
 from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner.placement import place
 from app.engine.planner.suggest import suggestions
-from app.engine.planner.types import Layout, PlanOptions
+from app.engine.layout.types import Layout, PlanOptions
 from app.engine.planner.validate import validate
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Callable
 
 from app.engine.planner import placement as L
-from app.engine.planner.types import PlanOptions
+from app.engine.layout.types import PlanOptions
 from app.engine.planner.validate import validate
 from app.engine.planner.memory import KV_BLOCKS
 from app.engine.gguf.model_info import ModelInfo

@@ -6,7 +6,7 @@ from app.discovery.inventory import Inventory
 from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner.memory import KV_BLOCKS
 from app.engine.planner.placement import QUANTIZED_KV, usable_gpus
-from app.engine.planner.types import KV_TYPES, PlanOptions
+from app.engine.layout.types import KV_TYPES, PlanOptions
 
 
 def validate(info: ModelInfo, inventory: Inventory, o: PlanOptions) -> None:

@@ -18,7 +18,7 @@ import time
 from app.discovery import discover
 from app.discovery.simulated import inventory_from_dict
 from app.engine.gguf.model_info import read_model_info
-from app.engine.planner import llama_params as load_params
+from app.engine.layout import llama_params as load_params
 from app.engine.planner.dryrun import dry_run_here
 from app.engine.planner.options import plan_options
 from app.engine.planner.search import plan

@@ -8,7 +8,7 @@
   `llama_set_embeddings(ctx, true)` makes llama.cpp return every token's final hidden state (the context's pooling
   is NONE); the input is decoded in chunks and the states averaged, which is exactly MEAN pooling. Every token of
   a chunk is an output, so llama.cpp grows the host output buffer to chunk x (n_vocab + n_embd) floats: the chunk
-  comes from the planner (memory.embed_chunk_tokens), which plans that growth (DevicePlan.output_reserve).
+  comes from the Layout contract (layout/context_rules.embed_chunk_tokens), which plans that growth (DevicePlan.output_reserve).
   (A separate embeddings context of 2048 tokens cost SmolLM2 ~830 MiB - a 2048-token ubatch of logits in its
   compute buffer and again in its output buffer - that no plan saw.)
 Inputs longer than the limit are truncated when `truncate` is true (the default) and refused otherwise.
@@ -67,7 +67,7 @@ def l2_normalize(v: np.ndarray) -> np.ndarray:
 class Embedder:
     def __init__(self, model, ctx, num_ctx: int, chunk: int):
         """`num_ctx`: the load's context per sequence (the limit for a generative model); `chunk`: tokens per
-        decode when a generative model embeds (memory.embed_chunk_tokens)."""
+        decode when a generative model embeds (layout/context_rules.embed_chunk_tokens)."""
         self.model = model
         self.vocab = L.llama_model_get_vocab(model)
         self.n_embd = L.llama_model_n_embd(model)

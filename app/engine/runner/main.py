@@ -21,9 +21,9 @@ from llama_cpp import llama_cpp as L
 from app.ggml import alloc_report, llama_log
 from app.engine import protocol as P
 from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
-from app.engine.planner.llama_params import context_params, model_params
-from app.engine.planner.memory import embed_chunk_tokens
-from app.engine.planner.types import Layout
+from app.engine.layout.llama_params import context_params, model_params
+from app.engine.layout.context_rules import embed_chunk_tokens
+from app.engine.layout.types import Layout
 from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher

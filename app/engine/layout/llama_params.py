@@ -10,8 +10,8 @@ import ctypes
 
 from app.ggml import ggml_lib
 from app.discovery.host import compute_threads
-from app.engine.planner.memory import SWA_FULL
-from app.engine.planner.types import Layout
+from app.engine.layout.context_rules import SWA_FULL
+from app.engine.layout.types import Layout
 
 # GGML_TYPE_* for KV cache types (ggml.h)
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
@@ -107,7 +107,7 @@ def context_params(layout: Layout, n_threads: int | None = None, embedding: bool
     cp.op_offload = bool(layout.op_offload)
     cp.offload_kqv = True
     # Sliding-window layers keep only window + n_ubatch cells per sequence (llama-server's default; the planner sizes
-    # them so, app.engine.planner.memory.SWA_FULL). For the prompt cache this means: those layers forget cells older
+    # them so, app.engine.layout.context_rules.SWA_FULL). For the prompt cache this means: those layers forget cells older
     # than the window, so a cached prefix of n tokens is reusable only while
     # llama_memory_seq_pos_min(mem, seq) <= max(0, n - n_swa); otherwise process the prompt again.
     cp.swa_full = SWA_FULL
