@@ -166,7 +166,7 @@ def serve_strata(port: int, threads: int, home: str, import_path: str | None = N
     sys.path.insert(0, str(ROOT))
     from app.service.config import ServiceConfig
     from app.service.server import ServiceThread
-    from app.service.store import ModelStore
+    from app.service.store.model_store import ModelStore
 
     h = Path(home)
     if import_path:

@@ -19,7 +19,7 @@ def store_factory(home):
     """A ModelStore maker for ServiceThread: the store lives under `home` and never scans the user's home for
     other apps' models, so each test module's server starts from a known store."""
     def make():
-        from app.service.store import ModelStore
+        from app.service.store.model_store import ModelStore
 
         return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
     return make

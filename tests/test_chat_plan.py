@@ -9,10 +9,10 @@ import pytest
 from app.engine.chat.formats import FORMATS, format_for
 from app.engine.chat.plan import EITHER, FORCED, LAZY, plan_chat
 from app.engine.gguf.chat_facts import chat_facts
-from app.service import chat_features
-from app.service.request import GenerationRequest
-from app.service.result import TextDelta, ToolCallEvent
-from app.service.toolcalls import parse_all
+from app.service.generation import chat_features
+from app.service.generation.request import GenerationRequest
+from app.service.generation.result import TextDelta, ToolCallEvent
+from app.service.generation.toolcalls import parse_all
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

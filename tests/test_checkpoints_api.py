@@ -16,7 +16,7 @@ import pytest
 from app.engine.runner.placement import END_BACKOFF
 from app.service.config import ServiceConfig
 from app.service.server import ServiceThread
-from app.service.store import ModelStore
+from app.service.store.model_store import ModelStore
 from gguf_factory import write_family
 from service_util import store_factory, wait_for
 

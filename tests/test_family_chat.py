@@ -12,7 +12,7 @@ from app.engine.chat.plan import plan_chat
 from app.engine.client import RunnerClient
 from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.gguf.model_info import read_model_info
-from app.service.toolcalls import parse_all
+from app.service.generation.toolcalls import parse_all
 from engine_util import cpu_layout
 from gguf_factory import FAMILIES, write_family
 

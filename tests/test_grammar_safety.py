@@ -19,7 +19,7 @@ import pytest
 from app.engine import protocol as P
 from app.engine.chat.plan import plan_chat
 from app.engine.client import RunnerClient, RunnerError
-from app.service.toolcalls import parse_all
+from app.service.generation.toolcalls import parse_all
 from engine_util import cpu_layout
 from gguf_factory import write_family
 

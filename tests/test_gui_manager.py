@@ -99,7 +99,7 @@ def test_models_from_other_apps_are_listed_read_only_and_say_why(qtbot, service,
     from app.gui.desktop import Desktop
     from app.service.config import ServiceConfig
     from app.service.server import ServiceThread
-    from app.service.store import ModelStore
+    from app.service.store.model_store import ModelStore
     from gguf_factory import write_dense_llama
 
     lm = tmp_path / "user-home" / ".lmstudio" / "models" / "pub" / "repo"

@@ -1,5 +1,5 @@
 """gpt-oss replies rendered by OpenAI's own `openai-harmony` library, read back by Strata's harmony parser
-(app/service/toolcalls/harmony.py): channels (analysis -> thinking, final -> content, commentary preambles ->
+(app/service/generation/toolcalls/harmony.py): channels (analysis -> thinking, final -> content, commentary preambles ->
 content) and recipients (`to=functions.NAME` -> a tool call with its JSON arguments), whole and streamed in pieces.
 
 A reply is what the model writes after the prompt: the conversation rendered as harmony trains on it, minus the
@@ -19,8 +19,8 @@ import openai_harmony as H
 import pytest
 
 from app.engine.runner.chat_template import render_chat
-from app.service.toolcalls import make_parser, parse_all
-from app.service.tools import call_message
+from app.service.generation.toolcalls import make_parser, parse_all
+from app.service.generation.tools import call_message
 
 TEMPLATE = Path(__file__).parent / "fixtures" / "templates" / "openai-gpt-oss-120b.jinja"
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},

@@ -248,7 +248,7 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(home, smollm2_path, good_model):
     def store():
-        from app.service.store import ModelStore
+        from app.service.store.model_store import ModelStore
 
         return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
 
@@ -272,7 +272,7 @@ def cli_env(home, monkeypatch):
 
 
 def _store_state(home: Path) -> tuple:
-    from app.service.store import ModelStore
+    from app.service.store.model_store import ModelStore
 
     s = ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
     names = tuple((r.name, r.path, r.size) for r in s.list())

@@ -21,7 +21,7 @@ from app.engine.runner.embeddings import tokenize
 from app.engine.runner.grammar import GrammarError, grammar_for
 from app.engine.runner.output import Vocab
 from app.engine.runner.sampling import free_grammar, grammar_sampler
-from app.service.toolcalls import parse_all
+from app.service.generation.toolcalls import parse_all
 
 CASES = json.loads((Path(__file__).parent / "fixtures/json_schema/cases.json").read_text())
 

@@ -18,10 +18,10 @@ from registry_fixture import MEDIA, Registry, digest_of
 from service_util import store_factory
 
 from app.service.config import ServiceConfig
-from app.service.ollama_schema import parameter_size
-from app.service.registry.reference import canonical_name
+from app.service.dialects.ollama.schema import parameter_size
+from app.service.store.registry.reference import canonical_name
 from app.service.server import ServiceThread
-from app.service.store import ModelStore
+from app.service.store.model_store import ModelStore
 
 BUILTIN = "smollm2:135m"
 QUICK = {"num_predict": 2}

@@ -14,7 +14,7 @@ from app.engine.chat.plan import plan_chat
 from app.engine.client import RequestError, RunnerClient
 from app.engine.runner.chat_template import render_chat
 from app.engine.gguf.builtin_templates import CHATML
-from app.service.toolcalls import parse_all
+from app.service.generation.toolcalls import parse_all
 from engine_util import cpu_layout
 from gguf_variants import write_llama
 

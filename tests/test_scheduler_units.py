@@ -15,11 +15,11 @@ from app.engine.planner.options import ContextChoice
 from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
-from app.service.errors import ApiError
-from app.service.keep_alive import DEFAULT, FOREVER
-from app.service import scheduler as scheduler_module
-from app.service.metrics import Metrics
-from app.service.scheduler import Scheduler
+from app.service.http.errors import ApiError
+from app.service.scheduling.keep_alive import DEFAULT, FOREVER
+from app.service.scheduling import scheduler as scheduler_module
+from app.service.http.metrics import Metrics
+from app.service.scheduling.scheduler import Scheduler
 
 MiB = 1 << 20
 

@@ -25,7 +25,7 @@ def server(tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("svc-conc")
 
     def store():
-        from app.service.store import ModelStore
+        from app.service.store.model_store import ModelStore
 
         return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
 

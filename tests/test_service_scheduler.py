@@ -29,7 +29,7 @@ def _inventory(host_avail: int) -> dict:
 def _fits(info, host_avail: int) -> bool:
     from app.discovery.simulated import inventory_from_dict
     from app.engine.planner.dryrun import plan_measured
-    from app.service.options import plan_options
+    from app.service.generation.options import plan_options
 
     o = plan_options({}, num_ctx_default=NUM_CTX, num_parallel=SLOTS, n_ctx_train=info.context_length)
     return plan_measured(info, inventory_from_dict(_inventory(host_avail)), o).fits
@@ -38,7 +38,7 @@ def _fits(info, host_avail: int) -> bool:
 def _predicted(info) -> int:
     from app.discovery.simulated import inventory_from_dict
     from app.engine.planner.dryrun import plan_measured
-    from app.service.options import plan_options
+    from app.service.generation.options import plan_options
 
     o = plan_options({}, num_ctx_default=NUM_CTX, num_parallel=SLOTS, n_ctx_train=info.context_length)
     lay = plan_measured(info, inventory_from_dict(_inventory(64 * 1024 * MiB)), o)
@@ -51,7 +51,7 @@ def _start(tmp, name: str, host_avail: int) -> ServiceThread:
     (home / "devices.json").write_text(json.dumps(_inventory(host_avail)))
 
     def store():
-        from app.service.store import ModelStore
+        from app.service.store.model_store import ModelStore
 
         return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
 

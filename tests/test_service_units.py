@@ -7,14 +7,14 @@ import socket
 import pytest
 
 from app.service.config import ConfigError, ServiceConfig, parse_host
-from app.service.errors import ApiError
-from app.service.modelfile import ModelfileError, parse_modelfile, render_modelfile
+from app.service.http.errors import ApiError
+from app.service.store.modelfile import ModelfileError, parse_modelfile, render_modelfile
 from app.service.dialects.openai.parse import parse_logit_bias, sampling_options
-from app.service.generation import request_options
-from app.service.options import parse_ollama_options, plan_options
-from app.service.request import field
-from app.service.keep_alive import parse_keep_alive
-from app.service.security import Guard
+from app.service.generation.pipeline import request_options
+from app.service.generation.options import parse_ollama_options, plan_options
+from app.service.generation.request import field
+from app.service.scheduling.keep_alive import parse_keep_alive
+from app.service.http.security import Guard
 
 
 @pytest.mark.parametrize("value,seconds", [
@@ -198,7 +198,7 @@ def test_port_already_taken_is_a_clear_error():
 
 def test_openapi_covers_every_route():
     from app.service.app import create_app
-    from app.service.openapi import build_openapi
+    from app.service.http.openapi import build_openapi
 
     app = create_app(ServiceConfig(port=0))
     doc = build_openapi(app)
@@ -216,7 +216,7 @@ def test_openapi_covers_every_route():
 
 
 def test_go_template_subset():
-    from app.service.gotemplate import TemplateError, render
+    from app.service.generation.gotemplate import TemplateError, render
 
     t = "{{ if .System }}<s>{{ .System }}</s>\n{{ end }}USER: {{ .Prompt }}\nASSISTANT: {{- .Response }}"
     assert render(t, {"System": "be brief", "Prompt": "hi"}) == "<s>be brief</s>\nUSER: hi\nASSISTANT:"

@@ -81,7 +81,7 @@ def test_config_reads_the_file_and_the_environment_wins(strata_home, clean_env):
 
 
 def test_the_gpu_margin_reaches_the_planner(strata_home, clean_env):
-    from app.service.options import plan_options
+    from app.service.generation.options import plan_options
 
     o = plan_options({}, num_ctx_default=4096, num_parallel=1, n_ctx_train=8192, margin_mib=1024)
     assert o.margin == 1024 << 20
@@ -91,7 +91,7 @@ def test_scanned_folders_follow_the_setting(strata_home, clean_env, tmp_path):
     """An LM Studio and a Hugging Face model in the (sandboxed) home: the store lists only the chosen sources."""
     import shutil
 
-    from app.service.store import ModelStore
+    from app.service.store.model_store import ModelStore
     from gguf_factory import write_dense_llama
 
     home = tmp_path / "user-home"

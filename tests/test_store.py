@@ -13,8 +13,8 @@ from gguf_factory import write_minimal
 
 from app import paths
 from app.engine.gguf.model_info import GGUFError
-from app.service.names import InvalidName, normalize_name, parse_name, sanitize_name
-from app.service.store import ModelNotFound, ModelStore, ReadOnlyModel, StoreError
+from app.service.store.names import InvalidName, normalize_name, parse_name, sanitize_name
+from app.service.store.model_store import ModelNotFound, ModelStore, ReadOnlyModel, StoreError
 
 
 def sha(p) -> str:

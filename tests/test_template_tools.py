@@ -8,7 +8,7 @@ import pytest
 
 from app.engine.gguf.chat_facts import chat_facts
 from app.engine.runner.chat_template import render_chat
-from app.service.tools import call_message, mistral_ids
+from app.service.generation.tools import call_message, mistral_ids
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 TOOLS = [{"type": "function", "function": {

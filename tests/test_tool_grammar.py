@@ -12,7 +12,7 @@ from app.engine.runner.grammar import GrammarError
 from app.engine.runner.output import Vocab
 from app.engine.runner.sampling import free_grammar, grammar_sampler
 from app.engine.runner.embeddings import tokenize
-from app.service.toolcalls import parse_all
+from app.service.generation.toolcalls import parse_all
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "weather for a city",
@@ -162,7 +162,7 @@ def test_grammar_trigger_and_parser_come_from_one_record(vocab):
     """For every family whose calls the `auto` grammar models, the text the grammar admits from the family's
     marker on is read back as that call by the family's own parser (both from app/engine/chat/formats.py)."""
     from app.engine.chat.formats import FORMATS
-    from app.service.toolcalls.families import spec_for
+    from app.service.generation.toolcalls.families import spec_for
 
     modelled = [f for f in FORMATS.values() if f.grammar is not None and f.grammar.opener]
     assert {f.name for f in modelled} >= {"hermes", "llama3", "mistral"}

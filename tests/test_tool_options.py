@@ -15,9 +15,9 @@ from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.grammar import grammar_for
 from app.engine.runner.output import Vocab
 from app.engine.runner.sampling import free_grammar, grammar_sampler
-from app.service.chat_features import ReplyReader
-from app.service.request import GenerationRequest
-from app.service.result import TextDelta, ToolCallEvent
+from app.service.generation.chat_features import ReplyReader
+from app.service.generation.request import GenerationRequest
+from app.service.generation.result import TextDelta, ToolCallEvent
 from test_tool_grammar import TOOLS, accept_text, allowed, piece_id, watch_text
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},

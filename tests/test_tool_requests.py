@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.service.errors import ApiError
-from app.service.tools import (check_tool_results, mistral_ids, parse_tool_calls, parse_tool_choice, parse_tools)
+from app.service.http.errors import ApiError
+from app.service.generation.tools import (check_tool_results, mistral_ids, parse_tool_calls, parse_tool_choice, parse_tools)
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "d",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from app.service.toolcalls import make_parser, parse_all
-from app.service.toolcalls.jsonscan import calls_from_text, json_end, mend
+from app.service.generation.toolcalls import make_parser, parse_all
+from app.service.generation.toolcalls.jsonscan import calls_from_text, json_end, mend
 
 TOOLS = ["get_weather", "get_time"]
 W = {"name": "get_weather", "arguments": {"city": "Paris"}}

@@ -10,7 +10,7 @@ from app.engine.gguf.model_info import GGUFError, read_model_info
 from app.engine.planner.options import plan_layout, plan_options
 from app.engine.layout.types import KV_TYPES
 from app.format import format_bytes
-from app.service.store import ModelStore
+from app.service.store.model_store import ModelStore
 
 MiB = 1024 ** 2
 

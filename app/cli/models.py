@@ -9,8 +9,8 @@ import time
 from app.engine.gguf.kv_shape import describe as describe_kv_shape
 from app.engine.gguf.model_info import GGUFError, ModelInfo
 from app.format import format_bytes, format_count, format_duration
-from app.service.names import InvalidName
-from app.service.store import ModelStore, StoreError
+from app.service.store.names import InvalidName
+from app.service.store.model_store import ModelStore, StoreError
 
 
 def register(sub) -> None:

@@ -11,7 +11,7 @@ import time
 
 from app.api_client import ApiError
 from app.format import format_bytes
-from app.service.registry.reference import InvalidReference, parse_reference
+from app.service.store.registry.reference import InvalidReference, parse_reference
 from app.service.server import ServiceError
 
 from .server import service_client

@@ -9,14 +9,18 @@ from aiohttp import web
 
 from . import appkeys as keys
 
-from . import collaborators, dialects, model_routes, ollama_routes, rerank_routes, strata_routes
+from . import collaborators, dialects
 from .config import ServiceConfig
-from .events import EventBus
-from .metrics import Metrics
-from .scheduler import Scheduler
-from .security import make_middlewares
-from .store import ModelStore
-from .store_proxy import StoreProxy
+from .dialects.ollama import manage_routes as ollama_manage_routes
+from .dialects.ollama import transfer_routes as ollama_transfer_routes
+from .dialects.rerank import routes as rerank_routes
+from .dialects.strata import routes as strata_routes
+from .http.events import EventBus
+from .http.metrics import Metrics
+from .http.security import make_middlewares
+from .scheduling.scheduler import Scheduler
+from .store.model_store import ModelStore
+from .store.proxy import StoreProxy
 
 log = logging.getLogger("strata.service")
 
@@ -66,10 +70,10 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     app[keys.STORE] = store
     app[keys.SCHEDULER] = None
 
-    ollama_routes.add_routes(app)
+    ollama_manage_routes.add_routes(app)
     dialects.add_routes(app)
     strata_routes.add_routes(app)
-    model_routes.add_routes(app)
+    ollama_transfer_routes.add_routes(app)
     rerank_routes.add_routes(app)
 
     async def lifecycle(app: web.Application):

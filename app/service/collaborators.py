@@ -15,8 +15,8 @@ from app.engine.planner.options import ContextChoice, context_for, plan_layout
 from app.engine.layout.types import Layout, PlanOptions
 
 from .config import ServiceConfig
-from .errors import ApiError
-from .store_proxy import store_error, with_digest
+from .http.errors import ApiError
+from .store.proxy import store_error, with_digest
 
 
 @dataclass

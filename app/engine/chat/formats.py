@@ -4,7 +4,7 @@ A family is the markup a model's replies use for tool calls and thinking, detect
 (`detect_family`). From its record come:
 - the special tokens the runner writes out as text (`shown`), so the service's parser sees the markup;
 - the call sections the service's parser reads (`sections`: start, end, and the name of the parser in
-  app/service/toolcalls/formats.py) and the thinking markers (`think`);
+  app/service/generation/toolcalls/formats.py) and the thinking markers (`think`);
 - the tool-call grammar for `tool_choice: auto` (`grammar`: the marker that starts a call, what closes it, the
   JSON key of the arguments, calls in a list), whose trigger is therefore the parser's section start.
 `grammar` None: the grammar does not model that family's calls (XML, Python syntax, harmony); the parser
@@ -33,7 +33,7 @@ HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|
 class Section:
     start: str
     end: str | None             # None: the section runs to the end of the reply
-    parser: str                 # the section parser's name (app/service/toolcalls/formats.py)
+    parser: str                 # the section parser's name (app/service/generation/toolcalls/formats.py)
 
 
 @dataclass(frozen=True)

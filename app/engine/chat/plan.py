@@ -1,7 +1,7 @@
 """A chat request's plan: what the service decided about tools, made once and applied by the runner as it is
 (issue 24, part 3; llama.cpp's `common_chat_params`).
 
-The service (app/service/chat_features.py) makes one ChatPlan per request from the model's family, which it read
+The service (app/service/generation/chat_features.py) makes one ChatPlan per request from the model's family, which it read
 once from the GGUF (engine/gguf/chat_facts), and the request's tools, tool_choice, parallel_tool_calls and
 format. The runner builds the grammar the plan names (runner/tool_grammar.for_plan) over the family's record
 (chat/formats.py), and the service's reply parser is the same record's: the grammar's trigger and the parser

@@ -8,11 +8,11 @@ from typing import Iterable
 from aiohttp import web
 
 from .. import appkeys as keys
-from .. import generation
-from ..errors import ApiError
-from ..http_util import NDJSONWriter, SSEEvent
-from ..request import GenerationRequest
-from ..result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ..generation import pipeline as generation
+from ..generation.request import GenerationRequest
+from ..generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ..http.bodies import NDJSONWriter, SSEEvent
+from ..http.errors import ApiError
 
 Frame = dict | str | SSEEvent   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ... import images as image_input
-from ...errors import ApiError
-from ...options import check_int, check_number, parse_stop
-from ...request import GenerationRequest, field, model_name, ollama_options
-from ...tools import call_message, check_tool_results, function_tool
+from ...generation import images as image_input
+from ...generation.options import check_int, check_number, parse_stop
+from ...generation.request import GenerationRequest, field, model_name, ollama_options
+from ...generation.tools import call_message, check_tool_results, function_tool
+from ...http.errors import ApiError
 
 ROLES = ("user", "assistant")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import uuid
 
-from ...errors import ApiError, anthropic_error
-from ...http_util import SSEEvent, SSEWriter
-from ...result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...http.bodies import SSEEvent, SSEWriter
+from ...http.errors import ApiError, anthropic_error
 from ..base import Renderer
 from .parse import WireChoices
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ... import generation
-from ...http_util import read_json
+from ...generation import pipeline as generation
+from ...http.bodies import read_json
 from ..base import context, serve
 from . import parse, render
 

@@ -2,11 +2,11 @@
 _types.py). Every check is a 400 that names the field."""
 from __future__ import annotations
 
-from ... import images as image_input
-from ...errors import ApiError
-from ...keep_alive import request_keep_alive
-from ...request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
-from ...tools import check_tool_results, parse_tool_calls, parse_tools
+from ...generation import images as image_input
+from ...generation.request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
+from ...generation.tools import check_tool_results, parse_tool_calls, parse_tools
+from ...http.errors import ApiError
+from ...scheduling.keep_alive import request_keep_alive
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -37,7 +37,7 @@ def _common(req: GenerationRequest, body: dict) -> GenerationRequest:
 
 
 def _images(obj: dict, where: str) -> list[bytes] | None:
-    """`images`: base64-encoded images (checked: service/images.py), or None when there are none."""
+    """`images`: base64-encoded images (checked: service/generation/images.py), or None when there are none."""
     raw = obj.get("images")
     if raw is None or raw == []:
         return None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from app.engine.protocol import TokenLogprob
 
-from ...errors import ApiError
-from ...ollama_schema import now_iso
-from ...request import EmbeddingRequest, GenerationRequest
-from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.request import EmbeddingRequest, GenerationRequest
+from ...generation.result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...http.errors import ApiError
 from ..base import Renderer
+from .schema import now_iso
 
 
 def ns(seconds: float) -> int:

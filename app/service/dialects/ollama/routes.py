@@ -1,12 +1,12 @@
 """Ollama's generation endpoints: /api/generate, /api/chat, /api/embed, /api/embeddings. Each handler is
 parse (parse.py) -> run (generation.py, via base.serve) -> render (render.py). The model-management endpoints
-(tags, show, create, ps, ...) are in service/ollama_routes.py."""
+(tags, show, create, ps, ...) are in service/dialects/ollama/manage_routes.py."""
 from __future__ import annotations
 
 from aiohttp import web
 
-from ... import generation
-from ...http_util import read_json
+from ...generation import pipeline as generation
+from ...http.bodies import read_json
 from ..base import context, serve
 from . import parse, render
 

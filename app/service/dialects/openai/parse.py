@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import images as image_input
-from ...errors import ApiError
-from ...options import check_int, check_number, parse_stop
-from ...request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name,
+from ...generation import images as image_input
+from ...generation.options import check_int, check_number, parse_stop
+from ...generation.request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name,
                         ollama_options)
-from ...tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
+from ...generation.tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
+from ...http.errors import ApiError
 
 @dataclass(frozen=True)
 class WireChoices:

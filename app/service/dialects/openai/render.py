@@ -7,9 +7,9 @@ import json
 import struct
 import time
 
-from ...errors import ApiError
-from ...http_util import SSEWriter
-from ...result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...http.bodies import SSEWriter
+from ...http.errors import ApiError
 from ..base import Renderer
 from .parse import WireChoices
 

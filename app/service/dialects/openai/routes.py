@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ... import generation
-from ...errors import ApiError
-from ...http_util import read_json
+from ...generation import pipeline as generation
+from ...http.bodies import read_json
+from ...http.errors import ApiError
 from ..base import context, serve
 from . import parse, render
 

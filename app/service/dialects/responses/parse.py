@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ... import images as image_input
-from ...errors import ApiError
-from ...options import check_int, check_number
-from ...request import GenerationRequest, field, model_name, ollama_options
-from ...tools import call_message, check_tool_results, parse_tool_choice, parse_tools
+from ...generation import images as image_input
+from ...generation.options import check_int, check_number
+from ...generation.request import GenerationRequest, field, model_name, ollama_options
+from ...generation.tools import call_message, check_tool_results, parse_tool_choice, parse_tools
+from ...http.errors import ApiError
 from ..openai.parse import parse_response_format
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

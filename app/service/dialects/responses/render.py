@@ -7,9 +7,9 @@ import json
 import time
 import uuid
 
-from ...errors import ApiError
-from ...http_util import SSEEvent, SSEWriter
-from ...result import GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...http.bodies import SSEEvent, SSEWriter
+from ...http.errors import ApiError
 from ..base import Renderer
 from .parse import WireChoices
 

@@ -1,7 +1,7 @@
 """OpenAI's Responses API: POST /v1/responses (stateless), parse -> run -> render like every dialect."""
 from __future__ import annotations
 
-from ...http_util import read_json
+from ...http.bodies import read_json
 from ..base import serve
 from . import parse, render
 

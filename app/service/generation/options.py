@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from app.engine.planner.options import KV_TYPES, plan_options  # noqa: F401  (plan_options: re-exported for the service)
 from app.engine.protocol import SamplingParams
 
-from .errors import ApiError
+from ..http.errors import ApiError
 from .request import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 # Accepted and ignored: they have no meaning here (mmap, NUMA, ...) or are deprecated in Ollama.

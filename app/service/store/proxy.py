@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.engine.gguf.errors import GGUFError
 
-from .errors import ApiError
+from ..http.errors import ApiError
+from .model_store import ModelNotFound, StoreError
 from .modelfile import ModelfileError
 from .names import InvalidName
-from .store import ModelNotFound, StoreError
 
 
 class StoreProxy:

@@ -11,16 +11,16 @@ from aiohttp import web
 from app import __version__
 from app.engine.gguf.projector import read_projector
 
-from . import appkeys as keys
-from . import model_routes
-from .chat_features import facts_for
-from .errors import ApiError
-from .http_util import NDJSONWriter, read_json
-from .modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
-from .ollama_schema import details, digest_of, iso_time, tag_entry
-from .ollama_schema import model_info as ollama_model_info
-from .request import field, model_name
-from .store_proxy import store_error, with_digest
+from ... import appkeys as keys
+from ...generation.chat_features import facts_for
+from ...generation.request import field, model_name
+from ...http.bodies import NDJSONWriter, read_json
+from ...http.errors import ApiError
+from ...store.modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
+from ...store.proxy import store_error, with_digest
+from . import transfer_routes as model_routes
+from .schema import details, digest_of, iso_time, tag_entry
+from .schema import model_info as ollama_model_info
 
 FAR_FUTURE = "2318-01-01T00:00:00Z"     # expires_at of a model kept forever (Ollama does the same)
 

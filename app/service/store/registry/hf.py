@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.gguf.split import SPLIT_NAME
-from app.service.external_models import hf_hub_dir
+from app.service.store.external_models import hf_hub_dir
 
 from .download import RegistryError, Source
 from .reference import Reference

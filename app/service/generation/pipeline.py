@@ -24,10 +24,10 @@ from app.engine import protocol
 from app.engine.client import ContextOverflowError, RequestError, RunnerError, RunnerExited
 from app.engine.protocol import has_images
 
+from ..http.errors import ApiError, ContextLengthError
+from ..scheduling.keep_alive import DEFAULT, KeepAlive
 from . import chat_features, images
-from .errors import ApiError, ContextLengthError
 from .gotemplate import TemplateError, render as render_template
-from .keep_alive import DEFAULT, KeepAlive
 from .options import RequestOptions, parse_ollama_options
 from .request import EmbeddingRequest, GenerationRequest
 from .result import EmbeddingResult, Event, Finished, GenerationResult, TextDelta

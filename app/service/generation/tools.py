@@ -16,7 +16,7 @@ import json
 import re
 import uuid
 
-from .errors import ApiError
+from ..http.errors import ApiError
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 CHOICES = ("none", "auto", "required")

@@ -1,5 +1,5 @@
 """Getting models in and out, Ollama's way: POST /api/pull, POST /api/push, HEAD and POST /api/blobs/:digest,
-and /api/create with `files` (uploaded GGUF blobs). The registry work is in app/service/registry/.
+and /api/create with `files` (uploaded GGUF blobs). The registry work is in app/service/store/registry/.
 
 Streams are Ollama's: NDJSON progress lines, then `{"status":"success"}`; a failure after the stream started
 is a final `{"error": "..."}` line (a failure before it is an HTTP error); `stream: false` answers once, with
@@ -21,15 +21,15 @@ from app.engine.gguf.adapter import read_adapter
 from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.split import SPLIT_NAME, part_path
 
-from . import appkeys as keys
-from .errors import ApiError
-from .http_util import NDJSONWriter, read_json
-from .registry.download import RegistryError
-from .registry.pull import SPACE_RESERVE, Puller, progress_line
-from .registry.push import push as push_model
-from .registry.reference import InvalidReference, parse_reference
-from .request import field
-from .store_proxy import store_error
+from ... import appkeys as keys
+from ...generation.request import field
+from ...http.bodies import NDJSONWriter, read_json
+from ...http.errors import ApiError
+from ...store.proxy import store_error
+from ...store.registry.download import RegistryError
+from ...store.registry.pull import SPACE_RESERVE, Puller, progress_line
+from ...store.registry.push import push as push_model
+from ...store.registry.reference import InvalidReference, parse_reference
 
 PULLER = web.AppKey("puller", Puller)
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")

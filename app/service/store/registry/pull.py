@@ -35,7 +35,7 @@ from typing import Awaitable, Callable
 from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.projector import read_projector
 from app.engine.gguf.split import part_path
-from app.service.modelfile import ModelfileError, parse_param_value
+from app.service.store.modelfile import ModelfileError, parse_param_value
 
 from . import hf
 from .download import Downloader, RegistryError, Source

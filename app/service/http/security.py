@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from . import appkeys as keys
-from .config import ServiceConfig
+from .. import appkeys as keys
+from ..config import ServiceConfig
 from .errors import ApiError, error_body
 
 log = logging.getLogger("strata.service")

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from app.engine.gguf.split import sibling_paths
-from app.service.store import ModelNotFound
+from app.service.store.model_store import ModelNotFound
 
 from .download import RegistryError, sha256_file
 from .ollama import (MEDIA_ADAPTER, MEDIA_CONFIG, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,

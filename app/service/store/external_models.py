@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from app.service.names import InvalidName, sanitize_name
-from app.service.registry.reference import canonical_name
+from app.service.store.names import InvalidName, sanitize_name
+from app.service.store.registry.reference import canonical_name
 from app.settings import SettingsError, parse_sources
 
 log = logging.getLogger(__name__)

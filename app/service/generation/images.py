@@ -18,7 +18,7 @@ from PIL import Image
 
 from app.engine.protocol import IMAGE_MAX_PIXELS
 
-from .errors import ApiError
+from ..http.errors import ApiError
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024          # encoded, per image (what OpenAI and Anthropic accept)
 MAX_IMAGES = 16                             # per request

@@ -36,14 +36,14 @@ from app.engine.planner.options import CTX_STEP
 from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 from app.engine.layout.types import Layout, PlanOptions
 
-from .collaborators import Collaborators
-from .config import ServiceConfig
-from .errors import ApiError
-from .events import EventBus
+from ..collaborators import Collaborators
+from ..config import ServiceConfig
+from ..generation.options import RequestOptions, parse_ollama_options, plan_options
+from ..http.errors import ApiError
+from ..http.events import EventBus
+from ..http.metrics import Metrics
 from .keep_alive import DEFAULT, FOREVER, KeepAlive, parse_keep_alive
 from .loaded_model import Lease, LoadedModel
-from .metrics import Metrics
-from .options import RequestOptions, parse_ollama_options, plan_options
 
 log = logging.getLogger("strata.scheduler")
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import appkeys as keys
-from . import generation
-from .errors import ApiError
-from .http_util import read_json
-from .keep_alive import request_keep_alive
-from .request import field, model_name, ollama_options
+from ... import appkeys as keys
+from ...generation import pipeline as generation
+from ...generation.request import field, model_name, ollama_options
+from ...http.bodies import read_json
+from ...http.errors import ApiError
+from ...scheduling.keep_alive import request_keep_alive
 
 
 def _documents(body: dict) -> list[str]:

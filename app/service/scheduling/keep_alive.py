@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import ApiError
+from ..http.errors import ApiError
 
 FOREVER = None                 # keep the model loaded until something else needs the memory
 MAX_KEEP_ALIVE_S = 100 * 365 * 86400.0

@@ -18,7 +18,7 @@ A pulled model is stored under the reference as the user wrote it, spelt the sho
 namespace are left out and the tag defaults to `latest`: `registry.ollama.ai/library/llama3.2:3b` -> `llama3.2:3b`,
 `user/model` -> `user/model:latest`, `127.0.0.1:5000/team/m:v1` stays whole; a Hugging Face reference is
 `hf.co/<user>/<repo>:<tag>` (`huggingface.co/...` and llama-server's `<user>/<repo>:<quant>` are spelt so too).
-Names of the default library are lower-case (they are plain Strata names, app/service/names.py); any other keeps
+Names of the default library are lower-case (they are plain Strata names, app/service/store/names.py); any other keeps
 the case it was written in and is matched without regard to case. `canonical_name()` turns whatever a request
 names (a plain name or a reference) into that stored spelling, so `show`, `run`, `rm`... find the model by exactly
 what was pulled.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.service.names import InvalidName, normalize_name, sanitize_name
+from app.service.store.names import InvalidName, normalize_name, sanitize_name
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
@@ -174,7 +174,7 @@ def parse_reference(text) -> Reference:
 
 
 def canonical_name(name) -> str:
-    """The store's spelling of a model name: a plain `name[:tag]` normalised (app/service/names.py), a reference
+    """The store's spelling of a model name: a plain `name[:tag]` normalised (app/service/store/names.py), a reference
     (it has a '/') as a pull of it is stored (`Reference.local_name()`). Raises InvalidName / InvalidReference."""
     if isinstance(name, str) and "/" in name:
         return parse_reference(name).local_name()

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field as dc_field
 from typing import Any
 
-from .errors import ApiError
-from .keep_alive import DEFAULT, KeepAlive
+from ..http.errors import ApiError
+from ..scheduling.keep_alive import DEFAULT, KeepAlive
 
 INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -37,7 +37,7 @@ class GenerationRequest:
     messages: list[dict] | None = None
     prompt: str | None = None
     images: list[bytes] | None = None            # prompt requests: images before the prompt (messages carry their
-                                                 # own as "images": [bytes]); checked by service/images.py
+                                                 # own as "images": [bytes]); checked by service/generation/images.py
     system: str | None = None                    # prompt requests: the system prompt (default: the Modelfile's)
     template: str | None = None                  # prompt requests: an Ollama Go template (default: the Modelfile's)
     raw: bool = False                            # prompt requests: no template at all

@@ -18,7 +18,7 @@ import json
 from app.engine.chat.plan import ChatPlan, plan_chat
 from app.engine.gguf.chat_facts import ChatFacts, read_chat_facts
 
-from .errors import ApiError
+from ..http.errors import ApiError
 from .request import GenerationRequest
 from .result import TextDelta, ThinkingDelta, ToolCallEvent
 from .toolcalls import make_parser

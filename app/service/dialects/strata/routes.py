@@ -10,14 +10,14 @@ from aiohttp import web
 from app.discovery.inventory import subtract
 from app.discovery.simulated import inventory_from_dict
 
-from . import appkeys as keys
+from ... import appkeys as keys
 
-from .errors import ApiError
-from .http_util import NDJSONWriter, SSEWriter, read_json
-from .openapi import build_openapi
-from .options import parse_ollama_options, plan_options
-from .request import field, model_name
-from .store_proxy import store_error
+from ...generation.options import parse_ollama_options, plan_options
+from ...generation.request import field, model_name
+from ...http.bodies import NDJSONWriter, SSEWriter, read_json
+from ...http.errors import ApiError
+from ...http.openapi import build_openapi
+from ...store.proxy import store_error
 
 PING_SECONDS = 15.0
 LAYOUT_OPTION_KEYS = ("num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe", "kv_type",

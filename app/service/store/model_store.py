@@ -2,7 +2,7 @@
 
 A name is a plain `name:tag` (imports, `create`, `cp`) or, for a pulled model, the reference it was pulled by, spelt
 as Ollama lists it (`llama3.2:3b`, `127.0.0.1:5000/team/m:v1`, `hf.co/user/Repo-GGUF:Q4_K_M`;
-app/service/registry/reference.py, `canonical_name`). Names are matched without regard to case. Stores written
+app/service/store/registry/reference.py, `canonical_name`). Names are matched without regard to case. Stores written
 before names kept their reference are migrated when opened (`_migrate_pulled_names`).
 
 Imported files live in app.paths.models_dir() as `sha256-HEX.gguf` blobs, hard-linked from the source when
@@ -31,10 +31,10 @@ from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.engine.gguf.projector import read_projector
 from app.engine.gguf.split import part_path, sibling_paths
-from app.service.external_models import discover_external
-from app.service.names import InvalidName, sanitize_name
-from app.service.registry.reference import canonical_name, parse_reference
-from app.service.store_blobs import StoreBlobs
+from app.service.store.external_models import discover_external
+from app.service.store.names import InvalidName, sanitize_name
+from app.service.store.registry.reference import canonical_name, parse_reference
+from app.service.store.blobs import StoreBlobs
 from app.settings import EXTERNAL_SOURCES
 
 __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]
@@ -258,7 +258,7 @@ class ModelStore(StoreBlobs):
 
     @staticmethod
     def lookup_key(name: str) -> str:
-        """The store's spelling of a name (app/service/registry/reference.py, `canonical_name`)."""
+        """The store's spelling of a name (app/service/store/registry/reference.py, `canonical_name`)."""
         return canonical_name(name)
 
     def get(self, name: str) -> ModelRecord:
