@@ -100,10 +100,6 @@ def remove_level_rule(rule) -> None:
             _level_rules.remove(rule)
 
 
-def installed() -> bool:
-    return _callback is not None
-
-
 @contextmanager
 def capture_log() -> Iterator[list[str]]:
     """Collect every whole log line (all levels, without the trailing newline) emitted inside the block.

@@ -99,7 +99,6 @@ class HostPromptCache:
         self.limit = max(0, int(limit))
         self.entries: list[_Entry] = []
         self.bytes = 0
-        self.saves = self.restores = 0
 
     def save(self, slot: int, tokens: list[int], checkpoints: list | None = None, pos_min: int = 0) -> bool:
         """Copy slot's state (holding `tokens`) into host RAM with the slot's `checkpoints`, evicting the least
@@ -125,7 +124,6 @@ class HostPromptCache:
         entry = _Entry(list(tokens), buf, int(n), checkpoints, pos_min)
         self.entries.append(entry)
         self.bytes += entry.size
-        self.saves += 1
         return True
 
     def best(self, prompt, usable=None, limit: int | None = None) -> tuple[_Entry | None, int]:
@@ -147,8 +145,6 @@ class HostPromptCache:
         now, and is saved again if it is overwritten later)."""
         ok = L.llama_state_seq_set_data(self.ctx, entry.buf, entry.size, slot) > 0
         self._drop(entry)
-        if ok:
-            self.restores += 1
         return ok
 
     def clear(self) -> None:

@@ -233,9 +233,6 @@ class Generation:
             return Finished(ev.reason, ev.prompt_tokens, ev.completion_tokens, ev.prompt_seconds,
                             ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None,
                             ev.cached_tokens, ev.stop_string, ev.draft_tokens, ev.draft_accepted)
-        if isinstance(ev, protocol.ErrorEvent):
-            status = 400 if ev.kind == "invalid" else 500
-            raise ApiError(status, f"model {self.job.model!r}: {ev.message}")
         raise ApiError(500, f"model {self.job.model!r}: unexpected runner message {ev!r}")
 
     async def collect(self) -> GenerationResult:
@@ -292,9 +289,6 @@ async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
                                                                  truncate=req.truncate, normalize=req.normalize))
         except RunnerError as e:
             raise runner_error(e, name) from None
-        if res.error:
-            status = 400 if ("context" in res.error or "truncate" in res.error or "too long" in res.error) else 500
-            raise ApiError(status, f"model {name!r}: {res.error}")
         metrics.count_tokens(lease.model.name, res.prompt_tokens, 0, 0.0)
         return EmbeddingResult(name, fit_dimensions(res.embeddings, req.dimensions), res.prompt_tokens,
                                lease.load_wait, time.monotonic() - t0)

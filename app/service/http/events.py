@@ -24,11 +24,9 @@ class EventBus:
     def __init__(self, queue_size: int = 256):
         self._subscribers: set[asyncio.Queue] = set()
         self._queue_size = queue_size
-        self.published = 0
 
     def publish(self, type: str, data: dict) -> None:
         ev = Event(type, data, time.time())
-        self.published += 1
         for q in list(self._subscribers):
             if q.full():
                 try:
@@ -45,7 +43,3 @@ class EventBus:
             yield q
         finally:
             self._subscribers.discard(q)
-
-    @property
-    def n_subscribers(self) -> int:
-        return len(self._subscribers)

@@ -179,8 +179,3 @@ def canonical_name(name) -> str:
     if isinstance(name, str) and "/" in name:
         return parse_reference(name).local_name()
     return normalize_name(name)
-
-
-def is_reference_like(name: str) -> bool:
-    """True when a name is not a plain local `name:tag` but could be a registry reference (has a '/')."""
-    return isinstance(name, str) and "/" in name
