@@ -108,6 +108,17 @@ class ApiClient:
     async def show(self, model: str) -> dict:
         return await self.request("POST", "/api/show", {"model": model})
 
+    async def context_length(self, model: str) -> int:
+        """The context per sequence a request that sets no num_ctx gets now: the loaded model's, else the one a
+        load would choose from the free memory (/api/show's `strata.context`; /api/ps's when show has none)."""
+        ctx = ((await self.show(model)).get("strata") or {}).get("context") or {}
+        if ctx.get("num_ctx"):
+            return int(ctx["num_ctx"])
+        loaded = next((m for m in await self.ps() if m.get("name") == model), {})
+        if loaded.get("context_length"):
+            return int(loaded["context_length"])
+        raise ApiError(f"the service reports no context length for {model}: {ctx.get('error') or 'not known'}")
+
     async def count_tokens(self, model: str, messages: list[dict], system: str | None = None) -> int:
         """Tokens of a chat's prompt through the model's tokenizer and chat template (Anthropic's count_tokens
         route; `messages` are user/assistant turns with text content). Loads the model if it is not loaded."""

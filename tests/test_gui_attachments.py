@@ -86,6 +86,25 @@ def test_attach_by_button_drop_and_paste_then_send(qtbot, desk, tmp_path):
     assert not chat.attachment_bar.isVisible()
 
 
+def test_with_auto_context_a_big_file_is_cut_to_the_context_the_service_gives(qtbot, desk, tmp_path):
+    """An auto chat sends no num_ctx: the files are fitted to the context the service gives the model (its
+    setting here, 2048, reported by /api/show), not to a number of the app's."""
+    chat = desk.chat
+    chat.new_chat()
+    assert chat.num_ctx.text() == "auto"
+    big = tmp_path / "story.txt"
+    big.write_text(" ".join(f"word{i}" for i in range(6000)))
+    chat.attach_files([str(big)])
+    QTest.keyClicks(chat.input, "Summarise.")
+    QTest.keyClick(chat.input, Qt.Key_Return)
+    qtbot.waitUntil(lambda: not chat.busy and chat.transcript.messages[-1].role != "user", timeout=WAIT)
+    reply = chat.transcript.messages[-1]
+    assert reply.role == "assistant", reply.content
+    assert "**story.txt** (cut to fit the context:" in last_user(desk)
+    prompt = reply.stats.get("prompt_eval_count")
+    assert prompt and 2048 * 3 // 4 < prompt <= 2048 - 4, prompt       # most of the 2048, minus the reply's 4
+
+
 def test_a_file_too_big_for_the_context_is_cut_and_says_so(qtbot, desk, tmp_path):
     chat = desk.chat
     chat.new_chat()

@@ -89,6 +89,44 @@ def test_chat_settings_fields_are_kept_with_the_chat(qtbot, desk):
     assert body["messages"][0] == {"role": "system", "content": "Answer in French."}
 
 
+def loaded_context(desk) -> dict:
+    """The built-in model's context as the service reports it (/api/ps, polled by the app), once loaded."""
+    from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME
+    m = next((m for m in desk.state.ps if m["name"] == DEFAULT_MODEL_NAME), None)
+    return dict((m.get("strata") or {}).get("context") or {}, context_length=m["context_length"]) if m else {}
+
+
+def test_context_is_auto_until_the_user_sets_one(qtbot, desk):
+    """A new chat's context box says "auto" and the chat sends no num_ctx, so the service picks the context (here
+    its setting, 2048); a number typed in is sent; the arrow below the smallest context goes back to auto."""
+    chat = desk.chat
+    click(qtbot, chat.new_button)
+    assert chat.num_ctx.text() == "auto" and desk.history.get(chat.conversation.id).num_ctx == 0
+    # only what the user chose is sent: no num_ctx, and no seed (the seed box starts at "random", not 0)
+    assert desk.history.get(chat.conversation.id).options == {} and chat.options.seed.text() == "random"
+    assert "num_ctx" not in chat.request_body()["options"]
+    type_message(qtbot, chat, "Hi.")
+    qtbot.waitUntil(lambda: not chat.busy and bool(loaded_context(desk).get("limit")), timeout=WAIT)
+    assert replies(chat)[-1].role == "assistant", replies(chat)[-1].content
+    ctx = loaded_context(desk)
+    assert ctx["limit"] != "request" and ctx["num_ctx"] == ctx["context_length"] == 2048, ctx
+    type_into(chat.num_ctx, "5")                 # on the way to a number: no context of 5
+    assert desk.history.get(chat.conversation.id).num_ctx == 0 and chat.num_ctx.value() == 0
+    type_into(chat.num_ctx, "1280")
+    QTest.keyClick(chat.num_ctx, Qt.Key_Tab)
+    assert desk.history.get(chat.conversation.id).num_ctx == 1280
+    type_message(qtbot, chat, "Thanks.")
+    qtbot.waitUntil(lambda: not chat.busy and loaded_context(desk).get("num_ctx") == 1280, timeout=WAIT)
+    assert loaded_context(desk)["limit"] == "request" and replies(chat)[-1].role == "assistant"
+    chat.num_ctx.setFocus()
+    QTest.keyClick(chat.num_ctx, Qt.Key_Down)
+    assert chat.num_ctx.value() == 256
+    QTest.keyClick(chat.num_ctx, Qt.Key_Down)       # below the smallest context: auto
+    assert chat.num_ctx.text() == "auto" and desk.history.get(chat.conversation.id).num_ctx == 0
+    QTest.keyClick(chat.num_ctx, Qt.Key_Up)
+    assert chat.num_ctx.value() == 1024 and desk.history.get(chat.conversation.id).num_ctx == 1024
+
+
 def test_new_rename_and_delete_buttons_with_their_dialogs(qtbot, desk):
     chat = desk.chat
     click(qtbot, chat.new_button)

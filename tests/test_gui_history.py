@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import pytest
 
 from app.api_client import parse_sse
-from app.gui.history import ChatHistory
+from app.gui.history import AUTO_CTX, ChatHistory
 
 
 def test_conversations_survive_reopening(strata_home):
@@ -23,6 +24,36 @@ def test_conversations_survive_reopening(strata_home):
     assert [(m.role, m.content) for m in msgs] == [("user", "hi"), ("assistant", "hello")]
     assert msgs[1].stats == {"tokens": 2}
     assert msgs[1].logprobs[0]["token"] == "hello"
+
+
+def test_a_chats_db_from_before_auto_context_turns_the_old_default_into_auto(strata_home):
+    """Before "auto", every chat stored (and sent) the context box's 4096 unless the user changed it: such chats
+    become auto when the app opens the old chats.db, once; a value the user set stays, and so does a 4096 chosen
+    after the upgrade."""
+    db = sqlite3.connect(str(strata_home / "chats.db"))           # the chats.db an older app left (its schema)
+    db.executescript("""
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL,
+            model TEXT NOT NULL DEFAULT '', system TEXT NOT NULL DEFAULT '', temperature REAL NOT NULL DEFAULT 0.8,
+            num_ctx INTEGER NOT NULL DEFAULT 4096, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id INTEGER NOT NULL,
+            role TEXT NOT NULL, content TEXT NOT NULL, stats TEXT NOT NULL DEFAULT '{}',
+            logprobs TEXT NOT NULL DEFAULT '[]', created_at REAL NOT NULL);
+        INSERT INTO conversations (title, num_ctx, created_at, updated_at) VALUES ('untouched', 4096, 1, 1);
+        INSERT INTO conversations (title, num_ctx, created_at, updated_at) VALUES ('chosen', 2048, 2, 2);
+        INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'hi', 1);
+    """)
+    db.commit()
+    db.close()
+    h = ChatHistory()
+    by_title = {c.title: c for c in h.conversations()}
+    assert (by_title["untouched"].num_ctx, by_title["chosen"].num_ctx) == (AUTO_CTX, 2048)
+    assert [m.content for m in h.messages(by_title["untouched"].id)] == ["hi"]
+    h.update(by_title["chosen"].id, num_ctx=4096)                 # set after the upgrade: the user's choice
+    assert h.create(title="new").num_ctx == AUTO_CTX
+    h.close()
+    h = ChatHistory()
+    assert {c.title: c.num_ctx for c in h.conversations()} == {"untouched": AUTO_CTX, "chosen": 4096,
+                                                               "new": AUTO_CTX}
 
 
 def test_rename_delete_and_bad_input():

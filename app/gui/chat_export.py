@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from app.gui.history import ChatHistory, Conversation, Message
+from app.gui.history import AUTO_CTX, ChatHistory, Conversation, Message
 
 FORMAT = "strata-chat"
 VERSION = 1
@@ -66,7 +66,7 @@ def import_json(history: ChatHistory, data) -> Conversation:
     conv = history.create(title=_field(data, "title", str, "", "Imported chat").strip() or "Imported chat",
                           model=_field(data, "model", str, "", ""), system=_field(data, "system", str, "", ""),
                           temperature=float(_field(data, "temperature", (int, float), "", 0.8)),
-                          num_ctx=int(_field(data, "num_ctx", (int, float), "", 4096)),
+                          num_ctx=int(_field(data, "num_ctx", (int, float), "", AUTO_CTX)),
                           options=_field(data, "options", dict, "", {}))
     for role, content, stats, blocks in checked:
         history.add_message(conv.id, role, content, stats, None, blocks)

@@ -4,9 +4,47 @@ so a chat stores only what the user chose; `changed` carries the Ollama `options
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
+from app.gui.history import AUTO_CTX
+
 STOP_SEPARATOR = "|"
+MIN_CTX = 256             # the smallest context a user can set (llama.cpp pads n_ctx to 256)
+CTX_STEP = 1024
+
+
+class ContextBox(QSpinBox):
+    """A chat's context length: "auto" (AUTO_CTX, its lowest value) sends no num_ctx, so the service gives the
+    largest context that fits the measured memory and grows it when a prompt needs more; any other value is the
+    user's and is sent. Values between auto and MIN_CTX are never taken (typing "5" on the way to "512" is
+    not a context of 5), and the arrows step from auto to CTX_STEP and from below MIN_CTX + CTX_STEP back to auto."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setRange(AUTO_CTX, 1 << 20)
+        self.setSingleStep(CTX_STEP)
+        self.setSpecialValueText("auto")
+        self.setValue(AUTO_CTX)
+        self.setToolTip("Context length in tokens. auto: the service picks the largest that fits in memory "
+                        "(and grows it when a long prompt needs more); a number is sent as num_ctx")
+
+    def validate(self, text: str, pos: int):
+        state, text, pos = super().validate(text, pos)
+        if state == QValidator.Acceptable and text.strip() != self.specialValueText():
+            v = self.valueFromText(text)
+            if AUTO_CTX < v < MIN_CTX:
+                state = QValidator.Intermediate
+        return state, text, pos
+
+    def stepBy(self, steps: int) -> None:
+        v = self.value()
+        if v == AUTO_CTX and steps > 0:
+            self.setValue(CTX_STEP * steps)
+        elif steps < 0 and v + steps * CTX_STEP < MIN_CTX:
+            self.setValue(AUTO_CTX)
+        else:
+            super().stepBy(steps)
 
 
 def _double(lo: float, hi: float, step: float, decimals: int = 2) -> QDoubleSpinBox:
@@ -35,6 +73,7 @@ class ChatOptions(QWidget):
         self.seed = QSpinBox()
         self.seed.setRange(-1, 2**31 - 1)
         self.seed.setSpecialValueText("random")
+        self.seed.setValue(-1)          # random until the user sets one (a spin box starts at 0: seed 0 for all)
         self.seed.setToolTip("The same seed, prompt and settings give the same reply")
         self.stop = QLineEdit()
         self.stop.setPlaceholderText(f"stop strings, separated by {STOP_SEPARATOR}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel,
-    QLineEdit, QListView, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox, QSplitter,
+    QLineEdit, QListView, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSplitter,
     QToolButton, QVBoxLayout, QWidget,
 )
 
@@ -21,10 +21,10 @@ from app.gui.attachments import (AttachmentBar, fit, images_block, local_files, 
                                  read_attachment)
 from app.gui.bridge import Call
 from app.gui.chat_export import import_json, to_json, to_markdown
-from app.gui.chat_options import ChatOptions
+from app.gui.chat_options import ChatOptions, ContextBox
 from app.gui.chat_tools import MAX_ROUNDS, ChatTools, call_arguments
 from app.gui.chat_view import FirstRunHint, MessageInput, Transcript, format_stats
-from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
+from app.gui.history import AUTO_CTX, DEFAULT_TITLE, ChatHistory, Conversation
 from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
 from app.gui.reply import PendingReply
 from app.gui.state import ServiceState
@@ -151,10 +151,8 @@ class ChatWindow(QMainWindow):
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
         self.temperature.setValue(0.8)
-        self.num_ctx = QSpinBox()
-        self.num_ctx.setRange(256, 1 << 20)
-        self.num_ctx.setSingleStep(1024)
-        self.num_ctx.setValue(4096)
+        self.num_ctx = ContextBox()
+        self.num_ctx.setObjectName("numCtx")
         self.alternatives = QCheckBox("Token alternatives")
         self.alternatives.setChecked(True)
         self.alternatives.setToolTip("Ask for each token's top alternatives (hover a token in token view)")
@@ -649,10 +647,12 @@ class ChatWindow(QMainWindow):
         turns = [m for m in body["messages"] if m["role"] in ("user", "assistant") and m["content"]]
         turns.append({"role": "user", "content": text or "(files)"})
         system = self.conversation.system
+        num_ctx = self.conversation.num_ctx
 
         async def count(c):
             base = await c.count_tokens(model, turns, system)
-            return base, [await c.count_tokens(model, [{"role": "user", "content": a.text or " "}]) for a in files]
+            each = [await c.count_tokens(model, [{"role": "user", "content": a.text or " "}]) for a in files]
+            return base, each, num_ctx if num_ctx != AUTO_CTX else await c.context_length(model)
 
         self.preparing = self.bridge.call(count)
         self.preparing.finished.connect(lambda r: self._files_counted(text, files, *r))
@@ -662,12 +662,13 @@ class ChatWindow(QMainWindow):
         self.statusBar().showMessage("Counting the attached files' tokens…")
         self._update_buttons()
 
-    def _files_counted(self, text: str, files: list, base: int, each: list[int]) -> None:
+    def _files_counted(self, text: str, files: list, base: int, each: list[int], num_ctx: int) -> None:
+        """`num_ctx`: the chat's own context, or (auto) the one the service gives the model now."""
         self.preparing = None
         opts = {**self.conversation.options, **self.extra_options}
         reserve = int(opts.get("num_predict") or 0) if int(opts.get("num_predict") or 0) > 0 \
-            else min(1024, self.conversation.num_ctx // 4)
-        fitted = fit(files, each, self.conversation.num_ctx - base - reserve)
+            else min(1024, num_ctx // 4)
+        fitted = fit(files, each, num_ctx - base - reserve)
         self.attachment_bar.clear()
         cut = [f.attachment.name for f in fitted if f.note]
         if cut:
@@ -706,8 +707,9 @@ class ChatWindow(QMainWindow):
                     msg["images"] = m.blocks["images"]
                 messages.append(msg)
         body = {"model": self.selected_model(), "messages": messages,
-                "options": {"temperature": conv.temperature, "num_ctx": conv.num_ctx, **conv.options,
-                            **self.extra_options}}
+                "options": {"temperature": conv.temperature, **conv.options, **self.extra_options}}
+        if conv.num_ctx != AUTO_CTX:            # auto: the service picks (and grows) the context
+            body["options"] = {"num_ctx": conv.num_ctx, **body["options"]}
         # logprobs always: one entry per generated token, so a reply the user stopped (no final totals arrive)
         # still counts its real tokens; the alternatives themselves only when asked for
         body["logprobs"] = True

@@ -1,7 +1,8 @@
 """Chat history in SQLite (stdlib `sqlite3`), at `app.paths.data_dir()/"chats.db"`.
 
 Conversations carry their own settings (model, system prompt, temperature, context length and the other
-sampling options) so reopening the app restores each chat exactly.
+sampling options) so reopening the app restores each chat exactly. A context length of AUTO_CTX (0) is "auto":
+the request sets no num_ctx and the service picks the context (the largest that fits in memory) and grows it.
 
 Messages form a tree: each has a parent (the message before it), so editing a sent message or asking again
 adds a sibling and keeps the old branch; the conversation's `leaf_id` is the last message of the branch shown,
@@ -25,7 +26,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     model       TEXT NOT NULL DEFAULT '',
     system      TEXT NOT NULL DEFAULT '',
     temperature REAL NOT NULL DEFAULT 0.8,
-    num_ctx     INTEGER NOT NULL DEFAULT 4096,
+    num_ctx     INTEGER NOT NULL DEFAULT 0,
     options     TEXT NOT NULL DEFAULT '{}',
     tools       TEXT NOT NULL DEFAULT '[]',
     leaf_id     INTEGER,
@@ -47,6 +48,9 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 """
 
 DEFAULT_TITLE = "New chat"
+AUTO_CTX = 0                 # a chat's num_ctx when the user set none (the chat options' "auto")
+OLD_DEFAULT_CTX = 4096       # what every chat stored and sent before "auto" existed (schema version 0)
+SCHEMA_VERSION = 1           # PRAGMA user_version: 1 = num_ctx 0 means auto
 
 
 @dataclass
@@ -56,7 +60,7 @@ class Conversation:
     model: str = ""
     system: str = ""
     temperature: float = 0.8
-    num_ctx: int = 4096
+    num_ctx: int = AUTO_CTX                        # AUTO_CTX: not sent, the service picks the context
     options: dict = field(default_factory=dict)    # more Ollama options: top_p, top_k, repeat_penalty, seed, stop
     tools: list = field(default_factory=list)      # the MCP servers whose tools this chat offers the model
     leaf_id: int | None = None                     # the last message of the branch shown
@@ -123,13 +127,21 @@ class ChatHistory:
                             "p.conversation_id = messages.conversation_id AND p.id < messages.id)")
             self.db.execute("UPDATE conversations SET leaf_id = (SELECT MAX(m.id) FROM messages m WHERE "
                             "m.conversation_id = conversations.id)")
+        if self.db.execute("PRAGMA user_version").fetchone()[0] < 1:
+            # Before auto, the context box started at 4096 and every chat stored and sent it, so a stored 4096 is
+            # (nearly always) the untouched default, not a choice: it becomes auto, and such chats now get the
+            # service's context from memory and its growth. A deliberate 4096 is rare and costs only a larger
+            # context when migrated; any other value was set by the user and stays. Once only (user_version),
+            # so a 4096 chosen after this is kept.
+            self.db.execute("UPDATE conversations SET num_ctx = ? WHERE num_ctx = ?", (AUTO_CTX, OLD_DEFAULT_CTX))
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         self.db.close()
 
     # conversations ---------------------------------------------------------------------------------------------
     def create(self, title: str = DEFAULT_TITLE, model: str = "", system: str = "", temperature: float = 0.8,
-               num_ctx: int = 4096, options: dict | None = None) -> Conversation:
+               num_ctx: int = AUTO_CTX, options: dict | None = None) -> Conversation:
         now = time.time()
         cur = self.db.execute(
             "INSERT INTO conversations (title, model, system, temperature, num_ctx, options, created_at, updated_at)"
