@@ -152,13 +152,15 @@ def test_sigkill_mid_stream(server):
             assert s.status == 200 and s.ended == "eof", (s.path, s.ended)
             last = json.loads(s.lines[-1])
             assert "error" in last, (s.path, s.lines[-1])
-            assert "SIGKILL" in last["error"] and "ended unexpectedly" in last["error"] and MODEL in last["error"]
+            assert "SIGKILL" in last["error"] and "ended unexpectedly" in last["error"]
+            assert last["error"].count(MODEL) == 1, last["error"]          # named once, not once per layer
             assert not any('"done":true' in l.replace(" ", "") for l in s.lines)
         assert openai_stream.status == 200 and openai_stream.ended == "eof"
         events = [l[6:] for l in openai_stream.lines if l.startswith("data: ")]
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])["error"]
         assert "SIGKILL" in err["message"] and err["type"] == "server_error", err
+        assert err["message"].count(MODEL) == 1, err
 
         # the queued requests and the one sent after the kill: served by the reloaded model, not failed
         for key, r in results.items():
@@ -171,6 +173,42 @@ def test_sigkill_mid_stream(server):
         _assert_idle(c)
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)                                   # the old runner is gone (reaped)
+
+
+def _sse_error(stream: Stream) -> dict:
+    """The data of an SSE stream's `error` event (Anthropic's and the Responses API's way to end a stream)."""
+    datas = [json.loads(l[6:]) for l in stream.lines if l.startswith("data: ") and l[6:] != "[DONE]"]
+    errors = [d for d in datas if d.get("type") == "error"]
+    assert errors, (stream.path, stream.lines[-3:])
+    return errors[-1].get("error") or errors[-1]
+
+
+def test_a_killed_runner_is_named_once_in_the_anthropic_and_responses_streams(server):
+    """kill -9 under an Anthropic Messages stream, a Responses API stream and an Ollama stream: each ends with its
+    dialect's error event, whose message names the model once and says how its runner ended."""
+    with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
+        pid = _loaded_pid(c)
+        ask = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
+        anthropic = Stream(server.url, "/v1/messages", {"model": MODEL, "stream": True, "max_tokens": 2000,
+                                                        "messages": ask})
+        responses = Stream(server.url, "/v1/responses", {"model": MODEL, "stream": True,
+                                                         "max_output_tokens": 2000, "input": ask})
+        ollama = Stream(server.url, "/api/generate", {"model": MODEL, "prompt": "Tell a long story.",
+                                                      "options": LONG})
+        streams = [anthropic, responses, ollama]
+        for s in streams:
+            s.start()
+        _wait(lambda: all(s.under_way() for s in streams), "all three streams under way")
+        os.kill(pid, signal.SIGKILL)
+        for s in streams:
+            s.join(DEADLINE)
+            assert not s.is_alive() and s.status == 200 and s.ended == "eof", (s.path, s.ended)
+        said = [_sse_error(anthropic)["message"], _sse_error(responses)["message"],
+                json.loads(ollama.lines[-1])["error"]]
+        for message in said:
+            assert message.count(MODEL) == 1 and "ended unexpectedly" in message and "SIGKILL" in message, message
+        assert _sse_error(anthropic)["type"] == "api_error", _sse_error(anthropic)
+        _assert_idle(c)
 
 
 def test_sigkill_between_requests(server):
@@ -200,7 +238,7 @@ def test_runner_abort_mid_stream(server, caplog):
                                           "options": {"num_predict": 4}})
         assert r.status_code == 500, r.text
         err = r.json()["error"]
-        assert "SIGABRT" in err and "ended unexpectedly" in err and MODEL in err, err
+        assert "SIGABRT" in err and "ended unexpectedly" in err and err.count(MODEL) == 1, err
         tail = stderr_tail.supported()                        # POSIX: the runner's stderr is the service's pipe
         assert ABORT_MESSAGE in err or not tail, err          # the runner's last stderr line
         victim.join(DEADLINE)

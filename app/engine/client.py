@@ -36,7 +36,8 @@ PROMPT_CACHE_MAX = 4 << 30          # ... at most this much per loaded model
 
 
 class RunnerError(RuntimeError):
-    """The runner died or the request failed; the message says why."""
+    """The runner died or the request failed; the message says why, without naming the model: the caller that
+    knows the model's name puts it in front once ("model 'x': its runner process ended unexpectedly ...")."""
 
 
 class LoadError(RunnerError):
@@ -229,7 +230,7 @@ class RunnerClient:
     def _not_running(self) -> RunnerError:
         if self.exit_error is not None:
             return RunnerExited(str(self.exit_error), self.exit_error.kind)
-        return RunnerError(f"the runner for {self.model_name or self.layout.model_path} is not running")
+        return RunnerError("its runner is not running")
 
     async def generate(self, req: P.GenerateRequest) -> AsyncIterator[P.Admitted | P.TokenEvent | P.DoneEvent]:
         if not self.alive:
@@ -437,20 +438,20 @@ class RunnerClient:
         tail = self._stderr.detail() if self._stderr is not None else ""
         said = f"; its last output: {tail}" if tail else ""
         if self._stalled:
-            err = RunnerExited(f"the runner process for {name} {self._stalled}; the watchdog ended it ({describe_exit(code)}), "
-                               f"and the next request loads {name} again{said}", "frozen")
+            err = RunnerExited(f"its runner process {self._stalled}; the watchdog ended it ({describe_exit(code)}), "
+                               f"and the next request loads the model again{said}", "frozen")
         elif self._closing:
-            err = RunnerExited(f"the runner for {name} was closed", "closed")
+            err = RunnerExited("its runner was closed", "closed")
         else:
-            err = RunnerExited(f"the runner process for {name} ended unexpectedly ({describe_exit(code)}){lost}; "
-                               f"the next request loads {name} again{said}")
+            err = RunnerExited(f"its runner process ended unexpectedly ({describe_exit(code)}){lost}; "
+                               f"the next request loads the model again{said}")
         self.exit_error = err
         if not self._closing:
             lines = self._stderr.lines() if self._stderr is not None else []
             log.warning("the runner process of %s (pid %s) ended: %s; its last %d stderr lines:%s", name, self.pid,
                         describe_exit(code), len(lines), "".join(f"\n  | {ln}" for ln in lines) or " (none)")
         if not self._load_fut.done():
-            self._load_fut.set_exception(LoadError(f"loading {name} failed: the runner process ended "
+            self._load_fut.set_exception(LoadError(f"its runner process ended while loading "
                                                    f"({describe_exit(code)}){lost}{said}"))
         for q in self._streams.values():
             q.put_nowait(err)
