@@ -20,7 +20,7 @@ from .http.metrics import Metrics
 from .http.security import make_middlewares
 from .scheduling.scheduler import Scheduler
 from .store.model_store import ModelStore
-from .store.proxy import StoreProxy
+from .store.proxy import AsyncStore
 
 log = logging.getLogger("strata.service")
 
@@ -63,7 +63,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     app = web.Application(client_max_size=config.max_body,
                           middlewares=[_metrics_middleware(metrics), *make_middlewares(config)])
     events = EventBus()
-    store = StoreProxy(store_factory or (lambda: _default_store(config)))
+    store = AsyncStore(store_factory or (lambda: _default_store(config)))
     app[keys.CONFIG] = config
     app[keys.METRICS] = metrics
     app[keys.EVENTS] = events

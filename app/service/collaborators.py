@@ -16,7 +16,7 @@ from app.engine.layout.types import Layout, PlanOptions
 
 from .config import ServiceConfig
 from .http.errors import ApiError
-from .store.proxy import store_error, with_digest
+from .store.proxy import AsyncStore, store_error, with_digest
 
 
 @dataclass
@@ -35,13 +35,13 @@ class Collaborators:
     choose_context: Callable[..., ContextChoice] = context_for
 
 
-def live(config: ServiceConfig, store) -> Collaborators:
+def live(config: ServiceConfig, store: AsyncStore) -> Collaborators:
     """The real collaborators: the store (on its thread), the GGUF reader, discovery and the measured planner
     (both in child processes, awaited from threads), runner child processes."""
 
     async def resolve(name: str):
         try:
-            return await store.call("get", name)
+            return await store.get(name)
         except Exception as e:  # noqa: BLE001 - mapped to 404/400/500 by type
             raise store_error(e, name) from None
 

@@ -31,10 +31,10 @@ from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME, builtin_model_path
 from app.engine.gguf.model_info import GGUFError, ModelInfo, read_model_info
 from app.engine.gguf.projector import read_projector
 from app.engine.gguf.split import part_path, sibling_paths
+from app.service.store.blobs import StoreBlobs
 from app.service.store.external_models import discover_external
 from app.service.store.names import InvalidName, sanitize_name
 from app.service.store.registry.reference import canonical_name, parse_reference
-from app.service.store.blobs import StoreBlobs
 from app.settings import EXTERNAL_SOURCES
 
 __all__ = ["ModelStore", "ModelRecord", "StoreError", "ModelNotFound", "ReadOnlyModel", "InvalidName", "GGUFError"]

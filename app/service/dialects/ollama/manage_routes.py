@@ -49,7 +49,7 @@ async def version(request):
 
 async def tags(request):
     scheduler, store, _ = _ctx(request)
-    records = await store.call("list")
+    records = await store.list()
     out = []
     for r in records:
         r = await with_digest(store, r)
@@ -155,7 +155,7 @@ async def create(request):
     projector = None
     if body.get("projector") is not None:            # Strata's: a vision projector GGUF (mmproj) on this machine
         try:
-            projector = await store.call("store_projector", field(body, "projector", str))
+            projector = await store.store_projector(field(body, "projector", str))
         except Exception as e:  # noqa: BLE001 - mapped by type
             err = store_error(e, name)
             raise ApiError(err.status, f"projector: {err.message}", param="projector") from None
@@ -166,9 +166,9 @@ async def create(request):
         raise ApiError(400, "'from' (a model name or a GGUF path on this machine) or a 'modelfile' with FROM is "
                             "required", param="from")
     try:
-        adapters = tuple([str(await store.call("add_adapter", p)) for p in adapter_paths])
-        record = await store.call("create", name, from_, parameters, template, system, license, adapters,
-                                  projector)
+        adapters = tuple([str(await store.add_adapter(p)) for p in adapter_paths])
+        record = await store.create(name, from_, parameters, template, system, license, adapters,
+                                    projector)
     except Exception as e:  # noqa: BLE001 - mapped by type
         raise store_error(e, name) from None
     statuses = [{"status": "reading model metadata"}, {"status": f"using {record.path}"},
@@ -199,7 +199,7 @@ async def copy(request):
     src = model_name(body, "source")
     dst = model_name(body, "destination")
     try:
-        await store.call("copy", src, dst)
+        await store.copy(src, dst)
     except Exception as e:  # noqa: BLE001
         raise store_error(e, src) from None
     return web.json_response({})
@@ -210,10 +210,10 @@ async def delete(request):
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     try:
-        record = await store.call("get", name)
+        record = await store.get(name)
         if record.name in scheduler.models:
             await scheduler.unload(record.name, reason="deleted")
-        await store.call("remove", name)
+        await store.remove(name)
     except Exception as e:  # noqa: BLE001
         raise store_error(e, name) from None
     return web.json_response({})

@@ -113,7 +113,7 @@ async def push(request: web.Request) -> web.StreamResponse:
 
 async def _check_writable(request: web.Request, name: str) -> None:
     try:
-        await request.app[keys.STORE].call("check_writable", name)
+        await request.app[keys.STORE].check_writable(name)
     except Exception as e:  # noqa: BLE001 - mapped by type (the built-in model's name is refused)
         raise store_error(e, name) from None
 
@@ -129,7 +129,7 @@ def _digest_hex(request: web.Request) -> str:
 
 async def head_blob(request: web.Request) -> web.Response:
     hex_ = _digest_hex(request)
-    found = await request.app[keys.STORE].call("blob_path", hex_)
+    found = await request.app[keys.STORE].blob_path(hex_)
     if found is None:
         raise ApiError(404, f"blob \"sha256:{hex_}\" not found", param="digest")
     return web.Response(status=200)
@@ -140,9 +140,9 @@ async def post_blob(request: web.Request) -> web.Response:
     201 once stored; a body whose sha256 differs from the digest is refused (400) and nothing is kept."""
     hex_ = _digest_hex(request)
     store = request.app[keys.STORE]
-    if await store.call("blob_path", hex_) is not None:
+    if await store.blob_path(hex_) is not None:
         return web.Response(status=200)
-    blob_dir = Path(await store.call("blob_dir"))
+    blob_dir = Path(await store.blob_dir())
     length = request.content_length
     if length is not None:
         free = shutil.disk_usage(blob_dir).free
@@ -219,7 +219,7 @@ async def create_from_files(request: web.Request, body: dict, name: str, from_: 
     await _check_writable(request, name)
     sources = {}
     for fname, hex_ in files + adapters:      # every blob must be here before anything starts (a clear 400)
-        src = await store.call("blob_path", hex_)
+        src = await store.blob_path(hex_)
         if src is None:
             raise ApiError(400, f"blob sha256:{hex_} ({fname}) is not on this server; upload it first with "
                                 "POST /api/blobs/sha256:<digest>", param="files" if (fname, hex_) in files
@@ -237,17 +237,17 @@ async def create_from_files(request: web.Request, body: dict, name: str, from_: 
                  [part_path(f"sha256-{files[0][1]}", i + 1, len(files)) for i in range(len(files))])
         placed = []
         for (_fname, hex_), dest in zip(files + adapters, names + [f"sha256-{h}.gguf" for _, h in adapters]):
-            placed.append(await store.call("adopt_blob", sources[hex_], dest))
+            placed.append(await store.adopt_blob(sources[hex_], dest))
             await emit(progress_line(f"using existing layer sha256:{hex_}"))
         lora = tuple(str(p) for p in placed[len(files):])
         if files:
-            await store.call("add_model", name, placed[0], files[0][1], parameters, template, system, license,
-                             "uploaded (/api/create files)", lora, projector=projector)
+            await store.add_model(name, placed[0], files[0][1], parameters, template, system, license,
+                                  "uploaded (/api/create files)", lora, projector=projector)
         else:
-            await store.call("create", name, from_, parameters, template, system, license, lora, projector)
+            await store.create(name, from_, parameters, template, system, license, lora, projector)
         for (_fname, hex_), dest in zip(files, placed):      # split parts now live under their split names
             if Path(sources[hex_]) != Path(dest):
-                await store.call("release_blob", sources[hex_])
+                await store.release_blob(sources[hex_])
         await emit(progress_line("writing manifest"))
         await emit(progress_line("success"))
 

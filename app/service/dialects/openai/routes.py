@@ -43,7 +43,7 @@ async def embeddings(request):
 
 async def list_models(request):
     _, store, _ = context(request)
-    records = await store.call("list")
+    records = await store.list()
     return web.json_response({"object": "list", "data": [render.model_entry(r) for r in records]})
 
 

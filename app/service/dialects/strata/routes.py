@@ -108,8 +108,8 @@ async def import_model(request):
         f.exception()              # retrieved here too: after a cancel nobody else asks for it
         events.put_nowait(None)
 
-    job = asyncio.ensure_future(store.call_aside("import_gguf", path, name, link=link, progress=progress,
-                                                 mmproj=mmproj))
+    job = asyncio.ensure_future(store.import_gguf(path, name, link=link, progress=progress,
+                                                  mmproj=mmproj))
     job.add_done_callback(finished)
     w = NDJSONWriter(request) if stream else None
     try:

@@ -36,6 +36,7 @@ from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.projector import read_projector
 from app.engine.gguf.split import part_path
 from app.service.store.modelfile import ModelfileError, parse_param_value
+from app.service.store.proxy import AsyncStore
 
 from . import hf
 from .download import Downloader, RegistryError, Source
@@ -99,14 +100,14 @@ def model_dest_names(hexes: list[str]) -> list[str]:
 
 
 class Puller:
-    def __init__(self, store):
-        self.store = store                            # StoreProxy
+    def __init__(self, store: AsyncStore):
+        self.store = store
         self._downloader: Downloader | None = None
         self.pulling: dict[str, int] = {}             # local names with a pull under way
 
     async def downloader(self) -> Downloader:
         if self._downloader is None:
-            models_dir = Path(await self.store.call("blob_dir"))
+            models_dir = Path(await self.store.blob_dir())
             self._downloader = Downloader(models_dir / ".downloads")
         return self._downloader
 
@@ -150,14 +151,14 @@ class Puller:
             lora = tuple(str(p) for f, p in zip(plan.files, paths) if f.adapter)
             model = next(p for f, p in zip(plan.files, paths) if f.part_of_model)
             try:
-                record = await self.store.call("add_model", name, model, _hex_of(model),
-                                               meta.get("parameters"), meta.get("template"), meta.get("system"),
-                                               meta.get("license"), plan.origin, lora, plan.manifest,
-                                               projector=projector)
+                record = await self.store.add_model(name, model, _hex_of(model),
+                                                    meta.get("parameters"), meta.get("template"), meta.get("system"),
+                                                    meta.get("license"), plan.origin, lora, plan.manifest,
+                                                    projector=projector)
             except GGUFError as e:       # verified bytes, but not a model Strata can run: do not keep them
                 for f, p in zip(plan.files, paths):
                     if f.local is None:
-                        await self.store.call("release_blob", p)
+                        await self.store.release_blob(p)
                 raise RegistryError(f"{ref.display()} is not a GGUF model Strata can run: {e}", 415) from None
             if note:
                 await emit(progress_line(note))
@@ -171,13 +172,13 @@ class Puller:
     # ---- a name that is here already -------------------------------------------------------------------------
     async def _present(self, name: str):
         try:
-            return await self.store.call("get", name)
+            return await self.store.get(name)
         except LookupError:                                # ModelNotFound
             return None
 
     async def _answer_builtin(self, record, emit: Emit):
         """The built-in model ships with Strata (not from a registry): the pull is answered from its file."""
-        digest = "sha256:" + await self.store.call("sha256", record.name)
+        digest = "sha256:" + await self.store.sha256(record.name)
         await emit(progress_line(f"pulling {short(digest)}", digest, record.size, record.size))
         for status in ("verifying sha256 digest", "writing manifest", "success"):
             await emit(progress_line(status))
@@ -187,7 +188,7 @@ class Puller:
         """True when the registry's model is exactly the read-only file (one GGUF, no adapter, same sha256)."""
         if len(plan.files) != 1 or not plan.files[0].part_of_model or not plan.files[0].source.digest.startswith("sha256:"):
             return False
-        return plan.files[0].source.hex == await self.store.call("sha256", record.name)
+        return plan.files[0].source.hex == await self.store.sha256(record.name)
 
     async def _answer_present(self, plan: Plan, record, emit: Emit):
         """The registry has what is here: every layer reported complete, nothing fetched, nothing written."""
@@ -261,9 +262,9 @@ class Puller:
             if f.dest_name is None:
                 continue
             if f.local is None and not (split and f.part_of_model):
-                f.local = await self.store.call("blob_path", f.source.hex, f.source.size)
+                f.local = await self.store.blob_path(f.source.hex, f.source.size)
             if f.local is None:
-                dest = Path(await self.store.call("blob_dir")) / f.dest_name
+                dest = Path(await self.store.blob_dir()) / f.dest_name
                 if dest.is_file() and dest.stat().st_size == f.source.size:
                     f.local = dest
 
@@ -307,14 +308,14 @@ class Puller:
             return True
         except GGUFError as e:
             log.warning("%s: not a vision projector (%s); pulling the model without it", path, e)
-            await self.store.call("release_blob", path)
+            await self.store.release_blob(path)
             return False
 
     async def _finish(self, f: ModelFile, dl: Downloader) -> Path:
         """The file in its final place: a local blob linked in, or the download verified and moved there."""
-        blob_dir = Path(await self.store.call("blob_dir"))
+        blob_dir = Path(await self.store.blob_dir())
         if f.local is not None:
-            return Path(await self.store.call("adopt_blob", f.local, f.dest_name))
+            return Path(await self.store.adopt_blob(f.local, f.dest_name))
         return await dl.verify_into(f.source, lambda hex_: blob_dir / (f.dest_name or f"sha256-{hex_}.gguf"))
 
 

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from app.engine.gguf.split import sibling_paths
-from app.service.store.model_store import ModelNotFound
+from app.service.store.model_store import ModelNotFound, ModelRecord
+from app.service.store.proxy import AsyncStore
 
 from .download import RegistryError, sha256_file
 from .ollama import (MEDIA_ADAPTER, MEDIA_CONFIG, MEDIA_LICENSE, MEDIA_MODEL, MEDIA_PARAMS, MEDIA_PROJECTOR,
@@ -26,13 +27,13 @@ from .pull import Emit, Puller, progress_line, short
 from .reference import DEFAULT_HOST, Reference
 
 
-async def find_source(store, ref: Reference, source: str | None):
+async def find_source(store: AsyncStore, ref: Reference, source: str | None) -> ModelRecord:
     """The local model to push: `source` when given; else the model the reference names (what a pull of it
     would be called), else `model:tag` from the reference (so `push host/me/mymodel:v1` pushes mymodel:v1)."""
     names = [source] if source else [ref.local_name(), f"{ref.model}:{ref.tag}"]
     for n in names:
         try:
-            return await store.call("get", n)
+            return await store.get(n)
         except ModelNotFound:
             continue
     raise RegistryError(f"model {names[0]!r} not found (see `strata list`); name the local model to push with "
@@ -58,7 +59,7 @@ async def push(puller: Puller, ref: Reference, insecure: bool, source: str | Non
         raise RegistryError("insecure protocol http: pass insecure to push to a plain-http registry", 400)
     await emit(progress_line("retrieving manifest"))
     record = await find_source(puller.store, ref, source)
-    info = await puller.store.call("info", record.name)
+    info = await puller.store.info(record.name)
     loop = asyncio.get_running_loop()
     files = [Path(p) for p in (sibling_paths(record.path) if info.file_size != Path(record.path).stat().st_size
                                else [record.path])]
