@@ -7,6 +7,8 @@
   does not plan one.
 - The GUI imports only its API client and plain data modules (no service, no engine code that runs anything).
 - No import cycle between modules (late imports inside functions included).
+- The service's rooms (docs/architecture.md, "The service's rooms"): http/, store/, generation/ and scheduling/
+  import only what SERVICE_ROOMS lists; a dialect imports no other dialect; no room imports the composition root.
 Each import is read with `ast`, so nothing is imported to check it.
 """
 from __future__ import annotations
@@ -28,6 +30,17 @@ GUI_ALLOWED_PREFIXES = ("app.gui", "app.paths", "app.settings", "app.engine.layo
 GUI_EXCEPTIONS = {"app.gui.screenshots"}
 RUNNER = "app.engine.runner"
 RUNNER_PARENTS = {"app.engine.client"}
+SERVICE = "app.service"
+# What each room of app/service may import from the rest of app/service (its own folder always).
+SERVICE_ROOMS = {
+    "http": ("config", "appkeys"),
+    "store": ("http.errors",),
+    "generation": ("http", "scheduling.keep_alive"),
+    "scheduling": ("http", "config", "collaborators", "generation.options"),
+}
+SERVICE_ROOT = {"app.service.app", "app.service.server"}       # the composition root that builds the app
+DIALECTS = "app.service.dialects"
+DIALECT_EXCEPTIONS = {("responses", "openai.parse")}   # OpenAI's Responses API reuses its response_format shape
 PLANNER = "app.engine.planner"
 
 
@@ -155,6 +168,51 @@ def test_no_import_cycles():
         if m not in state:
             visit(m)
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _under(mod: str, prefixes) -> bool:
+    return any(mod == f"{SERVICE}.{p}" or mod.startswith(f"{SERVICE}.{p}.") for p in prefixes)
+
+
+def _dialect_of(mod: str) -> str | None:
+    """`openai` for app.service.dialects.openai.parse; None for dialects/__init__ and dialects/base.py."""
+    parts = mod.split(".")
+    return parts[3] if mod.startswith(DIALECTS + ".") and len(parts) > 4 else None
+
+
+def service_room_violations(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in g.items():
+        for dep in (d for d in deps if mod.startswith(SERVICE + ".") and d.startswith(SERVICE + ".")):
+            if dep in SERVICE_ROOT and mod not in SERVICE_ROOT:
+                bad.append(f"{mod} -> {dep} (the composition root)")
+            for room, allowed in SERVICE_ROOMS.items():
+                if _under(mod, (room,)) and not _under(dep, (room,) + allowed):
+                    bad.append(f"{mod} -> {dep} ({room}/ may import only {', '.join(allowed)})")
+            own, other = _dialect_of(mod), _dialect_of(dep)
+            if own and other and own != other and (own, dep.removeprefix(DIALECTS + ".")) not in DIALECT_EXCEPTIONS:
+                bad.append(f"{mod} -> {dep} (another dialect)")
+    return sorted(bad)
+
+
+def test_service_rooms_import_one_way():
+    bad = service_room_violations(graph())
+    assert not bad, "imports across the service's rooms that docs/architecture.md rules out:\n" + "\n".join(bad)
+
+
+def test_the_room_rules_see_violations():
+    g = {"app.service.http.errors": {"app.service.generation.request"},
+         "app.service.store.names": {"app.service.scheduling.scheduler", "app.service.http.errors"},
+         "app.service.generation.pipeline": {"app.service.app", "app.service.scheduling.keep_alive"},
+         "app.service.dialects.anthropic.parse": {"app.service.dialects.openai.parse", "app.service.dialects.base"},
+         "app.service.dialects.responses.parse": {"app.service.dialects.openai.parse"}}
+    assert service_room_violations(g) == sorted([
+        "app.service.http.errors -> app.service.generation.request (http/ may import only config, appkeys)",
+        "app.service.store.names -> app.service.scheduling.scheduler (store/ may import only http.errors)",
+        "app.service.generation.pipeline -> app.service.app (the composition root)",
+        "app.service.generation.pipeline -> app.service.app (generation/ may import only http, "
+        "scheduling.keep_alive)",
+        "app.service.dialects.anthropic.parse -> app.service.dialects.openai.parse (another dialect)"])
 
 
 def test_the_checker_sees_violations(tmp_path):
