@@ -1,9 +1,10 @@
 """The prompt cache seen from the APIs, with the official clients against a live server (SmolLM2, CPU): the next
 turn of a conversation reports its cached prompt tokens (OpenAI `usage.prompt_tokens_details.cached_tokens`)
-while the prompt counts stay whole; /api/generate's `context` continues from the cache; /api/ps and /metrics show
+while the prompt counts stay whole, and Anthropic `usage.cache_read_input_tokens` beside the rest (`input_tokens`); /api/generate's `context` continues from the cache; /api/ps and /metrics show
 the cache as its own memory kind and count its hits."""
 from __future__ import annotations
 
+import anthropic
 import httpx
 import ollama
 import openai
@@ -41,6 +42,27 @@ def test_openai_chat_reports_cached_tokens_and_the_whole_prompt(ai):
     usage = [c.usage for c in stream if c.usage][-1]
     assert usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens
     assert usage.prompt_tokens > usage.prompt_tokens_details.cached_tokens    # the whole prompt is counted
+
+
+def test_anthropic_reports_prompt_cache_reads(server):
+    """The next turn of a conversation through the official `anthropic` client, whole and streamed: the earlier
+    turn's prompt comes from the cache (`cache_read_input_tokens`), `input_tokens` is the rest, and the two add
+    up to the whole prompt as count_tokens counts it (Anthropic's and llama-server's split)."""
+    ac = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    msgs = [{"role": "user", "content": "Name three birds that cannot fly. Be brief."}]
+    m1 = ac.messages.create(model=MODEL, max_tokens=16, messages=msgs, extra_body={"temperature": 0})
+    first = m1.usage.input_tokens + m1.usage.cache_read_input_tokens
+    assert first == ac.messages.count_tokens(model=MODEL, messages=msgs).input_tokens
+    msgs += [{"role": "assistant", "content": m1.content[0].text}, {"role": "user", "content": "One more."}]
+    whole = ac.messages.count_tokens(model=MODEL, messages=msgs).input_tokens
+    m2 = ac.messages.create(model=MODEL, max_tokens=4, messages=msgs, extra_body={"temperature": 0})
+    assert m2.usage.cache_read_input_tokens >= first, m2.usage            # the first turn's prompt, from the cache
+    assert m2.usage.input_tokens > 0 and m2.usage.input_tokens + m2.usage.cache_read_input_tokens == whole
+    assert m2.usage.cache_creation_input_tokens == 0
+    with ac.messages.stream(model=MODEL, max_tokens=4, messages=msgs, extra_body={"temperature": 0}) as s:
+        final = s.get_final_message()
+    assert final.usage.cache_read_input_tokens >= first, final.usage
+    assert final.usage.input_tokens + final.usage.cache_read_input_tokens == whole and final.usage.output_tokens > 0
 
 
 def test_openai_completions_reuse_a_prefix(ai):

@@ -273,7 +273,8 @@ def test_anthropic_tool_use_and_result(ac):
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": result}]}],
         ).input_tokens
     _longer_result_longer_prompt(prompt_tokens)
-    assert follow.usage.input_tokens == prompt_tokens("sunny")
+    # the whole prompt: what was processed now plus what came from the prompt cache (the shared earlier turns)
+    assert follow.usage.input_tokens + follow.usage.cache_read_input_tokens == prompt_tokens("sunny")
 
 
 def test_anthropic_thinking_count_tokens_and_errors(ac):

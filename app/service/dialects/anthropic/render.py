@@ -32,7 +32,14 @@ def stop_reason(result: GenerationResult) -> tuple[str, str | None]:
 
 
 def usage(done: Finished | None) -> dict:
-    return {"input_tokens": done.prompt_tokens if done else 0, "output_tokens": done.completion_tokens if done else 0}
+    """Anthropic's split of the prompt: `cache_read_input_tokens` were found in the prompt cache (a shared prefix:
+    the earlier turns of a conversation), `input_tokens` are the rest, processed now; their sum is the whole
+    prompt, as with Anthropic's prompt caching and llama-server. The cache fills itself, so nothing is counted
+    as written to it apart (`cache_creation_input_tokens` 0)."""
+    prompt = done.prompt_tokens if done else 0
+    cached = min(prompt, done.cached_tokens) if done else 0
+    return {"input_tokens": prompt - cached, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached,
+            "output_tokens": done.completion_tokens if done else 0}
 
 
 class MessagesRenderer(Renderer):
@@ -91,8 +98,10 @@ class MessagesRenderer(Renderer):
     def closing(self, result: GenerationResult):
         out = self._switch(None)
         reason, seq = stop_reason(result)
+        # the whole usage, as Anthropic's message_delta carries it (message_start went out before the prompt was
+        # counted); the SDK's stream takes input and cache counts from here when present
         out.append(self._ev("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq},
-                                              "usage": {"output_tokens": usage(result.finished)["output_tokens"]}}))
+                                              "usage": usage(result.finished)}))
         out.append(self._ev("message_stop", {}))
         return out
 
