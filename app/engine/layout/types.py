@@ -51,6 +51,7 @@ class DevicePlan:
     checkpoints: int = 0             # CPU: host RAM the runner's context checkpoints may take (recurrent, hybrid and
                                      # sliding-window models: copies of a sequence's partial memory, per slot)
     projector: int = 0               # the vision projector's weights + image compute buffer (planner/projector.py)
+    draft: int = 0                   # the draft model's weights, KV cache and compute buffer (planner/draft.py)
 
     @property
     def weights_total(self) -> int:
@@ -59,7 +60,27 @@ class DevicePlan:
     @property
     def total(self) -> int:
         return (self.weights_total + self.kv + self.compute + self.output + self.output_reserve + self.checkpoints
-                + self.projector)
+                + self.projector + self.draft)
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """The draft model of speculative decoding (a second, small model with the target's vocabulary) as the runner
+    loads it: its own llama_model and llama_context beside the target's, one sequence per target slot, on one device
+    (all its layers there). Its bytes are in that device's `DevicePlan.draft` (planner/draft.py)."""
+    model_path: str
+    name: str = ""                   # the model name the user chose (`draft` option), for /api/ps and messages
+    device_id: str = "CPU"           # where its layers, KV cache and compute buffer sit
+    n_gpu_layers: int = 0            # 0 on the CPU, -1 (all) on a GPU
+    weights: int = 0                 # bytes: GGUF tensor data
+    kv: int = 0                      # bytes: its KV cache (the target's context per sequence x slots, f16)
+    compute: int = 0                 # bytes: its compute buffer (estimated)
+    max_tokens: int = 8              # longest draft per sequence and step
+    p_min: float = 0.6               # drafting stops at a token the draft model gives less than this probability
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute
 
 
 @dataclass(frozen=True)
@@ -91,6 +112,7 @@ class Layout:
     mmproj_path: str | None = None           # the vision projector GGUF the runner loads through mtmd
     context: dict = field(default_factory=dict)   # how num_ctx was chosen: {"num_ctx", "limit", "reason"}
                                                   # (planner.options.ContextChoice; empty when not recorded)
+    draft: DraftPlan | None = None           # speculative decoding's draft model (None: none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,5 +125,7 @@ class Layout:
             DevicePlan(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in dp.items()}) for dp in d["devices"]
         )
         d["tensor_buft_overrides"] = tuple(tuple(x) for x in d["tensor_buft_overrides"])
+        if isinstance(d.get("draft"), dict):
+            d["draft"] = DraftPlan(**d["draft"])
         names = {f.name for f in fields(cls)}
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})

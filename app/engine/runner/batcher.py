@@ -34,8 +34,8 @@ from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.heartbeat import expected_step_s
-from app.engine.runner.draft_policy import DraftGate, OpenGate, StepCosts
-from app.engine.runner.ngram_draft import MAX_DRAFT, NgramDrafter
+from app.engine.runner.draft_policy import DraftGate, OpenGate
+from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
@@ -55,7 +55,7 @@ class Batcher:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
                  prompt_cache_bytes: int = 0, stream_interval: float = 0.0, checkpoints: int = 0,
                  checkpoint_bytes: int = 0, warmup_s: float = 0.0,
-                 speculative: str | None = None, media=None):
+                 speculative: str | None = None, media=None, draft=None):
         self.model, self.ctx, self.send = model, ctx, send
         self.media = media                  # media.Media (the model's projector) or None
         self.stream_interval = stream_interval   # output_thread.stream_interval_s: how long new text may be held
@@ -72,9 +72,10 @@ class Batcher:
         # sequence of the batch with a state that matches no position (it cannot be rolled back), so a cancel
         # on such a model waits for the running decode instead of aborting it
         self.abortable = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
-        self.speculative, self.max_draft, measured = speculation(model, speculative)
-        self.costs = StepCosts()
-        self.gate = DraftGate() if measured else OpenGate()
+        self.speculative, self.max_draft, measured = speculation(model, speculative, draft is not None)
+        # what drafts: the layout's draft model (draft_model.DraftModel) when it has one, else prompt lookup
+        self.proposer = draft if draft is not None else NgramProposer()
+        self.gate = DraftGate() if measured and self.proposer.gated else OpenGate()
         self.drafted_total = self.accepted_total = 0
         self.embedder = embedder
         self.admit_fn = admit               # output thread: Seq -> None (fills prompt/chain/detok/stop) or raises
@@ -102,6 +103,8 @@ class Batcher:
         self._flag = ctypes.create_string_buffer(2)
         self._abort_cb = ctypes.cast(ctypes.CDLL(None).strlen, L.ggml_abort_callback)
         L.llama_set_abort_callback(ctx, self._abort_cb, ctypes.cast(self._flag, ctypes.c_void_p))
+        if draft is not None:               # a cancel stops the draft model's decode the same way
+            L.llama_set_abort_callback(draft.ctx, self._abort_cb, ctypes.cast(self._flag, ctypes.c_void_p))
         llama_log.add_level_rule(self._relevel_abort_lines)
         self.output = OutputThread(self)
         self.threads = [threading.Thread(target=self._context_loop, name="strata-context", daemon=True),
@@ -293,11 +296,10 @@ class Batcher:
                     self._context_shift(seq)
                 if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
                     gen.append(seq)
-        rows = len(gen)                         # each generating sequence needs one row; drafts add theirs
         may_draft = self.speculative and bool(gen) and self.gate.allow()
+        drafts = self._drafts(gen, b.capacity) if may_draft else {}
         for seq in gen:
-            seq.draft = self._draft(seq, len(gen), rows, b.capacity - rows) if may_draft else []
-            rows += len(seq.draft)
+            seq.draft = drafts.get(seq.id) or []
             outs.append((seq, b.add(seq.pending, seq.n_past, seq.slot, True)))
             if seq.draft:
                 b.add_span(seq.draft, seq.n_past + 1, seq.slot, logits_last=True, logits_all=True)
@@ -470,24 +472,28 @@ class Batcher:
         return tok, logits
 
     # ---- speculation (docs/architecture.md, "Speculative decoding") ------------------------------------------
-    def _draft(self, seq: Seq, n_seqs: int, base_rows: int, spare: int) -> list[int]:
-        """The tokens to decode after `seq.pending` this step: prompt lookup's guess (ngram_draft.py), as many as
-        pay for their batch rows (draft_policy.py). None when speculation is off (runner, request, or a model
-        whose memory cannot drop cells by position), or past the context, the reply's token limit or the batch."""
+    def _drafts(self, gen: list[Seq], capacity: int) -> dict[str, list[int]]:
+        """The tokens each generating sequence decodes after its pending token this step (request id -> draft):
+        the proposer's guess (runner/proposer.py: prompt lookup, or the draft model), within each sequence's
+        limit and the batch's rows. A cancel arriving meanwhile aborts a draft model's decode."""
+        asks = [(seq, n) for seq in gen if (n := self._draft_limit(seq)) > 0]
+        if not asks:
+            return {}
+        self.in_batch = {seq.id for seq, _ in asks}
+        try:
+            return self.proposer.propose(asks, len(gen), capacity)
+        finally:
+            self.in_batch = set()
+
+    def _draft_limit(self, seq: Seq) -> int:
+        """The longest draft `seq` may decode this step: 0 when speculation is off (runner, request, or a model
+        whose memory cannot drop cells by position), else bounded by the context and the reply's token limit."""
         if not (self.speculative and seq.speculate) or seq.req.num_predict == 0:
-            return []
-        limit = min(spare, self.max_draft, self.n_ctx_seq - seq.n_past - 1)
+            return 0
+        limit = min(self.max_draft, self.n_ctx_seq - seq.n_past - 1)
         if seq.req.num_predict > 0:
             limit = min(limit, seq.req.num_predict - seq.n_gen - 1)
-        if limit <= 0:
-            return []
-        if seq.drafter is None:
-            seq.drafter = NgramDrafter(seq.history + [seq.pending])
-        guess = seq.drafter.lookup(limit)
-        n = self.costs.best_length(seq.drafter.rate.rate, n_seqs, base_rows, len(guess)) if guess else 0
-        if n == 0:
-            seq.drafter.rate.idle()
-        return guess[:n]
+        return max(0, limit)
 
     def _settle_draft(self, seq: Seq, n_draft: int, n_ok: int, end: int) -> None:
         """After verifying a draft: count it, adapt the drafter, and remove the rejected cells from KV (from the
@@ -496,10 +502,10 @@ class Batcher:
         seq.n_accepted += n_ok
         self.drafted_total += n_draft
         self.accepted_total += n_ok
-        seq.drafter.rate.update(n_draft, n_ok)
         seq.draft = []
         if seq.n_past < end and seq.slot is not None:
             L.llama_memory_seq_rm(self.mem, seq.slot, seq.n_past, -1)
+        self.proposer.verified(seq, n_draft, n_ok)
 
     def _end_reason(self, seq: Seq, tok: int, eog: bool) -> str | None:
         if eog and not seq.req.ignore_eos:
@@ -562,13 +568,14 @@ def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:
 DEFAULT_SPECULATION = "off"
 
 
-def speculation(model, setting: str | None = None) -> tuple[bool, int, bool]:
+def speculation(model, setting: str | None = None, draft_model: bool = False) -> tuple[bool, int, bool]:
     """(on, longest draft, gate drafts by their measured speed) for this runner, from `setting` (else STRATA_SPECULATIVE,
     else DEFAULT_SPECULATION): "auto" drafts while steps with drafts measure faster than steps without
     (draft_policy.DraftGate); "on" always drafts (tests); "off"/"0" never drafts; a number is "auto" with that
-    longest draft. Off for a recurrent or hybrid model: its state cannot drop the rejected tokens by position."""
+    longest draft. Off for a recurrent or hybrid model: its state cannot drop the rejected tokens by position.
+    With a draft model (the model's `draft` option) it is on unless the setting says off: the user chose it."""
     raw = (setting if setting is not None else os.environ.get("STRATA_SPECULATIVE", "")).strip().lower()
-    raw = raw or DEFAULT_SPECULATION
+    raw = raw or ("on" if draft_model else DEFAULT_SPECULATION)
     if raw in ("off", "0", "false", "no", "none"):
         return False, 0, False
     if L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model):

@@ -27,6 +27,7 @@ from app.engine.layout.types import Layout
 from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.batcher import Batcher
+from app.engine.runner.draft_model import load_draft
 from app.engine.runner.embeddings import Embedder, tokenize
 from app.engine.runner.heartbeat import HeartbeatThread
 from app.engine.runner.media import Media
@@ -204,6 +205,12 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         send(P.LoadFailed(str(e) or type(e).__name__))
         conn.close()
         return
+    try:
+        draft = load_draft(layout, n_threads, loaded.n_vocab)     # speculative decoding's draft model, if any
+    except Exception as e:
+        send(P.LoadFailed(str(e) or type(e).__name__))
+        conn.close()
+        os._exit(0)
     vocab_out = Vocab(L.llama_model_get_vocab(model), loaded.n_vocab)
     embedder = Embedder(model, ctx, layout.options.num_ctx, embed_chunk_tokens(
         loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
@@ -213,7 +220,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                       stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)),
                       checkpoints=layout.options.ctx_checkpoints,
                       checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
-                      warmup_s=warmup_s, media=media)
+                      warmup_s=warmup_s, media=media, draft=draft)
     admission.media = media
     admission.mark_last_user = batcher.placement.checkpoints.enabled
     heartbeat.state = batcher.step_state
@@ -226,6 +233,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         embedder.close()
         if media is not None:
             media.close()
+        if draft is not None:
+            draft.close()
         L.llama_free(ctx)
         L.llama_model_free(model)
     conn.close()

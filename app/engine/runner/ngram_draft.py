@@ -13,7 +13,7 @@ sequence's acceptance rate, kept here). Context thread only.
 """
 from __future__ import annotations
 
-from app.engine.runner.draft_policy import AcceptanceRate
+from app.engine.runner.draft_policy import AcceptanceRate, StepCosts
 
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
 MAX_DRAFT = 16               # longest draft (rows of the batch per sequence and step)
@@ -58,3 +58,39 @@ class NgramDrafter:
                 cut = next((i for i, t in enumerate(out) if t < 0), len(out))   # an image's pseudo-tokens
                 return out[:cut]                                                 # (runner/media.py) are no text
         return []
+
+
+class NgramProposer:
+    """Prompt lookup behind the batcher's proposer interface (runner/proposer.py): each sequence's guess from its
+    own NgramDrafter, as long as pays for its batch rows (draft_policy.StepCosts at the sequence's acceptance rate),
+    in the order the sequences come, each seeing the rows the ones before it took."""
+    kind = "ngram"
+    gated = True
+
+    def __init__(self):
+        self.costs = StepCosts()
+
+    def propose(self, asks, n_seqs: int, capacity: int) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        rows = n_seqs
+        for seq, limit in asks:
+            limit = min(limit, capacity - rows)
+            if limit <= 0:
+                continue
+            if seq.drafter is None:
+                seq.drafter = NgramDrafter(seq.history + [seq.pending])
+            guess = seq.drafter.lookup(limit)
+            n = self.costs.best_length(seq.drafter.rate.rate, n_seqs, rows, len(guess)) if guess else 0
+            if n == 0:
+                seq.drafter.rate.idle()
+                continue
+            out[seq.id] = guess[:n]
+            rows += n
+        return out
+
+    def verified(self, seq, n_drafted: int, n_accepted: int) -> None:
+        if seq.drafter is not None:
+            seq.drafter.rate.update(n_drafted, n_accepted)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,239 @@
+"""Speculative decoding with a draft model (runner/draft_model.py) in a real runner (llama.cpp, CPU, 1 thread): a
+second model with the same vocabulary drafts, the target verifies in its batch, and the reply is the target's own
+token for token. SmolLM2 drafting for itself must have every greedy draft accepted; a synthetic pair with one
+vocabulary (different weights) drafts mostly wrong and must still give the same reply; rejected drafts leave the
+draft context's KV (a follow-up on the same slot stays exact); a cancel mid-draft leaves the runner exact."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from app.engine import protocol as P
+from app.engine.client import RunnerClient
+from app.engine.planner.types import DraftPlan
+from app.engine.runner.draft_model import DraftModel, common_prefix
+from app.engine.runner.embeddings import tokenize
+from app.engine.runner.sequence import Seq
+from engine_util import cancel_stream, cpu_layout
+
+_ids = itertools.count()
+
+CODE = '''def add_numbers(a, b):
+    """Return the sum of a and b."""
+    return a + b
+
+
+def main():
+    print(add_numbers(2, 3))
+'''
+EDIT = [{"role": "user", "content": "Rename the function add_numbers to sum_two in this code and print the whole "
+                                    "code:\n\n" + CODE}]
+STORY = [{"role": "user", "content": "Write a short story about a cat who learns to swim."}]
+LIST = "Count: one, two, three, four, five, six, seven, eight, nine, ten. Again: one, two, three,"
+
+
+def rid():
+    return f"dm{next(_ids)}"
+
+
+def run(loop, coro, timeout=300):
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+async def collect(client, req):
+    events = [ev async for ev in client.generate(req)]
+    text = "".join(e.text for e in events if isinstance(e, P.TokenEvent))
+    return text, events[-1]
+
+
+def req(spec: bool, **kw) -> P.GenerateRequest:
+    kw.setdefault("sampling", P.SamplingParams(temperature=0.0, repeat_penalty=1.0))
+    kw.setdefault("num_predict", 48)
+    return P.GenerateRequest(id=rid(), speculate=spec, cache_prompt=False, **kw)
+
+
+def both(loop, client, **kw):
+    return run(loop, collect(client, req(True, **kw))), run(loop, collect(client, req(False, **kw)))
+
+
+def assert_same(a, b):
+    (t1, d1), (t2, d2) = a, b
+    assert t1 == t2
+    assert (d1.reason, d1.completion_tokens) == (d2.reason, d2.completion_tokens)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+def start(loop, path, draft_path, *, p_min=0.6, max_tokens=8, **layout):
+    lay = cpu_layout(path, **layout)
+    lay = replace(lay, draft=DraftPlan(model_path=str(draft_path), name="draft", p_min=p_min, max_tokens=max_tokens))
+    c = RunnerClient(lay, n_threads=1, model_name="draft-test")
+    run(loop, c.start())
+    return c
+
+
+@pytest.fixture(scope="module")
+def self_drafting(loop, smollm2_path):
+    c = start(loop, smollm2_path, smollm2_path, num_ctx=1024, num_parallel=2)
+    yield c
+    run(loop, c.close())
+
+
+def _draft_in_process(model_path, p_min: float):
+    from llama_cpp import llama_cpp as L
+
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(str(model_path).encode(), L.llama_model_default_params())
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 512, 128, 128, 1, 1, 1
+    ctx = L.llama_init_from_model(model, cp)
+    assert model and ctx
+    return DraftModel(model, ctx, 1, max_tokens=6, p_min=p_min)
+
+
+def test_rejection_cuts_the_draft_kv_back_to_the_accepted_prefix(smollm2_path):
+    """In process, the draft model alone: after a draft of which 2 tokens were accepted and then another token
+    sampled, the draft context holds exactly the sequence's tokens (its list and llama.cpp's cells agree), and
+    its next draft equals the one a cold draft context makes for the same tokens."""
+    from llama_cpp import llama_cpp as L
+
+    dm = _draft_in_process(smollm2_path, p_min=0.0)
+    try:
+        toks = tokenize(L.llama_model_get_vocab(dm.model), LIST, False, False)
+        seq = Seq(P.GenerateRequest(id="a", prompt=LIST))
+        seq.slot, seq.history, seq.pending = 0, toks[:-1], toks[-1]
+        first = dm.propose([(seq, 6)], 1, 128)["a"]
+        assert len(first) == 6
+        assert L.llama_memory_seq_pos_max(dm.mem, 0) == len(toks) + 4          # the draft's own cells, but its last
+        other = next(t for t in tokenize(L.llama_model_get_vocab(dm.model), " seven", False, False)
+                     if t != first[2])
+        seq.history, seq.pending = toks + first[:2], other                  # 2 accepted, then the target's own
+        dm.verified(seq, 6, 2)
+        assert dm.cells[0] == seq.history
+        assert L.llama_memory_seq_pos_max(dm.mem, 0) == len(seq.history) - 1
+        warm = dm.propose([(seq, 6)], 1, 128)["a"]
+        L.llama_memory_clear(dm.mem, True)
+        dm.cells[0] = []
+        cold = dm.propose([(seq, 6)], 1, 128)["a"]
+        assert warm == cold
+    finally:
+        dm.close()
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([5] * 100 + [1], [5] * 100 + [2]) == 100
+    assert common_prefix([7], [8]) == 0
+
+
+@pytest.mark.parametrize("kw", [
+    {"messages": EDIT, "num_predict": 60},
+    {"messages": STORY},
+    {"prompt": LIST, "raw": True, "num_predict": 30},
+], ids=["edit", "free-text", "completion"])
+def test_a_model_drafting_for_itself_has_every_draft_accepted(loop, self_drafting, kw):
+    spec, plain = both(loop, self_drafting, **kw)
+    assert_same(spec, plain)
+    assert plain[1].draft_tokens == 0
+    d = spec[1]
+    assert d.draft_tokens > 0
+    assert d.draft_accepted == d.draft_tokens       # greedy drafts of the same model, sure ones only (p_min)
+
+
+def test_several_sequences_draft_at_once(loop, self_drafting):
+    async def together():
+        return await asyncio.gather(collect(self_drafting, req(True, messages=EDIT, num_predict=40)),
+                                    collect(self_drafting, req(True, prompt=LIST, raw=True, num_predict=30)))
+
+    a, b = run(loop, together())
+    for _, done in (a, b):
+        assert done.completion_tokens > 0 and done.draft_accepted == done.draft_tokens > 0
+
+
+def test_cancel_mid_draft_then_an_exact_reply(loop, self_drafting):
+    async def cancel_after_tokens():
+        agen = self_drafting.generate(P.GenerateRequest(id=rid(), messages=EDIT, num_predict=200,
+                                                        sampling=P.SamplingParams(temperature=0.0)))
+        n = 0
+        while n < 12:
+            ev = await asyncio.ensure_future(agen.__anext__())
+            n += getattr(ev, "n_tokens", 0)
+            if isinstance(ev, P.DoneEvent):
+                return
+        await cancel_stream(agen, asyncio.ensure_future(agen.__anext__()))
+
+    run(loop, cancel_after_tokens())
+    spec, plain = both(loop, self_drafting, messages=EDIT, num_predict=40)
+    assert_same(spec, plain)
+    assert spec[1].draft_accepted == spec[1].draft_tokens > 0
+
+
+@pytest.fixture(scope="module")
+def synthetic_pair(synthetic_dir):
+    """Two random-weight llamas with SmolLM2's vocabulary: the target (3 layers) and a draft (2 layers, another
+    seed): its drafts are mostly wrong."""
+    from gguf_factory import write_dense_llama
+
+    return (write_dense_llama(synthetic_dir / "draft-target.gguf", seed=11),
+            write_dense_llama(synthetic_dir / "draft-small.gguf", n_layer=2, seed=12))
+
+
+def test_different_weights_same_vocabulary_greedy_identity(loop, synthetic_pair):
+    target, draft = synthetic_pair
+    c = start(loop, target, draft, num_ctx=512, num_parallel=2, n_layer=3, p_min=0.0)
+    try:
+        drafted = rejected = 0
+        for prompt in ("one two three four five", "the cat sat on the mat and the dog"):
+            spec, plain = both(loop, c, prompt=prompt, raw=True, num_predict=40)
+            assert_same(spec, plain)
+            drafted += spec[1].draft_tokens
+            rejected += spec[1].draft_tokens - spec[1].draft_accepted
+        assert drafted > 0 and rejected > 0
+    finally:
+        run(loop, c.close())
+
+
+def test_rejected_drafts_leave_the_draft_kv_and_a_follow_up_is_exact(loop, smollm2_path, synthetic_pair):
+    """SmolLM2 with a random-weight draft of its vocabulary (most drafts rejected): a reply, then a follow-up on
+    the same slot's cells (`context`). The follow-up must equal the same prompt decoded without drafts from the
+    same cached prefix, and its drafts (from the draft context cut back after each rejection, then caught up
+    with the follow-up's prompt) verify like any others."""
+    c = start(loop, smollm2_path, synthetic_pair[1], num_ctx=1024, num_parallel=1, p_min=0.0)
+    try:
+        greedy = P.SamplingParams(temperature=0.0, repeat_penalty=1.0)
+        for spec in (True, False):          # the same two requests with drafts and without, each from a cold slot
+            text, done = run(loop, collect(c, P.GenerateRequest(id=rid(), prompt=LIST, raw=True, num_predict=24,
+                                                                sampling=greedy, speculate=spec)))
+            follow = {"prompt": " And backwards: ten, nine,", "raw": True, "context": done.context_tokens,
+                      "num_predict": 24, "sampling": greedy}
+            warm = run(loop, collect(c, P.GenerateRequest(id=rid(), speculate=spec, **follow)))
+            assert warm[1].cached_tokens > 0
+            if spec:
+                assert done.draft_tokens > done.draft_accepted and warm[1].draft_tokens > 0
+                first, follow_up = (text, warm[0])
+            else:
+                assert (text, warm[0]) == (first, follow_up)
+            run(loop, collect(c, P.GenerateRequest(id=rid(), prompt="Unrelated.", raw=True, num_predict=1,
+                                                   sampling=greedy)))      # the slot forgets the prefix
+    finally:
+        run(loop, c.close())
+
+
+def test_smollm2_with_a_random_draft_gives_its_own_reply(loop, smollm2_path, synthetic_pair):
+    c = start(loop, smollm2_path, synthetic_pair[1], num_ctx=1024, num_parallel=2, p_min=0.0)
+    try:
+        spec, plain = both(loop, c, messages=EDIT, num_predict=40)
+        assert_same(spec, plain)
+        assert spec[1].draft_tokens > spec[1].draft_accepted
+    finally:
+        run(loop, c.close())
