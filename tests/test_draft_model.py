@@ -13,7 +13,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
-from app.engine.planner.types import DraftPlan
+from app.engine.layout.types import DraftPlan
 from app.engine.runner.draft_model import DraftModel, common_prefix
 from app.engine.runner.embeddings import tokenize
 from app.engine.runner.sequence import Seq

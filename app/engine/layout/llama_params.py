@@ -7,6 +7,7 @@ keep `keepalive` alive until `llama_model_load_from_file` has returned (docs/arc
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 
 from app.ggml import ggml_lib
 from app.discovery.host import compute_threads
@@ -114,3 +115,13 @@ def context_params(layout: Layout, n_threads: int | None = None, embedding: bool
     if embedding or layout.options.embedding:
         cp.embeddings = True
     return cp
+
+
+def draft_layout(layout: Layout) -> Layout:
+    """The Layout whose llama.cpp parameters (llama_params.model_params / context_params) load `layout.draft`:
+    every layer on its device, no overrides, adapters or projector; the target's context shape, an f16 cache."""
+    d = layout.draft
+    gpu = d.device_id != "CPU"
+    return replace(layout, model_path=d.model_path, n_gpu_layers=-1 if gpu else 0, split_mode=0, main_gpu=0,
+                   tensor_split=(), gpu_devices=(d.device_id,) if gpu else (), tensor_buft_overrides=(),
+                   lora_adapters=(), mmproj_path=None, type_k="f16", type_v="f16", draft=None)

@@ -15,21 +15,11 @@ from dataclasses import replace
 
 from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner.memory import estimate_compute, kv_bytes_per_layer, output_buffer_bytes
-from app.engine.planner.types import DraftPlan, Layout
+from app.engine.layout.types import DraftPlan, Layout
 
 DRAFT_MAX_TOKENS = 8         # longest draft per sequence and step (llama-server's default is 16 with p_min 0.75;
                              # on a CPU each drafted token is a draft-model decode, so fewer pay)
 DRAFT_P_MIN = 0.6            # a draft ends at a token the draft model gives less probability than this
-
-
-def draft_layout(layout: Layout) -> Layout:
-    """The Layout whose llama.cpp parameters (llama_params.model_params / context_params) load `layout.draft`:
-    every layer on its device, no overrides, adapters or projector; the target's context shape, an f16 cache."""
-    d = layout.draft
-    gpu = d.device_id != "CPU"
-    return replace(layout, model_path=d.model_path, n_gpu_layers=-1 if gpu else 0, split_mode=0, main_gpu=0,
-                   tensor_split=(), gpu_devices=(d.device_id,) if gpu else (), tensor_buft_overrides=(),
-                   lora_adapters=(), mmproj_path=None, type_k="f16", type_v="f16", draft=None)
 
 
 def draft_bytes(info: ModelInfo, layout: Layout) -> tuple[int, int, int]:

@@ -24,9 +24,8 @@ import time
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.planner.draft import draft_layout
-from app.engine.planner.llama_params import context_params, model_params
-from app.engine.planner.types import Layout
+from app.engine.layout.llama_params import context_params, draft_layout, model_params
+from app.engine.layout.types import Layout
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.sequence import Seq
 
