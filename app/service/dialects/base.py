@@ -8,7 +8,7 @@ from typing import Iterable
 from aiohttp import web
 
 from .. import appkeys as keys
-from ..generation import pipeline as generation
+from ..generation import pipeline
 from ..generation.request import GenerationRequest
 from ..generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from ..http.bodies import NDJSONWriter, SSEEvent
@@ -62,9 +62,9 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     """Run `req` and answer in the renderer's format. `make_renderer(job)` builds the renderer once the model
     is resolved (some wire formats name the resolved model)."""
     scheduler, _, metrics = context(request)
-    job = await generation.prepare(scheduler, req)
+    job = await pipeline.prepare(scheduler, req)
     renderer: Renderer = make_renderer(job)
-    async with generation.generate(scheduler, metrics, job) as gen:
+    async with pipeline.generate(scheduler, metrics, job) as gen:
         await gen.start()               # the prompt fitted (or the context grown) before any byte: a 400 stays one
         if not req.stream:
             return web.json_response(renderer.complete(await gen.collect()), headers=gen.headers())

@@ -1,7 +1,7 @@
 """The ONE internal request type of every API dialect, and the checks that keep it valid.
 
 Each dialect's parser (dialects/<name>/parse.py) turns its wire format into a `GenerationRequest` or an
-`EmbeddingRequest`; from there on nothing knows which dialect asked (generation.py runs it, the dialect's
+`EmbeddingRequest`; from there on nothing knows which dialect asked (pipeline.py runs it, the dialect's
 renderer turns the result back into its wire format). See docs/architecture.md, "Adding an API dialect".
 
 Validation lives here: a field of the wrong kind, an integer outside int32 or a number that is not finite is a

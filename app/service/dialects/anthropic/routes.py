@@ -1,10 +1,10 @@
 """Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens. Each handler is
-parse (parse.py) -> run (generation.py, via base.serve) -> render (render.py)."""
+parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py)."""
 from __future__ import annotations
 
 from aiohttp import web
 
-from ...generation import pipeline as generation
+from ...generation import pipeline
 from ...http.bodies import read_json
 from ..base import context, serve
 from . import parse, render
@@ -20,7 +20,7 @@ async def count_tokens(request):
     """The prompt's tokens through the model's chat template (tools included), counted by its runner."""
     scheduler, _, _ = context(request)
     req, _ = parse.parse_messages_request(await read_json(request), count_only=True)
-    n = await generation.count_prompt(scheduler, req)
+    n = await pipeline.count_prompt(scheduler, req)
     return web.json_response({"input_tokens": n})
 
 

@@ -1,6 +1,6 @@
 """Ollama's model-management routes: tags, show, create, copy, delete, ps, version. Pull, push and blobs are in
-model_routes.py (the registry work in registry/); the generation routes (generate, chat, embed) are the Ollama
-dialect's, in dialects/ollama/."""
+transfer_routes.py (the registry work in store/registry/); the generation routes (generate, chat, embed) in
+routes.py."""
 from __future__ import annotations
 
 import asyncio

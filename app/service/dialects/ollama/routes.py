@@ -1,11 +1,11 @@
 """Ollama's generation endpoints: /api/generate, /api/chat, /api/embed, /api/embeddings. Each handler is
-parse (parse.py) -> run (generation.py, via base.serve) -> render (render.py). The model-management endpoints
-(tags, show, create, ps, ...) are in service/dialects/ollama/manage_routes.py."""
+parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py). The model-management
+endpoints (tags, show, create, ps, ...) are in manage_routes.py, pull/push/blobs in transfer_routes.py."""
 from __future__ import annotations
 
 from aiohttp import web
 
-from ...generation import pipeline as generation
+from ...generation import pipeline
 from ...http.bodies import read_json
 from ..base import context, serve
 from . import parse, render
@@ -15,7 +15,7 @@ async def _load_or_unload(request, req, *, chat: bool) -> web.Response:
     """Empty prompt / no messages: load the model (or unload it with keep_alive 0), like Ollama."""
     scheduler, _, _ = context(request)
     record = await scheduler.resolve(req.model)
-    ro = generation.request_options(req.options, record.parameters)   # load-time options (num_ctx...) apply
+    ro = pipeline.request_options(req.options, record.parameters)   # load-time options (num_ctx...) apply
     ka = scheduler.keep_alive_for(req.keep_alive)
     if ka == 0:
         scheduler.request_unload(record.name)
@@ -44,14 +44,14 @@ async def chat(request):
 async def embed(request):
     scheduler, _, metrics = context(request)
     req = parse.parse_embed(await read_json(request))
-    res = await generation.embed(scheduler, metrics, req)
+    res = await pipeline.embed(scheduler, metrics, req)
     return web.json_response(render.embed_answer(req, res))
 
 
 async def embeddings(request):
     scheduler, _, metrics = context(request)
     req = parse.parse_embeddings(await read_json(request))
-    res = await generation.embed(scheduler, metrics, req)
+    res = await pipeline.embed(scheduler, metrics, req)
     return web.json_response(render.embeddings_answer(res))
 
 

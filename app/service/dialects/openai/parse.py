@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number, parse_stop
-from ...generation.request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range, model_name,
-                        ollama_options)
+from ...generation.request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range,
+                                   model_name, ollama_options)
 from ...generation.tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
 from ...http.errors import ApiError
 

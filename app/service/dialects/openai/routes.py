@@ -1,10 +1,10 @@
 """OpenAI's endpoints (/v1): chat completions, completions, embeddings, models. Each generation handler is
-parse (parse.py) -> run (generation.py, via base.serve) -> render (render.py)."""
+parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py)."""
 from __future__ import annotations
 
 from aiohttp import web
 
-from ...generation import pipeline as generation
+from ...generation import pipeline
 from ...http.bodies import read_json
 from ...http.errors import ApiError
 from ..base import context, serve
@@ -13,14 +13,14 @@ from . import parse, render
 
 async def chat_completions(request):
     req, wire = parse.parse_chat(await read_json(request))
-    cid = generation.new_id("chatcmpl")
+    cid = pipeline.new_id("chatcmpl")
     return await serve(request, req, lambda job: render.ChatRenderer(
         req.model, wire, logprobs=req.logprobs, top=req.top_logprobs, id=cid))
 
 
 async def completions(request):
     req, wire = parse.parse_completion(await read_json(request))
-    cid = generation.new_id("cmpl")
+    cid = pipeline.new_id("cmpl")
     return await serve(request, req, lambda job: render.CompletionRenderer(req.model, wire, prompt=req.prompt,
                                                                             id=cid))
 
@@ -30,14 +30,14 @@ async def apply_template(request):
     (its chat template over the messages and tools), so a client can see exactly what reached the model."""
     scheduler, _, _ = context(request)
     req, _ = parse.parse_chat(await read_json(request))
-    res = await generation.render_prompt(scheduler, req)
+    res = await pipeline.render_prompt(scheduler, req)
     return web.json_response({"prompt": res.text, "n_tokens": len(res.tokens)})
 
 
 async def embeddings(request):
     scheduler, _, metrics = context(request)
     req, encoding = parse.parse_embeddings(await read_json(request))
-    res = await generation.embed(scheduler, metrics, req)
+    res = await pipeline.embed(scheduler, metrics, req)
     return web.json_response(render.embeddings_answer(req.model, res, encoding))
 
 

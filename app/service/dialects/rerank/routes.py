@@ -1,7 +1,7 @@
 """Reranking: POST /v1/rerank and /rerank in the shape llama-server, Jina and Cohere use (`query`, `documents`,
 `top_n`, `return_documents`; `results` of `index` and `relevance_score`, best first), and /api/rerank with the
 same fields. For GGUF rerankers (pooling type rank: the BGE and Qwen3 reranker families); any other model is a 400
-that says so. The pairs go through the runner's embedding batch (generation.rerank; runner/embeddings.py) with
+that says so. The pairs go through the runner's embedding batch (pipeline.rerank; runner/embeddings.py) with
 the embeddings' truncation rule: a pair longer than the context is cut at its end, or refused with
 `truncate: false`."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ... import appkeys as keys
-from ...generation import pipeline as generation
+from ...generation import pipeline
 from ...generation.request import field, model_name, ollama_options
 from ...http.bodies import read_json
 from ...http.errors import ApiError
@@ -30,18 +30,18 @@ def _documents(body: dict) -> list[str]:
     return out
 
 
-def parse_rerank(body: dict) -> generation.RerankRequest:
+def parse_rerank(body: dict) -> pipeline.RerankRequest:
     query = field(body, "query", str, required=True)
     top_n = field(body, "top_n", int)
     if top_n is not None and top_n < 1:
         raise ApiError(400, f"'top_n' must be >= 1, got {top_n}", param="top_n")
-    return generation.RerankRequest(
+    return pipeline.RerankRequest(
         model=model_name(body), query=query, documents=_documents(body), top_n=top_n,
         return_documents=field(body, "return_documents", bool, False), truncate=field(body, "truncate", bool, True),
         options=ollama_options(body), keep_alive=request_keep_alive(body.get("keep_alive")))
 
 
-def render_rerank(req: generation.RerankRequest, res: generation.RerankResult) -> dict:
+def render_rerank(req: pipeline.RerankRequest, res: pipeline.RerankResult) -> dict:
     order = sorted(range(len(res.scores)), key=lambda i: -res.scores[i])[:req.top_n or len(res.scores)]
     results = []
     for i in order:
@@ -56,7 +56,7 @@ def render_rerank(req: generation.RerankRequest, res: generation.RerankResult) -
 
 async def rerank(request: web.Request) -> web.Response:
     req = parse_rerank(await read_json(request))
-    res = await generation.rerank(request.app[keys.SCHEDULER], request.app[keys.METRICS], req)
+    res = await pipeline.rerank(request.app[keys.SCHEDULER], request.app[keys.METRICS], req)
     return web.json_response(render_rerank(req, res))
 
 
