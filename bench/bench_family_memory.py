@@ -5,7 +5,7 @@
 Writes each family's synthetic GGUF to a temporary folder, plans and loads it for real over every combination
 (one child process for all loads, app.engine.planner.verify), and prints per family: the worst total error and the
 worst KV error over the combinations, and the KV bytes at the largest context x parallel. `--full` also prints
-every row. tests/test_family_memory.py asserts the same bounds (2% total, 5% per kind); this prints the numbers.
+every row. tests/integration/engine/test_family_memory.py asserts the same bounds (2% total, 5% per kind); this prints the numbers.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from gguf_factory import FAMILIES, write_family  # noqa: E402  (tests/ is not a package)
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from app.discovery.simulated import load_simulated  # noqa: E402
 from app.engine.gguf.builtin_model import builtin_model_path  # noqa: E402
@@ -19,7 +19,7 @@ from app.engine.layout.types import PlanOptions  # noqa: E402
 from app.engine.gguf.model_info import read_model_info  # noqa: E402
 from model_shapes import dense_8b, huge_dense, qwen3_30b_a3b  # noqa: E402
 
-SIM = ROOT / "tests" / "sim_devices"
+SIM = ROOT / "tests" / "support" / "sim_devices"
 COMPUTE = {"CPU": 300 << 20, "*": 300 << 20}
 
 

@@ -1,4 +1,4 @@
-"""`/api/pull` against the loopback test registry (tests/registry_fixture.py), phase by phase, next to the plainest
+"""`/api/pull` against the loopback test registry (tests/support/registry_fixture.py), phase by phase, next to the plainest
 correct download of the same blob (one aiohttp GET streamed to a file and hashed: what curl + sha256sum do).
 
     .venv/bin/python bench/bench_pull.py [--mb 256] [--reps 3]
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 import aiohttp  # noqa: E402
 import httpx  # noqa: E402

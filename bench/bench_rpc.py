@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import bench_engine  # noqa: E402  (the llama-server driver and prompts, shared with the engine benchmark)
 from rpc_util import start_workers  # noqa: E402  (real `strata worker` processes on loopback)

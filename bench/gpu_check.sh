@@ -17,6 +17,6 @@ case "${1:-}" in
     # llama_cpp/__init__ imports diskcache (its disk prompt cache, unused here); a stub when it is not installed
     python3 -c "import diskcache" 2>/dev/null || printf 'class Cache:\n    pass\n' > bench/_build/gpulib/diskcache.py
     PYTHONPATH=bench/_build/gpulib:. STRATA_GPU_TEST_MODEL=$G/dense.gguf python3 -m pytest -q -s -p no:cacheprovider \
-      tests/test_runner_gpu.py ;;
+      tests/integration/engine/test_runner_gpu.py ;;
   *) echo "usage: $0 build|test"; exit 2 ;;
 esac

@@ -1,10 +1,10 @@
-"""The synthetic GGUFs of the GPU checks (issue 18), written with tests/gguf_factory.py (random weights, SmolLM2's
+"""The synthetic GGUFs of the GPU checks (issue 18), written with tests/support/gguf_factory.py (random weights, SmolLM2's
 tokenizer; the text is noise, the shapes, bytes, placement and kernels are real). Run on the GPU machine:
 
     python bench/gpu_models.py DIR [small|big|all]
 
 - moe-small.gguf   qwen3moe 8 layers, 32 experts (4 used), n_embd 256, Q4_0: the crash bisect and the gpu test
-- dense-small.gguf llama 4 layers, n_embd 256, Q8_0: tests/test_runner_gpu.py's all-on-GPU test
+- dense-small.gguf llama 4 layers, n_embd 256, Q8_0: tests/integration/engine/test_runner_gpu.py's all-on-GPU test
 - moe-30b.gguf     Qwen3-30B-A3B shape at reduced width: 48 layers, 128 experts (8 used), n_embd 1024 (Qwen3: 2048),
                    16 query / 2 KV heads of 128 (Qwen3: 32 / 4), expert FFN 512 (Qwen3: 768), Q4_K: ~5.6 GB
 - dense-3b.gguf    Llama-3.2-3B shape: 28 layers, n_embd 3072, 24 / 8 heads of 128, FFN 8192, Q4_K: ~1.8 GB
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 from gguf_factory import write_dense_llama, write_moe_qwen3  # noqa: E402
 

@@ -5,7 +5,7 @@
 #   .gpu/llama-src.tgz   vendor/llama.cpp of the sdist, without models/docs/tests/other backends (6 MB)
 #   .gpu/py/llama_cpp    the sdist's pure-Python package (the bindings; LLAMA_CPP_LIB_PATH points them at our build)
 #   .gpu/whl/            py3 wheels the machine lacks (gguf, diskcache, platformdirs)
-#   .gpu/tok.gguf        SmolLM2's tokenizer keys (tests/gguf_factory.py reads them via STRATA_TOKENIZER_GGUF)
+#   .gpu/tok.gguf        SmolLM2's tokenizer keys (tests/support/gguf_factory.py reads them via STRATA_TOKENIZER_GGUF)
 #   .gpu/wt/             this checkout's app/, tests/, bench/, pyproject.toml
 #   .gpu/prebuilt/       optional: the build of an earlier call (bin.tar.xz.part-*), skips the compile
 # Usage (on the device, from the repository root): bash .gpu/wt/bench/gpu_session.sh STAGE...
@@ -120,9 +120,9 @@ stage_layoutcheck() {
 }
 
 stage_test() {
-  pyenv; el "pytest tests/test_runner_gpu.py"
+  pyenv; el "pytest tests/integration/engine/test_runner_gpu.py"
   (cd "$WT" && STRATA_GPU_TEST_MODEL=$M/dense-small.gguf timeout 400 python3 -m pytest -q -s -p no:cacheprovider \
-     -rs tests/test_runner_gpu.py 2>&1 | tee "$R/pytest-gpu.txt" | tail -40)
+     -rs tests/integration/engine/test_runner_gpu.py 2>&1 | tee "$R/pytest-gpu.txt" | tail -40)
 }
 
 stage_moebench() {

@@ -15,7 +15,7 @@ soak measures; at the end it waits for in-flight work to drain and reports:
 
 Bounded: every request has a deadline (a hang is reported as an error), the run has a fixed length, clients
 are a fixed number, and the service is stopped at the end whatever happens. Exit status 1 if an invariant fails.
-tests/test_soak_short.py runs the same code for ~40 s in CI.
+tests/integration/service/test_soak_short.py runs the same code for ~40 s in CI.
 """
 from __future__ import annotations
 

@@ -1,11 +1,65 @@
-"""Shared fixtures. Every test gets its own STRATA_HOME so the user's store is never touched."""
+"""Shared fixtures. Every test gets its own STRATA_HOME so the user's store is never touched.
+
+The folders are the kinds of test, and each test gets its folder's marker here (never by hand in a file):
+- tests/unit/<package>/: in-process and fast (no runner process, no live service, no Qt), mirroring app/<package>;
+- tests/integration/: a live runner or service, real clients, real child processes;
+- tests/gui/: Qt (offscreen, and one test under a real X server);
+- tests/support/: the shared helpers (GGUF writers, service and GUI helpers) and data, on pytest's pythonpath
+  (pyproject.toml), so a test in any folder imports them by bare name (`from gguf_writer import ...`).
+`pytest -m unit` (or `-m "not gui"`...) does not even import the folders its expression rules out."""
 from __future__ import annotations
 
+import itertools
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "integration", "gui")      # the folders under tests/, each its own marker (pyproject.toml)
+
+
+def _kind(path: Path) -> str | None:
+    try:
+        first = Path(path).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return first if first in KINDS else None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        kind = _kind(item.path)
+        if kind is not None:
+            item.add_marker(kind)
+
+
+def _ruled_out(markexpr: str, kind: str) -> bool:
+    """True when `-m markexpr` is false for every test in folder `kind`, whatever other markers a test carries
+    (every combination of the expression's other names is tried): then the folder need not be imported at all."""
+    from _pytest.mark.expression import Expression
+
+    try:
+        expr = Expression.compile(markexpr)
+        others = sorted(set(expr.idents()) - set(KINDS))
+    except Exception:                       # an expression pytest itself will report, or a changed private API
+        return False
+    if len(others) > 8:
+        return False
+    for values in itertools.product((False, True), repeat=len(others)):
+        marks = dict(zip(others, values))
+        if expr.evaluate(lambda name, **kw: name == kind if name in KINDS else marks.get(name, False)):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path, config):
+    markexpr = config.getoption("markexpr", "")
+    if markexpr and collection_path.is_dir() and collection_path.parent == TESTS and collection_path.name in KINDS:
+        return True if _ruled_out(markexpr, collection_path.name) else None
+    return None
 
 _EXIT_STATUS: list[int] = []
 
@@ -53,7 +107,7 @@ def smollm2_path():
 
 @pytest.fixture(scope="session")
 def qwen_coder_path():
-    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (tests/model_cache.py): fetched by `make test-models`, never by a test.
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (tests/support/model_cache.py): fetched by `make test-models`, never by a test.
     Absent: the test skips on a developer's machine and fails in CI (STRATA_REQUIRE_TEST_MODELS=1)."""
     import model_cache
 
@@ -80,7 +134,7 @@ def vocab(smollm2_path):
     L.llama_model_free(model)
 
 
-# Synthetic GGUFs (tests/gguf_factory.py), written once per session. Random weights, SmolLM2's tokenizer.
+# Synthetic GGUFs (tests/support/gguf_factory.py), written once per session. Random weights, SmolLM2's tokenizer.
 @pytest.fixture(scope="session")
 def synthetic_dir(tmp_path_factory, smollm2_path):
     return tmp_path_factory.mktemp("synthetic-gguf")

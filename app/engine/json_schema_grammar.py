@@ -9,8 +9,8 @@ unescaped control characters, bounded integers by digit ranges, formats (date, t
 enum/const, $ref (same document), anyOf/oneOf/allOf, additionalProperties, required properties in schema
 order, minItems/maxItems, minLength/maxLength and `^...$` patterns.
 
-Free of llama.cpp imports (both processes may import it). Test: tests/test_json_schema_grammar.py checks every
-case of llama.cpp's C++ tests (tests/fixtures/json_schema/cases.json) for the exact grammar text.
+Free of llama.cpp imports (both processes may import it). Test: tests/unit/engine/test_json_schema_grammar.py checks every
+case of llama.cpp's C++ tests (tests/support/fixtures/json_schema/cases.json) for the exact grammar text.
 """
 from __future__ import annotations
 

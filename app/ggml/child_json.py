@@ -3,7 +3,7 @@
 Work that may abort or hang inside llama.cpp or a GPU driver (enumerating devices, a `no_alloc` dry run, a real
 load to verify the planner) runs in a child, so a crash ends the child, never the service. The child prints its
 result as one JSON line; whatever llama.cpp writes around it is ignored. Here, the lowest layer, so discovery and
-the planner share it (tests/test_architecture.py's LAYERS).
+the planner share it (tests/unit/test_architecture.py's LAYERS).
 """
 from __future__ import annotations
 

@@ -1,0 +1,86 @@
+"""Images in the chat window, against the real service: SmolLM2 made a vision model by the synthetic projector of
+tests/support/mmproj_factory.py. An image attached by file and one pasted (a screenshot's image data) show as
+thumbnails over the message box, go with the message to the model (which answers), are saved with the conversation
+and shown as thumbnails in the history, also after the conversation is opened again; a file that is neither text
+nor a readable image is refused by name."""
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import pytest
+from PIL import Image
+from PySide6.QtCore import QMimeData, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QImage
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QLabel
+
+from gui_util import WAIT
+from mmproj_factory import write_mlp_projector
+from service_util import store_factory
+
+VISION = "smollm2-vision:latest"
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, smollm2_path):
+    from app.service.config import ServiceConfig
+    from app.service.server import ServiceThread
+
+    home = tmp_path_factory.mktemp("gui-vision")
+    mmproj = write_mlp_projector(home / "mmproj.gguf")
+    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=1024,
+                                      keep_alive="10m"), store_factory=store_factory(home)).start()
+    r = httpx.post(svc.url + "/api/create", json={"model": VISION, "from": str(smollm2_path),
+                                                  "projector": str(mmproj), "stream": False}, timeout=120)
+    assert r.status_code == 200, r.text
+    yield svc
+    svc.stop()
+
+
+def test_attach_drop_and_paste_images_then_send(qtbot, service, tmp_path):
+    from app.gui.desktop import Desktop
+
+    desk = Desktop(service.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(desk.chat)
+    try:
+        chat = desk.chat
+        desk.open_chat()
+        qtbot.waitUntil(lambda: VISION in desk.state.installed_names(), timeout=WAIT)
+        chat.model_picker.setCurrentIndex(chat.models.row_of(VISION))
+        chat.extra_options = {"num_predict": 3, "seed": 5}
+        photo = tmp_path / "photo.png"
+        Image.new("RGB", (64, 48), (200, 30, 30)).save(photo)
+        broken = tmp_path / "broken.jpg"
+        broken.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+        chat.attach_files([str(photo), str(broken)])
+        assert [a.name for a in chat.attachment_bar.items] == ["photo.png"]
+        assert "broken.jpg is not a text file (nor an image that can be read)" in chat.statusBar().currentMessage()
+        shot = QImage(40, 30, QImage.Format_RGB32)
+        shot.fill(QColor(10, 200, 10))
+        pasted = QMimeData()
+        pasted.setImageData(shot)
+        QGuiApplication.clipboard().setMimeData(pasted)                 # a screenshot copied, then pasted
+        chat.input.setFocus()
+        QTest.keyClick(chat.input, Qt.Key_V, Qt.ControlModifier)
+        assert [a.name for a in chat.attachment_bar.items] == ["photo.png", "pasted-1.png"]
+        assert len(chat.attachment_bar.findChildren(QLabel, "imageThumbnail")) == 2
+        QTest.keyClicks(chat.input, "What is in these pictures?")
+        QTest.keyClick(chat.input, Qt.Key_Return)
+        qtbot.waitUntil(lambda: not chat.busy and chat.transcript.messages[-1].role != "user", timeout=WAIT)
+        reply = chat.transcript.messages[-1]
+        assert reply.role == "assistant", reply.content
+        assert reply.stats.get("prompt_eval_count", 0) > 2 * 16          # both images' embeddings were read
+        user = [m for m in desk.history.messages(chat.conversation.id) if m.role == "user"][-1]
+        assert user.content == "What is in these pictures?" and len(user.blocks["images"]) == 2
+        shown = [m for m in chat.transcript.messages if m.role == "user"][-1]
+        assert len(shown.findChildren(QLabel, "imageThumbnail")) == 2
+        assert chat.attachment_bar.items == [] and not chat.attachment_bar.isVisible()
+        chat.select_conversation(chat.conversation.id)                    # opened again: thumbnails from history
+        shown = [m for m in chat.transcript.messages if m.role == "user"][-1]
+        assert len(shown.findChildren(QLabel, "imageThumbnail")) == 2
+        with Image.open(io.BytesIO(base64.b64decode(user.blocks["images"][0]))) as im:
+            assert im.size == (64, 48)
+    finally:
+        desk.shutdown()

@@ -1,0 +1,229 @@
+"""The import rules of docs/architecture.md ("Layers and folders"), checked on the source so they stay true.
+
+- Layers: ggml < discovery < engine < service < gui < cli; a module imports its own layer and those below.
+- app/engine/runner/ is the runner child's code: outside it only the runner's parent side (`engine/client.py`,
+  which hands the process entry to multiprocessing) may name it.
+- The runner and the Layout contract (app/engine/layout/) import no planner code: the runner loads a Layout, it
+  does not plan one.
+- The GUI imports only its API client and plain data modules (no service, no engine code that runs anything).
+- No import cycle between modules (late imports inside functions included).
+- The service's rooms (docs/architecture.md, "The service's rooms"): http/, store/, generation/ and scheduling/
+  import only what SERVICE_ROOMS lists; a dialect imports no other dialect; no room imports the composition root.
+Each import is read with `ast`, so nothing is imported to check it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from repo_paths import ROOT
+
+APP = ROOT / "app"
+
+LAYERS = {"app.ggml": 0, "app.discovery": 1, "app.engine": 2, "app.service": 3, "app.gui": 4, "app.cli": 5}
+SHARED = {"app", "app.paths", "app.settings", "app.format", "app.api_client", "app.__main__"}
+# ^ plain modules below every layer (paths, the settings file, formatters; the API client speaks only HTTP), and
+#   the entry point (__main__)
+# What the GUI may import outside app.gui: its API client and plain data modules (dataclasses, constants).
+GUI_ALLOWED_PREFIXES = ("app.gui", "app.paths", "app.settings", "app.engine.layout.types", "app.discovery.inventory",
+                        "app.api_client", "app.format")
+# A developer tool in app/gui that starts a real service to render the windows for the README.
+GUI_EXCEPTIONS = {"app.gui.screenshots"}
+RUNNER = "app.engine.runner"
+RUNNER_PARENTS = {"app.engine.client"}
+SERVICE = "app.service"
+# What each room of app/service may import from the rest of app/service (its own folder always).
+SERVICE_ROOMS = {
+    "http": ("config", "appkeys"),
+    "store": ("http.errors",),
+    "generation": ("http", "scheduling.keep_alive"),
+    "scheduling": ("http", "config", "collaborators", "generation.options"),
+}
+SERVICE_ROOT = {"app.service.app", "app.service.server"}       # the composition root that builds the app
+DIALECTS = "app.service.dialects"
+DIALECT_EXCEPTIONS = {("responses", "openai.parse")}   # OpenAI's Responses API reuses its response_format shape
+PLANNER = "app.engine.planner"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in APP.rglob("*.py")}
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every app module `path` imports, at module level or inside functions."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "app")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != "app":
+                continue
+            for a in node.names:               # `from app.engine import protocol` names a module
+                sub = f"{mod}.{a.name}"
+                found.add(sub if sub in known else mod)
+    return {m for m in found if m in known}
+
+
+def layer_of(mod: str) -> int | None:
+    for prefix, layer in LAYERS.items():
+        if mod == prefix or mod.startswith(prefix + "."):
+            return layer
+    return None
+
+
+def graph() -> dict[str, set[str]]:
+    mods = all_modules()
+    known = set(mods)
+    return {name: imports_of(path, name, known) for name, path in mods.items()}
+
+
+def test_every_module_has_a_layer():
+    unknown = [m for m in all_modules() if m not in SHARED and layer_of(m) is None]
+    assert not unknown, f"modules outside every layer (add their package to LAYERS in this test and to " \
+                        f"docs/architecture.md): {unknown}"
+
+
+def test_imports_follow_the_layers():
+    bad = []
+    for mod, deps in graph().items():
+        if mod in SHARED:
+            if mod not in ("app", "app.__main__"):      # a shared plain module stands on shared modules only
+                bad += [f"{mod} -> {dep}" for dep in deps if dep not in SHARED]
+            continue
+        for dep in deps:
+            if dep in SHARED - {"app.__main__"}:
+                continue
+            if dep == "app.__main__" or (layer_of(dep) or 0) > (layer_of(mod) or 0):
+                bad.append(f"{mod} -> {dep}")
+    assert not bad, "imports that run up the layers (ggml < discovery < engine < service < gui < cli):\n" + \
+        "\n".join(sorted(bad))
+
+
+def test_runner_code_is_only_imported_by_the_runner():
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() for dep in deps
+           if (dep == RUNNER or dep.startswith(RUNNER + ".")) and not mod.startswith(RUNNER)
+           and mod not in RUNNER_PARENTS]
+    assert not bad, "runner-child modules imported outside the runner:\n" + "\n".join(sorted(bad))
+
+
+def test_the_runner_and_the_layout_contract_import_no_planner():
+    """What the runner needs of a Layout (its types, the llama.cpp param structs, the shared context rules) lives
+    in app/engine/layout/; planning stays in the service process."""
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items()
+           if mod.startswith((RUNNER, "app.engine.layout")) for dep in deps
+           if dep == PLANNER or dep.startswith(PLANNER + ".")]
+    assert not bad, "runner or layout modules importing the planner:\n" + "\n".join(sorted(bad))
+
+
+def test_the_runner_reads_no_chat_facts_and_the_chat_package_no_llama():
+    """The family and template choice are read once, in the parent (engine/client.py passes them at load and the
+    service's plan names the family per request): no runner module reads them from the GGUF. engine/chat/ is
+    imported by both processes, so it imports no llama.cpp and no runner code."""
+    readers = [p for p in (APP / "engine" / "runner").rglob("*.py") if "read_chat_facts" in p.read_text()]
+    assert not readers, readers
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() if mod.startswith("app.engine.chat")
+           for dep in deps if dep.startswith((RUNNER, "app.ggml"))]
+    bad += [str(p) for p in (APP / "engine" / "chat").rglob("*.py") if "llama_cpp" in p.read_text()]
+    assert not bad, bad
+
+
+def test_gui_imports_only_its_client_and_plain_data():
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() if mod.startswith("app.gui.")
+           and mod not in GUI_EXCEPTIONS for dep in deps if not dep.startswith(GUI_ALLOWED_PREFIXES)]
+    assert not bad, "the GUI reaching past its API client:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    g = graph()
+    cycles, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(g.get(m, ())):
+            if d == m or d == "app" or (m.startswith(d + ".") and d in g):
+                continue          # a package's own __init__ is not a cycle with its submodules
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _under(mod: str, prefixes) -> bool:
+    return any(mod == f"{SERVICE}.{p}" or mod.startswith(f"{SERVICE}.{p}.") for p in prefixes)
+
+
+def _dialect_of(mod: str) -> str | None:
+    """`openai` for app.service.dialects.openai.parse; None for dialects/__init__ and dialects/base.py."""
+    parts = mod.split(".")
+    return parts[3] if mod.startswith(DIALECTS + ".") and len(parts) > 4 else None
+
+
+def service_room_violations(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in g.items():
+        for dep in (d for d in deps if mod.startswith(SERVICE + ".") and d.startswith(SERVICE + ".")):
+            if dep in SERVICE_ROOT and mod not in SERVICE_ROOT:
+                bad.append(f"{mod} -> {dep} (the composition root)")
+            for room, allowed in SERVICE_ROOMS.items():
+                if _under(mod, (room,)) and not _under(dep, (room,) + allowed):
+                    bad.append(f"{mod} -> {dep} ({room}/ may import only {', '.join(allowed)})")
+            own, other = _dialect_of(mod), _dialect_of(dep)
+            if own and other and own != other and (own, dep.removeprefix(DIALECTS + ".")) not in DIALECT_EXCEPTIONS:
+                bad.append(f"{mod} -> {dep} (another dialect)")
+    return sorted(bad)
+
+
+def test_service_rooms_import_one_way():
+    bad = service_room_violations(graph())
+    assert not bad, "imports across the service's rooms that docs/architecture.md rules out:\n" + "\n".join(bad)
+
+
+def test_the_room_rules_see_violations():
+    g = {"app.service.http.errors": {"app.service.generation.request"},
+         "app.service.store.names": {"app.service.scheduling.scheduler", "app.service.http.errors"},
+         "app.service.generation.pipeline": {"app.service.app", "app.service.scheduling.keep_alive"},
+         "app.service.dialects.anthropic.parse": {"app.service.dialects.openai.parse", "app.service.dialects.base"},
+         "app.service.dialects.responses.parse": {"app.service.dialects.openai.parse"}}
+    assert service_room_violations(g) == sorted([
+        "app.service.http.errors -> app.service.generation.request (http/ may import only config, appkeys)",
+        "app.service.store.names -> app.service.scheduling.scheduler (store/ may import only http.errors)",
+        "app.service.generation.pipeline -> app.service.app (the composition root)",
+        "app.service.generation.pipeline -> app.service.app (generation/ may import only http, "
+        "scheduling.keep_alive)",
+        "app.service.dialects.anthropic.parse -> app.service.dialects.openai.parse (another dialect)"])
+
+
+def test_the_checker_sees_violations(tmp_path):
+    """The checks above would fail on a violation: the parser finds relative, aliased and late imports."""
+    src = tmp_path / "mod.py"
+    src.write_text("from app.service import store\nimport app.gui.tray\n"
+                   "def f():\n    from ..engine.runner import batcher\n")
+    known = {"app.service.store", "app.gui.tray", "app.engine.runner.batcher", "app.engine.runner"}
+    name = "app.discovery.mod"
+    # pretend the file lives in app/discovery/
+    found = imports_of(src, name, known)
+    assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.batcher"}
+    assert layer_of("app.service.store") > layer_of(name)
