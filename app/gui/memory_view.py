@@ -7,8 +7,8 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.gui.memory_data import (
-    COMPUTE, KV, MAPPED, MAPPED_NOTE, MODEL_KINDS, OVER, PROMPT_CACHE, PROMPT_CACHE_NOTE, SEGMENT_COLORS, SEGMENT_LABELS,
-    SEGMENT_ORDER, WEIGHTS,
+    MAPPED, MAPPED_NOTE, MODEL_KINDS, OUR_KINDS, OVER, PROJECTOR, PROJECTOR_NOTE, PROMPT_CACHE, PROMPT_CACHE_NOTE,
+    SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS,
     Column, LayerCell,
     device_colors, device_columns,
     exact_bytes, format_bytes, layer_cells, layers_placed, layout_device_ids,
@@ -126,7 +126,7 @@ class MemoryBars(QWidget):
             p.setFont(small)
             p.drawText(slot.adjusted(2, HEADER_H / 2 - 2, -2, 0), Qt.AlignCenter,
                        self.fontMetrics().elidedText(col.name, Qt.ElideRight, int(slot.width()) - 4))
-            ours = sum(col.get(k) for k in (WEIGHTS, KV, COMPUTE, PROMPT_CACHE))
+            ours = sum(col.get(k) for k in OUR_KINDS)
             foot = QRectF(slot.left(), bar.bottom() + 2, slot.width(), FOOTER_H - 2)
             text = f"{format_bytes(ours)} / {format_bytes(col.capacity)}"
             scale = f" (bar = {format_bytes(self.scale_of(i))})" if self.zoom else ""
@@ -155,6 +155,8 @@ class MemoryBars(QWidget):
             text += f"\n{MAPPED_NOTE}" + (f"; all of them: {exact_bytes(col.mapped)}" if col.mapped > b else "")
         elif kind == PROMPT_CACHE:
             text += f"\n{PROMPT_CACHE_NOTE}"
+        elif kind == PROJECTOR:
+            text += f"\n{PROJECTOR_NOTE}"
         elif kind == WEIGHTS and col.mapped:
             text += f"\n+ {exact_bytes(col.mapped)} of {MAPPED_NOTE}"
         return text

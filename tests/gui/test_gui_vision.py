@@ -84,3 +84,53 @@ def test_attach_drop_and_paste_images_then_send(qtbot, service, tmp_path):
             assert im.size == (64, 48)
     finally:
         desk.shutdown()
+
+
+def test_the_memory_view_draws_the_vision_projector(qtbot, service):
+    """The memory window of a loaded vision model: the projector's bytes (the plan's `projector` on the device mtmd
+    puts it, here the CPU) are their own segment in the bars, with its colour, tooltip and legend entry, and its own
+    row in predicted vs actual; the what-if plan ("Plan on this machine") counts it too."""
+    from app.engine.gguf.projector import read_projector
+    from app.engine.planner.projector import projector_bytes
+    from app.gui.desktop import Desktop
+    from app.gui.memory_data import PROJECTOR, SEGMENT_COLORS, SEGMENT_LABELS
+    from mmproj_factory import SMOLLM2_N_EMBD
+
+    path = httpx.post(service.url + "/api/show", json={"model": VISION}, timeout=60).json()["strata"]["projector"]["path"]
+    need = projector_bytes(read_projector(path), SMOLLM2_N_EMBD)
+    r = httpx.post(service.url + "/api/generate", json={"model": VISION, "keep_alive": "10m"}, timeout=300)
+    assert r.status_code == 200, r.text
+    desk = Desktop(service.url, use_tray=False, poll_ms=300)
+    try:
+        mem = desk.open_memory()
+        qtbot.addWidget(mem)
+        live = mem.live
+        qtbot.waitUntil(lambda: live.model_combo.findText(VISION) >= 0, timeout=WAIT)
+        live.model_combo.setCurrentText(VISION)
+        qtbot.waitUntil(lambda: bool(live.view.bars.columns) and live.view.bars.columns[0].get(PROJECTOR) > 0,
+                        timeout=WAIT)
+        cpu = live.view.bars.columns[0]
+        assert cpu.device_id == "CPU" and cpu.get(PROJECTOR) == need > 0
+        live.view.zoom.setChecked(True)                    # the model's parts on one scale: the projector shows
+        [(_k, b, rect)] = [s for s in live.view.bars.segment_rects(0) if s[0] == PROJECTOR]
+        assert b == need and rect.height() > 0
+        assert live.view.bars.hit(rect.center().x(), rect.center().y()) == (0, PROJECTOR, need)
+        assert "Vision projector" in live.view.bars.tooltip_text(0, PROJECTOR, need)
+        legend = live.view.findChild(QLabel, "legend").text()
+        assert f"color:{SEGMENT_COLORS[PROJECTOR]}'>&#9632;</span>&nbsp;Vision&nbsp;projector" in legend, legend
+        if rect.height() >= 3:
+            c = rect.center()
+            img = live.view.bars.grab().toImage()
+            dpr = img.devicePixelRatio()
+            assert img.pixelColor(int(c.x() * dpr), int(c.y() * dpr)).name() == SEGMENT_COLORS[PROJECTOR]
+        [row] = [r for r in live.comparison.rows if r.device_id == "CPU"]
+        [part] = [p for p in row.parts if p.kind == "projector"]
+        assert part.predicted == need and part.actual and part.actual > 0        # the runner's measured bytes
+        # the what-if plan of the same model counts the projector where a load would put it
+        desk.plan_model(VISION)
+        what = mem.whatif
+        qtbot.waitUntil(lambda: what.last_result is not None and bool(what.view.bars.columns), timeout=WAIT)
+        planned = {c.device_id: c.get(PROJECTOR) for c in what.view.bars.columns}
+        assert planned["CPU"] == need, planned
+    finally:
+        desk.shutdown()

@@ -9,6 +9,8 @@ from aiohttp import web
 
 from app.discovery.inventory import subtract
 from app.discovery.simulated import inventory_from_dict
+from app.engine.gguf.projector import read_projector
+from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 
 from ... import appkeys as keys
 
@@ -67,10 +69,22 @@ async def layout(request):
     options = plan_options({**scheduler.config.plan_defaults(), **ro.plan}, num_ctx_default=scheduler.config.num_ctx,
                            num_parallel=num_parallel,
                            n_ctx_train=info.context_length, margin_mib=scheduler.config.gpu_margin_mib)
+    # a vision model's projector as a load places it: its room taken where mtmd puts it, its bytes in the plan
+    path = getattr(record, "projector", None)
     try:
-        options, lay = await scheduler.plan_context(info, options, inventory, ro.plan.get("num_ctx"))
+        projector = await asyncio.to_thread(read_projector, path) if path else None
+    except Exception as e:  # noqa: BLE001 - GGUFError, a file gone: as a load would say it
+        raise ApiError(500, f"model {name!r}: its vision projector {path} cannot be read: {e}") from None
+    room = inventory
+    if projector is not None:
+        room = subtract(inventory, {projector_device([g.id for g in inventory.gpus]):
+                                    projector_bytes(projector, info.n_embd)})
+    try:
+        options, lay = await scheduler.plan_context(info, options, room, ro.plan.get("num_ctx"))
     except ValueError as e:
         raise ApiError(400, f"cannot plan {name!r}: {e}") from None
+    if projector is not None:
+        lay = with_projector(lay, projector, info.n_embd)
     return web.json_response({"model": record.name, "fits": bool(lay.fits), "layout": lay.to_dict(),
                               "inventory": inventory.to_dict(), "suggestions": list(lay.suggestions)})
 
