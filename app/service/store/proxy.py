@@ -58,8 +58,8 @@ class AsyncStore:
     async def sha256(self, name: str) -> str:
         return await self._run(lambda s: s.sha256(name))
 
-    async def with_sha256(self, record: ModelRecord) -> ModelRecord:
-        return await self._run(lambda s: s.with_sha256(record))
+    async def with_sha256(self, rec: ModelRecord) -> ModelRecord:
+        return await self._run(lambda s: s.with_sha256(rec))
 
     async def blob_dir(self) -> Path:
         return await self._run(lambda s: s.blob_dir())
