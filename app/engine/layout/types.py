@@ -29,6 +29,7 @@ class PlanOptions:
     n_threads: int | None = None     # compute threads (llama.cpp n_threads); None = physical cores (docs/architecture.md)
     ctx_checkpoints: int = 32        # context checkpoints per slot (recurrent / hybrid / sliding-window models; 0 = off)
     checkpoint_mib: int = 1024       # their bound in host RAM per slot (MiB; 0 = the count alone bounds them)
+    draft: str = ""                  # speculative decoding's draft model (a model name; "" = none): Layout.draft
 
 
 @dataclass(frozen=True)

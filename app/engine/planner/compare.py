@@ -16,11 +16,13 @@ def predicted_of(layout) -> dict[str, dict[str, int]]:
     for d in layout.devices:
         rp = d.weights.get("repack", 0)
         mapped = getattr(d, "mapped", 0)
-        if d.weights_total or d.kv or d.compute or d.output or getattr(d, "projector", 0):
+        if d.weights_total or d.kv or d.compute or d.output or getattr(d, "projector", 0) or getattr(d, "draft", 0):
             out[d.device_id] = {"model": d.weights_total - rp + mapped, "kv": d.kv, "compute": d.compute,
                                 "output": d.output, "repack": rp}
             if getattr(d, "projector", 0):
                 out[d.device_id]["projector"] = d.projector
+            if getattr(d, "draft", 0):              # speculative decoding's draft model, all its kinds together
+                out[d.device_id]["draft"] = d.draft
     return out
 
 

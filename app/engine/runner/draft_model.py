@@ -24,6 +24,7 @@ import time
 import numpy as np
 from llama_cpp import llama_cpp as L
 
+from app.engine.gguf.vocab_match import MAX_SIZE_DIFFERENCE
 from app.engine.layout.llama_params import context_params, draft_layout, model_params
 from app.engine.layout.types import Layout
 from app.engine.runner.batch import NpBatch
@@ -52,10 +53,13 @@ class DraftModel:
     kind = "model"
     gated = False                       # the user chose it per model: its drafts are always made
 
-    def __init__(self, model, ctx, n_slots: int, *, max_tokens: int = 8, p_min: float = 0.6, name: str = ""):
+    def __init__(self, model, ctx, n_slots: int, *, max_tokens: int = 8, p_min: float = 0.6, name: str = "",
+                 n_vocab_target: int = 0):
         self.model, self.ctx, self.name = model, ctx, name
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        # a token past the target's vocabulary (one family's sizes differ by a few padding ids) is never drafted
+        self.n_vocab_target = n_vocab_target or self.n_vocab
         self.mem = L.llama_get_memory(ctx)
         self.n_batch = L.llama_n_batch(ctx)
         self.n_ctx_seq = L.llama_n_ctx_seq(ctx)
@@ -172,7 +176,7 @@ class DraftModel:
         tok = int(x.argmax())
         if self.p_min > 0 and 1.0 / float(np.exp(x - x[tok]).sum()) < self.p_min:
             return None
-        if L.llama_vocab_is_eog(self.vocab, tok):
+        if tok >= self.n_vocab_target or L.llama_vocab_is_eog(self.vocab, tok):
             return None
         return tok
 
@@ -193,7 +197,7 @@ def load_draft(layout: Layout, n_threads: int | None, n_vocab_target: int) -> Dr
         raise RuntimeError(f"llama.cpp could not load the draft model {plan.model_path}")
     n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
     why = None
-    if n_vocab != n_vocab_target:
+    if abs(n_vocab - n_vocab_target) > MAX_SIZE_DIFFERENCE:      # the service compared the texts before the load
         why = f"its vocabulary has {n_vocab} tokens, the model's {n_vocab_target}"
     elif L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model):
         why = "it is a recurrent model (its state cannot drop rejected tokens)"
@@ -204,4 +208,5 @@ def load_draft(layout: Layout, n_threads: int | None, n_vocab_target: int) -> Dr
     if not ctx:
         L.llama_model_free(model)
         raise RuntimeError("llama.cpp could not create the draft model's context (not enough memory?)")
-    return DraftModel(model, ctx, layout.n_parallel, max_tokens=plan.max_tokens, p_min=plan.p_min, name=plan.name)
+    return DraftModel(model, ctx, layout.n_parallel, max_tokens=plan.max_tokens, p_min=plan.p_min, name=plan.name,
+                      n_vocab_target=n_vocab_target)

@@ -206,7 +206,11 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         conn.close()
         return
     try:
-        draft = load_draft(layout, n_threads, loaded.n_vocab)     # speculative decoding's draft model, if any
+        with llama_log.capture_log() as lines:
+            draft = load_draft(layout, n_threads, loaded.n_vocab)     # speculative decoding's draft model, if any
+        if draft is not None:                 # what its buffers took, as one kind on each device
+            for dev, kinds in alloc_report.parse_buffer_lines(lines, [d.device_id for d in layout.devices]).items():
+                loaded.actual.setdefault(dev, {k: 0 for k in alloc_report.KINDS})["draft"] = sum(kinds.values())
     except Exception as e:
         send(P.LoadFailed(str(e) or type(e).__name__))
         conn.close()

@@ -112,11 +112,18 @@ SAMPLING_OPTIONS = {
     "presence_penalty": _number(-100, 100), "frequency_penalty": _number(-100, 100), "seed": _seed,
     "mirostat": _integer(0, 2), "mirostat_tau": _number(0), "mirostat_eta": _number(0),
 }
+def _model_name(key: str, v) -> str:
+    if not isinstance(v, str) or len(v) > 512:
+        raise _bad(key, f"must be a model name, got {v!r}")
+    return v.strip()
+
+
 # option name (= PlanOptions field) -> its check. These change how the model is loaded (another runner).
 LOAD_OPTIONS = {
     "num_ctx": _integer(1, 1 << 24), "num_batch": _integer(1, 1 << 16), "num_gpu": _num_gpu,
     "main_gpu": _integer(0, 64), "cpu_moe": _integer(0, 100000), "tensor_split": _tensor_split,
     "kv_type": _kv_type, "flash_attn": check_bool,
+    "draft": _model_name,           # speculative decoding's draft model (scheduling/draft.py checks it at load)
 }
 
 

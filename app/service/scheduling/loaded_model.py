@@ -52,6 +52,7 @@ class LoadedModel:
         self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
         self.runner_ended: str | None = None     # why its runner process ended (then its queue moves on)
         self.projector = None            # engine.gguf.projector.ProjectorInfo of its vision projector (or None)
+        self.draft = None                # (record, ModelInfo) of its draft model (the `draft` option), or None
 
     @property
     def predicted(self) -> dict[str, int]:
@@ -92,6 +93,11 @@ class LoadedModel:
             "pid": getattr(self.client, "pid", None),
             "prompt_cache": self.prompt_cache(),
             "context": dict(self.layout.context) if self.layout else {},
+            # speculative decoding's draft model: its name and planned bytes (in `predicted` as the kind "draft")
+            "draft": ({"model": self.layout.draft.name, "device": self.layout.draft.device_id,
+                       "weights": self.layout.draft.weights, "kv": self.layout.draft.kv,
+                       "compute": self.layout.draft.compute}
+                      if self.layout is not None and self.layout.draft is not None else None),
         }
 
     def prompt_cache(self) -> dict:

@@ -33,6 +33,7 @@ from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.projector import read_projector
 from app.ggml import rpc
 from app.engine.planner.options import CTX_STEP
+from app.engine.planner.draft import with_draft
 from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 from app.engine.layout.types import Layout, PlanOptions
 
@@ -42,6 +43,7 @@ from ..generation.options import RequestOptions, parse_ollama_options, plan_opti
 from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
+from .draft import check_draft
 from .keep_alive import DEFAULT, FOREVER, KeepAlive, parse_keep_alive
 from .loaded_model import Lease, LoadedModel
 
@@ -277,6 +279,7 @@ class Scheduler:
                     raise ApiError(503, "the service is shutting down")
                 # the vision projector's weights and image compute go into the plan (planner/projector.py)
                 model.projector = await self._projector_info(model)
+                model.draft = await self._draft_info(model)     # (record, info) of its draft model, or None
                 # LoRA adapters are the record's, applied by the runner after the load (not planned: small)
                 model.layout = self._with_projector(model, replace(
                     await self._place(model), lora_adapters=tuple(getattr(model.record, "adapters", ()) or ())))
@@ -354,6 +357,19 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - GGUFError, a file gone: the model cannot take images
             raise ApiError(500, f"model {model.name!r}: its vision projector {path} cannot be read: {e}") from None
 
+    async def _draft_info(self, model: LoadedModel):
+        """The draft model's (record, ModelInfo) when the options name one (`draft`), checked (scheduling/draft.py)."""
+        name = model.options.draft
+        if not name:
+            return None
+        return await check_draft(self.resolve, self.model_info, model.record.path, model.name, name)
+
+    @staticmethod
+    def _with_draft(model: LoadedModel, layout: Layout) -> Layout:
+        """`layout` with the draft model's weights, KV and compute planned (planner/draft.py), when it has one."""
+        d = getattr(model, "draft", None)
+        return with_draft(layout, d[1], d[0].name) if d is not None else layout
+
     @staticmethod
     def _with_projector(model: LoadedModel, layout: Layout) -> Layout:
         p = getattr(model, "projector", None)
@@ -375,6 +391,7 @@ class Scheduler:
                 model.options, layout = await self.plan_context(model.info, model.options,
                                                                 reserve_workers(subtract(inventory, used), used),
                                                                 model.asked_ctx)
+                layout = self._with_draft(model, layout)     # planned before load: llama.cpp's fit would not
                 if layout.fits:
                     log.info("loading %s with %s", model.name, layout.context.get("reason"))
                     return layout
@@ -423,6 +440,7 @@ class Scheduler:
             layout = None
             for n in candidates:
                 options, layout = await self.plan_context(model.info, replace(model.options, num_ctx=n), free, n)
+                layout = self._with_draft(model, layout)
                 if layout.fits:
                     break
             if layout is None or not layout.fits:

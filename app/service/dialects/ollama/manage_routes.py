@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from aiohttp import web
 
@@ -16,6 +17,7 @@ from ...generation.chat_features import facts_for
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
+from ...scheduling.draft import check_draft
 from ...store.modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
 from ...store.proxy import store_error, with_digest
 from . import transfer_routes as model_routes
@@ -120,7 +122,7 @@ async def show(request):
 async def create(request):
     """From a Modelfile (`modelfile`), or the newer fields (`from`, `parameters`, `template`, `system`).
     `from` is a model name or a GGUF path on this machine; `files` names GGUF blobs uploaded with POST /api/blobs."""
-    _, store, _ = _ctx(request)
+    scheduler, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     stream = field(body, "stream", bool, True)
@@ -165,6 +167,8 @@ async def create(request):
     if not from_:
         raise ApiError(400, "'from' (a model name or a GGUF path on this machine) or a 'modelfile' with FROM is "
                             "required", param="from")
+    if parameters.get("draft"):                      # PARAMETER draft <model>: refused now if it cannot draft
+        await _check_draft(scheduler, from_, name, parameters["draft"])
     try:
         adapters = tuple([str(await store.add_adapter(p)) for p in adapter_paths])
         record = await store.create(name, from_, parameters, template, system, license, adapters,
@@ -179,6 +183,18 @@ async def create(request):
     for s in statuses:
         await w.send(s)
     return await w.finish()
+
+
+async def _check_draft(scheduler, from_: str, name: str, draft: str) -> None:
+    """A 400 naming `draft` when the model `draft` is unknown or has another vocabulary than `from_` (a model name
+    or a GGUF path; an unknown `from_` is left to the store's own 404)."""
+    try:
+        target = (await scheduler.resolve(from_)).path
+    except ApiError:
+        target = Path(from_).expanduser()
+        if not target.is_file():
+            return
+    await check_draft(scheduler.resolve, scheduler.model_info, target, name, draft)
 
 
 def _license(body: dict) -> str | None:

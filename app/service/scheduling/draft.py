@@ -1,0 +1,31 @@
+"""A model's `draft` option (speculative decoding's draft model) checked before it is used: the model named must
+exist here and have the target's vocabulary (engine/gguf/vocab_match.py, read from both GGUFs' metadata, no
+load). A failed check is the client's 400 naming the `draft` field, at /api/create and at a load alike, so a
+draft model deleted or replaced since the Modelfile was written fails its request with a clear message and
+never reaches the runner.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from app.engine.gguf.vocab_match import vocab_mismatch
+
+from ..http.errors import ApiError
+
+
+async def check_draft(resolve, model_info, target_path, target_name: str, draft_name: str):
+    """The draft model's (record, ModelInfo) for `target_name` (`resolve`: name -> record, raising an ApiError;
+    `model_info`: path -> ModelInfo); ApiError 400 with param "draft" when it cannot draft for the target."""
+    try:
+        record = await resolve(draft_name)
+    except ApiError as e:
+        raise ApiError(400, f"draft: {e.message}", param="draft") from None
+    try:
+        why = await asyncio.to_thread(vocab_mismatch, target_path, record.path)
+        info = await model_info(record.path)
+    except Exception as e:  # noqa: BLE001 - GGUFError, a file gone since
+        raise ApiError(400, f"draft: model {draft_name!r} cannot be read: {e}", param="draft") from None
+    if why:
+        raise ApiError(400, f"draft: model {draft_name!r} cannot draft for {target_name!r}: the vocabularies "
+                            f"differ ({why})", param="draft")
+    return record, info
