@@ -43,6 +43,16 @@ def write_dense_llama(path, n_layer: int = 3, n_embd: int = 64, n_head: int = 4,
     return m.finish()
 
 
+def write_other_vocab_llama(path, token_id: int = 1000, seed: int = 3) -> Path:
+    """A dense llama (write_dense_llama's shapes) whose vocabulary is SmolLM2's with token `token_id`'s text
+    changed: the same size, another vocabulary (speculative decoding's draft check must refuse it)."""
+    key, tokens, vtype, item = next(k for k in smollm2_tokenizer_kv() if k[0] == "tokenizer.ggml.tokens")
+    edited = list(tokens)
+    edited[token_id] += "x"
+    with tokenizer_keys(extra=[(key, edited, vtype, item)]):
+        return write_dense_llama(path, seed=seed)
+
+
 def write_split_dense_llama(path, n_parts: int = 3, n_layer: int = 3, n_embd: int = 64, qtype: str | None = None,
                             seed: int = 3) -> list[Path]:
     """The dense llama model of write_dense_llama split into `n_parts` files named PATH_STEM-0000i-of-0000n.gguf

@@ -1,18 +1,10 @@
 """The `draft` option (speculative decoding's draft model) through the service: a Modelfile's `PARAMETER draft`, the
-/api/create checks (an unknown model, another vocabulary: a 400 naming `draft`), a reply drafted by the draft
-model, its bytes in the plan, `/api/ps` and the runner's reported allocations; and the plan alone (planner/draft.py)."""
+/api/create checks (an unknown model, another vocabulary: a 400 naming `draft`), a request's `options.draft`, a
+reply drafted by the draft model, its bytes in the plan, `/api/ps` and the runner's reported allocations."""
 from __future__ import annotations
-
-from dataclasses import replace
 
 import httpx
 import pytest
-
-from app.engine.gguf.model_info import read_model_info
-from app.engine.gguf.vocab_match import vocab_mismatch
-from app.engine.layout.types import DevicePlan
-from app.engine.planner.draft import with_draft
-from engine_util import cpu_layout
 
 BASE = "smollm2:135m"
 LIST = "Count: one, two, three, four, five, six, seven, eight, nine, ten. Again: one, two, three,"
@@ -20,38 +12,9 @@ LIST = "Count: one, two, three, four, five, six, seven, eight, nine, ten. Again:
 
 @pytest.fixture(scope="module")
 def other_vocab(tmp_path_factory):
-    """A loadable synthetic llama whose vocabulary differs from SmolLM2's in one token's text."""
-    from gguf_factory import tokenizer_keys, write_dense_llama
-    from gguf_writer import smollm2_tokenizer_kv
+    from gguf_factory import write_other_vocab_llama
 
-    key, tokens, vtype, item = next(k for k in smollm2_tokenizer_kv() if k[0] == "tokenizer.ggml.tokens")
-    edited = list(tokens)
-    edited[1000] = edited[1000] + "x"
-    with tokenizer_keys(extra=[(key, edited, vtype, item)]):
-        return write_dense_llama(tmp_path_factory.mktemp("vocab") / "other-vocab.gguf", seed=3)
-
-
-def test_vocab_match_is_llamas_rule(smollm2_path, other_vocab, dense_gguf):
-    assert vocab_mismatch(smollm2_path, smollm2_path) is None
-    assert vocab_mismatch(smollm2_path, dense_gguf) is None        # SmolLM2's tokenizer, other weights
-    why = vocab_mismatch(smollm2_path, other_vocab)
-    assert why and "token 1000" in why
-
-
-def test_the_plan_holds_the_draft_models_bytes(smollm2_path, dense_gguf):
-    target = cpu_layout(smollm2_path, num_ctx=1024, num_parallel=2)
-    info = read_model_info(dense_gguf)
-    lay = with_draft(target, info, "tiny")
-    d = lay.draft
-    assert d.model_path == str(info.path) and d.device_id == "CPU" and d.name == "tiny"
-    assert d.weights == info.weight_bytes > 0 and d.kv > 0 and d.compute > 0
-    cpu = lay.devices[0]
-    assert cpu.draft == d.total and cpu.total == target.devices[0].total + d.total
-    assert lay.fits
-    # a CPU budget the target fits but the draft does not: the layout does not fit, and says why
-    tight = replace(target, devices=(replace(target.devices[0], budget=target.devices[0].total + d.total - 1),))
-    squeezed = with_draft(tight, info, "tiny")
-    assert not squeezed.fits and any("draft model does not fit" in r for r in squeezed.reasons)
+    return write_other_vocab_llama(tmp_path_factory.mktemp("vocab") / "other-vocab.gguf")
 
 
 @pytest.fixture(scope="module")
