@@ -5,12 +5,12 @@ import json
 import sys
 from pathlib import Path
 
+from app.cli import configured
 from app.discovery import discover
 from app.engine.gguf.model_info import GGUFError, read_model_info
 from app.engine.planner.options import plan_layout, plan_options
 from app.engine.layout.types import KV_TYPES
 from app.format import format_bytes
-from app.service.store.model_store import ModelStore
 
 MiB = 1024 ** 2
 
@@ -43,7 +43,7 @@ def resolve_model(name: str) -> Path:
     if p.is_file():
         return p
     try:
-        return Path(ModelStore().resolve_path(name))
+        return Path(configured.store().resolve_path(name))
     except Exception as e:  # ModelNotFound, InvalidName: say so
         raise FileNotFoundError(f"{name}: not a file and not a model in the store ({e})") from None
 
@@ -67,7 +67,7 @@ def cmd_plan(args) -> int:
     try:
         path = resolve_model(args.model)
         info = read_model_info(path)
-        inv = discover(args.devices)
+        inv = discover(args.devices or configured.config().devices_json)
         split = None
         if args.tensor_split:
             try:
@@ -109,7 +109,7 @@ def cmd_plan(args) -> int:
 
 def cmd_devices(args) -> int:
     try:
-        inv = discover(args.devices)
+        inv = discover(args.devices or configured.config().devices_json)
     except ValueError as e:
         print(f"strata devices: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from app.cli import configured
 from app.engine.gguf.kv_shape import describe as describe_kv_shape
 from app.engine.gguf.model_info import GGUFError, ModelInfo
 from app.format import format_bytes, format_count, format_duration
@@ -110,7 +111,7 @@ def show_text(rec, info: ModelInfo) -> str:
 # ---- commands --------------------------------------------------------------------------------------------
 
 def _store() -> ModelStore:
-    return ModelStore()
+    return configured.store()
 
 
 def _fail(e: BaseException) -> int:

@@ -1,11 +1,10 @@
 """Device inventory: what llama.cpp can use here (ggml devices, in a child process), merged with NVML and host facts,
 plus the devices of the RPC workers named in STRATA_RPC / settings (app.discovery.remote), marked remote.
 
-`discover(sim_path=None) -> Inventory`. A simulated inventory comes from `sim_path` or `STRATA_DEVICES=path.json`.
+`discover(sim_path=None) -> Inventory`. A simulated inventory comes from `sim_path` (the config's STRATA_DEVICES).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from app.discovery import remote
@@ -36,7 +35,7 @@ def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cor
     """Pure merge of the three sources. GPUs are matched to NVML by PCI bus id, then UUID, then name (in order);
     NVML's free memory wins and both figures are kept. `cpu_features`: ggml's CPU backend features."""
     used_nvml: set[int] = set()
-    devices = []
+    devices: list[Device] = []
     for d in ggml_devices:
         kind = d.get("type", "gpu")
         if kind in ("cpu", "meta"):
@@ -81,10 +80,10 @@ def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cor
 
 
 def discover(sim_path: str | None = None) -> Inventory:
-    """The device inventory. `sim_path` (or STRATA_DEVICES) -> simulated inventory from JSON (ValueError if bad)."""
-    sim = sim_path or os.environ.get("STRATA_DEVICES")
-    if sim:
-        return load_simulated(sim)
+    """The device inventory. `sim_path` (the service's STRATA_DEVICES, read by its config) -> simulated inventory
+    from JSON (ValueError if bad)."""
+    if sim_path:
+        return load_simulated(sim_path)
     notes: list[str] = []
     workers, worker_notes = remote.configured_workers()
     workers, down = remote.reachable_workers(workers) if workers else ([], [])

@@ -24,6 +24,7 @@ from app.engine import protocol as P
 from app.engine import stderr_tail
 from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.layout.types import Layout
+from app.engine.runner_settings import RunnerSettings
 from app.engine.runner_watch import WatchLimits, judge, process_state
 from app.ggml import rpc
 
@@ -122,7 +123,8 @@ def _chat_facts(path: str):
 
 class RunnerClient:
     def __init__(self, layout: Layout, *, n_threads: int | None = None, model_name: str = "", log_dir=None,
-                 prompt_cache_bytes: int | None = None, watch: WatchLimits | None = None):
+                 prompt_cache_bytes: int | None = None, watch: WatchLimits | None = None,
+                 settings: RunnerSettings | None = None):
         self.layout = layout
         self.n_threads = n_threads
         self.model_name = model_name
@@ -130,6 +132,7 @@ class RunnerClient:
         # host RAM the runner may keep sequence states in (the prompt cache); accounted as its own memory kind
         self.prompt_cache_bytes = default_prompt_cache_bytes() if prompt_cache_bytes is None else prompt_cache_bytes
         self.watch = watch or WatchLimits()    # the service passes its config's; tests and benches the defaults
+        self.settings = settings or RunnerSettings()    # likewise: the child reads no STRATA_* variable itself
         self._last_sign = time.monotonic()      # the last message from the runner (set on the reader thread)
         self._work_since = time.monotonic()     # when requests started waiting, after a time without any
         self._beat: P.Heartbeat | None = None   # the runner's last heartbeat
@@ -172,7 +175,8 @@ class RunnerClient:
             self._stderr = stderr_tail.StderrTail()
         self._proc = mp.Process(target=_runner_process, name=f"strata-runner-{self.model_name or 'model'}",
                                 args=(child, self.layout.to_dict(), self.n_threads, self.model_name, self.log_dir,
-                                      self.prompt_cache_bytes, self._stderr and self._stderr.child_end, facts),
+                                      self.prompt_cache_bytes, self._stderr and self._stderr.child_end, facts,
+                                      self.settings),
                                 daemon=True)
         try:
             await self._loop.run_in_executor(None, self._proc.start)

@@ -62,7 +62,7 @@ def live(config: ServiceConfig, store: AsyncStore) -> Collaborators:
         cache_mib = config.prompt_cache_mib                 # -1: the engine's default share of available RAM
         return RunnerClient(layout, model_name=name,       # threads: layout.options.n_threads
                             prompt_cache_bytes=None if cache_mib < 0 else cache_mib << 20,
-                            watch=config.runner_watch)
+                            watch=config.runner_watch, settings=config.runner)
 
     async def digest(record):
         return await with_digest(store, record)

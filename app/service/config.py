@@ -25,14 +25,26 @@ Environment variables (all optional):
                        the limit is 20x what the model's measured steps predict for that batch (default 120)
   STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
   STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
+Passed down to every runner child (engine/runner_settings.RunnerSettings; the runner reads no variable itself):
+  STRATA_SPECULATIVE   speculative decoding: off (default), auto, on, or a longest draft (runner/batcher.speculation)
+  STRATA_STREAM_INTERVAL_MS  how long new text may be held before it is sent (default: 50 ms when every CPU
+                       computes, else 0; runner/output_thread.stream_interval_s)
+  STRATA_RUNNER_LOG    the runner's log level (default WARNING)
+Read elsewhere, each in one place, on purpose: STRATA_HOME and STRATA_USER_HOME (app/paths.py: where the settings
+file itself is, and the sandboxed home), STRATA_RPC (app/discovery/remote.py, over the settings file's rpc_workers:
+discovery runs below the service, for `strata devices` too), the pull's tuning knobs STRATA_PULL_PART_MIN /
+_STALL_S / _RETRIES (store/registry/download.py, for tests and benches) and the runner's test hooks STRATA_TEST_*
+(runner/testhooks.py, for tests only).
 """
 from __future__ import annotations
 
-import os
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from app import settings as settings_file
 from app.discovery.host import compute_threads
+from app.engine.runner_settings import RunnerSettings
 from app.engine.runner_watch import WatchLimits
 
 DEFAULT_HOST = "127.0.0.1"
@@ -76,7 +88,7 @@ def _port(text: str, whole: str) -> int:
     return port
 
 
-def _int_env(name: str, default: int, minimum: int = 0, env=os.environ) -> int:
+def _int_env(name: str, default: int, minimum: int = 0, *, env: Mapping[str, str]) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -89,17 +101,28 @@ def _int_env(name: str, default: int, minimum: int = 0, env=os.environ) -> int:
     return v
 
 
-def _float_env(name: str, default: float, env=os.environ) -> float:
+def _float_env(name: str, default: float, *, env: Mapping[str, str], unit: str = "seconds") -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
         v = float(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+        raise ConfigError(f"{name} must be a number of {unit}, got {raw!r}") from None
     if not v >= 0:
         raise ConfigError(f"{name} must be >= 0, got {raw!r}")
     return v
+
+
+def _runner_settings(env: Mapping[str, str]) -> RunnerSettings:
+    raw = (env.get("STRATA_STREAM_INTERVAL_MS") or "").strip()
+    level = (env.get("STRATA_RUNNER_LOG") or "WARNING").strip().upper()
+    if not isinstance(logging.getLevelName(level), int):
+        raise ConfigError(f"STRATA_RUNNER_LOG must be a log level (DEBUG, INFO, WARNING, ERROR), got {level!r}")
+    return RunnerSettings(speculative=(env.get("STRATA_SPECULATIVE") or "").strip(),
+                          stream_interval_ms=_float_env("STRATA_STREAM_INTERVAL_MS", 0.0, env=env,
+                                                                unit="milliseconds") if raw else None,
+                          log_level=level)
 
 
 def _environment() -> dict:
@@ -145,6 +168,7 @@ class ServiceConfig:
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
     runner_watchdog_s: float = 8.0             # heartbeat silence that means frozen; 0 = no watchdog
     runner_step_floor_s: float = 120.0         # a step may always run this long (runner_watch.WatchLimits)
+    runner: RunnerSettings = RunnerSettings()  # what every runner child is told at start (speculation, ...)
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceConfig":
@@ -171,6 +195,7 @@ class ServiceConfig:
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
             runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 8.0, env=env),
             runner_step_floor_s=_float_env("STRATA_RUNNER_STEP_FLOOR", 120.0, env=env),
+            runner=_runner_settings(env),
         )
         return replace(cfg, **overrides) if overrides else cfg
 

@@ -108,8 +108,10 @@ def test_scanned_folders_follow_the_setting(strata_home, clean_env, tmp_path):
     assert sources(True) == {"lmstudio", "huggingface"}
     assert sources(("lmstudio",)) == {"lmstudio"}
     assert sources(()) == set()
-    clean_env.setenv("STRATA_EXTERNAL_MODELS", "huggingface")      # the environment narrows it further
-    assert sources(True) == {"huggingface"}
+    settings.save({"external_sources": ["lmstudio"]})
+    assert sources(ServiceConfig.from_env().external_sources) == {"lmstudio"}
+    clean_env.setenv("STRATA_EXTERNAL_MODELS", "huggingface")      # the environment wins over the file
+    assert sources(ServiceConfig.from_env().external_sources) == {"huggingface"}
 
 
 def test_strata_serve_listens_where_the_settings_file_says(strata_home, clean_env, tmp_path):

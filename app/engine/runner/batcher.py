@@ -569,13 +569,13 @@ DEFAULT_SPECULATION = "off"
 
 
 def speculation(model, setting: str | None = None, draft_model: bool = False) -> tuple[bool, int, bool]:
-    """(on, longest draft, gate drafts by their measured speed) for this runner, from `setting` (else STRATA_SPECULATIVE,
-    else DEFAULT_SPECULATION): "auto" drafts while steps with drafts measure faster than steps without
-    (draft_policy.DraftGate); "on" always drafts (tests); "off"/"0" never drafts; a number is "auto" with that
-    longest draft. Off for a recurrent or hybrid model: its state cannot drop the rejected tokens by position.
-    With a draft model (the model's `draft` option) it is on unless the setting says off: the user chose it."""
-    raw = (setting if setting is not None else os.environ.get("STRATA_SPECULATIVE", "")).strip().lower()
-    raw = raw or ("on" if draft_model else DEFAULT_SPECULATION)
+    """(on, longest draft, gate drafts by their measured speed) for this runner, from `setting` (the service's
+    STRATA_SPECULATIVE, app/engine/runner_settings.py; empty: DEFAULT_SPECULATION): "auto" drafts while steps with
+    drafts measure faster than steps without (draft_policy.DraftGate); "on" always drafts (tests); "off"/"0" never
+    drafts; a number is "auto" with that longest draft. Off for a recurrent or hybrid model: its state cannot drop
+    the rejected tokens by position. With a draft model (the model's `draft` option) it is on unless the setting
+    says off: the user chose it."""
+    raw = (setting or "").strip().lower() or ("on" if draft_model else DEFAULT_SPECULATION)
     if raw in ("off", "0", "false", "no", "none"):
         return False, 0, False
     if L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model):

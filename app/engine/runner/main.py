@@ -34,6 +34,7 @@ from app.engine.runner.media import Media
 from app.engine.runner.output import Vocab
 from app.engine.runner.output_thread import stream_interval_s
 from app.engine.runner.testhooks import Hooks
+from app.engine.runner_settings import RunnerSettings
 
 log = logging.getLogger("strata.runner")
 
@@ -181,17 +182,20 @@ def _warm_up(model, ctx) -> None:
 
 
 def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str = "", log_dir: str | None = None,
-                prompt_cache_bytes: int = 0, stderr_end: InheritedFd | None = None, chat_facts=None):
+                prompt_cache_bytes: int = 0, stderr_end: InheritedFd | None = None, chat_facts=None,
+                settings: RunnerSettings | None = None):
     """The runner process: route logs, load, then serve the Connection until Shutdown or the parent leaves.
     `chat_facts`: the model's ChatFacts as the parent read them from the GGUF (template choice, family, turn stops;
-    None: the GGUF's own template, no family markup); the runner never reads them itself."""
+    None: the GGUF's own template, no family markup); the runner never reads them itself. `settings`: what the
+    service's config read from the environment for runners (app/engine/runner_settings.py)."""
+    settings = settings or RunnerSettings()
     adopt_as_stderr(stderr_end)
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
         f = open(os.path.join(log_dir, f"runner-{os.getpid()}.log"), "a", buffering=1)
         os.dup2(f.fileno(), 2)
         sys.stderr = f
-    logging.basicConfig(level=os.environ.get("STRATA_RUNNER_LOG", "WARNING"),
+    logging.basicConfig(level=settings.log_level,
                         format=f"runner[{model_name or os.getpid()}] %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(0.0005)   # the context thread must get the GIL back quickly after llama_decode
     send = _Sender(conn)
@@ -221,10 +225,11 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, chat_facts)
     batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
                       prompt_cache_bytes=prompt_cache_bytes,
-                      stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx)),
+                      stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx),
+                                                        settings.stream_interval_ms),
                       checkpoints=layout.options.ctx_checkpoints,
                       checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
-                      warmup_s=warmup_s, media=media, draft=draft)
+                      warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative)
     admission.media = media
     admission.mark_last_user = batcher.placement.checkpoints.enabled
     heartbeat.state = batcher.step_state

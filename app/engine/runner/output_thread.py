@@ -7,7 +7,6 @@ every request, and tokenizes embedding inputs. See docs/architecture.md, "Runner
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import time
 
@@ -27,16 +26,13 @@ log = logging.getLogger("strata.engine")
 BUSY_STREAM_INTERVAL_S = 0.050
 
 
-def stream_interval_s(gpu_devices, n_threads: int, cpus: int | None = None) -> float:
-    """How long a sequence's new text may be held before it is sent: STRATA_STREAM_INTERVAL_MS when set (0 = every
-    token), else BUSY_STREAM_INTERVAL_S when the model computes on the CPU with a thread on every CPU this process
-    may use, else 0 (a spare CPU, or a GPU doing the work, absorbs the per-token cost)."""
-    raw = os.environ.get("STRATA_STREAM_INTERVAL_MS", "").strip()
-    if raw:
-        try:
-            return max(0.0, float(raw)) / 1000
-        except ValueError:
-            log.warning("STRATA_STREAM_INTERVAL_MS=%r is not a number of milliseconds; ignored", raw)
+def stream_interval_s(gpu_devices, n_threads: int, setting_ms: float | None = None, cpus: int | None = None) -> float:
+    """How long a sequence's new text may be held before it is sent: `setting_ms` when set (the service's
+    STRATA_STREAM_INTERVAL_MS; 0 = every token), else BUSY_STREAM_INTERVAL_S when the model computes on the CPU
+    with a thread on every CPU this process may use, else 0 (a spare CPU, or a GPU doing the work, absorbs the
+    per-token cost)."""
+    if setting_ms is not None:
+        return max(0.0, setting_ms) / 1000
     busy = not gpu_devices and n_threads >= (cpus or cpu_cores())
     return BUSY_STREAM_INTERVAL_S if busy else 0.0
 

@@ -9,7 +9,9 @@ STRATA_TEST_HANG_MARKER="..."                         a prompt equal to this str
                                                       inside its decode step for ever (the heartbeat goes on), like
                                                       a driver call that never returns.
 STRATA_TEST_NO_SHIFT=1                                pretend the KV cache cannot shift (tests the re-process path).
-Nothing here is active unless a test sets these variables.
+Nothing here is active unless a test sets these variables. They stay environment variables on purpose, the only
+ones the runner reads itself: they are for tests alone (no user setting belongs here), so they skip the service's
+config (app/service/config.py) and the RunnerSettings it passes down (app/engine/runner_settings.py).
 """
 from __future__ import annotations
 

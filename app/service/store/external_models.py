@@ -7,9 +7,10 @@
 - Hugging Face cache: ~/.cache/huggingface/hub (or $HF_HUB_CACHE, $HF_HOME/hub):
             models--ORG--REPO/snapshots/REV/**.gguf (symlinks into blobs/, named by the file's sha256).
 
-`STRATA_USER_HOME` replaces the home directory (tests point it at a fixture tree; the environment overrides
-above are then ignored so a test never sees the real machine). `STRATA_EXTERNAL_MODELS=0` turns discovery off,
-`STRATA_EXTERNAL_MODELS=ollama,lmstudio` keeps only those; the settings file's choice comes in as `sources`.
+`STRATA_USER_HOME` replaces the home directory (app.paths.sandboxed_home: tests point it at a fixture tree; the
+environment overrides above are then ignored so a test never sees the real machine). Which apps are scanned comes
+in as `sources` (the service's config: `STRATA_EXTERNAL_MODELS=0` turns discovery off,
+`STRATA_EXTERNAL_MODELS=ollama,lmstudio` keeps only those, else the settings file's choice).
 Split GGUFs (`-00001-of-00003.gguf`) and vision projectors (mmproj) are skipped: they are not a model alone. A
 projector is paired with the model it belongs to instead: Ollama's `application/vnd.ollama.image.projector` layer, or
 an `*mmproj*.gguf` beside the model file (LM Studio, Hugging Face; F16 preferred, then Q8_0, then the first).
@@ -23,9 +24,9 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from app.paths import sandboxed_home
 from app.service.store.names import InvalidName, sanitize_name
 from app.service.store.registry.reference import canonical_name
-from app.settings import SettingsError, parse_sources
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,12 @@ class ExternalModel:
 
 
 def user_home() -> Path:
-    h = os.environ.get("STRATA_USER_HOME")
-    return Path(h) if h else Path.home()
+    return sandboxed_home() or Path.home()
 
 
 def _env_dir(var: str) -> Path | None:
-    if os.environ.get("STRATA_USER_HOME"):
+    """Another app's own variable (OLLAMA_MODELS, ...), except in a sandboxed home."""
+    if sandboxed_home():
         return None                      # a sandboxed home: the real machine's settings do not apply
     v = os.environ.get(var)
     return Path(v) if v else None
@@ -232,13 +233,10 @@ def sibling_projector(model: Path) -> Path | None:
 
 
 def discover_external(home: Path | None = None, sources=SOURCES) -> list[ExternalModel]:
-    """Every external GGUF found in `sources` (of SOURCES; STRATA_EXTERNAL_MODELS narrows them further), names
-    unique (the first found keeps a name; later ones get a suffix)."""
-    try:
-        wanted = set(sources) & set(parse_sources(os.environ.get("STRATA_EXTERNAL_MODELS")))
-    except SettingsError as e:
-        log.warning("%s", e)
-        wanted = set()
+    """Every external GGUF found in `sources` (of SOURCES: the service's config passes its external_sources,
+    STRATA_EXTERNAL_MODELS over the settings file), names unique (the first found keeps a name; later ones get a
+    suffix)."""
+    wanted = set(sources)
     found: list[ExternalModel] = []
     try:
         if "ollama" in wanted:

@@ -15,6 +15,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import LoadError, RequestError, RunnerClient, RunnerError
+from app.engine.runner_settings import RunnerSettings
 from engine_util import cancel_stream, cpu_layout
 
 _ids = itertools.count()
@@ -158,9 +159,8 @@ def test_cancellation_frees_the_slot(loop, runner):
 
 def test_a_cancelled_decode_logs_no_error(loop, smollm2_path, monkeypatch, tmp_path):
     # a client's Stop aborts the running llama_decode; llama.cpp reports that at ERROR, the runner must not
-    monkeypatch.setenv("STRATA_RUNNER_LOG", "DEBUG")
     c = RunnerClient(cpu_layout(smollm2_path, num_ctx=2048, num_parallel=1, n_batch=512), n_threads=1,
-                     log_dir=tmp_path)
+                     log_dir=tmp_path, settings=RunnerSettings(log_level="DEBUG"))
     run(loop, c.start())
     log_file = tmp_path / f"runner-{c.pid}.log"
     words = " ".join(f"item{i}" for i in range(900))          # > 2,000 tokens: four 512-token decodes
@@ -465,10 +465,10 @@ def test_runner_keeps_one_openmp_team(loop, smollm2_path):
     assert threads_after_generating(3) - threads_after_generating(1) == 2
 
 
-def _tiny_runner(loop, path, monkeypatch, **env):
-    for k, v in env.items():
+def _tiny_runner(loop, path, monkeypatch, settings: RunnerSettings | None = None, **env):
+    for k, v in env.items():                      # the runner's test hooks (STRATA_TEST_*) read the environment
         monkeypatch.setenv(k, v)
-    c = RunnerClient(cpu_layout(path, num_ctx=64, num_parallel=1, n_batch=64), n_threads=1)
+    c = RunnerClient(cpu_layout(path, num_ctx=64, num_parallel=1, n_batch=64), n_threads=1, settings=settings)
     run(loop, c.start())
     return c
 
@@ -564,7 +564,7 @@ def test_load_failure_is_a_clear_error(loop, tmp_path):
 
 
 def test_new_text_is_held_for_the_stream_interval(loop, smollm2_path, monkeypatch):
-    """STRATA_STREAM_INTERVAL_MS holds new text up to that long (what a runner computing on every CPU does by itself,
+    """STRATA_STREAM_INTERVAL_MS (RunnerSettings.stream_interval_ms) holds new text up to that long (what a runner computing on every CPU does by itself,
     50 ms): the first token still goes at once, later ones travel together, and every token is counted once."""
     def req(**kw):
         return P.GenerateRequest(id=rid(), prompt="Once upon a time", raw=True, sampling=greedy(), num_predict=24,
@@ -572,7 +572,7 @@ def test_new_text_is_held_for_the_stream_interval(loop, smollm2_path, monkeypatc
 
     runs = {}
     for ms in ("0", "100000"):          # 100 s: after the first token, everything is held until the end
-        c = _tiny_runner(loop, smollm2_path, monkeypatch, STRATA_STREAM_INTERVAL_MS=ms)
+        c = _tiny_runner(loop, smollm2_path, monkeypatch, RunnerSettings(stream_interval_ms=float(ms)))
         try:
             runs[ms] = run(loop, collect(c, req())), run(loop, collect(c, req(logprobs=True, top_logprobs=2)))
         finally:
@@ -589,14 +589,11 @@ def test_new_text_is_held_for_the_stream_interval(loop, smollm2_path, monkeypatc
             assert sum(len(e.logprobs) for e in tokens0) == 24
 
 
-def test_stream_interval_by_default_only_when_every_cpu_computes(monkeypatch):
+def test_stream_interval_by_default_only_when_every_cpu_computes():
     from app.engine.runner.output_thread import BUSY_STREAM_INTERVAL_S, stream_interval_s
 
-    monkeypatch.delenv("STRATA_STREAM_INTERVAL_MS", raising=False)
     assert stream_interval_s((), n_threads=2, cpus=2) == BUSY_STREAM_INTERVAL_S
     assert stream_interval_s((), n_threads=1, cpus=2) == 0.0            # a spare CPU absorbs the per-token work
     assert stream_interval_s(("CUDA0",), n_threads=16, cpus=16) == 0.0  # the GPU computes
-    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "0")
-    assert stream_interval_s((), n_threads=2, cpus=2) == 0.0
-    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "12.5")
-    assert stream_interval_s(("CUDA0",), n_threads=1, cpus=2) == 0.0125
+    assert stream_interval_s((), n_threads=2, setting_ms=0.0, cpus=2) == 0.0          # the setting wins
+    assert stream_interval_s(("CUDA0",), n_threads=1, setting_ms=12.5, cpus=2) == 0.0125

@@ -14,6 +14,7 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
+from app.engine.runner_settings import RunnerSettings
 from app.engine.runner.draft_policy import TRIAL_STEPS, VETO_MIN, AcceptanceRate, DraftGate, StepCosts
 from app.engine.runner.ngram_draft import NgramDrafter
 from engine_util import cancel_stream, cpu_layout
@@ -86,16 +87,9 @@ def loop():
 
 
 def start(loop, path, **layout):
-    saved = os.environ.get("STRATA_SPECULATIVE")
-    os.environ["STRATA_SPECULATIVE"] = "on"          # read by the runner process at start
-    try:
-        c = RunnerClient(cpu_layout(path, **layout), n_threads=1, model_name="spec")
-        run(loop, c.start())
-    finally:
-        if saved is None:
-            os.environ.pop("STRATA_SPECULATIVE", None)
-        else:
-            os.environ["STRATA_SPECULATIVE"] = saved
+    c = RunnerClient(cpu_layout(path, **layout), n_threads=1, model_name="spec",
+                     settings=RunnerSettings(speculative="on"))
+    run(loop, c.start())
     return c
 
 
@@ -265,16 +259,19 @@ def server(tmp_path_factory, smollm2_path):
     from service_util import store_factory
 
     saved = os.environ.get("STRATA_SPECULATIVE")
-    os.environ["STRATA_SPECULATIVE"] = "on"          # the runner, spawned at the first request, reads it
+    os.environ["STRATA_SPECULATIVE"] = "on"          # read once by the config, which passes it to every runner
+    try:
+        cfg = ServiceConfig.from_env(port=0, n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m")
+    finally:
+        if saved is None:
+            os.environ.pop("STRATA_SPECULATIVE", None)
+        else:
+            os.environ["STRATA_SPECULATIVE"] = saved
+    assert cfg.runner.speculative == "on"
     home = tmp_path_factory.mktemp("svc-spec")
-    svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m"),
-                        store_factory=store_factory(home)).start()
+    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
     yield svc
     svc.stop()
-    if saved is None:
-        os.environ.pop("STRATA_SPECULATIVE", None)
-    else:
-        os.environ["STRATA_SPECULATIVE"] = saved
 
 
 def test_draft_counts_in_ollama_openai_metrics_and_the_chat_line(server):

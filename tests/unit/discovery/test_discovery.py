@@ -38,8 +38,10 @@ def test_discover_this_machine(monkeypatch):
 
 
 def test_simulated_from_env_and_argument(monkeypatch):
-    monkeypatch.setenv("STRATA_DEVICES", str(SIM / "two_24gb.json"))
-    inv = discover()
+    from app.service.config import ServiceConfig
+
+    monkeypatch.setenv("STRATA_DEVICES", str(SIM / "two_24gb.json"))    # read once, by the config
+    inv = discover(ServiceConfig.from_env().devices_json)
     assert inv.simulated and [d.id for d in inv.gpus] == ["CUDA0", "CUDA1"]
     assert inv.gpus[0].free == int(23.5 * GiB) and inv.gpus[0].total == 24 * GiB
     assert discover(str(SIM / "one_6gb.json")).gpus[0].total == 6 * GiB     # the argument wins

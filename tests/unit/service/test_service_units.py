@@ -162,6 +162,27 @@ def test_config_from_env(monkeypatch):
         ServiceConfig.from_env()
 
 
+def test_config_reads_the_runner_settings_once_and_passes_them_down(monkeypatch):
+    """STRATA_SPECULATIVE, STRATA_STREAM_INTERVAL_MS and STRATA_RUNNER_LOG are read here, not in the runner child:
+    the config's RunnerSettings is what every RunnerClient hands its child."""
+    for var in ("STRATA_SPECULATIVE", "STRATA_STREAM_INTERVAL_MS", "STRATA_RUNNER_LOG"):
+        monkeypatch.delenv(var, raising=False)
+    c = ServiceConfig.from_env()
+    assert (c.runner.speculative, c.runner.stream_interval_ms, c.runner.log_level) == ("", None, "WARNING")
+    monkeypatch.setenv("STRATA_SPECULATIVE", "auto")
+    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "12.5")
+    monkeypatch.setenv("STRATA_RUNNER_LOG", "debug")
+    c = ServiceConfig.from_env()
+    assert (c.runner.speculative, c.runner.stream_interval_ms, c.runner.log_level) == ("auto", 12.5, "DEBUG")
+    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "soon")
+    with pytest.raises(ConfigError, match="STRATA_STREAM_INTERVAL_MS must be a number of milliseconds"):
+        ServiceConfig.from_env()
+    monkeypatch.setenv("STRATA_STREAM_INTERVAL_MS", "0")
+    monkeypatch.setenv("STRATA_RUNNER_LOG", "chatty")
+    with pytest.raises(ConfigError, match="STRATA_RUNNER_LOG"):
+        ServiceConfig.from_env()
+
+
 def test_host_header_rules_block_dns_rebinding():
     g = Guard(ServiceConfig(origins=("https://app.example.com",)))
     for ok in ("localhost:11434", "127.0.0.1:11434", "[::1]:11434", "10.0.0.5", "foo.localhost", "app.example.com",

@@ -314,8 +314,11 @@ def test_store_names_shadow_external_ones(store, other_apps, tiny):
     assert len(recs) == 1 and recs[0].source == "store"
 
 
-def test_discovery_can_be_turned_off(store, other_apps, monkeypatch):
-    monkeypatch.setenv("STRATA_EXTERNAL_MODELS", "0")
+def test_discovery_can_be_turned_off(other_apps, monkeypatch):
+    from app.service.config import ServiceConfig
+
+    monkeypatch.setenv("STRATA_EXTERNAL_MODELS", "0")   # read by the config, which tells the store
+    store = ModelStore(discover_external=ServiceConfig.from_env().external_sources)
     assert [r.name for r in store.list()] == ["smollm2:135m"]
     with pytest.raises(ModelNotFound):
         store.get("tiny:q8")

@@ -1,0 +1,17 @@
+"""What a runner child is told at start instead of reading the environment.
+
+The service reads its STRATA_* variables once (app/service/config.py) and hands a RunnerSettings to every
+RunnerClient, which passes it to the child with the layout; the runner reads no variable of its own (only the
+test hooks, runner/testhooks.py, which exist for tests and stay environment-driven). Tests and benches that start
+a RunnerClient directly pass one, or get the defaults.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    speculative: str = ""                     # STRATA_SPECULATIVE: "" = the runner's default (batcher.speculation)
+    stream_interval_ms: float | None = None   # STRATA_STREAM_INTERVAL_MS: None = from the devices (output_thread)
+    log_level: str = "WARNING"                # STRATA_RUNNER_LOG: the runner's Python log level
