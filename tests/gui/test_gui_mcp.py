@@ -1,11 +1,16 @@
 """Tools from MCP servers in the chat, end to end: an MCP server written here (stdio, the official `mcp` SDK),
 configured in the Settings dialog's mcpServers JSON, turned on for a chat from its Tools menu; the real tools
 model (Qwen2.5-Coder-0.5B) calls it, the user is asked first (allow once / always / deny), the result is saved as
-a tool message and the model answers. A server that cannot start is an error in the chat, and the chat goes on."""
+a tool message and the model answers. A server that cannot start is an error in the chat, and the chat goes on.
+The same over streamable HTTP: an MCPServer app served by uvicorn on loopback (port 0) in this process, reached by
+its `url`: listed and called through app/gui/mcp_tools.py, and used by the model in the chat."""
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -29,6 +34,55 @@ def secret_word() -> str:
 server.run()
 '''
 QWEN = "qwen-coder:latest"
+
+
+class HttpMcpServer:
+    """An MCP server over streamable HTTP on 127.0.0.1 (a port the OS picks), in a thread of this process: the
+    official SDK's MCPServer as a Starlette app under uvicorn. `url` is its endpoint; stop() ends it."""
+
+    def __init__(self):
+        import uvicorn
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        server = MCPServer("web-tools")
+
+        @server.tool()
+        def secret_word() -> str:
+            """Return today's secret word. Call this whenever the user asks for the secret word."""
+            return "MANGO-7"
+
+        @server.tool()
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+        @server.tool()
+        def fail() -> str:
+            """Always fails (a ToolError: its text goes to the client; any other exception's stays on the server)."""
+            raise ToolError("the web tool broke")
+
+        self.uvicorn = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=0,
+                                                     log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.uvicorn.run, name="mcp-http", daemon=True)
+        self.thread.start()
+        end = time.monotonic() + 60
+        while not self.uvicorn.started:
+            assert self.thread.is_alive() and time.monotonic() < end, "the MCP HTTP server did not start"
+            time.sleep(0.02)
+        port = self.uvicorn.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def http_mcp():
+    server = HttpMcpServer()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +206,39 @@ def test_a_server_that_cannot_start_is_an_error_in_the_chat(qtbot, desk):
     qtbot.waitUntil(lambda: not chat.busy and chat.transcript.messages[-1].role == "assistant", timeout=WAIT)
     errors = [m.content for m in desk.history.messages(chat.conversation.id) if m.role == "error"]
     assert errors and "“broken” did not start" in errors[0] and "strata-no-such-mcp-server" in errors[0]
+
+
+def test_streamable_http_server_listed_and_called(http_mcp):
+    """What the chat does with a `url` server, through mcp_tools (no model): list its tools with their schemas,
+    call one with arguments, get a tool's failure as an error result; a server not there fails, never hangs."""
+    from app.gui.mcp_tools import call_tool, describe_error, list_tools, parse_config
+
+    specs = parse_config({"mcpServers": {"web": {"url": http_mcp.url},
+                                         "gone": {"url": "http://127.0.0.1:9/mcp"}}})
+    tools = {t.name: t for t in asyncio.run(list_tools(specs["web"]))}
+    assert set(tools) == {"secret_word", "add", "fail"} and all(t.server == "web" for t in tools.values())
+    assert tools["add"].parameters["properties"].keys() == {"a", "b"}
+    assert tools["add"].as_api_tool()["function"]["name"] == "add"
+    assert asyncio.run(call_tool(specs["web"], "secret_word", {})) == ("MANGO-7", False)
+    assert asyncio.run(call_tool(specs["web"], "add", {"a": 2, "b": 40})) == ("42", False)
+    text, is_error = asyncio.run(call_tool(specs["web"], "fail", {}))
+    assert is_error and "the web tool broke" in text
+    with pytest.raises(BaseException) as e:
+        asyncio.run(list_tools(specs["gone"], timeout=30))
+    assert describe_error(e.value) != "it did not answer in time", describe_error(e.value)   # refused, not hung
+
+
+def test_a_real_model_calls_a_streamable_http_mcp_tool(qtbot, desk, http_mcp):
+    chat = desk.chat
+    configure(qtbot, desk, {"web": {"url": http_mcp.url}})
+    chat.new_chat()
+    use_tool_server(qtbot, chat, "web")
+    chat.send("What is the secret word? Use the secret_word tool.")
+    box = permission_asked(qtbot, desk)
+    assert "secret_word" in box.text() and "web" in box.text()
+    click(qtbot, box.findChild(type(box.defaultButton()), "allowOnce"))
+    answer_every_question(qtbot, desk, "deny")
+    msgs = desk.history.messages(chat.conversation.id)
+    assert [m.role for m in msgs[:3]] == ["user", "assistant", "tool"], [(m.role, m.content) for m in msgs]
+    assert msgs[1].blocks["tool_calls"][0]["function"]["name"] == "secret_word"
+    assert msgs[2].content == "MANGO-7" and msgs[2].blocks == {"tool_name": "secret_word", "is_error": False}
