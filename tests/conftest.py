@@ -95,6 +95,18 @@ def strata_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(scope="module")
+def live_service(tmp_path_factory):
+    """Starts real services on loopback for a test module: `live_service(n_threads=1, num_ctx=1024, ...)` ->
+    a started ServiceThread (ServiceConfig fields as keywords; `config=`, `home=`, `store=` for the rest;
+    service_util.LiveServices). Each stops at the end of the module, or of `with live_service.running(...)`."""
+    from service_util import LiveServices
+
+    services = LiveServices(tmp_path_factory)
+    yield services
+    services.stop_all()
+
+
 @pytest.fixture(scope="session")
 def smollm2_path():
     from app.engine.gguf.builtin_model import builtin_model_path

@@ -21,29 +21,17 @@ from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
 from gui_util import (
     SHORT, WAIT, answer_box, answer_text, click_menu, dialog_of, open_menu_bar, open_popup, press,
 )
-from service_util import store_factory
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("gui-actions")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=2, num_ctx=2048,
-                                      keep_alive="10m"), store_factory=store_factory(home))
-    svc.start()
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return live_service(n_threads=2, num_parallel=2, num_ctx=2048, keep_alive="10m")
 
 
-def own_service(tmp_path):
+def own_service(live_service, tmp_path):
     """A service of the test's own, for the tests that quit (the app stops the service it hosts)."""
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=1), store_factory=store_factory(tmp_path))
-    return svc.start()
+    svc = live_service(n_threads=1, home=tmp_path)
+    return svc
 
 
 def api(url, path, body=None):

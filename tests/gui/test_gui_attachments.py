@@ -13,10 +13,8 @@ from gui_util import SHORT, WAIT, chat_service, click, dialog_of, open_desk
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    svc = chat_service(tmp_path_factory, "gui-attach")
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return chat_service(live_service)
 
 
 @pytest.fixture

@@ -12,10 +12,8 @@ from gui_util import (SHORT, WAIT, answer_box, answer_text, chat_service, click,
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    svc = chat_service(tmp_path_factory, "gui-chat")
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return chat_service(live_service)
 
 
 @pytest.fixture

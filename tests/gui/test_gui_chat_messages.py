@@ -20,10 +20,8 @@ CODE = "Here it is:\n\n```python\ndef add(a, b):\n    return a + b  # sum\n```\n
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    svc = chat_service(tmp_path_factory, "gui-messages")
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return chat_service(live_service)
 
 
 @pytest.fixture

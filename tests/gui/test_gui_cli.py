@@ -42,11 +42,8 @@ def test_gui_is_a_registered_command():
     assert args.url == "http://127.0.0.1:9" and args.no_tray
 
 
-def test_gui_without_a_display_says_when_a_service_already_listens(strata_home):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    with ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0)) as svc:
+def test_gui_without_a_display_says_when_a_service_already_listens(live_service, strata_home):
+    with live_service.running() as svc:
         env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
         env["STRATA_HOST"] = f"127.0.0.1:{svc.port}"
         out = subprocess.run([sys.executable, "-m", "app", "gui"], env=env, capture_output=True, text=True,

@@ -12,16 +12,13 @@ import urllib.request
 import pytest
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from service_util import start_service_in
 
 WAIT = 180_000     # ms: generous bounds for a loaded CI machine; tests finish far sooner
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    svc = start_service_in(tmp_path_factory.mktemp("service-home"), n_threads=2, num_parallel=2, num_ctx=2048)
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return live_service(n_threads=2, num_parallel=2, num_ctx=2048)
 
 
 def api(service, path, body=None):

@@ -15,21 +15,11 @@ from PySide6.QtWidgets import QApplication, QDialogButtonBox, QFileDialog, QLine
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
 from gui_util import SHORT, WAIT, answer_box, answer_text, click, click_menu, dialog_of, open_menu_bar
-from service_util import store_factory
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("gui-manager")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=1024,
-                                      keep_alive="10m"), store_factory=store_factory(home))
-    svc.start()
-    svc.home = home
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return live_service(n_threads=2, num_parallel=1, num_ctx=1024, keep_alive="10m")
 
 
 def api(url, path, body=None, method=None):
@@ -93,12 +83,10 @@ def test_every_model_is_listed_with_its_facts(qtbot, manager, tmp_path):
     assert m.buttons["delete"].toolTip().startswith(f"{MODEL} is the built-in model")
 
 
-def test_models_from_other_apps_are_listed_read_only_and_say_why(qtbot, service, tmp_path):
+def test_models_from_other_apps_are_listed_read_only_and_say_why(qtbot, live_service, service, tmp_path):
     """An LM Studio model in the (sandboxed) home: listed with its source; rename and delete explain why not;
     copy gives it a name of one's own."""
     from app.gui.desktop import Desktop
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
     from app.service.store.model_store import ModelStore
     from gguf_factory import write_dense_llama
 
@@ -106,9 +94,9 @@ def test_models_from_other_apps_are_listed_read_only_and_say_why(qtbot, service,
     lm.mkdir(parents=True)
     write_dense_llama(lm / "tiny-lm.gguf")
     home = tmp_path / "svc"
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=1),
-                        store_factory=lambda: ModelStore(db_path=home / "strata.db", models_dir=home / "models",
-                                                         discover_external=True)).start()
+    svc = live_service(n_threads=1, home=home, store=lambda: ModelStore(db_path=home / "strata.db",
+                                                                         models_dir=home / "models",
+                                                                         discover_external=True))
     d = Desktop(svc.url, use_tray=False, poll_ms=300)
     qtbot.addWidget(d.chat)
     try:

@@ -17,7 +17,6 @@ import pytest
 from PySide6.QtTest import QTest
 
 from gui_util import SHORT, WAIT, click, click_menu, dialog_of, open_popup
-from service_util import store_factory
 
 SERVER = '''
 from mcp.server.mcpserver import MCPServer
@@ -86,19 +85,12 @@ def http_mcp():
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, qwen_coder_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("gui-mcp")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=4096,
-                                      keep_alive="10m"), store_factory=store_factory(home))
-    svc.start()
+def service(live_service, qwen_coder_path):
+    svc = live_service(n_threads=2, num_parallel=1, num_ctx=4096, keep_alive="10m")
     body = json.dumps({"path": str(qwen_coder_path), "model": "qwen-coder", "stream": False}).encode()
     urllib.request.urlopen(urllib.request.Request(svc.url + "/api/import", data=body,
                                                   headers={"Content-Type": "application/json"}), timeout=600).read()
     yield svc
-    svc.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import urllib.request
 import pytest
 
 from gguf_variants import write_llama
-from service_util import start_service_in
 
 WAIT = 180_000
 THINK_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor -%}"
@@ -17,15 +16,14 @@ THINK_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.conten
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    svc = start_service_in(tmp_path_factory.mktemp("service-home"), n_threads=1, num_parallel=1, num_ctx=1024)
+def service(live_service, tmp_path_factory, smollm2_path):
+    svc = live_service(n_threads=1, num_parallel=1, num_ctx=1024)
     path = write_llama(tmp_path_factory.mktemp("thinker") / "thinker.gguf", template=THINK_TEMPLATE, n_layer=2)
     body = json.dumps({"model": "thinker:test", "from": str(path), "stream": False}).encode()
     req = urllib.request.Request(svc.url + "/api/create", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         assert r.status == 200
     yield svc
-    svc.stop()
 
 
 def test_thinking_is_its_own_collapsed_block(qtbot, service, strata_home):

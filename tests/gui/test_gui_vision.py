@@ -18,25 +18,19 @@ from PySide6.QtWidgets import QLabel
 
 from gui_util import WAIT
 from mmproj_factory import write_mlp_projector
-from service_util import store_factory
 
 VISION = "smollm2-vision:latest"
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
+def service(live_service, tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("gui-vision")
     mmproj = write_mlp_projector(home / "mmproj.gguf")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=1024,
-                                      keep_alive="10m"), store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=2, num_parallel=1, num_ctx=1024, keep_alive="10m", home=home)
     r = httpx.post(svc.url + "/api/create", json={"model": VISION, "from": str(smollm2_path),
                                                   "projector": str(mmproj), "stream": False}, timeout=120)
     assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 def test_attach_drop_and_paste_images_then_send(qtbot, service, tmp_path):

@@ -12,20 +12,11 @@ from PySide6.QtWidgets import QPushButton
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
 from gui_util import SHORT, WAIT, choose, click, press, type_into
-from service_util import store_factory
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    home = tmp_path_factory.mktemp("gui-whatif")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=2048),
-                        store_factory=store_factory(home))
-    svc.start()
-    yield svc
-    svc.stop()
+def service(live_service, smollm2_path):
+    return live_service(n_threads=2, num_parallel=1, num_ctx=2048)
 
 
 @pytest.fixture

@@ -119,17 +119,10 @@ def type_into(widget, text: str) -> None:
     QTest.keyClicks(edit, text)
 
 
-def chat_service(tmp_path_factory, name: str):
-    """A started service on SmolLM2 for the chat window's tests (2 threads, one slot, 2048 tokens), its data in a
-    fresh folder; stop() it when done."""
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-    from service_util import store_factory
-
-    home = tmp_path_factory.mktemp(name)
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=2, num_parallel=1, num_ctx=2048,
-                                      keep_alive="10m"), store_factory=store_factory(home))
-    return svc.start()
+def chat_service(live_service):
+    """The service the chat window's tests share (SmolLM2: 2 threads, one slot, 2048 tokens), started by the
+    `live_service` fixture (its data in a fresh folder, stopped at the end of the module)."""
+    return live_service(n_threads=2, num_parallel=1, num_ctx=2048, keep_alive="10m")
 
 
 def open_desk(qtbot, url: str, num_predict: int):

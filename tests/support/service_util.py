@@ -1,8 +1,9 @@
 """Helpers shared by the service tests that drive a real server on loopback."""
 from __future__ import annotations
 
-import os
 import time
+from contextlib import contextmanager
+from dataclasses import replace
 
 
 def wait_for(cond, timeout=120.0, what="condition"):
@@ -25,23 +26,40 @@ def store_factory(home):
     return make
 
 
-def start_service_in(home, **config):
-    """A started ServiceThread (ServiceConfig.from_env(host="127.0.0.1", port=0, **config)) whose data lives under
-    `home` and whose "user home" (where other apps' models are looked for) is `home/user-home`, never the real
-    ~/.ollama: both variables are set only while the service reads its configuration and starts."""
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
+class LiveServices:
+    """What the `live_service` fixture (tests/conftest.py) hands a test module: `live_service(**fields)` starts a
+    service on 127.0.0.1, port 0, with `ServiceConfig(**fields)` (or `config` with `fields` replaced), its store in
+    a fresh folder (`home`, also `svc.home`; `store` a store factory of the test's own) that never looks at other
+    apps' models; every service it started stops at the end of the module. `with live_service.running(...)` gives
+    one that stops at the end of the block, for a test that needs a server of its own."""
 
-    saved = {k: os.environ.get(k) for k in ("STRATA_HOME", "STRATA_USER_HOME")}
-    os.environ["STRATA_HOME"] = str(home)
-    os.environ["STRATA_USER_HOME"] = str(home / "user-home")
-    try:
-        svc = ServiceThread(ServiceConfig.from_env(host="127.0.0.1", port=0, **config))
-        svc.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return svc
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
+        self._started = []
+
+    def __call__(self, config=None, *, home=None, store=None, **fields):
+        from app.service.config import ServiceConfig
+        from app.service.server import ServiceThread
+
+        home = home if home is not None else self._tmp.mktemp("service-home")
+        if config is None:
+            config = ServiceConfig(**{"host": "127.0.0.1", "port": 0, **fields})
+        elif fields:
+            config = replace(config, **fields)
+        svc = ServiceThread(config, store_factory=store or store_factory(home))
+        svc.home = home
+        self._started.append(svc)
+        return svc.start()
+
+    @contextmanager
+    def running(self, config=None, **kw):
+        svc = self(config, **kw)
+        try:
+            yield svc
+        finally:
+            svc.stop()
+
+    def stop_all(self):
+        for svc in reversed(self._started):
+            svc.stop()
+        self._started.clear()

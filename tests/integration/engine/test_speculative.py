@@ -253,10 +253,8 @@ def test_synthetic_model_greedy_identity(loop, dense_gguf):
 
 # ---- the counts in every dialect ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
+def server(live_service, smollm2_path):
     from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-    from service_util import store_factory
 
     saved = os.environ.get("STRATA_SPECULATIVE")
     os.environ["STRATA_SPECULATIVE"] = "on"          # read once by the config, which passes it to every runner
@@ -268,10 +266,7 @@ def server(tmp_path_factory, smollm2_path):
         else:
             os.environ["STRATA_SPECULATIVE"] = saved
     assert cfg.runner.speculative == "on"
-    home = tmp_path_factory.mktemp("svc-spec")
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
-    yield svc
-    svc.stop()
+    return live_service(cfg)
 
 
 def test_draft_counts_in_ollama_openai_metrics_and_the_chat_line(server):

@@ -14,29 +14,24 @@ import openai
 import pytest
 
 from app.engine.runner.placement import END_BACKOFF
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 from app.service.store.model_store import ModelStore
 from gguf_factory import write_family
-from service_util import store_factory, wait_for
+from service_util import wait_for
 
 FAMILIES = ("mamba", "rwkv7", "qwen3next", "lfm2", "granitehybrid")
 TURNS = 10
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(live_service, tmp_path_factory):
     home = tmp_path_factory.mktemp("svc-checkpoints")
     src = tmp_path_factory.mktemp("ckpt-ggufs")
     store = ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
     for name in FAMILIES:
         store.import_gguf(write_family(name, src), name=f"ck-{name}")
     # room for 10 turns and the reply reserve: a prompt that leaves too little grows the context (a reload)
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=2048, num_parallel=2, keep_alive="10m", prompt_cache_mib=16,
-                        max_loaded_models=1)
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
-    yield svc
-    svc.stop()
+    return live_service(n_threads=1, num_ctx=2048, num_parallel=2, keep_alive="10m", prompt_cache_mib=16,
+                        max_loaded_models=1, home=home)
 
 
 def words(turn: int) -> str:

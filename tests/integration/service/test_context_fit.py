@@ -17,20 +17,16 @@ import ollama
 import openai
 import pytest
 
-from service_util import store_factory, wait_for
+from service_util import wait_for
 
 MODEL = "smollm2:135m"
 CTX = 256
 TINY = {"num_predict": 2, "temperature": 0, "seed": 1}
 
 
-def _start(home, **config):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=CTX, num_parallel=1, keep_alive="10m", prompt_cache_mib=0,
-                        gpu_margin_mib=0, **config)
-    return ServiceThread(cfg, store_factory=store_factory(home)).start()
+def _start(live_service, home, **config):
+    return live_service(n_threads=1, num_ctx=CTX, num_parallel=1, keep_alive="10m", prompt_cache_mib=0,
+                        gpu_margin_mib=0, **config, home=home)
 
 
 @pytest.fixture(scope="module")

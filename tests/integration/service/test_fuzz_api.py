@@ -24,9 +24,6 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
-from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "25"))
@@ -37,13 +34,8 @@ SKIP = {("GET", "/api/events")}      # a stream that never ends by design; it ta
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    home = tmp_path_factory.mktemp("svc-fuzz")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=2, keep_alive="10m", max_body=256 * 1024,
-                        max_queue=16)
-    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
-    yield svc
-    svc.stop()
+def server(live_service, smollm2_path):
+    return live_service(n_threads=1, num_ctx=512, num_parallel=2, keep_alive="10m", max_body=256 * 1024, max_queue=16)
 
 
 def _cap_generation(path: str, body: dict) -> dict:

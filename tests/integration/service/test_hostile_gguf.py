@@ -20,8 +20,6 @@ import httpx
 import numpy as np
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 
 VALUE_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}   # GGUF scalar types
 STRING, ARRAY = 8, 9
@@ -246,14 +244,8 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(home, smollm2_path, good_model):
-    def store():
-        from app.service.store.model_store import ModelStore
-
-        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
-
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=256, num_parallel=1, keep_alive=0)
-    svc = ServiceThread(cfg, store_factory=store).start()
+def server(live_service, home, smollm2_path, good_model):
+    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive=0, home=home)
     # a model whose stored file the load test overwrites: from a copy, since the store hard-links its source
     victim_src = home / "victim-source.gguf"
     shutil.copyfile(good_model, victim_src)
@@ -261,7 +253,6 @@ def server(home, smollm2_path, good_model):
                    timeout=60)
     assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 @pytest.fixture()

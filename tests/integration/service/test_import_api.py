@@ -10,20 +10,15 @@ import urllib.request
 
 import pytest
 
-from service_util import store_factory, wait_for
+from service_util import wait_for
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
+def server(live_service, tmp_path_factory):
     home = tmp_path_factory.mktemp("import-home")
-    svc = ServiceThread(ServiceConfig(host="127.0.0.1", port=0, n_threads=1), store_factory=store_factory(home))
-    svc.start()
+    svc = live_service(n_threads=1, home=home)
     svc.home = home
     yield svc
-    svc.stop()
 
 
 def post(server, path, body):

@@ -15,12 +15,9 @@ import ollama
 import pytest
 from gguf_factory import write_dense_llama
 from registry_fixture import MEDIA, Registry, digest_of
-from service_util import store_factory
 
-from app.service.config import ServiceConfig
 from app.service.dialects.ollama.schema import parameter_size
 from app.service.store.registry.reference import canonical_name
-from app.service.server import ServiceThread
 from app.service.store.model_store import ModelStore
 
 BUILTIN = "smollm2:135m"
@@ -33,11 +30,8 @@ def home(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def service(home):
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
-    yield svc
-    svc.stop()
+def service(live_service, home):
+    return live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +184,8 @@ def _ollama_folder(user_home: Path, registry: Registry, repo: str, tag: str, ggu
         {"mediaType": MEDIA["model"], "digest": d, "size": len(gguf)}]}))
 
 
-def test_a_read_only_model_is_answered_and_a_newer_one_stored_beside_it(tmp_path, registry, strata_home):
+def test_a_read_only_model_is_answered_and_a_newer_one_stored_beside_it(live_service, tmp_path, registry,
+                                                                       strata_home):
     import os
 
     user_home = Path(os.environ["STRATA_USER_HOME"])
@@ -202,7 +197,7 @@ def test_a_read_only_model_is_answered_and_a_newer_one_stored_beside_it(tmp_path
     def make():
         return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=("ollama",))
 
-    svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=256, num_parallel=1), store_factory=make).start()
+    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, home=home, store=make)
     try:
         c = ollama.Client(host=svc.url, timeout=120)
         name = f"{registry.host}/me/ext:v1"

@@ -10,21 +10,14 @@ import ollama
 import openai
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
-from service_util import store_factory
 
 MODEL = "smollm2:135m"
 USER = "Name three things you can find in a kitchen, and say why a cook needs each of them. Be brief."
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    home = tmp_path_factory.mktemp("svc-prompt-cache")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", prompt_cache_mib=32)
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
-    yield svc
-    svc.stop()
+def server(live_service, smollm2_path):
+    return live_service(n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", prompt_cache_mib=32)
 
 
 @pytest.fixture(scope="module")

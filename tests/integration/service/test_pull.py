@@ -15,10 +15,8 @@ import ollama
 import pytest
 from gguf_factory import write_dense_llama
 from registry_fixture import Registry
-from service_util import store_factory, wait_for
+from service_util import wait_for
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 
 PART = 4_000_000                     # STRATA_PULL_PART_MIN: a 27 MB model is fetched in 7 parallel ranges
 
@@ -29,12 +27,11 @@ def home(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def service(home):
+def service(live_service, home):
     old = {k: os.environ.get(k) for k in ("STRATA_PULL_PART_MIN", "STRATA_PULL_RETRIES")}
     os.environ["STRATA_PULL_PART_MIN"] = str(PART)
     os.environ["STRATA_PULL_RETRIES"] = "4"
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
     yield svc
     svc.stop()
     for k, v in old.items():

@@ -14,10 +14,7 @@ import ollama
 import pytest
 from gguf_factory import write_dense_llama, write_minimal, write_split_dense_llama
 from registry_fixture import Registry, digest_of
-from service_util import store_factory
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 from repo_paths import ROOT
 
 ENV = {"STRATA_PULL_PART_MIN": "4000000", "HF_TOKEN": "hf_test_token"}
@@ -36,12 +33,11 @@ def home(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def service(home, registry, tmp_path_factory):
+def service(live_service, home, registry, tmp_path_factory):
     env = {**ENV, "HF_ENDPOINT": registry.url, "HF_HOME": str(tmp_path_factory.mktemp("hf-cache"))}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
     yield svc
     svc.stop()
     for k, v in old.items():

@@ -26,7 +26,6 @@ import ollama
 import openai
 import pytest
 
-from service_util import start_service_in
 
 MODEL = "qwen-coder:test"
 WEATHER_PARAMS = {"type": "object", "properties": {
@@ -59,14 +58,12 @@ def valid(name: str, arguments) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, qwen_coder_path):
-    home = tmp_path_factory.mktemp("svc-qwen")
-    svc = start_service_in(home, num_ctx=4096, num_parallel=2, keep_alive="10m", max_body=1024 * 1024)
+def server(live_service, qwen_coder_path):
+    svc = live_service(num_ctx=4096, num_parallel=2, keep_alive="10m", max_body=1024 * 1024)
     with httpx.Client(base_url=svc.url, timeout=300) as c:
         r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False})
         assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from gguf_factory import write_qwen3_reranker
-from service_util import store_factory
 
 QUERY = "Which river flows through Paris?"
 DOCS = ["The Seine flows through Paris.", "Bananas are rich in potassium.", "Paris is the capital of France.",
@@ -17,19 +16,14 @@ DOCS = ["The Seine flows through Paris.", "Bananas are rich in potassium.", "Par
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
+def server(live_service, tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("rerank")
     path = write_qwen3_reranker(home / "tiny-reranker.gguf")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", prompt_cache_mib=0)
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", prompt_cache_mib=0, home=home)
     r = httpx.post(svc.url + "/api/create", json={"model": "reranker", "from": str(path), "stream": False},
                    timeout=120)
     assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 def _post(server, path, **body):

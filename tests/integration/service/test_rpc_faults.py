@@ -12,10 +12,8 @@ import ollama
 import pytest
 
 from app.ggml import rpc
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 from rpc_util import Worker, start_workers
-from service_util import store_factory, wait_for
+from service_util import wait_for
 
 MODEL = "smollm2:135m"
 
@@ -29,12 +27,10 @@ def workers(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, workers, smollm2_path):
+def server(live_service, workers, smollm2_path):
     old = os.environ.get("STRATA_RPC")
     os.environ["STRATA_RPC"] = ",".join(w.endpoint for w in workers)     # read by discovery in the service
-    home = tmp_path_factory.mktemp("svc-rpc")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m")
     yield svc
     svc.stop()
     if old is None:

@@ -20,9 +20,6 @@ import pytest
 
 from app.engine import stderr_tail
 from app.engine.runner.testhooks import ABORT_MESSAGE
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
-from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 ABORT_MARKER = "__strata_test_abort__"
@@ -32,13 +29,11 @@ DEADLINE = 120.0        # seconds any single call may take before the test calls
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
+def server(live_service, smollm2_path):
     # read by the runner when it is spawned (multiprocessing passes the parent's environment)
     old = os.environ.get("STRATA_TEST_ABORT_MARKER")
     os.environ["STRATA_TEST_ABORT_MARKER"] = ABORT_MARKER
-    home = tmp_path_factory.mktemp("svc-faults")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=2048, num_parallel=3, keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=2048, num_parallel=3, keep_alive="10m")
     yield svc
     svc.stop()
     if old is None:
@@ -361,13 +356,12 @@ def test_delete_while_planning_leaves_no_runner_behind(server):
         _wait(lambda: _runner_children() == before, "no runner left behind for the deleted model", timeout=30)
 
 
-def test_a_stopped_runner_is_noticed_and_its_queue_served(tmp_path):
+def test_a_stopped_runner_is_noticed_and_its_queue_served(live_service, tmp_path):
     """A runner stopped with SIGSTOP (a frozen process; a driver can hang one the same way), with the default
     watchdog: the two requests it was serving get a 500 naming the model and the freeze, the one queued behind
     them is served by the reloaded model, and so is the next request."""
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m")
-    assert cfg.runner_watchdog_s > 0                          # the default watchdog is on
-    svc = ServiceThread(cfg, store_factory=_store_factory(tmp_path)).start()
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", home=tmp_path)
+    assert svc.config.runner_watchdog_s > 0                   # the default watchdog is on
     try:
         with httpx.Client(base_url=svc.url, timeout=DEADLINE) as c:
             pid = _loaded_pid(c)
@@ -406,13 +400,12 @@ def test_a_stopped_runner_is_noticed_and_its_queue_served(tmp_path):
         svc.stop()
 
 
-def test_a_runner_stuck_in_one_step_is_killed_by_its_step_limit(tmp_path, monkeypatch):
+def test_a_runner_stuck_in_one_step_is_killed_by_its_step_limit(live_service, tmp_path, monkeypatch):
     """The heartbeat goes on but one decode step never returns (a test hook hangs the context thread in it, like
     a driver call that does not come back): past the step limit (a small floor here; the measured prediction of
     SmolLM2's steps is far below it) the runner is killed and the request gets a 500 that says it was stuck."""
     monkeypatch.setenv("STRATA_TEST_HANG_MARKER", HANG_MARKER)     # read by the runner when it is spawned
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", runner_step_floor_s=5)
-    svc = ServiceThread(cfg, store_factory=_store_factory(tmp_path)).start()
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", runner_step_floor_s=5, home=tmp_path)
     try:
         with httpx.Client(base_url=svc.url, timeout=DEADLINE) as c:
             pid = _loaded_pid(c)

@@ -12,24 +12,19 @@ import os
 import httpx
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
-from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
+def server(live_service, tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("svc-security")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=1, keep_alive="1m")
-    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=512, num_parallel=1, keep_alive="1m", home=home)
     svc.home = home
     # one model of our own to try to delete/overwrite/copy through refused requests
     r = httpx.post(svc.url + "/api/create", json={"model": "mine", "from": MODEL, "stream": False}, timeout=60)
     assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 @pytest.fixture()
@@ -105,9 +100,9 @@ def test_local_origins_are_allowed(http, origin):
     assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == origin
 
 
-def test_configured_origin_allows_only_itself(tmp_path, smollm2_path):
-    cfg = ServiceConfig(port=0, n_threads=1, origins=("https://app.example.com",))
-    with ServiceThread(cfg, store_factory=_store_factory(tmp_path)) as svc, httpx.Client(base_url=svc.url) as c:
+def test_configured_origin_allows_only_itself(live_service, smollm2_path):
+    with live_service.running(n_threads=1, origins=("https://app.example.com",)) as svc, \
+            httpx.Client(base_url=svc.url) as c:
         assert c.get("/api/tags", headers={"Origin": "https://app.example.com"}).status_code == 200
         for other in ("https://evil.example", "http://app.example.com", "https://app.example.com.evil.example",
                       "https://sub.app.example.com"):
@@ -250,9 +245,8 @@ def _every_route(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def test_api_key_is_needed_everywhere_but_version(tmp_path, smollm2_path):
-    cfg = ServiceConfig(port=0, n_threads=1, api_key="k3y-Secret")
-    with ServiceThread(cfg, store_factory=_store_factory(tmp_path)) as svc, \
+def test_api_key_is_needed_everywhere_but_version(live_service, smollm2_path):
+    with live_service.running(n_threads=1, api_key="k3y-Secret") as svc, \
             httpx.Client(base_url=svc.url, timeout=60) as c:
         good = {"Authorization": "Bearer k3y-Secret"}
         doc = c.get("/api/openapi.json", headers=good).json()

@@ -15,10 +15,7 @@ import ollama
 import openai
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 from gguf_variants import write_llama
-from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 WEATHER = {"type": "function", "function": {
@@ -37,10 +34,8 @@ TINY = {"temperature": 0, "seed": 1}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    home = tmp_path_factory.mktemp("svc-agents")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", max_body=256 * 1024)
-    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
+def server(live_service, tmp_path_factory, smollm2_path):
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", max_body=256 * 1024)
     models = tmp_path_factory.mktemp("agent-models")
     with httpx.Client(base_url=svc.url, timeout=120) as c:
         for name, path in (
@@ -50,7 +45,6 @@ def server(tmp_path_factory, smollm2_path):
             r = c.post("/api/create", json={"model": name, "from": str(path), "stream": False})
             assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,14 @@ import ollama
 import openai
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
-from service_util import store_factory as _store_factory
 
 MODEL = "smollm2:135m"
 TINY = {"num_predict": 6, "temperature": 0, "seed": 1}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    home = tmp_path_factory.mktemp("svc-api")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", max_body=64 * 1024)
-    svc = ServiceThread(cfg, store_factory=_store_factory(home)).start()
-    yield svc
-    svc.stop()
+def server(live_service, smollm2_path):
+    return live_service(n_threads=1, num_ctx=1024, num_parallel=2, keep_alive="10m", max_body=64 * 1024)
 
 
 @pytest.fixture(scope="module")
@@ -445,9 +438,8 @@ def test_origins_and_host_header(http):
     assert r.status_code == 403 and "Host" in r.json()["error"]
 
 
-def test_api_key(tmp_path, smollm2_path):
-    cfg = ServiceConfig(port=0, n_threads=1, api_key="s3cret")
-    with ServiceThread(cfg, store_factory=_store_factory(tmp_path)) as svc:
+def test_api_key(live_service, smollm2_path):
+    with live_service.running(n_threads=1, api_key="s3cret") as svc:
         with httpx.Client(base_url=svc.url) as c:
             assert c.get("/api/version").status_code == 200             # open, like Ollama's
             r = c.get("/api/tags")

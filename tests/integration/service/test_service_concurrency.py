@@ -12,8 +12,6 @@ import httpx
 import ollama
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 from service_util import wait_for as _wait_for
 
 MODEL = "smollm2:135m"
@@ -21,20 +19,10 @@ SLOTS, MAX_QUEUE = 4, 12
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    home = tmp_path_factory.mktemp("svc-conc")
-
-    def store():
-        from app.service.store.model_store import ModelStore
-
-        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
-
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=SLOTS, max_queue=MAX_QUEUE,
-                        keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=store).start()
+def server(live_service, smollm2_path):
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=SLOTS, max_queue=MAX_QUEUE, keep_alive="10m")
     httpx.post(svc.url + "/api/generate", json={"model": MODEL}, timeout=120)      # load once for the module
     yield svc
-    svc.stop()
 
 
 def _strata(url: str) -> dict:

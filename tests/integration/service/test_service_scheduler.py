@@ -12,8 +12,6 @@ import httpx
 import ollama
 import pytest
 
-from app.service.config import ServiceConfig
-from app.service.server import ServiceThread
 from service_util import wait_for as _wait_for
 
 MODEL = "smollm2:135m"
@@ -45,19 +43,12 @@ def _predicted(info) -> int:
     return sum(d.total for d in lay.devices)
 
 
-def _start(tmp, name: str, host_avail: int) -> ServiceThread:
+def _start(live_service, tmp, name: str, host_avail: int):
     home = tmp / name
     home.mkdir()
     (home / "devices.json").write_text(json.dumps(_inventory(host_avail)))
-
-    def store():
-        from app.service.store.model_store import ModelStore
-
-        return ModelStore(db_path=home / "strata.db", models_dir=home / "models", discover_external=False)
-
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=NUM_CTX, num_parallel=SLOTS, keep_alive="10m",
-                        devices_json=str(home / "devices.json"))
-    svc = ServiceThread(cfg, store_factory=store).start()
+    svc = live_service(n_threads=1, num_ctx=NUM_CTX, num_parallel=SLOTS, keep_alive="10m",
+                       devices_json=str(home / "devices.json"), home=home)
     httpx.post(svc.url + "/api/copy", json={"source": MODEL, "destination": "second"}).raise_for_status()
     return svc
 
@@ -70,21 +61,19 @@ def info(smollm2_path):
 
 
 @pytest.fixture(scope="module")
-def roomy(tmp_path_factory, info):
-    svc = _start(tmp_path_factory.mktemp("sched"), "roomy", 64 * 1024 * MiB)
+def roomy(live_service, tmp_path_factory, info):
+    svc = _start(live_service, tmp_path_factory.mktemp("sched"), "roomy", 64 * 1024 * MiB)
     yield svc
-    svc.stop()
 
 
 @pytest.fixture(scope="module")
-def one_model_box(tmp_path_factory, info):
+def one_model_box(live_service, tmp_path_factory, info):
     """Host RAM for exactly one copy of the model, by the planner's own prediction (margins included)."""
     need = _predicted(info)
     avail = next(a for a in range(need, 16 * need, need // 8) if _fits(info, a))
     assert not _fits(info, avail - need), "two copies must not fit"
-    svc = _start(tmp_path_factory.mktemp("sched"), "one-model", avail)
+    svc = _start(live_service, tmp_path_factory.mktemp("sched"), "one-model", avail)
     yield svc
-    svc.stop()
 
 
 def _loaded(svc) -> dict[str, dict]:
@@ -150,8 +139,8 @@ def test_busy_model_is_not_evicted_under_its_request(one_model_box):
     assert other.done and set(_loaded(svc)) == {"second:latest"}
 
 
-def test_failed_load_answers_every_waiter(tmp_path, smollm2_path):
-    svc = _start(tmp_path, "tiny", 64 * MiB)                             # nothing fits in 64 MiB
+def test_failed_load_answers_every_waiter(live_service, tmp_path, smollm2_path):
+    svc = _start(live_service, tmp_path, "tiny", 64 * MiB)                 # nothing fits in 64 MiB
     try:
         results: list = [None] * 3
 
@@ -184,8 +173,8 @@ def test_dead_runner_is_replaced_on_next_request(roomy):
     assert r.done and _loaded(roomy)[MODEL]["strata"]["pid"] != pid
 
 
-def test_cold_start_concurrent_requests_and_unload_on_shutdown(tmp_path, smollm2_path):
-    svc = _start(tmp_path, "shutdown", 64 * 1024 * MiB)       # fresh server: nothing cached, nothing loaded
+def test_cold_start_concurrent_requests_and_unload_on_shutdown(live_service, tmp_path, smollm2_path):
+    svc = _start(live_service, tmp_path, "shutdown", 64 * 1024 * MiB)    # fresh: nothing cached, nothing loaded
     c = ollama.Client(host=svc.url)
     threads = [threading.Thread(target=c.generate, kwargs=dict(model=MODEL, prompt="Hi", options={"num_predict": 1}))
                for _ in range(3)]
@@ -245,12 +234,10 @@ def test_new_load_options_reload_an_idle_model(roomy):
     assert m["context_length"] == 256 and m["strata"]["layout"]["n_ctx"] == 256 * SLOTS
 
 
-def test_max_loaded_models(tmp_path, smollm2_path):
-    from dataclasses import replace
-
-    svc = _start(tmp_path, "max1", 64 * 1024 * MiB)
+def test_max_loaded_models(live_service, tmp_path, smollm2_path):
+    svc = _start(live_service, tmp_path, "max1", 64 * 1024 * MiB)
     svc.stop()
-    svc = ServiceThread(replace(svc.config, port=0, max_loaded_models=1), store_factory=svc._store_factory).start()
+    svc = live_service(svc.config, port=0, max_loaded_models=1, home=svc.home)
     try:
         c = ollama.Client(host=svc.url)
         c.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})

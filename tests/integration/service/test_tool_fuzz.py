@@ -37,8 +37,6 @@ from gguf import GGUFValueType
 from app.engine.chat.formats import format_for
 from gguf_factory import tokenizer_keys, write_dense_llama
 from gguf_writer import smollm2_tokenizer_kv, template_text
-from service_util import start_service_in
-from repo_paths import TEMPLATES
 
 N_PER_FAMILY = int(os.environ.get("STRATA_TOOL_FUZZ_REQUESTS", "20"))
 SEED = int(os.environ.get("STRATA_TOOL_FUZZ_SEED", "2024"))
@@ -156,11 +154,9 @@ def rand_tools(rng: random.Random) -> list[dict]:
 # ---- the service and the run ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def fuzz_service(tmp_path_factory, smollm2_path):
-    home = tmp_path_factory.mktemp("svc-tool-fuzz")
+def fuzz_service(live_service, tmp_path_factory, smollm2_path):
     models = tmp_path_factory.mktemp("tool-fuzz-models")
-    svc = start_service_in(home, num_ctx=2048, num_parallel=2, keep_alive="10m", max_loaded_models=2,
-                           max_body=1024 * 1024)
+    svc = live_service(num_ctx=2048, num_parallel=2, keep_alive="10m", max_loaded_models=2, max_body=1024 * 1024)
     ids = {}
     with httpx.Client(base_url=svc.url, timeout=300) as c:
         for fam, (template, _) in FAMILIES.items():
@@ -173,7 +169,6 @@ def fuzz_service(tmp_path_factory, smollm2_path):
             shown = c.post("/api/show", json={"model": f"fuzz-{fam}:test"}).json()
             assert "tools" in shown["capabilities"], (fam, shown["capabilities"])
     yield svc, ids
-    svc.stop()
 
 
 class Tally:

@@ -18,7 +18,6 @@ import pytest
 from PIL import Image
 
 from mmproj_factory import write_mlp_projector
-from service_util import store_factory
 
 VISION, TEXT = "smollm2-vision:latest", "smollm2-text:latest"
 NO_REPLY = {"num_predict": 3, "temperature": 0}
@@ -55,20 +54,15 @@ BAD = {"not an image": b"this is not an image", "truncated": png()[:60],
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, smollm2_path):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
+def server(live_service, tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("vision")
     mmproj = write_mlp_projector(home / "mmproj-synthetic.gguf")
-    cfg = ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m")
-    svc = ServiceThread(cfg, store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m", home=home)
     for name, extra in ((VISION, {"projector": str(mmproj)}), (TEXT, {})):
         r = httpx.post(svc.url + "/api/create", json={"model": name, "from": str(smollm2_path), "stream": False,
                                                       **extra}, timeout=120)
         assert r.status_code == 200, r.text
     yield svc
-    svc.stop()
 
 
 def test_show_lists_vision_and_the_projector(server):

@@ -16,22 +16,17 @@ from PIL import Image
 from gguf_factory import write_dense_llama
 from mmproj_factory import write_mlp_projector
 from registry_fixture import MEDIA, Registry
-from service_util import store_factory
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-
+def setup(live_service, tmp_path_factory):
     home = tmp_path_factory.mktemp("vision-pull")
     reg = Registry().start()
     model = write_dense_llama(home / "m.gguf", n_embd=64).read_bytes()
     proj = write_mlp_projector(home / "mmproj.gguf", n_embd_text=64).read_bytes()
     reg.add_model("library/tinyvision", "latest", model, extra_layers=[
         {"mediaType": MEDIA["projector"], "digest": reg.add_blob(proj), "size": len(proj)}])
-    svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m"),
-                        store_factory=store_factory(home)).start()
+    svc = live_service(n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m", home=home)
     yield svc, reg
     svc.stop()
     reg.stop()
@@ -51,11 +46,9 @@ def test_pulled_projector_makes_a_vision_model(setup):
     assert r.done and r.prompt_eval_count > 16
 
 
-def test_hugging_face_pull_takes_the_repos_projector(tmp_path, monkeypatch):
+def test_hugging_face_pull_takes_the_repos_projector(live_service, tmp_path, monkeypatch):
     """A Hub repository (the stand-in on loopback, through huggingface_hub) with a Q8_0 model and two projectors:
     the F16 projector comes along (no projector of the model's quantization), and the model takes an image."""
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
 
     reg = Registry().start()
     try:
@@ -66,8 +59,7 @@ def test_hugging_face_pull_takes_the_repos_projector(tmp_path, monkeypatch):
                                                      "mmproj-tinyvision-F32.gguf": other})
         monkeypatch.setenv("HF_ENDPOINT", reg.url)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-cache"))
-        svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m"),
-                            store_factory=store_factory(tmp_path / "home")).start()
+        svc = live_service(n_threads=1, num_ctx=512, num_parallel=1, keep_alive="10m", home=tmp_path / "home")
         try:
             c = ollama.Client(host=svc.url, timeout=300)
             name = "hf.co/someone/TinyVision-GGUF:Q8_0"
