@@ -18,16 +18,8 @@ def other_vocab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    from app.service.config import ServiceConfig
-    from app.service.server import ServiceThread
-    from service_util import store_factory
-
-    home = tmp_path_factory.mktemp("svc-draft")
-    svc = ServiceThread(ServiceConfig(port=0, n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m"),
-                        store_factory=store_factory(home)).start()
-    yield svc
-    svc.stop()
+def server(live_service):
+    return live_service(n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m")
 
 
 def test_create_refuses_an_unknown_draft_or_another_vocabulary(server, other_vocab):
