@@ -317,9 +317,10 @@ class RunnerClient:
 
     async def _watchdog(self) -> None:
         """While requests wait, kill a runner that froze (no heartbeat for `watch.heartbeat_s`) or is stuck in one
-        step (runner_watch.judge): every waiting request then fails with a message naming the model and why
-        (`_on_exit`), and the scheduler's exit callback lets the next request load the model again. A stopped
-        (SIGSTOP) or wedged runner, or a driver stuck in a kernel, would otherwise keep them waiting for ever."""
+        step (runner_watch.judge): every waiting request then fails with a message saying why (`_on_exit`; the
+        service puts the model's name in front), and the scheduler's exit callback lets the next request load the
+        model again. A stopped (SIGSTOP) or wedged runner, or a driver stuck in a kernel, would otherwise keep them
+        waiting for ever."""
         while self.alive and not self._closing:
             await asyncio.sleep(self.watch.period_s)
             why = self._verdict()
