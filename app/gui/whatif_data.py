@@ -114,7 +114,7 @@ def plan_facts(result: dict | None) -> dict[str, str]:
              "KV cache": _gib(kv)}
     for d in devices:
         total = sum(int(v) for v in (d.get("weights") or {}).values()) + sum(
-            int(d.get(k) or 0) for k in ("kv", "compute", "output"))
+            int(d.get(k) or 0) for k in ("kv", "checkpoints", "compute", "output", "projector"))   # as the bars stack
         facts[f"On {d['device_id']}"] = _gib(total)
     return facts
 

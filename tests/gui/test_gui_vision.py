@@ -87,7 +87,8 @@ def test_the_memory_view_draws_the_vision_projector(qtbot, service):
     from app.engine.gguf.projector import read_projector
     from app.engine.planner.projector import projector_bytes
     from app.gui.desktop import Desktop
-    from app.gui.memory_data import PROJECTOR, SEGMENT_COLORS, SEGMENT_LABELS
+    from app.gui.memory_data import OUR_KINDS, PROJECTOR, SEGMENT_COLORS, SEGMENT_LABELS
+    from app.gui.whatif_data import plan_facts
     from mmproj_factory import SMOLLM2_N_EMBD
 
     path = httpx.post(service.url + "/api/show", json={"model": VISION}, timeout=60).json()["strata"]["projector"]["path"]
@@ -109,7 +110,7 @@ def test_the_memory_view_draws_the_vision_projector(qtbot, service):
         [(_k, b, rect)] = [s for s in live.view.bars.segment_rects(0) if s[0] == PROJECTOR]
         assert b == need and rect.height() > 0
         assert live.view.bars.hit(rect.center().x(), rect.center().y()) == (0, PROJECTOR, need)
-        assert "Vision projector" in live.view.bars.tooltip_text(0, PROJECTOR, need)
+        assert SEGMENT_LABELS[PROJECTOR] == "Vision projector" in live.view.bars.tooltip_text(0, PROJECTOR, need)
         legend = live.view.findChild(QLabel, "legend").text()
         assert f"color:{SEGMENT_COLORS[PROJECTOR]}'>&#9632;</span>&nbsp;Vision&nbsp;projector" in legend, legend
         if rect.height() >= 3:
@@ -126,5 +127,7 @@ def test_the_memory_view_draws_the_vision_projector(qtbot, service):
         qtbot.waitUntil(lambda: what.last_result is not None and bool(what.view.bars.columns), timeout=WAIT)
         planned = {c.device_id: c.get(PROJECTOR) for c in what.view.bars.columns}
         assert planned["CPU"] == need, planned
+        cpu_plan = next(c for c in what.view.bars.columns if c.device_id == "CPU")      # the facts table agrees
+        assert plan_facts(what.last_result)["On CPU"] == f"{sum(cpu_plan.get(k) for k in OUR_KINDS) / 2**30:.2f} GiB"
     finally:
         desk.shutdown()
