@@ -1,0 +1,168 @@
+"""Every dialect's parse and render, in-process: a wire body through the dialect's parser, then one recorded
+generation (text, thinking, a tool call, the Finished event) through its Renderer exactly as `dialects/base.serve`
+drives it (streamed: opening, one call per event, closing; not streamed: complete), and the frames compared with
+golden files under tests/support/fixtures/dialect_frames/ (ids, timestamps and durations masked).
+
+A golden file is the wire format as the official clients read it (test_service_api.py, test_service_agents.py
+run the same dialects through ollama/openai/anthropic on a live service). After a deliberate change of a wire
+format, rewrite them with STRATA_WRITE_GOLDEN=1 and read the diff."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from app.engine.protocol import TokenLogprob
+from app.service.dialects.anthropic import parse as anthropic_parse
+from app.service.dialects.anthropic.render import MessagesRenderer
+from app.service.dialects.ollama import parse as ollama_parse
+from app.service.dialects.ollama.render import OllamaRenderer
+from app.service.dialects.openai import parse as openai_parse
+from app.service.dialects.openai.render import ChatRenderer, CompletionRenderer
+from app.service.dialects.responses import parse as responses_parse
+from app.service.dialects.responses.render import ResponsesRenderer
+from app.service.generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from app.service.http.bodies import SSEEvent
+from app.service.http.errors import ApiError
+from repo_paths import FIXTURES
+
+GOLDEN = FIXTURES / "dialect_frames"
+MODEL = "smollm2:135m"
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+# values that differ per run (ids, clocks) or per machine (durations): compared by presence, not value
+MASKED = {"id", "created", "created_at", "total_duration", "load_duration", "prompt_eval_duration", "eval_duration",
+          "call_id", "item_id", "tool_call_id", "system_fingerprint"}
+
+
+def lp(token: str, logprob: float) -> TokenLogprob:
+    return TokenLogprob(token=token, logprob=logprob, bytes=token.encode(), top=((token, logprob, token.encode()),))
+
+
+# One recorded generation: thinking, two text pieces, a tool call, then the end (what the pipeline yields)
+EVENTS = [
+    ThinkingDelta("The user wants the weather.", n_tokens=6),
+    TextDelta("Let me ", logprobs=(lp("Let", -0.25), lp(" me", -0.5)), n_tokens=2),
+    TextDelta("check.", logprobs=(lp(" check", -0.125), lp(".", -0.0625)), n_tokens=2),
+    ToolCallEvent(index=0, id="call_abc123", name="get_weather", arguments={"city": "Paris"}),
+    Finished(reason="stop", prompt_tokens=42, completion_tokens=14, prompt_seconds=0.5, generation_seconds=1.5,
+             cached_tokens=8),
+]
+
+
+def result_of(events) -> GenerationResult:
+    res = GenerationResult(model=MODEL)
+    for ev in events:
+        res.add(ev)
+    res.thinking_tokens = sum(ev.n_tokens for ev in events if isinstance(ev, ThinkingDelta))
+    return res
+
+
+def stream(renderer, events) -> list:
+    """The frames `serve()` sends for these events, in order."""
+    frames = list(renderer.opening())
+    for ev in events:
+        if isinstance(ev, TextDelta):
+            frames += renderer.delta(ev)
+        elif isinstance(ev, ThinkingDelta):
+            frames += renderer.thinking(ev)
+        elif isinstance(ev, ToolCallEvent):
+            frames += renderer.tool_call(ev)
+        elif isinstance(ev, Finished):
+            frames += renderer.finished(ev)
+    return frames + list(renderer.closing(result_of(events)))
+
+
+def plain(frame):
+    """A frame as JSON data: SSE events keep their name; masked values become "<masked>"."""
+    if isinstance(frame, SSEEvent):
+        frame = {"event": frame.name, "data": frame.data}
+
+    def mask(v):
+        if isinstance(v, dict):
+            return {k: ("<masked>" if k in MASKED and v[k] is not None else mask(x)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [mask(x) for x in v]
+        return v
+    return mask(frame)
+
+
+def check_golden(name: str, got: dict) -> None:
+    path = GOLDEN / f"{name}.json"
+    text = json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    if os.environ.get("STRATA_WRITE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no golden file {path}: run with STRATA_WRITE_GOLDEN=1 once and review it"
+    assert json.loads(text) == json.loads(path.read_text(encoding="utf-8")), f"{name} differs from {path}"
+
+
+def tools_openai():
+    return [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+
+
+def ollama_chat():
+    req = ollama_parse.parse_chat({"model": MODEL, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+                                   "tools": tools_openai(), "think": True, "logprobs": True, "top_logprobs": 1})
+    return req, lambda: OllamaRenderer(MODEL, req, chat=True)
+
+
+def ollama_generate():
+    req = ollama_parse.parse_generate({"model": MODEL, "prompt": "Weather in Paris?", "think": True})
+    return req, lambda: OllamaRenderer(MODEL, req, chat=False)
+
+
+def openai_chat():
+    req, wire = openai_parse.parse_chat({"model": MODEL, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+                                         "tools": tools_openai(), "logprobs": True, "top_logprobs": 1,
+                                         "stream_options": {"include_usage": True}})
+    return req, lambda: ChatRenderer(MODEL, wire, logprobs=req.logprobs, top=req.top_logprobs, id="chatcmpl-1")
+
+
+def openai_completion():
+    req, wire = openai_parse.parse_completion({"model": MODEL, "prompt": "Weather in Paris?", "logprobs": 1,
+                                               "echo": True})
+    return req, lambda: CompletionRenderer(MODEL, wire, prompt=req.prompt, id="cmpl-1")
+
+
+def anthropic_messages():
+    req, wire = anthropic_parse.parse_messages_request({
+        "model": MODEL, "max_tokens": 2048, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"name": "get_weather", "input_schema": WEATHER}],
+        "thinking": {"type": "enabled", "budget_tokens": 1024}})
+    return req, lambda: MessagesRenderer(MODEL, wire, show_thinking=req.think is not False)
+
+
+def responses():
+    req, wire = responses_parse.parse_responses({
+        "model": MODEL, "input": "Weather in Paris?", "reasoning": {"effort": "low"},
+        "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}]})
+    return req, lambda: ResponsesRenderer(MODEL, wire, show_thinking=req.think is not False)
+
+
+DIALECTS = {"ollama_chat": ollama_chat, "ollama_generate": ollama_generate, "openai_chat": openai_chat,
+            "openai_completion": openai_completion, "anthropic_messages": anthropic_messages,
+            "responses": responses}
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_streamed_and_complete_frames_match_the_golden_file(name):
+    req, make = DIALECTS[name]()
+    assert req.model == MODEL and req.messages or req.prompt      # the parser read the body
+    got = {"streamed": [plain(f) for f in stream(make(), EVENTS)],
+           "complete": plain(make().complete(result_of(EVENTS))),
+           "error": [plain(f) for f in make().error(ApiError(500, "the runner ended"))]}
+    check_golden(name, got)
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_streamed_text_adds_up_to_the_complete_reply(name):
+    """Whatever a dialect's frames look like, the reply text a client assembles from the stream is the text of
+    the non-streamed answer: nothing dropped, nothing twice."""
+    req, make = DIALECTS[name]()
+    text_events = [ev for ev in EVENTS if not isinstance(ev, (ThinkingDelta, ToolCallEvent))]
+    streamed = json.dumps([plain(f) for f in stream(make(), text_events)])
+    complete = json.dumps(plain(make().complete(result_of(text_events))))
+    for piece in ("Let me ", "check."):
+        assert streamed.count(json.dumps(piece)[1:-1]) >= 1, (name, piece)
+    assert "Let me check." in complete, name
