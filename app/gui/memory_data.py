@@ -19,17 +19,18 @@ from app.format import format_bytes  # noqa: F401 - the GUI modules take it from
 # PROJECTOR: a vision model's projector (mmproj): its weights and the image encoder's compute buffer, on the device
 # mtmd puts it (DevicePlan.projector: the first GPU, else the CPU).
 WEIGHTS, MAPPED, KV, COMPUTE, OTHERS, FREE, OVER = "weights", "mapped", "kv", "compute", "others", "free", "over"
-PROMPT_CACHE, PROJECTOR = "prompt_cache", "projector"
-SEGMENT_ORDER = (WEIGHTS, MAPPED, KV, COMPUTE, PROJECTOR, PROMPT_CACHE, OTHERS, FREE)
-MODEL_KINDS = (WEIGHTS, MAPPED, KV, COMPUTE, PROJECTOR, PROMPT_CACHE)      # what a zoomed bar shows
-OUR_KINDS = (WEIGHTS, KV, COMPUTE, PROJECTOR, PROMPT_CACHE)    # the model's own bytes (mapped pages are page cache)
+# DRAFT: speculative decoding's draft model (its weights, KV cache and compute buffer; DevicePlan.draft).
+PROMPT_CACHE, PROJECTOR, DRAFT = "prompt_cache", "projector", "draft"
+SEGMENT_ORDER = (WEIGHTS, MAPPED, KV, COMPUTE, PROJECTOR, DRAFT, PROMPT_CACHE, OTHERS, FREE)
+MODEL_KINDS = (WEIGHTS, MAPPED, KV, COMPUTE, PROJECTOR, DRAFT, PROMPT_CACHE)      # what a zoomed bar shows
+OUR_KINDS = (WEIGHTS, KV, COMPUTE, PROJECTOR, DRAFT, PROMPT_CACHE)    # the model's own bytes (mapped: page cache)
 SEGMENT_LABELS = {
     WEIGHTS: "Model weights", MAPPED: "Mapped file pages (reclaimable)", KV: "KV cache", COMPUTE: "Compute graph",
-    PROJECTOR: "Vision projector", PROMPT_CACHE: "Prompt cache", OTHERS: "Used by others", FREE: "Free",
+    PROJECTOR: "Vision projector", DRAFT: "Draft model", PROMPT_CACHE: "Prompt cache", OTHERS: "Used by others", FREE: "Free",
     OVER: "Does not fit",
 }
 SEGMENT_COLORS = {
-    WEIGHTS: "#4c78a8", MAPPED: "#c6dbef", KV: "#f58518", COMPUTE: "#b279a2", PROJECTOR: "#e377c2",
+    WEIGHTS: "#4c78a8", MAPPED: "#c6dbef", KV: "#f58518", COMPUTE: "#b279a2", PROJECTOR: "#e377c2", DRAFT: "#54a24b",
     PROMPT_CACHE: "#bcbd22", OTHERS: "#9d9d9d", FREE: "#e9ecef", OVER: "#e45756",
 }
 # A device of an RPC worker (`strata worker` on another machine): llama.cpp names it RPC<i>[host:port].
@@ -47,6 +48,8 @@ PROMPT_CACHE_NOTE = ("the runner's prompt cache: prompts of conversations that l
                      "so a returning conversation skips them; it grows with use up to its limit")
 PROJECTOR_NOTE = ("the vision projector (mmproj): its weights and the image encoder's compute buffer, where mtmd "
                   "puts it (the first GPU, else the CPU)")
+DRAFT_NOTE = ("the draft model of speculative decoding (the `draft` option): its weights, KV cache and compute "
+              "buffer, planned with the model's")
 MAPPED_NOTE = "mapped file pages, reclaimable (llama.cpp counts them in CPU_Mapped; the kernel can drop them)"
 # Layer-strip colours, one per device: CPU is always the first (teal); GPUs take the rest in order.
 CPU_COLOR = "#72b7b2"
@@ -100,7 +103,7 @@ def _plan_parts(dp: dict) -> dict[str, int]:
     # the context checkpoints (copies of recurrent / sliding-window cache state) count with the KV cache
     return {WEIGHTS: weights, KV: int(dp.get("kv") or 0) + int(dp.get("checkpoints") or 0),
             COMPUTE: int(dp.get("compute") or 0) + int(dp.get("output") or 0),
-            PROJECTOR: int(dp.get("projector") or 0)}
+            PROJECTOR: int(dp.get("projector") or 0), DRAFT: int(dp.get("draft") or 0)}
 
 
 def device_columns(inventory: dict | None, layout: dict | None, resident: bool = False,
@@ -132,7 +135,7 @@ def device_columns(inventory: dict | None, layout: dict | None, resident: bool =
 
     columns = []
     for dev_id, name, total, free in devices:
-        parts = dict(plans.get(dev_id, {WEIGHTS: 0, KV: 0, COMPUTE: 0, PROJECTOR: 0}))
+        parts = dict(plans.get(dev_id, {WEIGHTS: 0, KV: 0, COMPUTE: 0, PROJECTOR: 0, DRAFT: 0}))
         parts[PROMPT_CACHE] = prompt_cache if dev_id == "CPU" else 0
         ours = sum(parts.values())
         used = max(0, total - free)
@@ -197,9 +200,10 @@ def layout_device_ids(layout: dict | None, inventory: dict | None = None) -> lis
 
 
 # llama.cpp's buffer kinds (app.ggml.alloc_report.KINDS), in the order the table lists them
-REPORT_KINDS = ("model", "repack", "kv", "compute", "output", "projector")
+REPORT_KINDS = ("model", "repack", "kv", "compute", "output", "projector", "draft")
 REPORT_LABELS = {"model": "model (file mapping)", "repack": "repacked weights", "kv": "KV cache",
-                 "compute": "compute graph", "output": "output buffer", "projector": "vision projector"}
+                 "compute": "compute graph", "output": "output buffer", "projector": "vision projector",
+                 "draft": "draft model"}
 
 
 def predicted_kinds_of(layout: dict | None) -> dict[str, dict[str, int]]:
@@ -212,12 +216,14 @@ def predicted_kinds_of(layout: dict | None) -> dict[str, dict[str, int]]:
         weights = {k: int(v) for k, v in (dp.get("weights") or {}).items()}
         rp = weights.get("repack", 0)
         kv, comp, outb = int(dp.get("kv") or 0), int(dp.get("compute") or 0), int(dp.get("output") or 0)
-        proj = int(dp.get("projector") or 0)
-        if sum(weights.values()) or kv or comp or outb or proj:
+        proj, draft = int(dp.get("projector") or 0), int(dp.get("draft") or 0)
+        if sum(weights.values()) or kv or comp or outb or proj or draft:
             out[dp["device_id"]] = {"model": sum(weights.values()) - rp + int(dp.get("mapped") or 0),
                                     "repack": rp, "kv": kv, "compute": comp, "output": outb}
             if proj:
                 out[dp["device_id"]]["projector"] = proj
+            if draft:
+                out[dp["device_id"]]["draft"] = draft
     return out
 
 

@@ -7,7 +7,8 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from app.gui.memory_data import (
-    MAPPED, MAPPED_NOTE, MODEL_KINDS, OUR_KINDS, OVER, PROJECTOR, PROJECTOR_NOTE, PROMPT_CACHE, PROMPT_CACHE_NOTE,
+    DRAFT, DRAFT_NOTE, MAPPED, MAPPED_NOTE, MODEL_KINDS, OUR_KINDS, OVER, PROJECTOR, PROJECTOR_NOTE, PROMPT_CACHE,
+    PROMPT_CACHE_NOTE,
     SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS,
     Column, LayerCell,
     device_colors, device_columns,
@@ -157,6 +158,8 @@ class MemoryBars(QWidget):
             text += f"\n{PROMPT_CACHE_NOTE}"
         elif kind == PROJECTOR:
             text += f"\n{PROJECTOR_NOTE}"
+        elif kind == DRAFT:
+            text += f"\n{DRAFT_NOTE}"
         elif kind == WEIGHTS and col.mapped:
             text += f"\n+ {exact_bytes(col.mapped)} of {MAPPED_NOTE}"
         return text

@@ -41,3 +41,16 @@ def test_the_plan_holds_the_draft_models_bytes(smollm2_path, dense_gguf):
     tight = replace(target, devices=(replace(target.devices[0], budget=target.devices[0].total + d.total - 1),))
     squeezed = with_draft(tight, info, "tiny")
     assert not squeezed.fits and any("draft model does not fit" in r for r in squeezed.reasons)
+
+
+def test_the_memory_views_data_shows_the_draft(smollm2_path, dense_gguf):
+    """The memory window's bars and predicted-vs-actual rows (gui/memory_data.py, from /api/ps's layout): the draft
+    model's bytes are their own segment and kind, counted in what the model takes."""
+    from app.gui.memory_data import DRAFT, OUR_KINDS, device_columns, predicted_kinds_of
+
+    lay = with_draft(cpu_layout(smollm2_path, num_ctx=1024, num_parallel=2), read_model_info(dense_gguf), "tiny")
+    need = lay.draft.total
+    inventory = {"host_ram_total": 64 << 30, "host_ram_available": 32 << 30, "devices": []}
+    [cpu] = device_columns(inventory, lay.to_dict(), resident=True)
+    assert cpu.get(DRAFT) == need > 0 and DRAFT in OUR_KINDS
+    assert predicted_kinds_of(lay.to_dict())["CPU"]["draft"] == need
