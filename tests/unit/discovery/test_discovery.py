@@ -1,17 +1,15 @@
-"""Device inventory: this machine (ggml in a child process, NVML, host), simulated inventories, the merge rules,
-and `strata devices` / `strata plan` on the command line."""
+"""Device inventory: this machine (ggml in a child process, NVML, host), simulated inventories, the merge rules
+(`strata devices` / `strata plan` on the command line: tests/integration/cli/test_cli_devices_plan.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from app.discovery import discover, merge
 from app.discovery.ggml_probe import probe_ggml
 from app.discovery.simulated import inventory_from_dict, load_simulated, parse_size
-from repo_paths import ROOT, SIM_DEVICES
+from repo_paths import SIM_DEVICES
 
 SIM = SIM_DEVICES
 GiB = 1024 ** 3
@@ -118,49 +116,6 @@ def test_merge_without_nvml_keeps_ggml_figures_and_notes_unusable_gpus():
     assert cpu_only.devices == () and any("cannot use it" in n for n in cpu_only.notes)
 
 
-# ---- command line ------------------------------------------------------------------------------------------------
-
-def _cli(*args, env_extra=None):
-    import os
-
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT, env=env)
-
-
-def test_cli_devices_json():
-    p = _cli("devices", "--json")
-    assert p.returncode == 0, p.stderr
-    d = json.loads(p.stdout)
-    assert d["host_ram_total"] > 0 and d["simulated"] is False
-    p = _cli("devices", "--devices", str(SIM / "two_24gb.json"))
-    assert p.returncode == 0 and "CUDA1" in p.stdout
-    p = _cli("devices", "--devices", str(SIM / "missing_total.json"))
-    assert p.returncode == 2 and "devices[0].total" in p.stderr
-
-
-def test_cli_plan(smollm2_path):
-    p = _cli("plan", str(smollm2_path), "--json", "--ctx", "2048", "--parallel", "2")
-    assert p.returncode == 0, p.stderr
-    d = json.loads(p.stdout)
-    assert d["fits"] and d["layout"]["n_ctx"] == 4096 and d["layout"]["devices"][0]["device_id"] == "CPU"
-    p = _cli("plan", str(smollm2_path), "--devices", str(SIM / "one_6gb.json"), "--no-measure")
-    assert p.returncode == 0 and "n_gpu_layers=31" in p.stdout, p.stdout + p.stderr
-    p = _cli("plan", str(smollm2_path), "--ctx", "-5")
-    assert p.returncode == 2 and "num_ctx" in p.stderr
-    p = _cli("plan", "/nonexistent/model.gguf")
-    assert p.returncode == 2 and "model.gguf" in p.stderr
-
-
 def test_probe_that_hangs_is_reported_not_raised():
     res, why = probe_ggml(timeout=0.01)
     assert res is None and "did not finish" in why
-
-
-def test_cli_plan_refuses_a_truncated_gguf(smollm2_path, tmp_path):
-    """A GGUF whose tensor data is not where the header says (cut short) is refused before llama.cpp sees it."""
-    bad = tmp_path / "cut.gguf"
-    with open(smollm2_path, "rb") as f:
-        bad.write_bytes(f.read(5_000_000))
-    p = _cli("plan", str(bad))
-    assert p.returncode == 2 and "cut.gguf" in p.stderr, p.stderr

@@ -1,13 +1,11 @@
 """Remote devices without workers: endpoints and ids, simulated inventories with remote devices, the planner's
 rules for them (local GPUs first, workers only when they let more of the model off the CPU, remote devices
 first in llama.cpp's `devices`, the network cost in the reasons), a worker kept to one runner, the handshake
-against things that are not workers, `strata plan` and the memory view's columns for a remote device."""
+against things that are not workers, and the memory view's columns for a remote device (`strata plan` with a
+remote device: tests/integration/cli/test_cli_devices_plan.py)."""
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -149,21 +147,6 @@ def test_a_worker_serves_one_runner_at_a_time():
     assert by_id["CUDA0"].free == i.devices[0].free
     assert any(W1 in n and "one runner at a time" in n for n in out.notes)
     assert reserve_workers(i, {"CUDA0": 5}) is i
-
-
-def test_strata_plan_shows_remote_columns(tmp_path, smollm2_path):
-    sim = tmp_path / "sim.json"
-    sim.write_text(json.dumps({"devices": [{"endpoint": W1, "total": "24 GiB"}], "host_ram_total": "16 GiB",
-                               "cpu_cores": 4}))
-    p = subprocess.run([sys.executable, "-m", "app", "plan", str(smollm2_path), "--devices", str(sim),
-                        "--num-gpu", "20", "--no-measure"], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.strip()}
-    assert f"RPC0[{W1}]" in rows and rows[f"RPC0[{W1}]"].split()[1] == "11-29"
-    assert "network cost" in p.stdout
-    d = subprocess.run([sys.executable, "-m", "app", "devices", "--devices", str(sim)], capture_output=True,
-                       text=True, timeout=60)
-    assert f"remote (strata worker at {W1})" in d.stdout
 
 
 def test_memory_view_column_for_a_remote_device_names_the_machine(smollm2_path):
