@@ -4,6 +4,7 @@ prompt-lookup speculation `--spec-type ngram-simple`), through the OpenAI API, s
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
     .venv/bin/python bench/bench_speculative.py [--threads 1] [--reps 2] [--model PATH] [--streams 1,4]
+        [--draft PATH]                   # adds strata-draft: PATH (same vocabulary) drafts for the model
 
 Tasks (each at 1 and 4 streams; the 4 streams send the same task, so the text differs only when sampled):
 - edit        rename a method in a 40-line module and print the whole module (a ChatML prompt, temperature 0)
@@ -110,9 +111,11 @@ def free_port() -> int:
 class Server:
     """One OpenAI-compatible server process (Strata's `serve` or llama-server)."""
 
-    def __init__(self, name: str, cmd: list[str], port: int, model: str, env=None, pre=None, health="/health"):
+    def __init__(self, name: str, cmd: list[str], port: int, model: str, env=None, pre=None, health="/health",
+                 creates=()):
         self.name, self.cmd, self.port, self.model, self.env, self.pre, self.health = \
             name, cmd, port, model, env, pre, health
+        self.creates = creates              # /api/create bodies posted once healthy (Strata's draft-model row)
         self.url = f"http://127.0.0.1:{port}"
         self.proc = self.session = None
 
@@ -126,13 +129,18 @@ class Server:
             try:
                 async with self.session.get(self.url + self.health) as r:
                     if r.status == 200:
-                        return
+                        break
             except aiohttp.ClientError:
                 pass
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {' '.join(self.cmd)}")
             await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.name} did not become healthy")
+        else:
+            raise RuntimeError(f"{self.name} did not become healthy")
+        for body in self.creates:
+            async with self.session.post(self.url + "/api/create", json={**body, "stream": False}) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"{self.name}: /api/create {body}: {await r.text()}")
 
     async def one(self, task: str, seed: int) -> dict:
         """Stream one request -> {"n", "first", "last", "draft_n", "draft_ok", "text"}."""
@@ -196,7 +204,7 @@ def llama_server(name: str, model: str, threads: int, extra: list[str]) -> Serve
     return Server(name, cmd, port, "model")
 
 
-def strata(name: str, model: str, threads: int, speculative: str) -> Server:
+def strata(name: str, model: str, threads: int, speculative: str, draft: str | None = None) -> Server:
     port = free_port()
     home = tempfile.mkdtemp(prefix="strata-bench-spec-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
@@ -204,8 +212,14 @@ def strata(name: str, model: str, threads: int, speculative: str) -> Server:
                STRATA_NUM_CTX=str(NUM_CTX), STRATA_KEEP_ALIVE="-1", STRATA_NUM_THREADS=str(threads),
                STRATA_SPECULATIVE=speculative, PYTHONPATH=str(ROOT))
     pre = [sys.executable, "-m", "app", "import", model, "--name", "bench"]
-    return Server(name, [sys.executable, "-m", "app", "serve"], port, "bench", env=env, pre=pre,
-                  health="/api/version")
+    if draft is None:
+        return Server(name, [sys.executable, "-m", "app", "serve"], port, "bench", env=env, pre=pre,
+                      health="/api/version")
+    # a draft model (--draft): imported from its GGUF, named by the benchmarked model's `draft` parameter
+    creates = [{"model": "bench-draft", "from": draft}, {"model": "bench-drafted", "from": "bench",
+                                                         "parameters": {"draft": "bench-draft"}}]
+    return Server(name, [sys.executable, "-m", "app", "serve"], port, "bench-drafted", env=env, pre=pre,
+                  health="/api/version", creates=creates)
 
 
 async def main(args):
@@ -220,6 +234,8 @@ async def main(args):
                strata("strata-nospec", model, args.threads, "off"),
                llama_server("llama-server", model, args.threads, []),
                llama_server("llama-server-ngram", model, args.threads, ["--spec-type", "ngram-simple"])]
+    if args.draft:
+        servers.append(strata("strata-draft", model, args.threads, "", draft=args.draft))
     servers = [s for s in servers if s.name in args.engines.split(",")]
     streams = [int(x) for x in args.streams.split(",")]
     results: dict = {}
@@ -270,5 +286,7 @@ if __name__ == "__main__":
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--streams", default="1,4")
     ap.add_argument("--tasks", default="edit,complete,free")
-    ap.add_argument("--engines", default="strata,strata-nospec,llama-server,llama-server-ngram")
+    ap.add_argument("--engines", default="strata,strata-nospec,llama-server,llama-server-ngram,strata-draft")
+    ap.add_argument("--draft", default=None, help="a GGUF with the model's vocabulary that drafts for it (the row "
+                                                  "strata-draft; the model itself measures the overhead)")
     asyncio.run(main(ap.parse_args()))

@@ -359,10 +359,14 @@ class Scheduler:
 
     async def _draft_info(self, model: LoadedModel):
         """The draft model's (record, ModelInfo) when the options name one (`draft`), checked (scheduling/draft.py)."""
-        name = model.options.draft
-        if not name:
+        return await self.draft_info(model.record, model.options.draft)
+
+    async def draft_info(self, record, draft: str):
+        """(record, ModelInfo) of the model `draft` as the draft model of `record` (None for ""); a 400 naming
+        `draft` when it is unknown or has another vocabulary."""
+        if not draft:
             return None
-        return await check_draft(self.resolve, self.model_info, model.record.path, model.name, name)
+        return await check_draft(self.resolve, self.model_info, record.path, record.name, draft)
 
     @staticmethod
     def _with_draft(model: LoadedModel, layout: Layout) -> Layout:

@@ -56,6 +56,10 @@ def test_a_model_with_a_draft_drafts_and_shows_it(server):
         assert cpu["draft"] == planned == s["predicted_kinds"]["CPU"]["draft"]
         assert ps["smol-drafted:latest"]["size"] >= planned + s["draft"]["weights"]    # the target's weights are as large
         assert s["actual"]["CPU"]["draft"] > s["draft"]["weights"] // 2     # the runner's buffers, reported
+        what_if = c.post("/api/layout", json={"model": "smol-drafted"}).json()      # planned as a load plans it
+        assert what_if["layout"]["draft"]["name"] == BASE and what_if["layout"]["devices"][0]["draft"] == planned
+        assert c.post("/api/layout", json={"model": "smol-drafted", "options": {"draft": ""}}).json()["layout"][
+            "draft"] is None
         plain = c.post("/api/generate", json={"model": BASE, "prompt": LIST, "raw": True, "stream": False,
                                               "options": opts}).json()
         assert final["response"] == plain["response"]

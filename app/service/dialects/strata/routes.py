@@ -10,6 +10,7 @@ from aiohttp import web
 from app.discovery.inventory import subtract
 from app.discovery.simulated import inventory_from_dict
 from app.engine.gguf.projector import read_projector
+from app.engine.planner.draft import with_draft
 from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 
 from ... import appkeys as keys
@@ -22,8 +23,8 @@ from ...http.openapi import build_openapi
 from ...store.proxy import store_error
 
 PING_SECONDS = 15.0
-LAYOUT_OPTION_KEYS = ("num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe", "kv_type",
-                      "flash_attn", "num_batch")
+LAYOUT_OPTION_KEYS = ("draft", "num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe",
+                      "kv_type", "flash_attn", "num_batch")
 
 
 async def devices(request):
@@ -85,6 +86,10 @@ async def layout(request):
         raise ApiError(400, f"cannot plan {name!r}: {e}") from None
     if projector is not None:
         lay = with_projector(lay, projector, info.n_embd)
+    # the draft model (the request's or the Modelfile's `draft`) as a load plans it
+    draft = await scheduler.draft_info(record, ro.plan.get("draft", (record.parameters or {}).get("draft", "")))
+    if draft is not None:
+        lay = with_draft(lay, draft[1], draft[0].name)
     return web.json_response({"model": record.name, "fits": bool(lay.fits), "layout": lay.to_dict(),
                               "inventory": inventory.to_dict(), "suggestions": list(lay.suggestions)})
 
