@@ -34,7 +34,8 @@ def named(calls) -> list[tuple]:
      [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "CET"})]),
     ("deepseek", f'{DS_CALL[0]}function{DS_SEP}get_weather\n```json\n{{"city": "Paris"}}\n```{DS_CALL[1]}',
      [("get_weather", {"city": "Paris"})]),
-    ("deepseek", f'{DS_CALL[0]}get_weather{DS_SEP}{{"city": "Paris"}}{DS_CALL[1]}', [("get_weather", {"city": "Paris"})]),
+    ("deepseek", f'{DS_CALL[0]}get_weather{DS_SEP}{{"city": "Paris"}}{DS_CALL[1]}',
+     [("get_weather", {"city": "Paris"})]),
     ("functiongemma", "call:get_weather{city:<escape>Paris, France<escape>,days:3}",
      [("get_weather", {"city": "Paris, France", "days": 3})]),
 ])
@@ -75,7 +76,8 @@ def test_held_suffix_is_the_longest_tail_that_may_start_a_marker(buf, markers, k
 def test_the_stream_parser_holds_a_split_marker_and_never_leaks_it():
     p = OutputParser("hermes", ["get_weather"])
     out = Delta()
-    for piece in ["Sure. <to", "ol_ca", 'll>{"name": "get_weather", ', '"arguments": {"city": "Paris"}}</tool', "_call>"]:
+    pieces = ["Sure. <to", "ol_ca", 'll>{"name": "get_weather", ', '"arguments": {"city": "Paris"}}</tool', "_call>"]
+    for piece in pieces:
         d = p.feed(piece)
         assert "<to" not in d.content and "tool_call" not in d.content, d
         out.extend(d)
