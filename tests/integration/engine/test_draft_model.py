@@ -229,11 +229,31 @@ def test_rejected_drafts_leave_the_draft_kv_and_a_follow_up_is_exact(loop, smoll
         run(loop, c.close())
 
 
-def test_smollm2_with_a_random_draft_gives_its_own_reply(loop, smollm2_path, synthetic_pair):
+@pytest.fixture(scope="module")
+def random_drafted(loop, smollm2_path, synthetic_pair):
+    """SmolLM2 with a random-weight draft of its vocabulary, drafting whatever it is unsure of (p_min 0)."""
     c = start(loop, smollm2_path, synthetic_pair[1], num_ctx=1024, num_parallel=2, p_min=0.0)
-    try:
-        spec, plain = both(loop, c, messages=EDIT, num_predict=40)
-        assert_same(spec, plain)
-        assert spec[1].draft_tokens > spec[1].draft_accepted
-    finally:
-        run(loop, c.close())
+    yield c
+    run(loop, c.close())
+
+
+def test_smollm2_with_a_random_draft_gives_its_own_reply(loop, random_drafted):
+    spec, plain = both(loop, random_drafted, messages=EDIT, num_predict=40)
+    assert_same(spec, plain)
+    assert spec[1].draft_tokens > spec[1].draft_accepted
+
+
+def test_a_sampled_reply_with_a_seed_is_the_same(loop, random_drafted):
+    """Temperature 0.8 with penalties: every token is still sampled by the sequence's own chain at its own row, so
+    drafts (mostly wrong here) change nothing."""
+    s = P.SamplingParams(temperature=0.8, top_k=40, top_p=0.9, repeat_penalty=1.1, seed=99)
+    spec, plain = both(loop, random_drafted, messages=STORY, sampling=s, num_predict=40)
+    assert_same(spec, plain)
+    assert spec[1].draft_tokens > 0
+
+
+def test_a_grammar_reply_under_a_draft_model(loop, random_drafted):
+    msgs = [{"role": "user", "content": "Give a JSON object with keys a, b, c whose values are 1, 2, 3."}]
+    spec, plain = both(loop, random_drafted, messages=msgs, json_mode=True, num_predict=40)
+    assert_same(spec, plain)
+    assert spec[1].draft_tokens > 0
