@@ -3,6 +3,7 @@
 With no display (Linux without DISPLAY/WAYLAND_DISPLAY and no QT_QPA_PLATFORM) it starts the service headless
 and says where it listens, like `strata serve`. If the address is already served by a running Strata (or any
 Ollama-compatible server), the window attaches to it instead of failing.
+Covered by tests/gui/test_gui_cli.py and tests/gui/test_gui_xvfb.py (`strata gui`).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`strata plan MODEL` (the layout without loading) and `strata devices` (the inventory)."""
+"""`strata plan MODEL` (the layout without loading) and `strata devices` (the inventory).
+Covered by tests/integration/cli/test_cli_devices_plan.py (`strata plan` output)."""
 from __future__ import annotations
 
 import json

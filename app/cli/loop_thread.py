@@ -1,6 +1,7 @@
 """The async ApiClient for the CLI's plain (blocking) code: an event loop in a daemon thread runs its
 coroutines; a stream becomes an iterator. Ctrl+C while waiting stops the coroutine on the loop too, so a
-generation's HTTP stream closes and the service stops generating, as when a GUI user presses Stop."""
+generation's HTTP stream closes and the service stops generating, as when a GUI user presses Stop.
+Covered by tests/integration/cli/test_service_cli.py (`strata run` streaming, Ctrl+C)."""
 from __future__ import annotations
 
 import asyncio

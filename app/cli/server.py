@@ -2,6 +2,7 @@
 
 `run` and `ps` talk to the service over HTTP like `ollama run` does; when nothing answers at STRATA_HOST,
 `run` starts a service inside its own process for the session.
+Covered by tests/integration/cli/test_service_cli.py (`strata serve` / `ps` / `stop`).
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ It runs llama.cpp's own RPC server (`ggml_backend_rpc_start_server`) in a child 
 serving all GPUs here, else the CPU, with a local tensor cache (a client sends the hash of a large tensor first
 and the worker loads it from its cache instead of over the network). A crashed child is started again.
 The client names workers in `STRATA_RPC=host:port,...` or the settings file (app.discovery.remote).
+Covered by tests/integration/engine/test_rpc_split.py and tests/integration/service/test_rpc_faults.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """NVIDIA GPUs through NVML (`nvidia-ml-py`): reliable free/total VRAM, name, UUID, PCI bus id, driver, utilization.
 
 Returns ([gpu dicts], note). No driver / no library / no GPU gives ([], "why"), never an exception.
+Covered by tests/unit/discovery/test_discovery.py (this machine's inventory, the NVML merge).
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ Loading the system libstdc++ with RTLD_GLOBAL before libllama puts it first in e
 copies resolve to it and agree with its unique symbols, whatever was imported before. With an ordinary build
 (libllama NEEDs libstdc++.so.6) this changes nothing. Call `preload()` before the first `import llama_cpp` of a
 process; it is idempotent and never raises.
+Covered by tests/unit/ggml/test_cxx_runtime.py (each case in a fresh interpreter).
 """
 from __future__ import annotations
 

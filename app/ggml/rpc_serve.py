@@ -5,6 +5,7 @@
 `ggml_backend_rpc_start_server` blocks for ever (ctypes releases the GIL while it runs). It runs in a child so
 that a GGML_ABORT on a malformed request ends this process only: `strata worker` then starts a new one.
 Exit status 3: the server could not start (the port is taken, a device cannot be opened).
+Covered by tests/integration/engine/test_rpc_split.py and tests/integration/service/test_rpc_faults.py.
 """
 from __future__ import annotations
 

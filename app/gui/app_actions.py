@@ -7,6 +7,7 @@ A QAction with the default window context fires when any widget it is added to s
 one key is never bound twice. Shortcuts are spelled out: QKeySequence.Quit is empty where the platform theme has
 no binding for it (bare X, offscreen). "Ctrl" is Cmd on macOS, where Quit and Settings also move to the
 application menu (their menu roles).
+Covered by tests/gui/test_gui_actions.py (every menu action and shortcut).
 """
 from __future__ import annotations
 

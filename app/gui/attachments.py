@@ -2,7 +2,8 @@
 into the message with their names; when they do not fit the context left (counted with the model's tokenizer
 through the API before sending), each one that does not fit is cut and the message says so. Images (a file, or
 image data pasted) go with the message as images (a vision model reads them; the service refuses them for a
-model without the capability `vision`), are saved with the conversation and shown as thumbnails."""
+model without the capability `vision`), are saved with the conversation and shown as thumbnails.
+Covered by tests/gui/test_gui_attachments.py."""
 from __future__ import annotations
 
 import base64

@@ -1,6 +1,7 @@
 """A chat's sampling options beyond temperature and context (top_p, top_k, repeat penalty, seed, stop strings),
 as a row under the chat's header. Each field's lowest value means "not sent" (the model's or service's default),
-so a chat stores only what the user chose; `changed` carries the Ollama `options` to save with the chat."""
+so a chat stores only what the user chose; `changed` carries the Ollama `options` to save with the chat.
+Covered by tests/gui/test_gui_chat_buttons.py (the chat window's options)."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal

@@ -3,6 +3,7 @@ GUI thread), the user's permission before each call (allow once / always for thi
 themselves, run on the bridge's asyncio thread under a timeout (app/gui/mcp_tools.py).
 
 A server that fails to start or crashes becomes a message in the chat; nothing else is affected.
+Covered by tests/gui/test_gui_mcp.py (MCP tools in the chat).
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 Replies stream from `/api/chat` through the bridge (another thread); this window only appends text and
 re-renders at most every 50 ms. Chats and their settings live in SQLite (`ChatHistory`).
+Covered by tests/gui/test_gui_e2e.py and the other tests/gui/test_gui_chat_*.py.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ code exactly), only its formats change.
 
 Qt's importer marks every line of a fenced or indented code block with BlockCodeLanguage (the fence's info string,
 "" when none); lines of one block sit next to each other, so a block's text maps onto the document one to one.
+Covered by tests/gui/test_gui_chat_messages.py (code fences in replies).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The parts of a chat message that are not its answer: the model's thinking (collapsed by default, with its
-token count) and the tool calls it made / tool results it got, each as its own block."""
+token count) and the tool calls it made / tool results it got, each as its own block.
+Covered by tests/gui/test_gui_thinking.py (thinking and tool-call blocks)."""
 from __future__ import annotations
 
 import html

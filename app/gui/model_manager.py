@@ -5,6 +5,7 @@ dropped on the window), copy, rename, delete, load / unload, "plan on this machi
 Read-only models (the built-in one, and those found in Ollama's, LM Studio's or the Hugging Face cache's
 folders) cannot be renamed or removed here: the buttons say why instead. Every question is a window-modal dialog
 that does not block (`self.dialog` while it is open), so the window keeps updating meanwhile.
+Covered by tests/gui/test_gui_manager.py and tests/gui/test_gui_pull.py.
 """
 from __future__ import annotations
 

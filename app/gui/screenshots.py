@@ -3,6 +3,7 @@
 `make screenshots` runs this under Xvfb. Without --url it hosts the real service on a free port with a scratch
 STRATA_HOME, chats with the built-in model, loads it, plans what-ifs on simulated GPUs (picked from the list, and
 as JSON), and opens the model manager and the settings, so the pictures show real output.
+Not run by the test suite (`make screenshots` runs it); tests/gui/ checks the windows it draws.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The Settings dialog (File → Settings…, Ctrl+,): edits `settings.json` in the data dir (app/settings.py), which
 the service reads when it starts, from the desktop app and `strata serve` alike. A setting an environment
 variable sets is shown greyed out with the variable's name: the environment wins, as it does for the service.
+Covered by tests/gui/test_gui_settings.py.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 Kept fresh by the service's event stream (`/api/events`) plus a slow poll (for changes no event announces,
 like a model created from the command line). All requests are asynchronous through the bridge.
+Covered by tests/gui/test_gui_e2e.py and tests/gui/test_gui_manager.py (kept fresh from /api/events).
 """
 from __future__ import annotations
 

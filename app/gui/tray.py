@@ -4,6 +4,7 @@ chat, open memory view, settings, quit; notifications when a load finishes or fa
 The chat window's Models menu shows the same model entries (after its own Manage models / Pull actions, which
 carry the shortcuts). Where the desktop has no tray (`QSystemTrayIcon.isSystemTrayAvailable()` is false, e.g.
 bare Xvfb or GNOME without the extension), that menu is the way in and notifications go to the status bar.
+Covered by tests/gui/test_gui_actions.py (the tray's items).
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 Devices are picked, not typed: this machine, or a machine you describe (its RAM and cores, common GPUs with
 their memory, N of a kind, custom sizes); the STRATA_DEVICES JSON editor stays as an advanced option. A second
 plan (B) can be shown side by side with a table of what differs (e.g. q8_0 KV cache vs f16, 1 GPU vs 2).
+Covered by tests/gui/test_gui_whatif.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """LoRA adapters in GGUF (what llama.cpp's convert_lora_to_gguf.py writes, and Ollama's ADAPTER layers are):
 `general.type = adapter`, `adapter.type = lora`, tensors `<base tensor>.lora_a` / `.lora_b`. Checked here before a
-model is made with one, so a wrong file is refused with a reason instead of failing the load in llama.cpp."""
+model is made with one, so a wrong file is refused with a reason instead of failing the load in llama.cpp.
+Covered by tests/integration/service/test_pull_hf_push.py (LoRA adapters from uploads and Modelfiles)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

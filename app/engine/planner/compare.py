@@ -1,6 +1,7 @@
 """Predicted vs actual memory, as plain data: what llama.cpp's buffer lines should say for a Layout
 (`predicted_of`), and how far a real load was from it (`compare`). Used by the service (/api/ps), the GUI's
-data and the `verify` command-line tool."""
+data and the `verify` command-line tool.
+Covered by tests/integration/engine/test_verify_layout.py (predicted against allocated)."""
 from __future__ import annotations
 
 from app.ggml.alloc_report import KINDS

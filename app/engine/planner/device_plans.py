@@ -1,6 +1,7 @@
 """A chosen placement (placement.Config) turned into per-device plans: which blocks and expert tensors each device
 holds, their weight bytes by class, KV, compute and output buffers, and what the CPU backend repacks.
-`cs` is a placement.Costs and `c` a placement.Config (not annotated: placement imports this module)."""
+`cs` is a placement.Costs and `c` a placement.Config (not annotated: placement imports this module).
+Covered by tests/unit/engine/planner/test_planner.py (through plan())."""
 from __future__ import annotations
 
 from app.discovery.inventory import Device

@@ -6,6 +6,7 @@ work (batcher.py, output_thread.py; request admission in admission.py). A GGML_A
 this process only; the parent sees the pipe close (docs/architecture.md, "Process model"). From the first moment a
 heartbeat thread tells the parent the process lives (heartbeat.py), and fd 2 is a pipe the parent reads
 (engine/stderr_tail.py), so what an abort prints last reaches the error and the service log.
+Covered by tests/integration/engine/test_runner.py (a real runner process).
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ long prompt chunk.
 Handled: projectors whose image positions advance one per embedding (no M-RoPE): LLaVA-style `mlp`/`ldp`,
 Gemma 3, SmolVLM/Idefics3, Pixtral, InternVL, MiniCPM-V, LFM2... (llama.cpp's clip decides the graph). Models
 with M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) are refused at load: their positions are not the token count.
+Covered by tests/integration/engine/test_vision_runner.py (images through a real runner).
 """
 from __future__ import annotations
 

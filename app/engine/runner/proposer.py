@@ -3,6 +3,7 @@ decoding"). Two implementations: prompt lookup (ngram_draft.NgramProposer: the s
 model (draft_model.DraftModel: a second, small model with the same vocabulary). Either way the batcher verifies a
 draft the same way, row by row with the sequence's own sampler, so the proposer changes speed, never tokens.
 Context thread only.
+Covered by tests/integration/engine/test_speculative.py and test_draft_model.py.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The API dialects: each one a parser (wire -> request.GenerationRequest) and a renderer (result -> wire) over
-the one internal request and result types. See docs/architecture.md, "Adding an API dialect"."""
+the one internal request and result types. See docs/architecture.md, "Adding an API dialect".
+Covered by tests/unit/service/dialects/test_dialect_frames.py (each parser and renderer)."""
 from __future__ import annotations
 
 from aiohttp import web

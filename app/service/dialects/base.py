@@ -1,6 +1,7 @@
 """What every dialect shares: the Renderer contract and `serve()`, which runs an internal request and renders
 it, streamed or not. A dialect is a parser (wire body -> GenerationRequest) plus a Renderer (the internal
-result -> wire); see docs/architecture.md, "Adding an API dialect"."""
+result -> wire); see docs/architecture.md, "Adding an API dialect".
+Covered by tests/unit/service/dialects/test_dialect_frames.py (the Renderer contract as serve() drives it)."""
 from __future__ import annotations
 
 from typing import Iterable

@@ -3,6 +3,7 @@ exist here and have the target's vocabulary (engine/gguf/vocab_match.py, read fr
 load). A failed check is the client's 400 naming the `draft` field, at /api/create and at a load alike, so a
 draft model deleted or replaced since the Modelfile was written fails its request with a clear message and
 never reaches the runner.
+Covered by tests/integration/service/test_draft_model_api.py.
 """
 from __future__ import annotations
 

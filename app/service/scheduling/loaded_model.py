@@ -1,5 +1,6 @@
 """One model as the scheduler keeps it: its plan, its runner, its slots and queue, its keep-alive timer.
-Plain state; the Scheduler changes it (from the event loop thread only)."""
+Plain state; the Scheduler changes it (from the event loop thread only).
+Covered by tests/integration/service/test_service_scheduler.py."""
 from __future__ import annotations
 
 import asyncio

@@ -1,5 +1,6 @@
 """Anthropic's Messages API: POST /v1/messages (streamed or not) and /v1/messages/count_tokens. Each handler is
-parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py)."""
+parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py).
+Covered by tests/integration/service/test_service_agents.py (the anthropic client)."""
 from __future__ import annotations
 
 from aiohttp import web

@@ -1,6 +1,7 @@
 """Ollama's model-management routes: tags, show, create, copy, delete, ps, version. Pull, push and blobs are in
 transfer_routes.py (the registry work in store/registry/); the generation routes (generate, chat, embed) in
-routes.py."""
+routes.py.
+Covered by tests/integration/service/test_service_api.py and test_names.py."""
 from __future__ import annotations
 
 import asyncio

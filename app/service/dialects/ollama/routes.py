@@ -1,6 +1,7 @@
 """Ollama's generation endpoints: /api/generate, /api/chat, /api/embed, /api/embeddings. Each handler is
 parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py). The model-management
-endpoints (tags, show, create, ps, ...) are in manage_routes.py, pull/push/blobs in transfer_routes.py."""
+endpoints (tags, show, create, ps, ...) are in manage_routes.py, pull/push/blobs in transfer_routes.py.
+Covered by tests/integration/service/test_service_api.py (the ollama client)."""
 from __future__ import annotations
 
 from aiohttp import web

@@ -4,6 +4,7 @@ and /api/create with `files` (uploaded GGUF blobs). The registry work is in app/
 Streams are Ollama's: NDJSON progress lines, then `{"status":"success"}`; a failure after the stream started
 is a final `{"error": "..."}` line (a failure before it is an HTTP error); `stream: false` answers once, with
 the last progress line (`{"status":"success"}`) or the error.
+Covered by tests/integration/service/test_pull.py and test_pull_hf_push.py.
 """
 from __future__ import annotations
 

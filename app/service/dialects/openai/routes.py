@@ -1,5 +1,6 @@
 """OpenAI's endpoints (/v1): chat completions, completions, embeddings, models. Each generation handler is
-parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py)."""
+parse (parse.py) -> run (generation/pipeline.py, via base.serve) -> render (render.py).
+Covered by tests/integration/service/test_service_api.py (the openai client)."""
 from __future__ import annotations
 
 from aiohttp import web

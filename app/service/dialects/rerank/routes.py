@@ -3,7 +3,8 @@
 same fields. For GGUF rerankers (pooling type rank: the BGE and Qwen3 reranker families); any other model is a 400
 that says so. The pairs go through the runner's embedding batch (pipeline.rerank; runner/embeddings.py) with
 the embeddings' truncation rule: a pair longer than the context is cut at its end, or refused with
-`truncate: false`."""
+`truncate: false`.
+Covered by tests/integration/service/test_rerank.py."""
 from __future__ import annotations
 
 from aiohttp import web

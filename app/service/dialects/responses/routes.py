@@ -1,4 +1,5 @@
-"""OpenAI's Responses API: POST /v1/responses (stateless), parse -> run -> render like every dialect."""
+"""OpenAI's Responses API: POST /v1/responses (stateless), parse -> run -> render like every dialect.
+Covered by tests/integration/service/test_service_agents.py (Responses through the openai client)."""
 from __future__ import annotations
 
 from ...http.bodies import read_json

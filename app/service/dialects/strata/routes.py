@@ -1,5 +1,6 @@
 """Strata's own routes: devices, the what-if layout, a GGUF import with progress, server-sent events, Prometheus
-metrics, OpenAPI."""
+metrics, OpenAPI.
+Covered by tests/integration/service/test_service_api.py and test_import_api.py."""
 from __future__ import annotations
 
 import asyncio

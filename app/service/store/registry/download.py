@@ -9,6 +9,7 @@ pull) the transfer stops. This is how Ollama's server/download.go behaves, and t
 
 Nothing here registers a model: a finished transfer is a complete `.partial`; `verify_into` hashes it and only
 then moves it to its final name (a mismatch removes the partial, so the next pull downloads it again).
+Covered by tests/integration/service/test_pull.py (resume, digests, cut connections).
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ taken whole: every part of the set.
 
 `huggingface_hub` (and httpx under it) is imported inside the functions: it costs 0.4 s and only a Hugging Face
 pull needs it, so the service starts without it.
+Covered by tests/integration/service/test_pull_hf_push.py (Hugging Face pulls).
 """
 from __future__ import annotations
 

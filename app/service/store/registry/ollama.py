@@ -8,6 +8,7 @@ upload.go; the wire formats here follow it (media types, Accept headers, the ano
     POST /v2/<namespace>/<model>/blobs/uploads/         start an upload -> Location
     PUT  <Location>?digest=<digest>                     the bytes, in one request
     PUT  /v2/<namespace>/<model>/manifests/<tag>        publish
+Covered by tests/integration/service/test_pull.py and test_names.py.
 """
 from __future__ import annotations
 

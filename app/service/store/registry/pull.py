@@ -21,6 +21,7 @@ make sure a model is present, so it is cheap and always ends in `success`:
 - a read-only model of another app (Ollama's folder, ...): when the registry's model is the same file, nothing is
   written; when it differs, the registry's is pulled into Strata's own store under that name (which then comes
   first in the listing) and a progress line says so.
+Covered by tests/integration/service/test_pull.py and test_pull_hf_push.py.
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ writes, so `ollama pull` and Strata's pull read it back):
 
 Layers: the GGUF (every part of a split model), its LoRA adapters, its vision projector, then template, system, params and license
 when the model has them, and a config blob (format, family, size, quantization) as Ollama's ConfigV2.
+Covered by tests/integration/service/test_pull_hf_push.py (push, then pull back).
 """
 from __future__ import annotations
 
