@@ -95,6 +95,16 @@ def strata_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No STRATA_* variable that a setting reads (app/settings.py): what the settings file says is what counts."""
+    from app import settings
+
+    for s in settings.SETTINGS:
+        monkeypatch.delenv(s.env, raising=False)
+    return monkeypatch
+
+
 @pytest.fixture(scope="module")
 def live_service(tmp_path_factory):
     """Starts real services on loopback for a test module: `live_service(n_threads=1, num_ctx=1024, ...)` ->

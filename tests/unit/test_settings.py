@@ -1,35 +1,15 @@
 """The settings file (app/settings.py): written by the Settings dialog, read by the service's config at start
-(`strata serve` and `strata gui` alike); an environment variable always wins over the file."""
+(`strata serve` and `strata gui` alike); an environment variable always wins over the file. `strata serve` itself
+reading it: tests/integration/cli/test_service_cli.py."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import stat
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from app import settings
 from app.service.config import ConfigError, ServiceConfig
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for s in settings.SETTINGS:
-        monkeypatch.delenv(s.env, raising=False)
-    return monkeypatch
 
 
 def test_save_then_load_keeps_only_what_differs(strata_home, clean_env):
@@ -112,33 +92,3 @@ def test_scanned_folders_follow_the_setting(strata_home, clean_env, tmp_path):
     assert sources(ServiceConfig.from_env().external_sources) == {"lmstudio"}
     clean_env.setenv("STRATA_EXTERNAL_MODELS", "huggingface")      # the environment wins over the file
     assert sources(ServiceConfig.from_env().external_sources) == {"huggingface"}
-
-
-def test_strata_serve_listens_where_the_settings_file_says(strata_home, clean_env, tmp_path):
-    port = _free_port()
-    settings.save({"host": f"127.0.0.1:{port}", "api_key": "file-key", "num_threads": 1,
-                   "external_sources": []})
-    env = {k: v for k, v in os.environ.items() if k != "STRATA_HOST"}
-    log = open(tmp_path / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < end, open(tmp_path / "serve.log").read()
-            try:
-                urllib.request.urlopen(url + "/api/version", timeout=2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        # the file's API key is enforced
-        with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(url + "/api/tags", timeout=10)
-        assert e.value.code == 401
-        req = urllib.request.Request(url + "/api/tags", headers={"Authorization": "Bearer file-key"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            assert "models" in json.loads(r.read())
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
-        log.close()

@@ -1,15 +1,21 @@
-"""`strata serve` / `run` / `ps` / `stop` as real processes: the README's commands."""
+"""`strata serve` / `run` / `ps` / `stop` as real processes: the README's commands, and `strata serve` reading
+the settings file (app/settings.py; its rules in-process: tests/unit/test_settings.py)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import httpx
 import pytest
+
+from app import settings
 
 MODEL = "smollm2:135m"
 
@@ -88,3 +94,33 @@ def test_serve_stops_cleanly_on_sigint(serve):
     while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
         assert time.monotonic() < end, "runner outlived the service"
         time.sleep(0.1)
+
+
+def test_strata_serve_listens_where_the_settings_file_says(strata_home, clean_env, tmp_path):
+    port = _free_port()
+    settings.save({"host": f"127.0.0.1:{port}", "api_key": "file-key", "num_threads": 1,
+                   "external_sources": []})
+    env = {k: v for k, v in os.environ.items() if k != "STRATA_HOST"}
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < end, open(tmp_path / "serve.log").read()
+            try:
+                urllib.request.urlopen(url + "/api/version", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        # the file's API key is enforced
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url + "/api/tags", timeout=10)
+        assert e.value.code == 401
+        req = urllib.request.Request(url + "/api/tags", headers={"Authorization": "Bearer file-key"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert "models" in json.loads(r.read())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        log.close()
