@@ -101,7 +101,7 @@ RUNNER_GOMP_SPINCOUNT = "3000"
 
 def _runner_process(*args) -> None:
     """The runner child's target (pickled by name for the 'spawn' start). The import is here, not at the top:
-    app/engine/runner/ (llama.cpp, the batcher) is loaded only in the runner child, never in the service
+    app/engine/runner/ (llama.cpp, the step loop) is loaded only in the runner child, never in the service
     (docs/architecture.md, "Process model"); and libgomp reads its spin policy when llama.cpp loads it, below."""
     if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = RUNNER_GOMP_SPINCOUNT

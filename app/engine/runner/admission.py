@@ -44,7 +44,8 @@ def validate(req) -> None:
 
 
 class Admission:
-    """Turns a `Seq` holding a GenerateRequest into one the context thread can run (`__call__`)."""
+    """Fills a `Seq`'s admission record (`Seq.adm`) so the context thread can run it (`__call__`, on the output
+    thread)."""
 
     def __init__(self, model, n_ctx_seq: int, vocab_out: Vocab, facts: ChatFacts | None = None):
         self.vocab = L.llama_model_get_vocab(model)
@@ -63,7 +64,7 @@ class Admission:
         self._shown: dict[str, frozenset] = {}
         fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
         self.fim = fim if all(t >= 0 for t in fim) else None
-        self.mark_last_user = False     # set when the model takes context checkpoints (batcher.Placement)
+        self.mark_last_user = False     # set when the model takes context checkpoints (placement.Placement)
         self.media = None               # media.Media when the model has a projector (runner main)
 
     def _special(self, token: int) -> str:
@@ -77,50 +78,51 @@ class Admission:
         return None
 
     def __call__(self, seq: Seq) -> None:
-        req = seq.req
+        req, adm = seq.req, seq.adm        # admission writes only `adm` and the output state (sequence.py)
         validate(req)
         chat = not req.raw and (req.messages is not None or req.prompt is not None) and req.suffix is None
         if req.suffix is not None:
             toks, text = self.infill_tokens(req), ""
         elif has_images(req):
-            seq.media = self.media_prompt(req)
-            text, toks = "", seq.media.tokens
+            adm.media = self.media_prompt(req)
+            text, toks = "", adm.media.tokens
         else:
             text = self.prompt_text(req)
             toks = self.tokens_of(text, self.context_tokens(req))
-        seq.n_keep = min(N_KEEP, len(toks))
-        if seq.media is not None:       # images are never cut or dropped: a prompt that does not fit is refused
+        adm.n_keep = min(N_KEEP, len(toks))
+        if adm.media is not None:       # images are never cut or dropped: a prompt that does not fit is refused
             if not context_fit.fits(len(toks), max(0, int(req.reserve or 0)), self.n_ctx_seq):
                 raise context_fit.ContextOverflow(len(toks), max(0, int(req.reserve or 0)), self.n_ctx_seq)
         else:
             toks, text = self.fit(seq, req, toks, text)
-        if chat and self.mark_last_user and not (seq.dropped_messages or seq.truncated_tokens):
-            seq.checkpoint_at = self.last_user_start(req, toks)
-        seq.prompt = np.asarray(toks, dtype=np.int32)
-        seq.n_prompt = len(toks)
+        if chat and self.mark_last_user and not (adm.dropped_messages or adm.truncated_tokens):
+            adm.checkpoint_at = self.last_user_start(req, toks)
+        adm.prompt = np.asarray(toks, dtype=np.int32)
+        adm.n_prompt = len(toks)
         g, label = self.grammar(req)
         chain = sampling.build_chain(req.sampling, self.n_vocab, self.n_ctx_seq)
         try:
-            seq.sampler = SeqSampler(chain, self.vocab, self.n_vocab, g, label, self.vocab_out.piece)
+            adm.sampler = SeqSampler(chain, self.vocab, self.n_vocab, g, label, self.vocab_out.piece)
         except BaseException:
             sampling.free_chain(chain)
             raise
-        sampling.accept_prompt(chain, seq.prompt[seq.prompt >= 0],      # image pseudo-tokens are no vocabulary
+        sampling.accept_prompt(chain, adm.prompt[adm.prompt >= 0],      # image pseudo-tokens are no vocabulary
                                sampling.penalty_window(req.sampling, self.n_ctx_seq))
         family = self.plan_of(req).family
-        seq.detok = Detokenizer(self.vocab_out, self.shown_for(family) if chat else frozenset(),
-                                self.thinking_prefix(text) if chat else "")
+        seq.out.detok = Detokenizer(self.vocab_out, self.shown_for(family) if chat else frozenset(),
+                                    self.thinking_prefix(text) if chat else "")
         if chat and req.think_budget:
             close = tokenize(self.vocab, think_budget.markers(family)[2], add_special=False, parse_special=True)
-            seq.sampler.budget = think_budget.ThinkBudget(req.think_budget, family, close,
+            adm.sampler.budget = think_budget.ThinkBudget(req.think_budget, family, close,
                                                           self.vocab_out.piece, bool(self.thinking_prefix(text)))
         stops = list(req.stop) + (self.turn_stops if chat else [])
-        seq.stop = StopMatcher(stops)
-        seq.stop_bytes = StopBytes(stops) if any(stops) else None
+        seq.out.stop = StopMatcher(stops)
+        adm.stop_bytes = StopBytes(stops) if any(stops) else None
 
     def fit(self, seq: Seq, req, toks: list[int], text: str) -> tuple[list[int], str]:
         """The prompt fitted to the context by the request's `overflow` rule (context_fit.py); what was dropped
-        or cut is counted on `seq`. ContextOverflow (a ValueError) when it is refused."""
+        or cut is counted on `seq.adm`. ContextOverflow (a ValueError) when it is refused."""
+        adm = seq.adm
         limit, overflow = self.n_ctx_seq, req.overflow
         if overflow not in context_fit.OVERFLOWS:
             raise ValueError(f"overflow must be one of {', '.join(context_fit.OVERFLOWS)}")
@@ -128,13 +130,13 @@ class Admission:
         if context_fit.fits(len(toks), reserve, limit):
             return toks, text
         if overflow == context_fit.OVERFLOW_DROP and req.messages is not None and not req.raw and req.suffix is None:
-            kept, seq.dropped_messages = context_fit.drop_oldest(req.messages, lambda m: self._count(m, req),
+            kept, adm.dropped_messages = context_fit.drop_oldest(req.messages, lambda m: self._count(m, req),
                                                                  reserve, limit)
             text = self.render(kept, req)
             return self.tokens_of(text), text
         if overflow == context_fit.OVERFLOW_TRUNCATE:
-            cut = context_fit.truncate_tokens(toks, seq.n_keep, reserve, limit)
-            seq.truncated_tokens = len(toks) - len(cut)
+            cut = context_fit.truncate_tokens(toks, adm.n_keep, reserve, limit)
+            adm.truncated_tokens = len(toks) - len(cut)
             return cut, text
         raise context_fit.ContextOverflow(len(toks), reserve, limit)
 

@@ -5,7 +5,7 @@ Before a step, each generating sequence that may draft gets its draft context ca
 (its history and the pending token), then up to k tokens are drafted greedily, one draft-model decode per token
 for all drafting sequences at once; a draft ends early where the draft model is unsure (top probability below
 p_min: there the target would likely disagree, and a near-tie could flip between batch shapes) or at an
-end-of-generation token. The batcher verifies the draft in the target's batch like any other proposer's
+end-of-generation token. The step executor verifies the draft in the target's batch like any other proposer's
 (runner/proposer.py), so the reply is the target's own, token for token.
 
 The draft context's KV is kept equal to a prefix of the target's tokens: `cells[slot]` lists what it holds. After
@@ -49,7 +49,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class DraftModel:
-    """The draft model behind the batcher's proposer interface (runner/proposer.py)."""
+    """The draft model behind the step loop's proposer interface (runner/proposer.py)."""
     kind = "model"
     gated = False                       # the user chose it per model: its drafts are always made
 

@@ -8,7 +8,8 @@
   `llama_set_embeddings(ctx, true)` makes llama.cpp return every token's final hidden state (the context's pooling
   is NONE); the input is decoded in chunks and the states averaged, which is exactly MEAN pooling. Every token of
   a chunk is an output, so llama.cpp grows the host output buffer to chunk x (n_vocab + n_embd) floats: the chunk
-  comes from the Layout contract (layout/context_rules.embed_chunk_tokens), which plans that growth (DevicePlan.output_reserve).
+  comes from the Layout contract (layout/context_rules.embed_chunk_tokens); the planner plans that growth
+  (DevicePlan.output_reserve).
   (A separate embeddings context of 2048 tokens cost SmolLM2 ~830 MiB - a 2048-token ubatch of logits in its
   compute buffer and again in its output buffer - that no plan saw.)
 Inputs longer than the limit are truncated when `truncate` is true (the default) and refused otherwise.

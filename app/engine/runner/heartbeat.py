@@ -25,7 +25,7 @@ def expected_step_s(timing, n_tokens: int, fallback_s: float) -> float:
 
 
 class HeartbeatThread:
-    """`state()` -> (steps, step_s, step_tokens, expected_s); set it once the batcher exists (zeros until then)."""
+    """`state()` -> (steps, step_s, step_tokens, expected_s); set it once the step loop exists (zeros until then)."""
 
     def __init__(self, send: Callable[[object], None], interval_s: float = P.HEARTBEAT_INTERVAL_S):
         self.send = send

@@ -1,8 +1,8 @@
 """The runner process: loads exactly one Layout, reports progress and actual allocations, then serves requests.
 
 Started by `client.RunnerClient` through multiprocessing's 'spawn' context; `runner_main` is the process entry.
-The main thread reads the Connection (requests, cancels, stats, tokenize); the batcher's two threads do the
-work (batcher.py, output_thread.py; request admission in admission.py). A GGML_ASSERT/abort in llama.cpp ends
+The main thread reads the Connection (requests, cancels, stats, tokenize); the step loop's two threads do the
+work (step_loop.py, output_thread.py; request admission in admission.py). A GGML_ASSERT/abort in llama.cpp ends
 this process only; the parent sees the pipe close (docs/architecture.md, "Process model"). From the first moment a
 heartbeat thread tells the parent the process lives (heartbeat.py), and fd 2 is a pipe the parent reads
 (engine/stderr_tail.py), so what an abort prints last reaches the error and the service log.
@@ -27,13 +27,13 @@ from app.engine.layout.context_rules import embed_chunk_tokens
 from app.engine.layout.types import Layout
 from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.batcher import Batcher
 from app.engine.runner.draft_model import load_draft
 from app.engine.runner.embeddings import Embedder, tokenize
 from app.engine.runner.heartbeat import HeartbeatThread
 from app.engine.runner.media import Media
 from app.engine.runner.output import Vocab
 from app.engine.runner.output_thread import stream_interval_s
+from app.engine.runner.step_loop import StepLoop
 from app.engine.runner.testhooks import Hooks
 from app.engine.runner_settings import RunnerSettings
 
@@ -224,22 +224,22 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     embedder = Embedder(model, ctx, layout.options.num_ctx, embed_chunk_tokens(
         loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, chat_facts)
-    batcher = Batcher(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
-                      prompt_cache_bytes=prompt_cache_bytes,
-                      stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx),
-                                                        settings.stream_interval_ms),
-                      checkpoints=layout.options.ctx_checkpoints,
-                      checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
-                      warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative)
+    loop = StepLoop(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
+                    prompt_cache_bytes=prompt_cache_bytes,
+                    stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx),
+                                                      settings.stream_interval_ms),
+                    checkpoints=layout.options.ctx_checkpoints,
+                    checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
+                    warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative)
     admission.media = media
-    admission.mark_last_user = batcher.placement.checkpoints.enabled
-    heartbeat.state = batcher.step_state
-    batcher.start()
+    admission.mark_last_user = loop.placement.checkpoints.enabled
+    heartbeat.state = loop.step_state
+    loop.start()
     send(loaded)
-    _serve(conn, batcher, send, L.llama_model_get_vocab(model), admission)
+    _serve(conn, loop, send, L.llama_model_get_vocab(model), admission)
     heartbeat.stop()
-    batcher.stop()
-    if not any(t.is_alive() for t in batcher.threads):
+    loop.stop()
+    if not any(t.is_alive() for t in loop.threads):
         embedder.close()
         if media is not None:
             media.close()
@@ -251,21 +251,21 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     os._exit(0)     # the process's memory all comes back; skip interpreter teardown racing daemon threads
 
 
-def _serve(conn, batcher: Batcher, send, vocab, admission: Admission) -> None:
-    """The reader loop (main thread): hand each message to the batcher; returns on Shutdown or a closed pipe."""
+def _serve(conn, loop: StepLoop, send, vocab, admission: Admission) -> None:
+    """The reader loop (main thread): hand each message to the step loop; returns on Shutdown or a closed pipe."""
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             return                                  # the parent went away
         if isinstance(msg, P.GenerateRequest):
-            batcher.submit(msg)
+            loop.submit(msg)
         elif isinstance(msg, P.Cancel):
-            batcher.cancel(msg.id)
+            loop.cancel(msg.id)
         elif isinstance(msg, P.EmbedRequest):
-            batcher.submit_embed(msg)
+            loop.submit_embed(msg)
         elif isinstance(msg, P.StatsRequest):
-            send(batcher.stats(msg.id))
+            send(loop.stats(msg.id))
         elif isinstance(msg, P.TokenizeRequest):
             try:
                 if msg.chat is not None:       # a chat's prompt: template, tools, thinking switches

@@ -5,9 +5,9 @@ where each image goes (before the text of the message that carries it, as Ollama
 Pillow (never with mtmd's own file helper, which may start an `ffprobe` process for a buffer it cannot read) and
 tokenizes the prompt with `mtmd_tokenize` into text and image chunks.
 
-The batcher works on token arrays, so an image's positions are written into the prompt as negative pseudo-tokens
+The step loop works on token arrays, so an image's positions are written into the prompt as negative pseudo-tokens
 derived from the image's hash: the prompt cache then matches a conversation about the same picture like any other
-prefix (and never one about another picture), and the batcher knows an image starts where the prompt holds a
+prefix (and never one about another picture), and the scheduler knows an image starts where the prompt holds a
 negative id. The context thread feeds an image whole, with `mtmd_helper_eval_chunk_single` (encode, then decode
 its embeddings into the sequence's cells), one image per step, so other sequences wait no longer than for a
 long prompt chunk.

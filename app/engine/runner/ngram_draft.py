@@ -4,8 +4,8 @@ A reply that repeats its prompt (an edited file printed whole, code completion e
 summary quoting its source) or itself can be guessed several tokens ahead: find the most recent earlier place where
 the last n tokens (prompt + reply so far) occurred, and propose what followed them there (llama.cpp's prompt
 lookup, `common_ngram_simple_draft` in common/ngram-map.cpp, looks for one n-gram size; here the longest of
-N_MIN..N_MAX that matches wins). The batcher verifies the proposal in one decode with the pending token
-(batcher.py, "speculation"): every token is still sampled from the model, so a wrong draft costs batch rows,
+N_MIN..N_MAX that matches wins). The step executor verifies the proposal in one decode with the pending token
+(step_executor.py, `_sample`): every token is still sampled from the model, so a wrong draft costs batch rows,
 never a different reply.
 
 How many of the proposed tokens are decoded is draft_policy.py's call (measured step costs against the
@@ -61,7 +61,7 @@ class NgramDrafter:
 
 
 class NgramProposer:
-    """Prompt lookup behind the batcher's proposer interface (runner/proposer.py): each sequence's guess from its
+    """Prompt lookup behind the step loop's proposer interface (runner/proposer.py): each sequence's guess from its
     own NgramDrafter, as long as pays for its batch rows (draft_policy.StepCosts at the sequence's acceptance rate),
     in the order the sequences come, each seeing the rows the ones before it took."""
     kind = "ngram"

@@ -10,11 +10,12 @@ import logging
 import queue
 import time
 
-
 from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.output import logprobs_from_logits
+from app.engine.runner.output_port import LoopPort
 from app.engine.runner.sequence import Seq
+from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
 
@@ -38,13 +39,20 @@ def stream_interval_s(gpu_devices, n_threads: int, setting_ms: float | None = No
 
 
 class OutputThread:
-    """Works the batcher's `out_q`: ("admit", Seq), ("step", results), ("done", Seq), ("embed", req), ("quit", _)."""
+    """Works the loop's `out_q`: ("admit", Seq), ("step", results), ("done", Seq), ("embed", req), ("quit", _).
+    It writes a request's admission record and output state (sequence.py) and reaches the loop only through its
+    port (output_port.py)."""
 
-    def __init__(self, batcher):
-        self.b = batcher
-        self.send = batcher.send
-        self.out_q: queue.SimpleQueue = batcher.out_q
-        self.interval = batcher.stream_interval
+    def __init__(self, port: LoopPort, *, send, out_q: queue.SimpleQueue, interval: float, admit, hooks: Hooks,
+                 n_ctx_seq: int, vocab_out, embedder=None):
+        self.port = port
+        self.send, self.out_q = send, out_q
+        self.interval = interval            # stream_interval_s: how long new text may be held
+        self.admit_fn = admit               # Seq -> None (fills seq.adm and the output state) or raises
+        self.hooks = hooks
+        self.n_ctx_seq = n_ctx_seq
+        self.vocab_out = vocab_out          # output.Vocab (token pieces, cached)
+        self.embedder = embedder
 
     def run(self):
         while True:
@@ -64,103 +72,108 @@ class OutputThread:
             except Exception:
                 log.exception("output thread: %s failed", kind)
                 if kind == "done":
-                    self.b.seqs.pop(item.id, None)
+                    self.port.forget(item.id)
 
     def on_admit(self, seq: Seq):
         if seq.cancelled:
             self._finish_unadmitted(seq, "cancelled")
             return
+        adm = seq.adm
         try:
-            self.b.hooks.hit("admit")
-            self.b.admit_fn(seq)
+            self.hooks.hit("admit")
+            self.admit_fn(seq)
         except Exception as e:
-            seq.error = str(e)
-            seq.error_kind = getattr(e, "kind", None) or ("invalid" if isinstance(e, ValueError) else "error")
-            seq.error_data = getattr(e, "data", None)
+            adm.error = str(e)
+            adm.error_kind = getattr(e, "kind", None) or ("invalid" if isinstance(e, ValueError) else "error")
+            adm.error_data = getattr(e, "data", None)
             self._finish_unadmitted(seq, "error")
             return
-        if seq.dropped_messages or seq.truncated_tokens:
+        if adm.dropped_messages or adm.truncated_tokens:
             log.info("request %s: prompt fitted to %d tokens per sequence: %d oldest messages dropped, %d tokens cut",
-                     seq.id, self.b.n_ctx_seq, seq.dropped_messages, seq.truncated_tokens)
+                     seq.id, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens)
         if seq.req.announce:
-            self.send(P.Admitted(seq.id, seq.n_prompt, self.b.n_ctx_seq, seq.dropped_messages, seq.truncated_tokens))
-        self.b.ready.append(seq)
-        self.b.wake.set()
+            self.send(P.Admitted(seq.id, adm.n_prompt, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens))
+        self.port.ready(seq)
 
     def _finish_unadmitted(self, seq: Seq, reason: str):
-        seq.free_media()
-        if seq.sampler is not None:
-            seq.sampler.free()
-            seq.sampler = None
-        seq.finish = reason
-        self.on_done(seq)
+        """A request that never reached the loop: free what admission made and send its end."""
+        adm = seq.adm
+        if adm.media is not None:
+            adm.media.free()
+        if adm.sampler is not None:
+            adm.sampler.free()
+        self.on_done(seq, reason)
 
     def on_token(self, seq: Seq, tok: int, logits, eog: bool):
-        if seq.out_reason or seq.cancelled:
+        out = seq.out
+        if out.reason or seq.cancelled:
             return                                   # tokens decoded after a stop string: never shown
         try:
-            self.b.hooks.hit("output")
-            seq.n_out += 1
-            seq.n_unsent += 1
-            text = "" if eog else seq.detok.push(tok)
+            self.hooks.hit("output")
+            out.n_out += 1
+            out.n_unsent += 1
+            text = "" if eog else out.detok.push(tok)
             if seq.req.logprobs and logits is not None:
-                seq.pending_lp.append(logprobs_from_logits(logits, tok, seq.req.top_logprobs, self.b.vocab_out))
-            safe, stopped = seq.stop.push(text) if text else ("", False)
+                out.pending_lp.append(logprobs_from_logits(logits, tok, seq.req.top_logprobs, self.vocab_out))
+            safe, stopped = out.stop.push(text) if text else ("", False)
             if safe:
-                seq.held += safe
-                if not self.interval or time.perf_counter() - seq.t_sent >= self.interval:
+                out.held += safe
+                if not self.interval or time.perf_counter() - out.t_sent >= self.interval:
                     self._send_text(seq)
             if stopped:
-                seq.out_reason = "stop"
-                self.b.wake.set()
+                out.reason = "stop"
+                self.port.wake()
         except Exception as e:
-            seq.error = f"output processing failed: {e}"
-            seq.out_reason = "error"
-            self.b.wake.set()
+            out.error = f"output processing failed: {e}"
+            out.reason = "error"
+            self.port.wake()
 
     def _send_text(self, seq: Seq):
         """Send the held text with the count (and logprobs) of every token not yet sent."""
-        lp = seq.pending_lp or None
+        out = seq.out
+        lp = out.pending_lp or None
         if seq.req.logprobs:
-            seq.pending_lp = []
-        self.send(P.TokenEvent(seq.id, seq.held, n_tokens=seq.n_unsent, logprobs=lp))
-        seq.held, seq.n_unsent, seq.t_sent = "", 0, time.perf_counter()
+            out.pending_lp = []
+        self.send(P.TokenEvent(seq.id, out.held, n_tokens=out.n_unsent, logprobs=lp))
+        out.held, out.n_unsent, out.t_sent = "", 0, time.perf_counter()
 
-    def on_done(self, seq: Seq):
-        self.b.seqs.pop(seq.id, None)
-        reason = seq.out_reason or seq.finish or "stop"
+    def on_done(self, seq: Seq, reason: str | None = None):
+        """The one DoneEvent or ErrorEvent of a request: after the loop released it (`reason` None: the loop's
+        or the output thread's own), or for a request that never reached the loop (`reason` given)."""
+        self.port.forget(seq.id)
+        out = seq.out
+        reason = reason or out.reason or seq.finish or "stop"
         if reason == "error":
-            self.send(P.ErrorEvent(seq.id, seq.error or "request failed", kind=seq.error_kind,
-                                   data=seq.error_data))
+            kind, data = (seq.adm.error_kind, seq.adm.error_data) if seq.adm.error else ("error", None)
+            self.send(P.ErrorEvent(seq.id, seq.error_message or "request failed", kind=kind, data=data))
             return
-        if reason != "cancelled" and seq.detok is not None:
-            tail = seq.detok.flush()
-            safe = seq.stop.push(tail)[0] if tail else ""
-            seq.held += safe + seq.stop.flush()
-            if seq.held or seq.n_unsent:
+        if reason != "cancelled" and out.detok is not None:
+            tail = out.detok.flush()
+            safe = out.stop.push(tail)[0] if tail else ""
+            out.held += safe + out.stop.flush()
+            if out.held or out.n_unsent:
                 self._send_text(seq)
         t_first = seq.t_first or seq.t_done
         ctx_tokens = None
         if seq.req.messages is None and reason != "cancelled":
             ctx_tokens = list(seq.history)
-            if reason == "length" and seq.n_gen > 0 and seq.pending >= 0 and len(ctx_tokens) < self.b.n_ctx_seq:
+            if reason == "length" and seq.n_gen > 0 and seq.pending >= 0 and len(ctx_tokens) < self.n_ctx_seq:
                 # the last token was sampled and sent as text but never decoded (the limit ended it first): it is
                 # part of the reply, so it is part of `context` (Ollama's context is prompt + reply); a follow-up
                 # decodes it with its new prompt. (A full window after context shifts stays the window.)
                 ctx_tokens.append(seq.pending)
         self.send(P.DoneEvent(
-            seq.id, reason, prompt_tokens=seq.n_prompt,
-            completion_tokens=seq.n_out if seq.out_reason else seq.n_gen,
+            seq.id, reason, prompt_tokens=seq.adm.n_prompt,
+            completion_tokens=out.n_out if out.reason else seq.n_gen,
             prompt_seconds=max(0.0, t_first - seq.t_admit) if seq.t_admit else 0.0,
             generation_seconds=max(0.0, seq.t_done - t_first) if seq.t_admit else 0.0,
-            context_tokens=ctx_tokens, stop_string=seq.stop.matched if seq.stop is not None else None,
+            context_tokens=ctx_tokens, stop_string=out.stop.matched if out.stop is not None else None,
             cached_tokens=seq.n_cached, draft_tokens=seq.n_drafted, draft_accepted=seq.n_accepted))
 
     def on_embed(self, req: P.EmbedRequest):
         try:
-            token_lists, n_tokens = self.b.embedder.prepare(req.inputs, req.truncate, req.query)
+            token_lists, n_tokens = self.embedder.prepare(req.inputs, req.truncate, req.query)
         except ValueError as e:
             self.send(P.EmbedResult(req.id, [], 0, error=str(e)))
             return
-        self.b.embed_jobs.append((req, token_lists, n_tokens))
-        self.b.wake.set()
+        self.port.enqueue((req, token_lists, n_tokens))

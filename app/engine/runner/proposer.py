@@ -1,7 +1,8 @@
-"""What proposes speculative drafts: the interface the batcher drafts through (docs/architecture.md, "Speculative
-decoding"). Two implementations: prompt lookup (ngram_draft.NgramProposer: the sequence's own tokens) and a draft
-model (draft_model.DraftModel: a second, small model with the same vocabulary). Either way the batcher verifies a
-draft the same way, row by row with the sequence's own sampler, so the proposer changes speed, never tokens.
+"""What proposes speculative drafts: the interface the step scheduler drafts through (speculation.Drafting;
+docs/architecture.md, "Speculative decoding"). Two implementations: prompt lookup (ngram_draft.NgramProposer: the
+sequence's own tokens) and a draft model (draft_model.DraftModel: a second, small model with the same vocabulary).
+Either way the step executor verifies a draft the same way, row by row with the sequence's own sampler, so the
+proposer changes speed, never tokens.
 Context thread only.
 Covered by tests/integration/engine/test_speculative.py and test_draft_model.py.
 """
@@ -14,7 +15,7 @@ from app.engine.runner.sequence import Seq
 
 class Proposer(Protocol):
     kind: str                       # "ngram" | "model": what drafts (logs, stats)
-    gated: bool                     # the batcher's DraftGate judges its drafts by measured step speed
+    gated: bool                     # the DraftGate judges its drafts by measured step speed
 
     def propose(self, asks: list[tuple[Seq, int]], n_seqs: int, capacity: int) -> dict[str, list[int]]:
         """Drafts for this step: `asks` = (generating sequence that may draft, its longest draft); `n_seqs` the
@@ -24,7 +25,7 @@ class Proposer(Protocol):
         ...
 
     def verified(self, seq: Seq, n_drafted: int, n_accepted: int) -> None:
-        """After the batcher verified `seq`'s draft: `n_accepted` of its `n_drafted` tokens were the model's own
+        """After the step executor verified `seq`'s draft: `n_accepted` of its `n_drafted` tokens were the model's own
         (seq.history and seq.pending already say what the sequence holds now)."""
         ...
 

@@ -1,10 +1,8 @@
-"""Batcher parts without a runner process: stop strings, UTF-8 detokenizing, logprobs, the numpy batch,
+"""Runner parts without a runner process: stop strings, UTF-8 detokenizing, logprobs, the numpy batch,
 chat templates, grammars, sampling validation, embedding truncation. Real SmolLM2 vocab and logits where the
 behaviour depends on llama.cpp (loaded in-process: nothing here can hit a GGML_ASSERT)."""
 from __future__ import annotations
 
-
-import ctypes
 import logging
 
 import numpy as np
@@ -18,7 +16,7 @@ from app.engine.runner.chat_template import TemplateError, render_chat
 from app.engine.runner.embeddings import InputTooLong, fit_tokens, tokenize
 from app.engine.runner.grammar import GrammarError, grammar_for
 from app.engine.runner.output import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
-from app.engine.runner.batcher import Batcher
+from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.sampling import (SamplingError, accept_prompt, build_chain, free_grammar, grammar_sampler,
                                           penalty_window, validate)
@@ -281,9 +279,10 @@ def test_an_abort_we_asked_for_is_not_an_error_but_real_failures_are(llama, capl
     cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 256, 64, 32, 1, 1, 1
     ctx = L.llama_init_from_model(model, cp)       # its own context: the engine installs an abort callback on it
     assert ctx
-    eng = Batcher(model, ctx, lambda msg: None, vocab_out=v)    # threads not started: the test drives the context
+    eng = DecodeAbort(model)                         # no loop: the test drives the context
+    eng.install(ctx)
     caplog.set_level(logging.DEBUG, logger="strata.llama")
-    b = eng.batches[0]
+    b = NpBatch(L.llama_n_batch(ctx))
 
     def decode(tokens):
         b.clear()
@@ -293,7 +292,8 @@ def test_an_abort_we_asked_for_is_not_an_error_but_real_failures_are(llama, capl
         return rc, [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "strata.llama"]
 
     try:
-        eng.request_abort()                          # what cancel() does when the request is in the running batch
+        eng.in_flight = {"r"}
+        eng.cancel("r")                              # the request is in the running batch
         rc, lines = decode(range(100, 164))
         assert rc == 2
         assert any("ret = 2" in m for _, m in lines), lines              # llama.cpp did report the abort ...
@@ -301,12 +301,12 @@ def test_an_abort_we_asked_for_is_not_an_error_but_real_failures_are(llama, capl
         rc, lines = decode([v.n_vocab + 5])          # a real failure while the abort flag is still up
         assert rc == -1
         assert any(lvl == logging.ERROR and "ret = -1" in m for lvl, m in lines), lines
-        eng._flag[0] = b"\x00"                       # what the context thread does before its next step
-        eng.stop()                                   # unregisters the rule: llama.cpp's own levels come back
-        L.llama_set_abort_callback(ctx, eng._abort_cb, ctypes.cast(eng._flag, ctypes.c_void_p))
-        eng._flag[0] = b"\x01"
+        eng.clear()                                  # what the context thread does before its next step
+        eng.close()                                  # unregisters the rule: llama.cpp's own levels come back
+        eng.install(ctx)
+        eng.request()
         rc, lines = decode(range(100, 164))
         assert rc == 2 and any(lvl == logging.ERROR and "ret = 2" in m for lvl, m in lines), lines
     finally:
-        eng.stop()
+        eng.close()
         L.llama_free(ctx)

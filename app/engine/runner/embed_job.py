@@ -1,0 +1,36 @@
+"""One embedding job on the context thread (embeddings.py does the decoding): which sequence id it may use, and
+the result or error sent to the parent. It runs between steps, to the end, like one long step.
+Covered by tests/integration/engine/test_runner.py (embeddings through a real runner).
+"""
+from __future__ import annotations
+
+import logging
+
+from app.engine import protocol as P
+from app.engine.runner.placement import Placement
+from app.engine.runner.step_clock import StepClock
+
+log = logging.getLogger("strata.engine")
+
+
+def run_embed_job(job, embedder, placement: Placement, free_slots: list[int], clock: StepClock, send) -> bool:
+    """Run one embedding job to the end; False (job kept) while a generative model has no free slot for it
+    (the service leases a slot per embedding request, so one frees up as running sequences finish)."""
+    req, token_lists, n_tokens = job
+    seq_id = 0
+    if embedder.is_embedding_model:
+        placement.forget_all()     # it decodes on this context and clears its memory
+    else:
+        if not free_slots:
+            return False
+        seq_id = placement.borrow(free_slots)   # the least useful cached prefix goes (to the host cache)
+    clock.begin(n_tokens)                       # one long step, for the heartbeat
+    try:
+        vectors = embedder.embed(token_lists, normalize=req.normalize, seq=seq_id)
+        send(P.EmbedResult(req.id, vectors, n_tokens))
+    except Exception as e:
+        log.exception("embedding failed")
+        send(P.EmbedResult(req.id, [], 0, error=f"embedding failed: {e}"))
+    finally:
+        clock.end()
+    return True

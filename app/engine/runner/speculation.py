@@ -1,0 +1,90 @@
+"""Speculative decoding's per-step choices (docs/architecture.md, "Speculative decoding"): whether this runner
+drafts at all (`speculation`), which tokens each generating sequence drafts this step (`Drafting.drafts`, through
+the proposer), and the bookkeeping after verification (`Drafting.settle`). The scheduler asks; the executor
+verifies while sampling.
+Covered by tests/integration/engine/test_speculative.py and test_draft_model.py.
+"""
+from __future__ import annotations
+
+from llama_cpp import llama_cpp as L
+
+from app.engine.runner.decode_abort import DecodeAbort
+from app.engine.runner.draft_policy import DraftGate, OpenGate
+from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
+from app.engine.runner.sequence import Seq
+
+# Off unless asked: on this 2-core CPU "auto" made edits 1.4-1.9x faster than llama-server (Qwen2.5-Coder-0.5B) but
+# free text 0.84x on a fresh runner (its gate needs ~24 drafted steps before its first verdict), and free text is
+# what most replies are. Until the gate never loses there, speculation is the user's choice (STRATA_SPECULATIVE).
+DEFAULT_SPECULATION = "off"
+
+
+def speculation(model, setting: str | None = None, draft_model: bool = False) -> tuple[bool, int, bool]:
+    """(on, longest draft, gate drafts by their measured speed) for this runner, from `setting` (the service's
+    STRATA_SPECULATIVE, app/engine/runner_settings.py; empty: DEFAULT_SPECULATION): "auto" drafts while steps with
+    drafts measure faster than steps without (draft_policy.DraftGate); "on" always drafts (tests); "off"/"0" never
+    drafts; a number is "auto" with that longest draft. Off for a recurrent or hybrid model: its state cannot drop
+    the rejected tokens by position. With a draft model (the model's `draft` option) it is on unless the setting
+    says off: the user chose it."""
+    raw = (setting or "").strip().lower() or ("on" if draft_model else DEFAULT_SPECULATION)
+    if raw in ("off", "0", "false", "no", "none"):
+        return False, 0, False
+    if L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model):
+        return False, 0, False
+    return True, int(raw) if raw.isdigit() else MAX_DRAFT, raw not in ("on", "always", "1", "true", "yes")
+
+
+class Drafting:
+    """This runner's drafting: on or off, what proposes (runner/proposer.py: the layout's draft model when it has
+    one, else prompt lookup), the gate, and the totals stats report."""
+
+    def __init__(self, model, n_ctx_seq: int, abort: DecodeAbort, setting: str | None = None, draft=None):
+        self.on, self.max_draft, measured = speculation(model, setting, draft is not None)
+        self.n_ctx_seq = n_ctx_seq
+        self.abort = abort
+        self.proposer = draft if draft is not None else NgramProposer()
+        self.gate = DraftGate() if measured and self.proposer.gated else OpenGate()
+        self.drafted_total = self.accepted_total = 0
+        if draft is not None:               # a cancel stops the draft model's decode the same way
+            abort.install(draft.ctx)
+
+    def may_draft(self, n_gen: int) -> bool:
+        """Whether this step may draft at all (the gate is asked only when it could)."""
+        return self.on and n_gen > 0 and self.gate.allow()
+
+    def drafts(self, gen: list[Seq], capacity: int) -> dict[str, list[int]]:
+        """The tokens each generating sequence decodes after its pending token this step (request id -> draft):
+        the proposer's guess, within each sequence's limit and the batch's rows. A cancel arriving meanwhile
+        aborts a draft model's decode."""
+        asks = [(seq, n) for seq in gen if (n := self.limit(seq)) > 0]
+        if not asks:
+            return {}
+        self.abort.in_flight = {seq.id for seq, _ in asks}
+        try:
+            return self.proposer.propose(asks, len(gen), capacity)
+        finally:
+            self.abort.in_flight = set()
+
+    def limit(self, seq: Seq) -> int:
+        """The longest draft `seq` may decode this step: 0 when speculation is off (runner, request, or a model
+        whose memory cannot drop cells by position), else bounded by the context and the reply's token limit."""
+        if not (self.on and seq.speculate) or seq.req.num_predict == 0:
+            return 0
+        limit = min(self.max_draft, self.n_ctx_seq - seq.n_past - 1)
+        if seq.req.num_predict > 0:
+            limit = min(limit, seq.req.num_predict - seq.n_gen - 1)
+        return max(0, limit)
+
+    def settle(self, seq: Seq, n_draft: int, n_ok: int) -> None:
+        """After verifying a draft (the executor removed the rejected cells from KV; seq.history and seq.pending
+        say what the sequence holds now): count it and tell the proposer."""
+        seq.n_drafted += n_draft
+        seq.n_accepted += n_ok
+        self.drafted_total += n_draft
+        self.accepted_total += n_ok
+        self.proposer.verified(seq, n_draft, n_ok)
+
+    def record_step(self, plan_drafted: bool, n_tokens: int, t_decode: float) -> None:
+        """A generation-only step's speed, with or without drafts, for the gate (draft_policy.DraftGate)."""
+        if self.on:
+            self.gate.record(plan_drafted, n_tokens, t_decode)

@@ -1,0 +1,45 @@
+"""The context thread's clock: the step in progress and the last steps' timings.
+
+The heartbeat thread (heartbeat.py) reads it without a lock (plain attribute reads: nothing the context thread
+could hold), and stats report its decode fraction. A "step" here is anything that runs the model for a while:
+a batch decode, an image's encode + decode, an embedding job.
+Covered by tests/integration/engine/test_runner.py (stats) and tests/integration/service/test_runner_faults.py
+(the heartbeat's step limit).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from app.engine.runner.heartbeat import expected_step_s
+
+
+class StepClock:
+    def __init__(self, warmup_s: float = 0.0):
+        self.steps = 0                      # batch decodes that succeeded
+        self.timing: deque = deque(maxlen=128)   # (seconds in llama_decode, seconds of the whole step, tokens)
+        self.warmup_s = warmup_s            # the load's one-token warm-up decode: the step estimate before any step
+        self.t0 = 0.0                       # when the step in progress began (0: none)
+        self.tokens = 0
+
+    def begin(self, n_tokens: int, t0: float | None = None) -> float:
+        self.tokens, self.t0 = n_tokens, t0 or time.perf_counter()
+        return self.t0
+
+    def end(self) -> None:
+        self.t0 = 0.0
+
+    def record(self, decode_s: float, step_s: float, n_tokens: int) -> None:
+        self.timing.append((decode_s, step_s, n_tokens))
+
+    def decode_fraction(self) -> float:
+        t = list(self.timing)
+        busy = sum(x[1] for x in t)
+        return (sum(x[0] for x in t) / busy) if busy else 0.0
+
+    def state(self) -> tuple[int, float, int, float]:
+        """(steps done, seconds the step in progress has run, its tokens, how long such a step should take)."""
+        t0, n = self.t0, self.tokens
+        if not t0:
+            return self.steps, 0.0, 0, 0.0
+        return self.steps, time.perf_counter() - t0, n, expected_step_s(list(self.timing), n, self.warmup_s)

@@ -1,0 +1,146 @@
+"""The step executor (context thread): runs a `StepPlan` on the llama context and says what happened.
+
+It encodes the plan's image (runner/media.py), calls `llama_decode` on the batch (the GIL is released there; on
+SmolLM2, CPU, 1 thread, the context thread spends ~97-99% of its step time inside it: Stats.decode_fraction), and
+samples every row that has logits with the sequence's own chain, verifying drafts on the way. It writes no
+sequence state except what llama.cpp itself changed (rolled-back or rejected KV cells, the sampler chains);
+step_update.py applies the result. A cancel stops a running decode (decode_abort.py).
+Covered by tests/integration/engine/test_runner.py and test_speculative.py (a real runner process).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+from llama_cpp import llama_cpp as L
+
+from app.engine.runner.decode_abort import DecodeAbort
+from app.engine.runner.sequence import Seq
+from app.engine.runner.step_clock import StepClock
+from app.engine.runner.step_plan import Sampled, Span, StepPlan, StepResult
+from app.engine.runner.testhooks import Hooks
+
+log = logging.getLogger("strata.engine")
+
+class StepExecutor:
+    def __init__(self, model, ctx, *, vocab_out, clock: StepClock, abort: DecodeAbort, hooks: Hooks | None = None,
+                 media=None):
+        self.ctx, self.vocab_out, self.clock, self.abort = ctx, vocab_out, clock, abort
+        self.hooks = hooks or Hooks()
+        self.media = media                  # media.Media (the model's projector) or None
+        self.vocab = L.llama_model_get_vocab(model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.n_batch = L.llama_n_batch(ctx)
+        self.mem = L.llama_get_memory(ctx)
+        abort.install(ctx)
+
+    # ---- one plan ------------------------------------------------------------------------------------------
+    def execute(self, plan: StepPlan) -> StepResult:
+        result = StepResult()
+        if plan.image is not None:
+            self._eval_image(plan.image, result)
+        b = plan.batch
+        if b.n == 0:
+            return result
+        self.clock.begin(b.n, plan.t_start)             # the heartbeat reports the step while it runs
+        result.rc, result.message, result.t_decode = self._decode(plan)
+        if result.rc != 0:
+            for span in plan.spans:                      # processed ubatches may remain: roll every sequence back
+                if span.seq.slot is not None:
+                    L.llama_memory_seq_rm(self.mem, span.seq.slot, span.pos0, -1)
+            if result.rc != 2:                           # 2: aborted for a cancel, the others just retry
+                log.error("%s (batch of %d tokens)", result.message, b.n)
+            return result
+        result.sampled = [self._sample(span, row) for span, row in plan.outs]
+        return result
+
+    def _decode(self, plan: StepPlan) -> tuple[int, str, float]:
+        """llama_decode on the plan's batch, unless a cancel arrived while it was built. (rc, message, seconds)."""
+        self.abort.in_flight = {span.seq.id for span in plan.spans}
+        t_decode = 0.0
+        try:
+            self.hooks.hit("step")
+            if any(span.seq.cancelled for span in plan.spans):
+                rc = 2                               # a cancel arrived while building: skip straight to rollback
+            else:
+                if self.hooks.hang_marker:
+                    self.hooks.hang_if_marked(span.seq.req.prompt for span in plan.spans)
+                t0 = time.perf_counter()
+                rc = L.llama_decode(self.ctx, plan.batch.struct)
+                t_decode = time.perf_counter() - t0
+        except Exception as e:
+            return -100, str(e), 0.0
+        finally:
+            self.abort.in_flight = set()
+        return rc, f"llama_decode failed with code {rc}", t_decode
+
+    def _sample(self, span: Span, row: int) -> Sampled:
+        """Sample one sequence's rows. Speculation: sample at each drafted position with the sequence's own chain
+        (so only tokens that are really emitted reach its penalties/grammar/RNG) and go on while the sample equals
+        the draft, as llama.cpp's common_sampler_sample_and_accept_n; every token comes from the model's
+        distribution. The rejected drafted cells leave KV here, so KV = history again (the prompt cache relies
+        on it)."""
+        seq, draft = span.seq, span.draft
+        out = Sampled(seq)
+        if seq.req.num_predict == 0:                 # prompt only (like llama-server's n_predict 0): no token
+            out.reason = "length"
+            return out
+        n_gen = seq.n_gen
+        while True:
+            try:
+                tok, logits = self._sample_row(seq, row + out.n_accepted)
+            except Exception as e:  # GrammarStuck names the grammar; only this sequence ends
+                out.error, out.reason = f"sampling failed: {e}", "error"
+                break
+            if n_gen == 0:
+                out.t_first = time.perf_counter()
+            n_gen += 1
+            eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
+            out.tokens.append((tok, logits, eog))
+            out.reason = self._end_reason(seq, tok, eog, n_gen)
+            if out.reason or out.n_accepted == len(draft) or tok != draft[out.n_accepted]:
+                break
+            out.n_accepted += 1                      # the drafted cell holds this very token: keep it
+        if draft and seq.slot is not None and out.n_accepted < len(draft):
+            L.llama_memory_seq_rm(self.mem, seq.slot, span.pos0 + 1 + out.n_accepted, -1)
+        return out
+
+    def _sample_row(self, seq: Seq, row: int):
+        """Sample (and accept) one token from the logits of batch row `row`; with the logits when asked."""
+        self.hooks.hit("sample")
+        tok = seq.sampler.sample(self.ctx, row)
+        logits = None
+        if seq.req.logprobs:
+            ptr = L.llama_get_logits_ith(self.ctx, row)
+            if ptr:
+                logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        return tok, logits
+
+    def _end_reason(self, seq: Seq, tok: int, eog: bool, n_gen: int) -> str | None:
+        if eog and not seq.req.ignore_eos:
+            return "stop"
+        if seq.stop_bytes is not None and not eog and seq.stop_bytes.push(self.vocab_out.piece(tok)):
+            return "stop"                                # a stop string: no need to decode this token
+        if 0 < seq.req.num_predict <= n_gen:
+            return "length"
+        return None
+
+    def _eval_image(self, seq: Seq, result: StepResult) -> None:
+        """Encode the image at seq.todo and decode its embeddings into the sequence's cells (runner/media.py),
+        outside the step's batch; a failure ends this sequence only."""
+        start = seq.todo
+        chunk, n = seq.media.images[start]
+        t0 = self.clock.begin(n)                     # one step of n tokens, for the heartbeat
+        try:
+            self.hooks.hit("image")
+            result.image_n_past = self.media.eval_image(self.ctx, chunk, seq.n_past, seq.slot, self.n_batch)
+        except Exception as e:  # noqa: BLE001 - mtmd's failure: this request fails, the runner goes on
+            L.llama_memory_seq_rm(self.mem, seq.slot, start, -1)
+            log.error("image of request %s: %s", seq.id, e)
+            result.image_error = str(e)
+            return
+        finally:
+            self.clock.end()
+        dt = time.perf_counter() - t0
+        self.clock.record(dt, dt, n)

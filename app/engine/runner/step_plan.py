@@ -1,0 +1,64 @@
+"""The typed hand-offs of one step of the context thread: what the scheduler decided (`StepPlan`) and what the
+executor got (`StepResult`), like vLLM v1's SchedulerOutput and ModelRunnerOutput. The loop (step_loop.py) runs
+`plan = scheduler.schedule(); result = executor.execute(plan); update(plan, result)`.
+Covered by tests/integration/engine/test_runner.py (every step of a real runner builds one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.engine.runner.batch import NpBatch
+from app.engine.runner.sequence import Seq
+
+
+@dataclass
+class Span:
+    """`n` rows of one sequence in the batch, from KV position `pos0`: a generating sequence's pending token
+    and its draft (`draft`, verified when sampling), or a chunk of a prompt."""
+    seq: Seq
+    pos0: int
+    n: int
+    prefill: bool
+    draft: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StepPlan:
+    """What one step decodes: the batch's spans, the rows whose logits are sampled, and at most one image."""
+    batch: NpBatch
+    t_start: float = 0.0                # when scheduling began (a step's time includes building its batch)
+    spans: list[Span] = field(default_factory=list)
+    outs: list[tuple[Span, int]] = field(default_factory=list)   # (span, the batch row whose logits it samples first)
+    image: Seq | None = None            # its next prompt item is an image (encoded and decoded on its own)
+    gen_only: bool = False              # every span is a generating sequence (the draft gate times such steps)
+
+    @property
+    def drafted(self) -> bool:
+        return any(s.draft for s in self.spans)
+
+    @property
+    def empty(self) -> bool:
+        return self.batch.n == 0 and self.image is None
+
+
+@dataclass
+class Sampled:
+    """What sampling one sequence's rows gave: the tokens in order (each with its logits when logprobs are asked,
+    and whether it ends generation), how many drafted tokens were accepted, and the end reason if any."""
+    seq: Seq
+    tokens: list[tuple[int, object, bool]] = field(default_factory=list)   # (token, logits or None, eog)
+    n_accepted: int = 0
+    reason: str | None = None           # "stop" | "length" | "error" | None (goes on)
+    error: str | None = None
+    t_first: float = 0.0                # when the first of them was sampled (time to first token)
+
+
+@dataclass
+class StepResult:
+    """What executing a plan did."""
+    rc: int = 0                         # llama_decode's return code (0 ok, 2 aborted for a cancel)
+    message: str = ""
+    t_decode: float = 0.0               # seconds inside llama_decode
+    sampled: list[Sampled] = field(default_factory=list)
+    image_error: str | None = None      # the plan's image failed (that sequence ends, the others go on)
+    image_n_past: int = 0               # after a good image: the sequence's KV position

@@ -1,0 +1,187 @@
+"""The step scheduler (context thread): which sequences hold slots, and what the next batch decodes.
+
+It decides; it does not run the model. Each loop iteration it reaps sequences that ended (`reap`), gives free slots
+to admitted sequences in arrival order (`admit_ready`), and `schedule` builds the next `StepPlan`: one row per
+generating sequence (plus the draft it verifies), then prompt chunks shared by `prefill_grants`, cut where an image
+or a context checkpoint is due, and at most one image. A slot comes back on every path: every sequence that reaches
+a slot ends in `release`, which hands a 'done' item to the output thread, the only place a DoneEvent (or
+ErrorEvent) is sent, so a client sees "done" only after its slot is free again.
+"""
+from __future__ import annotations
+
+import time
+
+from llama_cpp import llama_cpp as L
+
+from app.engine import protocol as P
+from app.engine.runner.batch import NpBatch
+from app.engine.runner.context_shift import context_shift
+from app.engine.runner.output_port import LoopInbox
+from app.engine.runner.placement import Placement
+from app.engine.runner.sequence import GEN, PREFILL, Seq
+from app.engine.runner.speculation import Drafting
+from app.engine.runner.step_plan import Span, StepPlan
+from app.engine.runner.testhooks import Hooks
+
+
+class StepScheduler:
+    def __init__(self, ctx, *, n_slots: int, n_batch: int, n_ctx_seq: int, placement: Placement,
+                 drafting: Drafting, inbox: LoopInbox, out_q, send, hooks: Hooks, can_shift: bool):
+        self.mem = L.llama_get_memory(ctx)
+        self.n_ctx_seq = n_ctx_seq
+        self.placement, self.drafting, self.inbox = placement, drafting, inbox
+        self.out_q, self.send, self.hooks = out_q, send, hooks
+        self.can_shift = can_shift
+        self.slots: list[Seq | None] = [None] * n_slots
+        # two batches alternate, so a step's rows stay intact while the next one is built
+        self.batches = (NpBatch(n_batch), NpBatch(n_batch))
+        self._k = 0
+        self._rr = 0                        # round-robin start among prefilling sequences
+        self._cache_reported = (0, 0, 0, 0, 0, 0)
+
+    # ---- slots ---------------------------------------------------------------------------------------------
+    def reap(self) -> None:
+        """Release the sequences that ended between steps: cancelled, or ended by the output thread."""
+        for seq in self.slots:
+            if seq is not None and (seq.finish or seq.cancelled or seq.out.reason):
+                self.release(seq, seq.out.reason or seq.finish or "cancelled")
+
+    def release(self, seq: Seq, reason: str) -> None:
+        if seq.slot is not None:
+            # the slot keeps the sequence's cells for the next request (prompt cache); not after a failure
+            self.placement.release(seq, reason != "error", self.slots)
+            self.slots[seq.slot] = None
+            seq.slot = None
+            self.report_cache()
+        if seq.sampler is not None:
+            seq.sampler.free()
+            seq.sampler = None
+        seq.free_media()
+        if seq.finish is None:
+            seq.finish = reason
+        seq.t_done = time.perf_counter()
+        self.out_q.put(("done", seq))
+
+    def admit_ready(self) -> None:
+        ready = self.inbox.ready_q
+        while ready:
+            if ready[0].cancelled:
+                seq = ready.popleft()
+                seq.take_admitted()                 # so release frees its sampler and media
+                self.release(seq, "cancelled")
+                continue
+            if None not in self.slots:
+                return
+            seq = ready.popleft()
+            seq.take_admitted()
+            if self.hooks.abort_marker and seq.req.prompt == self.hooks.abort_marker:
+                self.hooks.abort()   # test hook: die like a GGML_ASSERT would, mid-request
+            i = self.placement.place(seq, self.slots)
+            seq.slot, self.slots[i] = i, seq
+            seq.t_admit = time.perf_counter()
+            self.report_cache()
+
+    def report_cache(self) -> None:
+        host, cps = self.placement.host, self.placement.checkpoints
+        state = (host.bytes, len(host.entries), cps.bytes, cps.count, cps.hits, cps.misses)
+        if state != self._cache_reported:
+            self._cache_reported = state
+            self.send(P.PromptCacheState(bytes=host.bytes, entries=len(host.entries), limit=host.limit,
+                                         checkpoint_bytes=cps.bytes, checkpoints=cps.count,
+                                         checkpoint_hits=cps.hits, checkpoint_misses=cps.misses))
+
+    # ---- the next step -------------------------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        """The next step's plan: its batch is filled here (vectorised numpy writes, tens of microseconds); a
+        generating sequence's row is the token sampled at the end of the previous step, so it cannot be written
+        earlier without speculation."""
+        b = self.batches[self._k]
+        self._k ^= 1
+        b.clear()
+        plan = StepPlan(b, t_start=time.perf_counter())
+        active = [s for s in self.slots if s is not None]
+        gen = []
+        for seq in active:
+            seq.draft = []
+            if seq.state == GEN:
+                if seq.n_past >= self.n_ctx_seq:
+                    context_shift(seq, self.mem, self.can_shift, self.placement)
+                if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
+                    gen.append(seq)
+        self._plan_generation(plan, gen)
+        self._plan_prefill(plan, [s for s in active if s.state == PREFILL])
+        plan.gen_only = all(not s.prefill for s in plan.spans)
+        return plan
+
+    def _plan_generation(self, plan: StepPlan, gen: list[Seq]) -> None:
+        b = plan.batch
+        drafts = self.drafting.drafts(gen, b.capacity) if self.drafting.may_draft(len(gen)) else {}
+        for seq in gen:
+            seq.draft = drafts.get(seq.id) or []
+            span = Span(seq, seq.n_past, 1 + len(seq.draft), prefill=False, draft=seq.draft)
+            plan.outs.append((span, b.add(seq.pending, seq.n_past, seq.slot, True)))
+            if seq.draft:
+                b.add_span(seq.draft, seq.n_past + 1, seq.slot, logits_last=True, logits_all=True)
+            plan.spans.append(span)
+
+    def _plan_prefill(self, plan: StepPlan, prefill: list[Seq]) -> None:
+        if not prefill:
+            return
+        b = plan.batch
+        self._rr = (self._rr + 1) % len(prefill)
+        prefill = prefill[self._rr:] + prefill[:self._rr]
+        grant = prefill_grants(prefill, b.free)
+        for seq in prefill:
+            k = grant[seq.id]
+            if seq.media is not None:
+                self._image_boundary(seq)
+                nxt = seq.media.next_start(seq.todo)
+                if nxt == seq.todo:                          # an image starts here: one image per step
+                    if plan.image is None:
+                        plan.image = seq
+                    continue
+                if nxt is not None:
+                    k = min(k, nxt - seq.todo)               # a text chunk ends where an image starts
+            stops = self.placement.checkpoint_stops(seq)     # a chunk ends where a checkpoint is due
+            if stops:
+                k = min(k, stops[0] - seq.todo)
+            if k <= 0:
+                continue
+            last = seq.todo + k == len(seq.prompt)
+            row = b.add_span(seq.prompt[seq.todo:seq.todo + k], seq.n_past, seq.slot, logits_last=last)
+            span = Span(seq, seq.n_past, k, prefill=True)
+            plan.spans.append(span)
+            if last:
+                plan.outs.append((span, row))
+
+    def _image_boundary(self, seq: Seq) -> None:
+        """A prefix found in the prompt cache must not end inside an image (its embeddings come whole): cut the
+        cells back to the image's start (here, because where the prefill resumes is this step's decision)."""
+        start = seq.media.inside(seq.todo)
+        if start is None:
+            return
+        if not L.llama_memory_seq_rm(self.mem, seq.slot, start, -1):
+            L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
+            start = 0
+        seq.todo = seq.n_past = start
+        seq.n_cached = min(seq.n_cached, start)
+        seq.history = seq.history[:start]
+
+    def free_slots(self) -> list[int]:
+        return [i for i, s in enumerate(self.slots) if s is None]
+
+
+def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:
+    """How many prompt tokens each prefilling sequence feeds this step: equal shares of the free batch rows
+    first, then the leftovers in round-robin order (the list's order), so no long prompt starves the others."""
+    share = max(1, budget // len(prefill))
+    grant = {}
+    for seq in prefill:
+        grant[seq.id] = min(len(seq.prompt) - seq.todo, share, budget)
+        budget -= grant[seq.id]
+    for seq in prefill:
+        extra = min(len(seq.prompt) - seq.todo - grant[seq.id], budget)
+        if extra > 0:
+            grant[seq.id] += extra
+            budget -= extra
+    return grant

@@ -1,0 +1,99 @@
+"""The step update (context thread): applies what the executor got to the sequences, like vLLM v1's
+`update_from_output`. What each sequence now holds in KV (`n_past`, `history`), which prefills became
+generations, the sampled tokens (`pending`, `n_gen`, accepted drafts), the draft totals and the gate's timing;
+then the tokens go to the output thread and finished sequences give their slots back.
+Covered by tests/integration/engine/test_runner.py and test_speculative.py (a real runner process).
+"""
+from __future__ import annotations
+
+from app.engine.runner.placement import Placement
+from app.engine.runner.sequence import GEN, Seq
+from app.engine.runner.speculation import Drafting
+from app.engine.runner.step_clock import StepClock
+from app.engine.runner.step_plan import Sampled, StepPlan, StepResult
+from app.engine.runner.step_scheduler import StepScheduler
+
+
+class StepUpdate:
+    def __init__(self, scheduler: StepScheduler, placement: Placement, drafting: Drafting, clock: StepClock, out_q):
+        self.scheduler, self.placement, self.drafting, self.clock, self.out_q = (
+            scheduler, placement, drafting, clock, out_q)
+
+    def __call__(self, plan: StepPlan, result: StepResult) -> None:
+        if plan.image is not None:
+            self._image_done(plan.image, result)
+        if plan.batch.n == 0:
+            return
+        if result.rc != 0:
+            self._decode_failed(plan, result)
+            return
+        self.clock.steps += 1
+        self.placement.pending_copy.clear()          # llama.cpp did the queued KV copies first
+        self._advance(plan)
+        tokens, finished = [], []
+        for s in result.sampled:
+            tokens += self._apply(s)
+            if s.reason:
+                finished.append((s.seq, s.reason))
+        if plan.gen_only:
+            self.drafting.record_step(plan.drafted, len(tokens), result.t_decode)
+        if tokens:
+            self.out_q.put(("step", tokens))
+        for seq, reason in finished:
+            self.scheduler.release(seq, reason)
+
+    def _image_done(self, seq: Seq, result: StepResult) -> None:
+        if result.image_error is not None:
+            seq.error = result.image_error
+            self.scheduler.release(seq, "error")
+            return
+        start = seq.todo
+        n = seq.media.images[start][1]
+        seq.history.extend(seq.prompt[start:start + n].tolist())
+        seq.todo, seq.n_past = start + n, result.image_n_past
+        self.placement.after_prefill(seq)
+
+    def _decode_failed(self, plan: StepPlan, result: StepResult) -> None:
+        if result.rc == 2:                           # aborted for a cancel: the others just retry next step
+            return
+        for span in plan.spans:
+            span.seq.error = result.message
+            if span.seq.slot is not None:
+                self.scheduler.release(span.seq, "error")
+
+    def _advance(self, plan: StepPlan) -> None:
+        """What each sequence now holds in KV, and which prefills became generations."""
+        for span in plan.spans:
+            seq = span.seq
+            if not span.prefill:
+                seq.history.append(seq.pending)
+                seq.n_past = span.pos0 + 1          # a draft's cells count once accepted (_apply)
+            else:
+                seq.n_past = span.pos0 + span.n
+                seq.history.extend(seq.prompt[seq.todo:seq.todo + span.n].tolist())
+                seq.todo += span.n
+                if seq.todo == len(seq.prompt):
+                    seq.state = GEN
+                self.placement.after_prefill(seq)       # a context checkpoint where one is due
+
+    def _apply(self, s: Sampled) -> list[tuple]:
+        """One sequence's sampled tokens: the last is its next pending token, those before it were drafted and
+        accepted (their cells hold them). Returns the output thread's items (seq, token, logits, eog)."""
+        seq = s.seq
+        if s.error:
+            seq.error = s.error
+        if s.tokens and seq.n_gen == 0:
+            seq.t_first = s.t_first
+        for tok, _, _ in s.tokens:
+            if seq.drafter is not None:
+                seq.drafter.push(tok)
+        if s.tokens:
+            seq.pending = s.tokens[-1][0]
+            seq.n_gen += len(s.tokens)
+        if s.n_accepted:
+            seq.history.extend(t for t, _, _ in s.tokens[:s.n_accepted])
+            seq.n_past += s.n_accepted
+        if seq.draft:
+            n_draft, seq.draft = len(seq.draft), []
+            self.drafting.settle(seq, n_draft, s.n_accepted)
+        return [(seq, tok, logits, eog) for tok, logits, eog in s.tokens]
