@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 import numpy as np
 from llama_cpp import llama_cpp as L
@@ -66,8 +65,6 @@ class DraftModel:
         self.max_tokens, self.p_min = max(1, int(max_tokens)), float(p_min)
         self.cells: list[list[int]] = [[] for _ in range(n_slots)]
         self.batch = NpBatch(max(self.n_batch, n_slots))
-        self.decode_s = 0.0             # seconds in the draft model's llama_decode since load (stats, bench)
-        self.decodes = 0
 
     # ---- the proposer interface ------------------------------------------------------------------------------
     def propose(self, asks, n_seqs: int, capacity: int) -> dict[str, list[int]]:
@@ -153,10 +150,7 @@ class DraftModel:
     def _decode(self, fed) -> bool:
         """Decode the batch; on success each sequence's cells grow by what it fed. On failure (a cancel's abort,
         no KV slot) every fed row is removed again and False comes back."""
-        t0 = time.perf_counter()
         rc = L.llama_decode(self.ctx, self.batch.struct)
-        self.decode_s += time.perf_counter() - t0
-        self.decodes += 1
         if rc != 0:
             for seq, _ in fed:
                 L.llama_memory_seq_rm(self.mem, seq.slot, len(self.cells[seq.slot]), -1)

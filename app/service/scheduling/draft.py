@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from app.engine.gguf.vocab_match import vocab_mismatch
+from app.engine.planner.memory import kv_shape_of
 
 from ..http.errors import ApiError
 
@@ -29,4 +30,13 @@ async def check_draft(resolve, model_info, target_path, target_name: str, draft_
     if why:
         raise ApiError(400, f"draft: model {draft_name!r} cannot draft for {target_name!r}: the vocabularies "
                             f"differ ({why})", param="draft")
+    for who, i in ((target_name, await model_info(target_path)), (draft_name, info)):
+        if _recurrent(i):
+            raise ApiError(400, f"draft: {who!r} has a recurrent state, which cannot drop rejected draft tokens: "
+                                f"no speculative decoding with a draft model for it", param="draft")
     return record, info
+
+
+def _recurrent(info) -> bool:
+    """A recurrent or hybrid model (llama.cpp keeps one state per sequence, not cells by position)."""
+    return "state" in kv_shape_of(info).cache

@@ -22,7 +22,10 @@ def server(live_service):
     return live_service(n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m")
 
 
-def test_create_refuses_an_unknown_draft_or_another_vocabulary(server, other_vocab):
+def test_create_refuses_an_unknown_draft_or_another_vocabulary(server, other_vocab, tmp_path):
+    from gguf_families import write_mamba
+
+    mamba = write_mamba(tmp_path / "mamba.gguf", n_layer=2)         # SmolLM2's vocabulary, a recurrent state
     with httpx.Client(base_url=server.url, timeout=120) as c:
         r = c.post("/api/create", json={"model": "d-unknown", "from": BASE, "parameters": {"draft": "nope:1b"},
                                         "stream": False})
@@ -35,6 +38,9 @@ def test_create_refuses_an_unknown_draft_or_another_vocabulary(server, other_voc
         err = r.json()["error"]
         assert "draft" in err and "vocabularies differ" in err and "token 1000" in err
         assert c.post("/api/show", json={"model": "d-mismatch"}).status_code == 404
+        r = c.post("/api/create", json={"model": "d-mamba", "from": str(mamba), "parameters": {"draft": BASE},
+                                        "stream": False})
+        assert r.status_code == 400 and "recurrent" in r.json()["error"] and "draft" in r.json()["error"], r.text
 
 
 def test_a_model_with_a_draft_drafts_and_shows_it(server):
