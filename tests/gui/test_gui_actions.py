@@ -221,8 +221,8 @@ def test_buttons_name_their_keys_and_tab_walks_the_window(qtbot, desk):
 
 @pytest.mark.parametrize("how", ["ctrl+q", "ctrl+q in memory", "ctrl+q in models", "ctrl+q in settings",
                                  "file menu", "file menu in memory", "tray"])
-def test_quit_ends_the_app_and_stops_its_service(qtbot, tmp_path, how):
-    svc = own_service(tmp_path)
+def test_quit_ends_the_app_and_stops_its_service(qtbot, live_service, tmp_path, how):
+    svc = own_service(live_service, tmp_path)
     assert answers(svc.url)
     d = make_desk(qtbot, svc.url, service=svc, use_tray=(how == "tray"))
     if how.startswith("ctrl+q"):
