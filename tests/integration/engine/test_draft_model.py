@@ -128,6 +128,33 @@ def test_rejection_cuts_the_draft_kv_back_to_the_accepted_prefix(smollm2_path):
         dm.close()
 
 
+def test_a_cancel_mid_draft_leaves_the_draft_context_as_it_was(smollm2_path):
+    """In process: the cancel's abort flag (runner/decode_abort.py, installed on the draft context as the runner
+    does) set while the draft model decodes: no draft comes back, the cells it had fed are removed again (its list
+    and llama.cpp's cells agree), and the next step drafts as if nothing had happened."""
+    from llama_cpp import llama_cpp as L
+
+    from app.engine.runner.decode_abort import DecodeAbort
+
+    dm = _draft_in_process(smollm2_path, p_min=0.0)
+    abort = DecodeAbort(dm.model)
+    abort.install(dm.ctx)
+    try:
+        toks = tokenize(L.llama_model_get_vocab(dm.model), LIST, False, False)
+        seq = Seq(P.GenerateRequest(id="c", prompt=LIST))
+        seq.slot, seq.history, seq.pending = 0, toks[:-1], toks[-1]
+        abort.request()                                  # what a cancel does while this request's decode runs
+        assert dm.propose([(seq, 6)], 1, 128) == {}
+        assert dm.cells[0] == [] and L.llama_memory_seq_pos_max(dm.mem, 0) == -1
+        abort.clear()                                    # the next step
+        draft = dm.propose([(seq, 6)], 1, 128)["c"]
+        assert len(draft) == 6 and dm.cells[0] == toks + draft[:-1]
+        assert L.llama_memory_seq_pos_max(dm.mem, 0) == len(dm.cells[0]) - 1
+    finally:
+        abort.close()
+        dm.close()
+
+
 def test_common_prefix():
     assert common_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
     assert common_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
