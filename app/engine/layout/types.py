@@ -30,6 +30,9 @@ class PlanOptions:
     ctx_checkpoints: int = 32        # context checkpoints per slot (recurrent / hybrid / sliding-window models; 0 = off)
     checkpoint_mib: int = 1024       # their bound in host RAM per slot (MiB; 0 = the count alone bounds them)
     draft: str = ""                  # speculative decoding's draft model (a model name; "" = none): Layout.draft
+    draft_max: int = 8               # its longest draft per sequence and step (llama-server's --draft-max is 16; on
+                                     # a CPU each drafted token is one draft-model decode, so fewer pay)
+    draft_p_min: float = 0.6         # its draft ends below this probability (llama-server's --draft-p-min)
 
 
 @dataclass(frozen=True)

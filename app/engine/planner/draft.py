@@ -17,9 +17,6 @@ from app.engine.gguf.model_info import ModelInfo
 from app.engine.planner.memory import estimate_compute, kv_bytes_per_layer, output_buffer_bytes
 from app.engine.layout.types import DraftPlan, Layout
 
-DRAFT_MAX_TOKENS = 8         # longest draft per sequence and step (llama-server's default is 16 with p_min 0.75;
-                             # on a CPU each drafted token is a draft-model decode, so fewer pay)
-DRAFT_P_MIN = 0.6            # a draft ends at a token the draft model gives less probability than this
 
 
 def draft_bytes(info: ModelInfo, layout: Layout) -> tuple[int, int, int]:
@@ -33,10 +30,10 @@ def draft_bytes(info: ModelInfo, layout: Layout) -> tuple[int, int, int]:
     return weights, kv, compute
 
 
-def with_draft(layout: Layout, info: ModelInfo, name: str = "", *, max_tokens: int = DRAFT_MAX_TOKENS,
-               p_min: float = DRAFT_P_MIN) -> Layout:
-    """`layout` with `info` as its draft model: the plan (DraftPlan), its bytes on the device chosen, and whether
-    the whole still fits (a draft that fits nowhere makes the layout not fit, with the reason)."""
+def with_draft(layout: Layout, info: ModelInfo, name: str = "") -> Layout:
+    """`layout` with `info` as its draft model: the plan (DraftPlan, its longest draft and p_min from the options
+    draft_max / draft_p_min), its bytes on the device chosen, and whether the whole still fits (a draft that fits
+    nowhere makes the layout not fit, with the reason)."""
     weights, kv, compute = draft_bytes(info, layout)
     need = weights + kv + compute
     device = "CPU"
@@ -46,7 +43,8 @@ def with_draft(layout: Layout, info: ModelInfo, name: str = "", *, max_tokens: i
             device = gpu
         break
     plan = DraftPlan(model_path=info.path, name=name, device_id=device, n_gpu_layers=0 if device == "CPU" else -1,
-                     weights=weights, kv=kv, compute=compute, max_tokens=max_tokens, p_min=p_min)
+                     weights=weights, kv=kv, compute=compute, max_tokens=layout.options.draft_max,
+                     p_min=layout.options.draft_p_min)
     devices = tuple(replace(d, draft=d.draft + need) if d.device_id == device else d for d in layout.devices)
     dev = next(d for d in devices if d.device_id == device)
     fits = layout.fits and (not dev.budget or dev.total <= dev.budget)

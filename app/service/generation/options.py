@@ -124,6 +124,7 @@ LOAD_OPTIONS = {
     "main_gpu": _integer(0, 64), "cpu_moe": _integer(0, 100000), "tensor_split": _tensor_split,
     "kv_type": _kv_type, "flash_attn": check_bool,
     "draft": _model_name,           # speculative decoding's draft model (scheduling/draft.py checks it at load)
+    "draft_max": _integer(1, 64), "draft_p_min": _number(0, 1),
 }
 
 

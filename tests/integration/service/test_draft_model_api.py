@@ -45,7 +45,8 @@ def test_create_refuses_an_unknown_draft_or_another_vocabulary(server, other_voc
 
 def test_a_model_with_a_draft_drafts_and_shows_it(server):
     with httpx.Client(base_url=server.url, timeout=300) as c:
-        r = c.post("/api/create", json={"model": "smol-drafted", "modelfile": f"FROM {BASE}\nPARAMETER draft {BASE}\n",
+        r = c.post("/api/create", json={"model": "smol-drafted", "modelfile": f"FROM {BASE}\nPARAMETER draft {BASE}\n"
+                                                                      "PARAMETER draft_max 4\n",
                                         "stream": False})
         assert r.status_code == 200, r.text
         show = c.post("/api/show", json={"model": "smol-drafted"}).json()
@@ -57,6 +58,7 @@ def test_a_model_with_a_draft_drafts_and_shows_it(server):
         ps = {m["name"]: m for m in c.get("/api/ps").json()["models"]}
         s = ps["smol-drafted:latest"]["strata"]
         assert s["draft"]["model"] == BASE and s["draft"]["device"] == "CPU"
+        assert s["layout"]["draft"]["max_tokens"] == 4 and s["layout"]["draft"]["p_min"] == 0.6
         planned = s["draft"]["weights"] + s["draft"]["kv"] + s["draft"]["compute"]
         cpu = next(d for d in s["layout"]["devices"] if d["device_id"] == "CPU")
         assert cpu["draft"] == planned == s["predicted_kinds"]["CPU"]["draft"]
