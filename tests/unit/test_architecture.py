@@ -220,10 +220,10 @@ def test_the_checker_sees_violations(tmp_path):
     """The checks above would fail on a violation: the parser finds relative, aliased and late imports."""
     src = tmp_path / "mod.py"
     src.write_text("from app.service import store\nimport app.gui.tray\n"
-                   "def f():\n    from ..engine.runner import batcher\n")
-    known = {"app.service.store", "app.gui.tray", "app.engine.runner.batcher", "app.engine.runner"}
+                   "def f():\n    from ..engine.runner import step_loop\n")
+    known = {"app.service.store", "app.gui.tray", "app.engine.runner.step_loop", "app.engine.runner"}
     name = "app.discovery.mod"
     # pretend the file lives in app/discovery/
     found = imports_of(src, name, known)
-    assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.batcher"}
+    assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.step_loop"}
     assert layer_of("app.service.store") > layer_of(name)
