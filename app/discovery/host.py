@@ -9,7 +9,7 @@ import platform
 def host_memory() -> tuple[int, int]:
     """(total, available) bytes of system RAM."""
     try:
-        import psutil  # type: ignore  # optional dependency: late, and /proc/meminfo below when missing
+        import psutil  # optional dependency ([tool.mypy] knows): late, and /proc/meminfo below when missing
 
         vm = psutil.virtual_memory()
         return int(vm.total), int(vm.available)
@@ -55,7 +55,7 @@ def compute_threads() -> int:
     except (AttributeError, OSError):
         pass
     try:
-        import psutil  # type: ignore  # optional dependency: late, as in host_memory
+        import psutil  # optional dependency: late, as in host_memory
 
         n = psutil.cpu_count(logical=False)
         if n:

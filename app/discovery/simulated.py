@@ -76,8 +76,8 @@ def inventory_from_dict(data: dict) -> Inventory:
             dev_id = rpc.remote_id(endpoint, per_worker.get(endpoint, 0))
         if not isinstance(dev_id, str) or not dev_id or dev_id.upper() == "CPU" or dev_id in seen:
             raise ValueError(f"simulated inventory: {w}id must be a unique non-empty name other than CPU, got {dev_id!r}")
-        if endpoint is None and rpc.parse_remote_id(dev_id):
-            endpoint = rpc.parse_remote_id(dev_id)[0]        # "RPC0[host:port]" names a remote device by itself
+        if endpoint is None and (remote := rpc.parse_remote_id(dev_id)):
+            endpoint = remote[0]                             # "RPC0[host:port]" names a remote device by itself
         if endpoint:
             per_worker[endpoint] = per_worker.get(endpoint, 0) + 1
         seen.add(dev_id)

@@ -17,7 +17,9 @@ import os
 import signal
 import threading
 import time
-from typing import AsyncIterator, Callable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import AsyncGenerator, Callable
 
 from app.discovery.host import host_memory
 from app.engine import protocol as P
@@ -148,14 +150,14 @@ class RunnerClient:
         self.loaded: P.Loaded | None = None
         self.in_flight = 0
         self.exitcode: int | None = None
-        self._proc = None
-        self._conn = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, asyncio.Queue] = {}
         self._futures: dict[str, asyncio.Future] = {}
         self._exit_cbs: list[Callable[[int | None], None]] = []
         self._load_fut: asyncio.Future | None = None
-        self._on_progress = None
+        self._on_progress: Callable[[float], None] | None = None
         self._exited: asyncio.Event | None = None
         self._closing = False
         self._worker_down = ""      # why the RPC workers the layout uses stopped answering, when the runner died
@@ -204,10 +206,11 @@ class RunnerClient:
                 await self._exited.wait()
             return
         self._closing = True
-        proc = self._proc
+        proc, conn, exited = self._proc, self._conn, self._exited
+        assert conn is not None and exited is not None          # start() set them with the process
         if self.alive:
             try:
-                self._conn.send(P.Shutdown())
+                conn.send(P.Shutdown())
             except (OSError, ValueError):
                 pass
         loop = asyncio.get_running_loop()
@@ -219,11 +222,11 @@ class RunnerClient:
             proc.kill()
             await loop.run_in_executor(None, proc.join, 5)
         try:
-            await asyncio.wait_for(self._exited.wait(), 10)
+            await asyncio.wait_for(exited.wait(), 10)
         except asyncio.TimeoutError:
             self._on_exit(proc.exitcode)
         try:
-            self._conn.close()
+            conn.close()
         except OSError:
             pass
 
@@ -236,7 +239,7 @@ class RunnerClient:
             return RunnerExited(str(self.exit_error), self.exit_error.kind)
         return RunnerError("its runner is not running")
 
-    async def generate(self, req: P.GenerateRequest) -> AsyncIterator[P.Admitted | P.TokenEvent | P.DoneEvent]:
+    async def generate(self, req: P.GenerateRequest) -> AsyncGenerator[P.Admitted | P.TokenEvent | P.DoneEvent, None]:
         if not self.alive:
             raise self._not_running()
         if req.id in self._streams:
@@ -335,7 +338,8 @@ class RunnerClient:
             self._stalled = why
             log.warning("the runner of %s (pid %s) %s: killing it", self.model_name, self.pid, why)
             try:
-                self._proc.kill()
+                if self._proc is not None:
+                    self._proc.kill()
             except (OSError, ValueError):
                 pass
             return
@@ -349,6 +353,8 @@ class RunnerClient:
         return judge(self.watch, silent, self._beat, state)
 
     def _send(self, msg) -> None:
+        if self._conn is None:
+            raise RunnerError("the runner was not started")
         try:
             self._conn.send(msg)
         except (OSError, ValueError) as e:

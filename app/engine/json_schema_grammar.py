@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import NoReturn
 
 INT_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
@@ -78,20 +79,21 @@ class Ref(Node):
     kind = "ref"
 
     def __init__(self, ref: str):
-        self.ref, self.target = ref, None
+        self.ref = ref
+        self.target: Node | None = None          # set once every $ref target is parsed (build)
 
 
 class AnyOf(Node):
     kind = "anyOf"
 
-    def __init__(self, children):
+    def __init__(self, children: list[Node]):
         self.children = children
 
 
 class AllOf(Node):
     kind = "allOf"
 
-    def __init__(self, children):
+    def __init__(self, children: list[Node]):
         self.children = children
 
 
@@ -139,13 +141,14 @@ class Array(Node):
     kind = "array"
 
     def __init__(self):
-        self.items, self.min_items, self.max_items = Any(), 0, -1
+        self.items: Node = Any()
+        self.min_items, self.max_items = 0, -1
 
 
 class Tuple(Node):
     kind = "tuple"
 
-    def __init__(self, items):
+    def __init__(self, items: list[Node]):
         self.items = items
 
 
@@ -177,7 +180,7 @@ class _Builder:
         self.pending: list[Ref] = []
 
     @staticmethod
-    def fail(path: str, msg: str):
+    def fail(path: str, msg: str) -> NoReturn:
         raise SchemaError(f"JSON schema error at {path}: {msg}")
 
     def count(self, schema: dict, key: str, path: str, default: int) -> int:
@@ -348,7 +351,7 @@ class _Builder:
             return self.array(schema, path)
         if typ == "integer":
             return self.integer(schema, path)
-        simple = {"number": Number, "boolean": Boolean, "null": Null}.get(typ)
+        simple: type[Node] | None = {"number": Number, "boolean": Boolean, "null": Null}.get(typ)
         if simple is None:
             self.fail(path, f"unrecognized type {typ}")
         return simple()
@@ -707,10 +710,11 @@ class Converter:
                         raise _InvalidPattern("nothing to repeat")
                     text, is_literal = seq[-1]
                     if not is_literal:
-                        if sub_rule_ids.get(text) is None:
-                            sub_rule_ids[text] = None
-                            sub_rule_ids[text] = self.add_rule(f"{name}-{len(sub_rule_ids)}", text)
-                        text = sub_rule_ids[text]
+                        rule = sub_rule_ids.get(text)
+                        if rule is None:
+                            sub_rule_ids[text] = None        # counted in the name, as llama.cpp's map insert is
+                            rule = sub_rule_ids[text] = self.add_rule(f"{name}-{len(sub_rule_ids)}", text)
+                        text = rule
                     seq[-1] = (build_repetition(f'"{text}"' if is_literal else text, min_times, max_times, ""),
                                False)
                 else:
@@ -862,21 +866,21 @@ class Converter:
         enum_values: dict[str, int] = {}
 
         def add_component(comp: Node, is_required: bool) -> None:
-            if comp.kind == "ref":
+            if isinstance(comp, Ref):
                 if comp.target is not None:
                     add_component(comp.target, is_required)
-            elif comp.kind == "object":
+            elif isinstance(comp, Object):
                 for pname, pschema, _ in comp.properties:
                     properties.append((pname, pschema))
                     if is_required:
                         required.add(pname)
-            elif comp.kind == "enum":
+            elif isinstance(comp, Enum):
                 for v in comp.values:
                     lit = format_literal(_dump(v))
                     enum_values[lit] = enum_values.get(lit, 0) + 1
 
         for child in node.children:
-            if child.kind == "anyOf":
+            if isinstance(child, AnyOf):
                 for alt in child.children:
                     add_component(alt, False)
             else:
@@ -891,33 +895,33 @@ class Converter:
         rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
         sub_name = name + ("-" if name else "")
         k = node.kind
-        if k == "ref":
+        if isinstance(node, Ref):
             return self.add_rule(rule_name, self.resolve_ref(node))
-        if k == "anyOf":
+        if isinstance(node, AnyOf):
             return self.add_rule(rule_name, self.union(name, node.children))
-        if k == "allOf":
+        if isinstance(node, AllOf):
             return self.visit_all_of(node, name, rule_name)
-        if k == "const":
+        if isinstance(node, Const):
             return self.add_rule(rule_name, format_literal(_dump(node.value)))
-        if k == "enum":
+        if isinstance(node, Enum):
             return self.add_rule(rule_name, "(" + " | ".join(format_literal(_dump(v)) for v in node.values) + ")")
-        if k == "object":
+        if isinstance(node, Object):
             if not node.properties and node.additional is not None and node.additional.kind == "any":
                 return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
             required = {p for p, _, req in node.properties if req}
             return self.add_rule(rule_name, self.object_rule([(p, s) for p, s, _ in node.properties], required,
                                                              name, node.additional))
-        if k == "tuple":
+        if isinstance(node, Tuple):
             parts = [self.visit(it, f"{sub_name}tuple-{i}") for i, it in enumerate(node.items)]
             return self.add_rule(rule_name, '"[" space ' + ' "," space '.join(parts) + ' space "]"')
-        if k == "array":
+        if isinstance(node, Array):
             if node.items.kind == "any" and node.min_items == 0 and node.max_items < 0:
                 return self.visit_primitive(rule_name, "array")
             item = self.visit(node.items, sub_name + "item")
             max_items = INT_MAX if node.max_items < 0 else node.max_items
             return self.add_rule(rule_name, '"[" space ' + build_repetition(item, node.min_items, max_items,
                                                                             '"," space') + ' space "]"')
-        if k == "string":
+        if isinstance(node, String):
             if node.pattern:
                 return self.visit_pattern(node.pattern, rule_name)
             if node.format == "uuid":
@@ -931,7 +935,7 @@ class Converter:
                 return self.add_rule(rule_name, r'"\"" ' + build_repetition(char, node.min_length, max_len)
                                      + r' "\""')
             return self.visit_primitive(rule_name, "string")
-        if k == "integer":
+        if isinstance(node, Integer):
             if node.minimum == INT64_MIN and node.maximum == INT64_MAX:
                 return self.visit_primitive(rule_name, "integer")
             out = ["("]

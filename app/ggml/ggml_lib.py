@@ -260,10 +260,11 @@ def rpc_lib() -> ctypes.CDLL:
                 ("ggml_backend_rpc_get_device_memory", None, [ctypes.c_char_p, ctypes.c_uint32, size_p, size_p])):
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
-        for name, res, args in (("ggml_backend_reg_dev_count", ctypes.c_size_t, [ctypes.c_void_p]),
-                                ("ggml_backend_reg_dev_get", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t])):
-            f = a.fn(name)
-            f.restype, f.argtypes = res, args
+        for reg_fn, reg_res, reg_args in (
+                ("ggml_backend_reg_dev_count", ctypes.c_size_t, [ctypes.c_void_p]),
+                ("ggml_backend_reg_dev_get", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t])):
+            f = a.fn(reg_fn)
+            f.restype, f.argtypes = reg_res, reg_args
         _rpc_lib = lib
         return lib
 

@@ -104,7 +104,7 @@ def hello(endpoint: str, timeout: float = 3.0) -> WorkerInfo:
     except (socket.gaierror, UnicodeError, OSError) as e:
         raise WorkerError(f"RPC worker {endpoint}: cannot resolve {host!r} ({e})") from None
     try:
-        s = socket.create_connection(addr, timeout=timeout)
+        s = socket.create_connection((str(addr[0]), int(addr[1])), timeout=timeout)      # AF_INET: (ip, port)
     except socket.timeout:
         raise WorkerError(f"RPC worker {endpoint} is unreachable (no answer in {timeout:g} s)") from None
     except OSError as e:

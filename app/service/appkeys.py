@@ -3,8 +3,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-CONFIG = web.AppKey("config", object)
-METRICS = web.AppKey("metrics", object)
-EVENTS = web.AppKey("events", object)
-STORE = web.AppKey("store", object)
+from app.service.config import ServiceConfig
+from app.service.http.events import EventBus
+from app.service.http.metrics import Metrics
+from app.service.store.proxy import AsyncStore
+
+CONFIG = web.AppKey("config", ServiceConfig)
+METRICS = web.AppKey("metrics", Metrics)
+EVENTS = web.AppKey("events", EventBus)
+STORE = web.AppKey("store", AsyncStore)
 SCHEDULER = web.AppKey("scheduler", object)

@@ -112,6 +112,8 @@ class ServiceThread:
 
     def call(self, coro, timeout: float | None = None):
         """Run a coroutine on the service loop from another thread (tests, GUI) and wait for its result."""
+        if self._loop is None:
+            raise RuntimeError("the service is not started")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def __enter__(self):

@@ -21,7 +21,7 @@ def builtin_model_path() -> Path | None:
         return None
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
-            p = Path(dist.locate_file(f))
+            p = Path(str(dist.locate_file(f)))          # a SimplePath in the stubs, a Path at run time
             if p.is_file():
                 return p
     return None

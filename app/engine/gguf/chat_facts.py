@@ -89,6 +89,7 @@ def choose_builtin(architecture: str, tokens: set[str]) -> tuple[str, str, str, 
 
 def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_embedding: bool = False,
                fim_ids: dict | None = None, token_list=None, is_reranker: bool = False) -> ChatFacts:
+    stops: tuple[str, ...]
     if template:
         source, reason, stops = "gguf", "the GGUF's own tokenizer.chat_template", ()
     else:

@@ -173,12 +173,14 @@ def read_kv_shape(arch: str, hp: Callable, n_layer: int, n_embd: int, n_head: tu
     elif arch == "gemma4":
         kv_from_start = n_layer - i("attention.shared_kv_layers")
 
-    cache, k, v = [], [], []
+    cache: list[str] = []
+    k: list[int] = []
+    v: list[int] = []
     for il in range(n_layer):
-        if il >= n_trunk or il >= kv_from_start:
-            cache.append(""), k.append(0), v.append(0)
-        elif recurrent[il]:
-            cache.append("state"), k.append(0), v.append(0)
+        if il >= n_trunk or il >= kv_from_start or recurrent[il]:
+            cache.append("" if il >= n_trunk or il >= kv_from_start else "state")
+            k.append(0)
+            v.append(0)
         else:
             sw = slides[il]
             cache.append("window" if sw else "full")

@@ -257,7 +257,8 @@ def _read_model_info(path: str) -> ModelInfo:
     elif not n_vocab and isinstance(tokens, list):
         n_vocab = len(tokens)
 
-    tensors, layer_bytes = [], {}
+    tensors: list[TensorInfo] = []
+    layer_bytes: dict[int, dict[str, int]] = {}
     n_params = 0
     top = {"token_embd": 0, "output": 0, "other": 0}
     bytes_by_type: _Counter = _Counter()

@@ -121,6 +121,8 @@ def draft_layout(layout: Layout) -> Layout:
     """The Layout whose llama.cpp parameters (llama_params.model_params / context_params) load `layout.draft`:
     every layer on its device, no overrides, adapters or projector; the target's context shape, an f16 cache."""
     d = layout.draft
+    if d is None:
+        raise ValueError("the layout has no draft model")
     gpu = d.device_id != "CPU"
     return replace(layout, model_path=d.model_path, n_gpu_layers=-1 if gpu else 0, split_mode=0, main_gpu=0,
                    tensor_split=(), gpu_devices=(d.device_id,) if gpu else (), tensor_buft_overrides=(),

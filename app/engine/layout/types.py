@@ -5,6 +5,7 @@ All plain frozen dataclasses that round-trip through JSON (`to_dict` / `from_dic
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 MiB = 1024 * 1024
 # KV cache types a user may choose (K and V alike); the memory model knows more (memory.KV_TYPES: block sizes).
@@ -124,12 +125,15 @@ class Layout:
     @classmethod
     def from_dict(cls, d: dict) -> "Layout":
         d = dict(d)
-        d["options"] = PlanOptions(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d["options"].items()})
-        d["devices"] = tuple(
-            DevicePlan(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in dp.items()}) for dp in d["devices"]
-        )
+        d["options"] = PlanOptions(**_tuples(d["options"]))
+        d["devices"] = tuple(DevicePlan(**_tuples(dp)) for dp in d["devices"])
         d["tensor_buft_overrides"] = tuple(tuple(x) for x in d["tensor_buft_overrides"])
         if isinstance(d.get("draft"), dict):
             d["draft"] = DraftPlan(**d["draft"])
         names = {f.name for f in fields(cls)}
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
+        return cls(**{k: v for k, v in _tuples(d).items() if k in names})
+
+
+def _tuples(d: dict) -> dict[str, Any]:
+    """A dataclass's fields from JSON: lists back to the tuples it holds."""
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}

@@ -70,9 +70,9 @@ def _add(d: dict[str, int], k: str, n: int) -> None:
 def block_parts(info: ModelInfo) -> tuple[BlockParts, ...]:
     """Per block: bytes by part and class. From the tensor table when present, else from LayerWeights."""
     n = info.n_layer
-    attn = [dict() for _ in range(n)]
-    ffn = [dict() for _ in range(n)]
-    exp = [dict() for _ in range(n)]
+    attn: list[dict[str, int]] = [{} for _ in range(n)]
+    ffn: list[dict[str, int]] = [{} for _ in range(n)]
+    exp: list[dict[str, int]] = [{} for _ in range(n)]
     counts = [[0, 0, 0] for _ in range(n)]
     if info.tensors:
         for t in info.tensors:
@@ -100,7 +100,7 @@ def block_parts(info: ModelInfo) -> tuple[BlockParts, ...]:
             _add(ffn[lw.index], "other", b.get("other", 0))
             _add(exp[lw.index], "experts", b.get("experts", 0))
             counts[lw.index] = [4, 3, 3]
-    return tuple(BlockParts(attn[i], ffn[i], exp[i], tuple(counts[i])) for i in range(n))
+    return tuple(BlockParts(attn[i], ffn[i], exp[i], (counts[i][0], counts[i][1], counts[i][2])) for i in range(n))
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,7 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
         reasons.append(f"num_gpu={o.num_gpu} set: {fixed_k} block(s) on GPU")
     fixed_m = o.cpu_moe if (o.cpu_moe is not None and moe) else None
     if fixed_m is not None:
-        reasons.append(f"cpu_moe={o.cpu_moe} set: experts of blocks 0..{o.cpu_moe - 1} stay on the CPU")
+        reasons.append(f"cpu_moe={fixed_m} set: experts of blocks 0..{fixed_m - 1} stay on the CPU")
     if not gpus:
         return Config((), (), False, 0)
 
@@ -306,7 +306,7 @@ def search(cs: Costs, o: PlanOptions, n: int, moe: bool, reasons: list[str]) -> 
             break
     if remote and not (best is not None and best.k >= want_k and score(best, n, moe)[1] >= n_full):
         with_workers = _with_workers(cs, idx, remote, best, n, moe, fixed_k, fixed_m, want_k, n_full)
-        if score(with_workers, n, moe) > score(best, n, moe):
+        if with_workers is not None and score(with_workers, n, moe) > score(best, n, moe):
             reasons.append(f"local GPUs hold {best.k if best else 0} of {n} blocks; RPC workers take "
                            f"{with_workers.k - (best.k if best else 0)} more (workers are used only when they "
                            f"let more of the model off the CPU)")

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from app.discovery import discover
 from app.discovery.simulated import inventory_from_dict
@@ -27,9 +28,10 @@ from app.ggml.child_json import run_json_child
 from app.engine.planner.compare import KINDS, compare, predicted_of  # noqa: F401 - KINDS: verify's callers
 
 MiB = 1024 * 1024
+Combo = tuple[int, int, str] | tuple[int, int, str, bool]    # (num_ctx, num_parallel, kv_type[, flash_attn])
 
 
-def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
+def verify_here(path: str, combos: Sequence[Combo], inventory_dict: dict | None = None,
                 n_threads: int = 1) -> list[dict]:
     """In THIS process: for each (num_ctx, num_parallel, kv_type[, flash_attn]) plan, dry-run, plan, load for real,
     compare."""
@@ -72,13 +74,13 @@ def verify_here(path: str, combos: list[tuple[int, int, str]], inventory_dict: d
     return rows
 
 
-def run_verify(path: str, combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
+def run_verify(path: str, combos: Sequence[Combo], inventory_dict: dict | None = None,
                timeout: float = 600) -> list[dict]:
     """verify_here in a child process; raises ChildError (a RuntimeError) with the child's stderr tail if it dies."""
     return run_verify_many([str(path)], combos, inventory_dict, timeout)[str(path)]
 
 
-def run_verify_many(paths: list[str], combos: list[tuple[int, int, str]], inventory_dict: dict | None = None,
+def run_verify_many(paths: list[str], combos: Sequence[Combo], inventory_dict: dict | None = None,
                     timeout: float = 600) -> dict[str, list[dict]]:
     """verify_here for several models in ONE child process (one interpreter and llama.cpp start for all)."""
     req = json.dumps({"paths": [str(p) for p in paths], "combos": combos, "inventory": inventory_dict})

@@ -30,12 +30,13 @@ class NpBatch:
         self._seq_ptrs = (self.seq.ctypes.data + 4 * np.arange(capacity, dtype=np.uint64)).astype(np.uint64)
         b = L.llama_batch()
         b.n_tokens = 0
-        b.token = self.token.ctypes.data_as(_I32P)
-        b.embd = ctypes.POINTER(ctypes.c_float)()
-        b.pos = self.pos.ctypes.data_as(_I32P)
-        b.n_seq_id = self.n_seq_id.ctypes.data_as(_I32P)
-        b.seq_id = ctypes.cast(self._seq_ptrs.ctypes.data, ctypes.POINTER(_I32P))
-        b.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        # llama_cpp annotates these fields as ctypes arrays; in llama.h (and at run time) they are pointers
+        b.token = self.token.ctypes.data_as(_I32P)  # type: ignore[assignment]
+        b.embd = ctypes.POINTER(ctypes.c_float)()  # type: ignore[assignment]
+        b.pos = self.pos.ctypes.data_as(_I32P)  # type: ignore[assignment]
+        b.n_seq_id = self.n_seq_id.ctypes.data_as(_I32P)  # type: ignore[assignment]
+        b.seq_id = ctypes.cast(self._seq_ptrs.ctypes.data, ctypes.POINTER(_I32P))  # type: ignore[assignment]
+        b.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))  # type: ignore[assignment]
         self.struct = b
         self.n = 0
 

@@ -56,7 +56,7 @@ class SeqSampler:
         self.search_from = 0
         self.bare = True                    # a bare `{"name"` call (maybe in a ```json fence) may still start the reply
         self.budget = None                  # a think_budget.ThinkBudget, set by admission
-        self._cur = None                    # numpy llama_token_data[n_vocab], made when a grammar is in force
+        self._cur: np.ndarray | None = None  # numpy llama_token_data[n_vocab], made when a grammar is in force
         self._one = L.llama_token_data()
         self._one_arr = L.llama_token_data_array(data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False)
         if isinstance(grammar, ToolGrammar) and grammar.lazy:
@@ -110,13 +110,13 @@ class SeqSampler:
         return tok
 
     def _pick(self, logits: np.ndarray, grammar_first: bool) -> int:
-        if self._cur is None:
-            self._cur = np.empty(self.n_vocab, dtype=TOKEN_DATA)
+        cur = self._cur
+        if cur is None:
+            cur = self._cur = np.empty(self.n_vocab, dtype=TOKEN_DATA)
             self._ids = np.arange(self.n_vocab, dtype=np.int32)
             self._arr = L.llama_token_data_array(
-                data=ctypes.cast(self._cur.ctypes.data, ctypes.POINTER(L.llama_token_data)),
+                data=ctypes.cast(cur.ctypes.data, ctypes.POINTER(L.llama_token_data)),
                 size=self.n_vocab, selected=-1, sorted=False)
-        cur = self._cur
         cur["id"] = self._ids                        # samplers sort and shrink the array: refill it each time
         cur["logit"] = logits
         cur["p"] = 0.0
@@ -133,7 +133,8 @@ class SeqSampler:
 
     def allows(self, grammar, tok: int) -> bool:
         """Whether `grammar` accepts `tok` now (an end-of-generation token only once the grammar is complete)."""
-        self._one.id, self._one.logit, self._one.p = tok, 1.0, 0.0
+        # llama_cpp annotates its Structure fields with their ctypes types; ctypes takes (and gives) Python ints
+        self._one.id, self._one.logit, self._one.p = tok, 1.0, 0.0  # type: ignore[assignment]
         self._one_arr.size, self._one_arr.selected, self._one_arr.sorted = 1, -1, False
         L.llama_sampler_apply(grammar, ctypes.byref(self._one_arr))
         return self._one.logit != -np.inf
@@ -165,6 +166,7 @@ class SeqSampler:
             prefix = bytes(self.text[self.starts[i]:pos]).decode("utf-8")
         except UnicodeDecodeError:       # the token holding the trigger starts inside a character: not a call
             return
+        assert self.lazy is not None                 # only a lazy grammar waits for its trigger (watch)
         g = sampling.grammar_sampler(self.vocab, self.lazy.triggered(kind, prefix))
         for tok in self.tokens[i:]:
             if not self.allows(g, tok):

@@ -73,7 +73,7 @@ class Placement:
         src, n_src = self._best_running(prompt, slot_seqs) if self.can_share else (None, 0)
         n_src = min(n_src, limit)
         self._count_checkpoint_miss(prompt, free, limit, max(n_slot, n_host))
-        if n_src >= max(n_slot, n_host) + MIN_SHARE_TOKENS:
+        if src is not None and n_src >= max(n_slot, n_host) + MIN_SHARE_TOKENS:
             slot = self._take(self.slots.victim(free), 0)
             self._share(seq, slot, src, n_src)
             return slot
@@ -205,14 +205,15 @@ class Placement:
                 self._start(seq, 0)     # the source went away before reaching the prefix: compute it here
 
     def _copy(self, seq: Seq, src: Seq, n: int) -> None:
-        dst = seq.slot
+        dst, src_slot = seq.slot, src.slot
+        assert dst is not None and src_slot is not None      # both placed (serve_waiting checked the source)
         L.llama_memory_seq_rm(self.mem, dst, -1, -1)
         if self.unified:
-            L.llama_memory_seq_cp(self.mem, src.slot, dst, 0, n)
-            self.slots.shared.update((src.slot, dst))
+            L.llama_memory_seq_cp(self.mem, src_slot, dst, 0, n)
+            self.slots.shared.update((src_slot, dst))
         else:
-            L.llama_memory_seq_cp(self.mem, src.slot, dst, -1, -1)
-            self.pending_copy.update((src.slot, dst))
+            L.llama_memory_seq_cp(self.mem, src_slot, dst, -1, -1)
+            self.pending_copy.update((src_slot, dst))
         seq.wait_src = None
         self._start(seq, self._trim(dst, n))
 
@@ -222,6 +223,7 @@ class Placement:
         Sequences waiting for `seq`'s prefix copy it first, while its cells are certainly still there."""
         self.serve_waiting(slot_seqs)
         slot = seq.slot
+        assert slot is not None                 # only a placed sequence leaves a slot
         n = 0
         if keep and seq.state != WAIT:
             n = seq.n_past if seq.n_exact is None else min(seq.n_exact, seq.n_past)
@@ -287,6 +289,7 @@ class Placement:
 
     def shifted(self, seq: Seq) -> None:
         """`seq` had a context shift: its slot's checkpoints describe positions that no longer exist."""
+        assert seq.slot is not None             # a shifted sequence is decoding in its slot
         self.checkpoints.clear(seq.slot)
         seq.checkpoint_at = []
 

@@ -65,7 +65,7 @@ class SlotCache:
         recently used (an empty slot counts as never used, so it goes before any cached one). `usable(slot, n)`
         says how much of a common prefix of n tokens the slot's memory can really continue from (a recurrent
         state only at its end or at a checkpoint); `limit` caps n first."""
-        best, best_key = free[0], None
+        best, best_key = free[0], (0, float("-inf"))      # below every real key: the first slot is taken
         for i in free:
             n = common_prefix(self.tokens[i], prompt) if self.tokens[i] else 0
             if limit is not None:
@@ -73,7 +73,7 @@ class SlotCache:
             if usable is not None and n > 0:
                 n = usable(i, n)
             key = (n, -self.last_used[i] if self.tokens[i] else float("inf"))
-            if best_key is None or key > best_key:
+            if key > best_key:
                 best, best_key = i, key
         return best, best_key[0]
 

@@ -70,7 +70,8 @@ def build_chain(p: SamplingParams, n_vocab: int, n_ctx: int = 0) -> int:
         if p.logit_bias:
             arr = (L.llama_logit_bias * len(p.logit_bias))()
             for i, (tok, bias) in enumerate(p.logit_bias.items()):
-                arr[i].token, arr[i].bias = int(tok), max(-1e30, min(1e30, float(bias)))
+                # llama_cpp annotates Structure fields with their ctypes types; ctypes takes Python numbers
+                arr[i].token, arr[i].bias = int(tok), max(-1e30, min(1e30, float(bias)))  # type: ignore[assignment]
             add(L.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
         last_n = penalty_window(p, n_ctx)
         if last_n and (p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty):

@@ -29,7 +29,7 @@ _FENCE_LINE = 16                     # a fence line longer than this is not "```
 BARE, FENCED, MARKER = "bare", "fenced", "marker"
 
 
-def may_open_bare(text: bytes) -> bool:
+def may_open_bare(text: bytes | bytearray) -> bool:
     """Whether the reply so far can still grow into a bare (or fenced) call's start."""
     t = text.lstrip()
     if t.startswith(b"```"):
@@ -47,7 +47,7 @@ class ToolGrammar:
     opener: str | None = None                # lazy: the family's call marker
     wrapped: str = ""                        # lazy: the root expression for calls that start at the marker
 
-    def find_trigger(self, text: bytes, start: int = 0, bare: bool = True) -> tuple[int, str] | None:
+    def find_trigger(self, text: bytes | bytearray, start: int = 0, bare: bool = True) -> tuple[int, str] | None:
         """Where the constrained part starts in `text` (the reply so far, special tokens as text) and how:
         (offset, BARE) for a reply that opens with `{"name"` (FENCED: inside a ```json fence, which the grammar then
         closes; looked for when `bare`), (offset, MARKER) at the
@@ -182,4 +182,6 @@ def for_plan(tools: list[dict] | None, plan: ChatPlan, format_gbnf: str | None =
 
 def for_request(tools: list[dict] | None, tool_choice, family: str, parallel: bool = True) -> ToolGrammar | None:
     """The grammar for tools and tool_choice without a format, as the service would plan it (for tests)."""
-    return for_plan(tools, plan_chat(family, tools, tool_choice, parallel))
+    grammar = for_plan(tools, plan_chat(family, tools, tool_choice, parallel))
+    assert not isinstance(grammar, str)          # a bare GBNF comes only with a format (EITHER), never here
+    return grammar

@@ -96,7 +96,7 @@ def runner_fields(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPla
     if plan.tools:
         renders = facts is not None and facts.renders_tools
         out["tools"], out["render_tools"] = req.tools, renders
-        if not renders and messages is not None:
+        if not renders and messages is not None and req.tools:
             messages = with_tool_prompt(messages, req.tools)
     out["messages"] = messages
     return out

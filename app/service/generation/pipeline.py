@@ -18,7 +18,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator
 
 from app.engine import protocol
 from app.engine.client import ContextOverflowError, RequestError, RunnerError, RunnerExited
@@ -133,7 +133,7 @@ class Generation:
         self.result = result
         self._metrics = metrics
         self._scheduler = scheduler
-        self._stream = None
+        self._stream: AsyncGenerator | None = None     # the runner's events for this request (start)
         self._first = None                  # a runner event start() read that is not Admitted (fakes send none)
         self._started = False
 
@@ -154,9 +154,9 @@ class Generation:
             room = min(REPLY_RESERVE, self.lease.model.options.num_ctx // 4)
             req.overflow, req.reserve = "error", max(hard, room)
         while True:
-            self._stream = self.lease.client.generate(req)
+            self._stream = stream = self.lease.client.generate(req)
             try:
-                first = await self._stream.__anext__()
+                first = await stream.__anext__()
             except ContextOverflowError as e:
                 await self.close()
                 n = int(e.data.get("prompt_tokens", 0))
@@ -197,14 +197,15 @@ class Generation:
         if self._first is not None:
             first, self._first = self._first, None
             yield first
-        async for ev in self._stream:
-            yield ev
+        if self._stream is not None:              # None once closed
+            async for ev in self._stream:
+                yield ev
 
     async def events(self) -> AsyncIterator[Event]:
         """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
         name = self.job.model
-        reader = (chat_features.ReplyReader(self.job.request, self.job.runner_request.plan)
-                  if self.job.parse_reply else None)
+        plan = self.job.runner_request.plan
+        reader = chat_features.ReplyReader(self.job.request, plan) if self.job.parse_reply and plan else None
         await self.start()
         try:
             async for ev in self._runner_events():

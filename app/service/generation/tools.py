@@ -94,7 +94,7 @@ def parse_tool_choice(raw, tools: list[dict] | None, param: str = "tool_choice")
         else:
             raise _bad(f"{param!r} must be one of none, auto, required or a function, got {raw!r}", param)
     elif isinstance(raw, dict) and raw.get("type") == "function":
-        fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw
+        fn = raw["function"] if isinstance(raw.get("function"), dict) else raw
         name = fn.get("name")
         if not isinstance(name, str) or not name:
             raise _bad(f"{param}.function.name is required", param)
@@ -135,7 +135,7 @@ def parse_tool_calls(raw, where: str, param: str) -> list[dict]:
         name = fn.get("name")
         if not isinstance(name, str) or not name.strip():
             raise _bad(f"{w}.function.name is required", param)
-        cid = c.get("id") if isinstance(c.get("id"), str) and c.get("id") else new_call_id()
+        cid = c["id"] if isinstance(c.get("id"), str) and c["id"] else new_call_id()
         out.append(call_message(name, _arguments(fn.get("arguments"), f"{w}.function", param), cid))
     return out
 

@@ -138,7 +138,7 @@ def build_openapi(app: web.Application) -> dict:
         if not path:
             continue
         tag, summary, schema = ROUTES.get((method, path), ("other", f"{method} {path}", None))
-        op = {"tags": [tag], "summary": summary, "operationId": f"{method.lower()}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_') or 'root'}",
+        op: dict[str, object] = {"tags": [tag], "summary": summary, "operationId": f"{method.lower()}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_') or 'root'}",
               "responses": {"200": {"description": "OK"}, "400": ERROR, "404": ERROR}}
         params = [{"name": n, "in": "path", "required": True, "schema": STR}
                   for n in ("model", "digest") if "{" + n + "}" in path]

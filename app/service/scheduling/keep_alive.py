@@ -19,6 +19,7 @@ class _Default:
         return "DEFAULT"
 
 
+Default = _Default                 # the type, for isinstance (a type checker narrows on it, not on `is DEFAULT`)
 DEFAULT = _Default()
 KeepAlive = float | None | _Default
 

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from app.engine.client import RunnerClient
+from app.engine.gguf.projector import ProjectorInfo
 from app.engine.planner.compare import predicted_of
 from app.engine.layout.types import Layout, PlanOptions
 
@@ -31,7 +33,7 @@ class LoadedModel:
         self.info = info
         self.options = options
         self.layout: Layout | None = None
-        self.client = None               # the runner (engine.client.RunnerClient, or a test's fake)
+        self.client: RunnerClient | None = None      # the runner (or a test's fake of the same shape)
         self.state = "loading"           # "loading" | "loaded" | "failed"
         self.progress = 0.0
         self.error: str | None = None
@@ -52,7 +54,7 @@ class LoadedModel:
         self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
         self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
         self.runner_ended: str | None = None     # why its runner process ended (then its queue moves on)
-        self.projector = None            # engine.gguf.projector.ProjectorInfo of its vision projector (or None)
+        self.projector: ProjectorInfo | None = None  # of its vision projector, when it has one
         self.draft = None                # (record, ModelInfo) of its draft model (the `draft` option), or None
 
     @property

@@ -21,6 +21,7 @@ its collaborators (collaborators.py), injected, so its rules are tested with fak
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -44,7 +45,7 @@ from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
 from .draft import check_draft
-from .keep_alive import DEFAULT, FOREVER, KeepAlive, parse_keep_alive
+from .keep_alive import DEFAULT, FOREVER, Default, KeepAlive, parse_keep_alive
 from .loaded_model import Lease, LoadedModel
 
 log = logging.getLogger("strata.scheduler")
@@ -85,8 +86,8 @@ class Scheduler:
     async def get_inventory(self) -> Inventory:
         async with self._inv_lock:
             if self.inventory is None:
-                await self.refresh_inventory()
-        return self.inventory
+                return await self.refresh_inventory()
+            return self.inventory
 
     def used_bytes(self, exclude: str | None = None) -> dict[str, int]:
         used: dict[str, int] = {}
@@ -163,7 +164,7 @@ class Scheduler:
 
     def keep_alive_for(self, keep_alive: KeepAlive) -> float | None:
         """A request's parsed keep_alive, or the server's (STRATA_KEEP_ALIVE) for DEFAULT."""
-        return parse_keep_alive(self.config.keep_alive) if keep_alive is DEFAULT else keep_alive
+        return parse_keep_alive(self.config.keep_alive) if isinstance(keep_alive, Default) else keep_alive
 
     # ---- the request side ------------------------------------------------------------------------------------
 
@@ -189,6 +190,7 @@ class Scheduler:
             if attempt == REROUTES:
                 raise ApiError(500, f"model {name!r}: {model.runner_ended}", code="runner_exited")
             log.info("a request queued for %s waits for its reload: %s", name, model.runner_ended)
+        assert t_loaded is not None                  # acquired: the loop ended with a slot
         try:
             yield Lease(model, load_wait=t_loaded - t0, queue_wait=time.monotonic() - t_loaded)
         finally:
@@ -306,9 +308,11 @@ class Scheduler:
         model.load_seconds = time.monotonic() - model.load_started
         model.state = "loaded"
         model.progress = 1.0
-        model.client.add_exit_callback(lambda code, m=model, c=model.client: self._runner_exited(m, code, c))
+        client, layout = model.client, model.layout
+        assert client is not None and layout is not None        # set by the load that just finished
+        client.add_exit_callback(functools.partial(self._runner_exited, model, client=client))
         self.metrics.loads[(model.name, "ok")] += 1
-        self.events.publish("loaded", {"model": model.name, "layout": model.layout.to_dict(),
+        self.events.publish("loaded", {"model": model.name, "layout": layout.to_dict(),
                                        "actual": model.actual, "load_seconds": model.load_seconds})
         self._publish_memory()
         if not model.ready.done():
@@ -389,7 +393,7 @@ class Scheduler:
             layout = None
             if not too_many:
                 used = self.used_bytes(model.name)
-                if getattr(model, "projector", None) is not None:     # room for the projector where mtmd puts it
+                if model.projector is not None:     # room for the projector where mtmd puts it
                     dev = projector_device([g.id for g in inventory.gpus])
                     used = {**used, dev: used.get(dev, 0) + projector_bytes(model.projector, model.info.n_embd)}
                 model.options, layout = await self.plan_context(model.info, model.options,
@@ -463,7 +467,8 @@ class Scheduler:
             model.load_started = time.monotonic()
             model.options, model.layout, model.asked_ctx = options, layout, None
             try:
-                await old.close()
+                if old is not None:
+                    await old.close()
                 self.events.publish("load_started", {"model": name, "layout": layout.to_dict()})
                 model.client = self.deps.new_runner(layout, name)
 

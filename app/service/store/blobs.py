@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.engine.gguf.adapter import read_adapter
 
 
 class StoreBlobs:
     models_dir: Path
+
+    if TYPE_CHECKING:        # what ModelStore, the class this is part of, provides
+        def _connect(self) -> sqlite3.Connection: ...
+        def _external_records(self) -> list[Any]: ...            # ModelRecords (not imported: a cycle)
+        def _stage(self, src: Path, link: bool, progress: Callable[[str, int, int], None] | None
+                   ) -> tuple[Path, str]: ...
+        @staticmethod
+        def _place(tmp: Path, dest: Path, size: int) -> None: ...
+        def _delete_blob_if_unused(self, db: sqlite3.Connection, path: Path) -> None: ...
 
     def blob_dir(self) -> Path:
         return self.models_dir

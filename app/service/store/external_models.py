@@ -244,7 +244,7 @@ def discover_external(home: Path | None = None, sources=SOURCES) -> list[Externa
             found += discover_ollama(ollama_models_dir(home))
     except OSError as e:
         log.debug("Ollama discovery failed: %s", e)
-    seen_paths = set()
+    seen_paths: set[Path] = set()
     for d in lmstudio_dirs(home) if "lmstudio" in wanted else ():
         try:
             found += [m for m in discover_gguf_tree(d, "lmstudio") if m.path not in seen_paths]

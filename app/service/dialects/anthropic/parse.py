@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number, parse_stop
@@ -66,7 +67,7 @@ def _user(blocks, i: int) -> list[dict]:
         else:
             raise _bad(f"{where}: unknown or malformed content block {kind!r}")
     if text or imgs or not out:
-        msg = {"role": "user", "content": "".join(text)}
+        msg: dict[str, Any] = {"role": "user", "content": "".join(text)}
         if imgs:
             msg["images"] = imgs
         out.append(msg)
@@ -219,7 +220,7 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[Gen
     req = GenerationRequest(model=model_name(body), messages=parse_messages(body.get("messages")))
     system = parse_system(body.get("system"))
     if system:
-        req.messages = [{"role": "system", "content": system}] + req.messages
+        req.messages = [{"role": "system", "content": system}] + (req.messages or [])
     req.tools = parse_tools(body.get("tools"))
     req.tool_choice, req.parallel_tool_calls = parse_tool_choice(body.get("tool_choice"), req.tools)
     if count_only:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 from ...generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from ...http.bodies import SSEEvent, SSEWriter
@@ -49,7 +50,7 @@ class MessagesRenderer(Renderer):
         self.model, self.wire, self.id = model, wire, new_message_id()
         self.show_thinking = show_thinking
         self.index = -1              # the open content block's index
-        self.open_kind = None        # "thinking" | "text" | None
+        self.open_kind: str | None = None        # "thinking" | "text" | None
 
     # ---- streamed -------------------------------------------------------------------------------------------
     def _ev(self, name: str, data: dict) -> SSEEvent:
@@ -110,7 +111,7 @@ class MessagesRenderer(Renderer):
 
     # ---- whole ----------------------------------------------------------------------------------------------
     def complete(self, result: GenerationResult) -> dict:
-        content = []
+        content: list[dict[str, Any]] = []
         if result.thinking and self.show_thinking:
             content.append({"type": "thinking", "thinking": result.thinking, "signature": ""})
         if result.text or not result.tool_calls:

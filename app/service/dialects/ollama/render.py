@@ -2,6 +2,8 @@
 Durations are nanoseconds."""
 from __future__ import annotations
 
+from typing import Any
+
 from app.engine.protocol import TokenLogprob
 
 from ...generation.request import EmbeddingRequest, GenerationRequest
@@ -56,7 +58,7 @@ class OllamaRenderer(Renderer):
         self.model, self.req, self.chat = model, req, chat
 
     def _chunk(self, text: str, lps, thinking: str = "", calls=()) -> dict:
-        d = {"model": self.model, "created_at": now_iso()}
+        d: dict[str, Any] = {"model": self.model, "created_at": now_iso()}
         if self.chat:
             d["message"] = {"role": "assistant", "content": text}
             if thinking:
@@ -113,7 +115,7 @@ class OllamaRenderer(Renderer):
 
 def load_answer(model: str, *, chat: bool, reason: str) -> dict:
     """The answer to an empty /api/generate or /api/chat: the model was loaded (or unloaded)."""
-    d = {"model": model, "created_at": now_iso()}
+    d: dict[str, Any] = {"model": model, "created_at": now_iso()}
     if chat:
         d["message"] = {"role": "assistant", "content": ""}
     else:

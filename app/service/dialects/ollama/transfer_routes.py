@@ -245,9 +245,10 @@ async def create_from_files(request: web.Request, body: dict, name: str, from_: 
             await store.add_model(name, placed[0], files[0][1], parameters, template, system, license,
                                   "uploaded (/api/create files)", lora, projector=projector)
         else:
+            assert from_ is not None                         # checked above: adapters without files need 'from'
             await store.create(name, from_, parameters, template, system, license, lora, projector)
-        for (_fname, hex_), dest in zip(files, placed):      # split parts now live under their split names
-            if Path(sources[hex_]) != Path(dest):
+        for (_fname, hex_), put in zip(files, placed):       # split parts now live under their split names
+            if Path(sources[hex_]) != Path(put):
                 await store.release_blob(sources[hex_])
         await emit(progress_line("writing manifest"))
         await emit(progress_line("success"))
@@ -261,8 +262,7 @@ def _model_files(body: dict) -> list[tuple[str, str]]:
         raise ApiError(400, "only GGUF files can make a model (safetensors conversion is not supported)",
                        param="files")
     if len(files) > 1:
-        counts = {SPLIT_NAME.match(f.rsplit("/", 1)[-1]) and int(SPLIT_NAME.match(f.rsplit("/", 1)[-1])["count"])
-                  for f, _ in files}
+        counts = {int(m["count"]) if (m := SPLIT_NAME.match(f.rsplit("/", 1)[-1])) else None for f, _ in files}
         if counts != {len(files)}:
             raise ApiError(400, "several files must be the parts of one split GGUF (...-00001-of-0000N.gguf)",
                            param="files")

@@ -4,6 +4,7 @@ are OpenAI-style 400s whose `param` names the field."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number, parse_stop
@@ -66,7 +67,7 @@ def parse_messages(raw) -> list[dict]:
             raise ApiError(400, f"messages[{i}].role must be one of system, developer, user, assistant, tool; "
                                 f"got {m.get('role')!r}", param="messages")
         text, imgs = _content(m.get("content"), i)
-        msg = {"role": role, "content": text}
+        msg: dict[str, Any] = {"role": role, "content": text}
         if imgs:
             msg["images"] = imgs
         if role == "assistant" and m.get("tool_calls") is not None:

@@ -6,6 +6,7 @@ import base64
 import json
 import struct
 import time
+from typing import Any
 
 from ...generation.result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from ...http.bodies import SSEWriter
@@ -139,7 +140,8 @@ class ChatRenderer(_OpenAIRenderer):
 
     @staticmethod
     def _message(result: GenerationResult) -> dict:
-        msg = {"role": "assistant", "content": result.text if result.text or not result.tool_calls else None,
+        msg: dict[str, Any] = {"role": "assistant",
+                               "content": result.text if result.text or not result.tool_calls else None,
                "refusal": None}
         if result.thinking:
             msg["reasoning_content"] = result.thinking
@@ -199,6 +201,7 @@ class CompletionRenderer(_OpenAIRenderer):
 
 
 def embedding_item(vec: list[float], index: int, encoding: str) -> dict:
+    emb: str | list[float]
     if encoding == "base64":
         emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
     else:

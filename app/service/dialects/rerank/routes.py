@@ -7,6 +7,8 @@ the embeddings' truncation rule: a pair longer than the context is cut at its en
 Covered by tests/integration/service/test_rerank.py."""
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ... import appkeys as keys
@@ -46,7 +48,7 @@ def render_rerank(req: pipeline.RerankRequest, res: pipeline.RerankResult) -> di
     order = sorted(range(len(res.scores)), key=lambda i: -res.scores[i])[:req.top_n or len(res.scores)]
     results = []
     for i in order:
-        r = {"index": i, "relevance_score": res.scores[i]}
+        r: dict[str, Any] = {"index": i, "relevance_score": res.scores[i]}
         if req.return_documents:
             r["document"] = {"text": req.documents[i]}
         results.append(r)

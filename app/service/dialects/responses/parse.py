@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number
@@ -78,11 +79,12 @@ def parse_input(raw) -> list[dict]:
             raise _bad(f"{where} must be an object")
         kind = item.get("type", "message")
         if kind == "message":
-            role = ROLES.get(item.get("role")) if isinstance(item.get("role"), str) else None
+            raw_role = item.get("role")
+            role = ROLES.get(raw_role) if isinstance(raw_role, str) else None
             if role is None:
                 raise _bad(f"{where}.role must be one of user, assistant, system, developer")
             imgs: list[bytes] = []
-            msg = {"role": role, "content": _content(item.get("content"), where, imgs)}
+            msg: dict[str, Any] = {"role": role, "content": _content(item.get("content"), where, imgs)}
             if imgs:
                 msg["images"] = imgs
             out.append(msg)
@@ -116,7 +118,7 @@ def parse_input(raw) -> list[dict]:
     return out
 
 
-def parse_reasoning(raw) -> tuple[object, str | None]:
+def parse_reasoning(raw) -> tuple[bool | str | None, str | None]:
     """-> (think value for the internal request, the effort to echo)."""
     if raw is None:
         return None, None
@@ -159,7 +161,7 @@ def parse_responses(body: dict) -> tuple[GenerationRequest, WireChoices]:
     req = GenerationRequest(model=model_name(body), messages=parse_input(body.get("input")))
     instructions = field(body, "instructions", str)
     if instructions:
-        req.messages = [{"role": "system", "content": instructions}] + req.messages
+        req.messages = [{"role": "system", "content": instructions}] + (req.messages or [])
     req.tools = parse_tools(body.get("tools"))
     req.tool_choice = parse_tool_choice(body.get("tool_choice"), req.tools)
     req.parallel_tool_calls = field(body, "parallel_tool_calls", bool, True)

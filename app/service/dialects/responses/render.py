@@ -119,8 +119,10 @@ class ResponsesRenderer(Renderer):
         if not ev.text:
             return []
         out = self._open("message")
-        self.open["text"] += ev.text
-        out.append(self._ev("response.output_text.delta", item_id=self.open["id"], output_index=len(self.output),
+        item = self.open
+        assert item is not None                      # _open just opened it
+        item["text"] += ev.text
+        out.append(self._ev("response.output_text.delta", item_id=item["id"], output_index=len(self.output),
                             content_index=0, delta=ev.text, logprobs=[]))
         return out
 
@@ -128,8 +130,10 @@ class ResponsesRenderer(Renderer):
         if not ev.text or not self.show_thinking:
             return []
         out = self._open("reasoning")
-        self.open["text"] += ev.text
-        out.append(self._ev("response.reasoning_text.delta", item_id=self.open["id"], output_index=len(self.output),
+        item = self.open
+        assert item is not None                      # _open just opened it
+        item["text"] += ev.text
+        out.append(self._ev("response.reasoning_text.delta", item_id=item["id"], output_index=len(self.output),
                             content_index=0, delta=ev.text))
         return out
 

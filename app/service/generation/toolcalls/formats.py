@@ -94,17 +94,15 @@ def pythonic(body: str) -> list[ToolCall] | None:
         return None
     node = tree.body
     nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
-    calls = [_py_call(n) for n in nodes]
-    if not calls or any(c is None for c in calls):
-        return None
-    return calls
+    calls = [c for c in (_py_call(n) for n in nodes) if c is not None]
+    return calls if calls and len(calls) == len(nodes) else None
 
 
 def llama3(body: str) -> list[ToolCall] | None:
     """After `<|python_tag|>`: JSON call(s) (several separated by `;`), or a built-in tool's Python call."""
     text = body.strip()
     if text[:1] in "{[":
-        calls = []
+        calls: list[ToolCall] = []
         for part in _split_semicolons(text):
             got = calls_from_text(part)
             if got is None:
@@ -158,7 +156,7 @@ _FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*(?:```|$)", re.S)
 
 
 def deepseek(body: str) -> list[ToolCall] | None:
-    calls = []
+    calls: list[ToolCall] = []
     for chunk in body.split(DS_CALL_BEGIN):
         chunk = chunk.split(DS_CALL_END)[0].strip()
         if not chunk:
@@ -227,7 +225,7 @@ class _FGReader:
 
     def obj(self) -> dict:
         self.i += 1                                  # '{'
-        out = {}
+        out: dict = {}
         while True:
             self.ws()
             if self.i >= len(self.s):

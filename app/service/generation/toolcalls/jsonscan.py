@@ -126,10 +126,8 @@ def calls_from_value(value) -> list[ToolCall] | None:
     items = value if isinstance(value, list) else [value]
     if not items:
         return None
-    calls = [call_from_obj(v) for v in items]
-    if any(c is None for c in calls):
-        return None
-    return calls
+    calls = [c for c in (call_from_obj(v) for v in items) if c is not None]
+    return calls if len(calls) == len(items) else None
 
 
 def calls_from_text(text: str) -> list[ToolCall] | None:

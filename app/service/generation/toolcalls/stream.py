@@ -49,7 +49,7 @@ class OutputParser:
         self.ws = ""                             # leading whitespace held until real content follows
         self.n_calls = 0
         self.n_thinking = 0
-        markers: list[tuple[str, str, object]] = [(s.start, "call", s) for s in self.spec.sections]
+        markers: list[tuple[str, str, Section | None]] = [(s.start, "call", s) for s in self.spec.sections]
         if self.spec.think:
             markers += [(self.spec.think[0], "think", None), (self.spec.think[1], "drop", None)]
         markers += [(m, "strip", None) for m in self.spec.strip]
@@ -108,6 +108,7 @@ class OutputParser:
             pass
 
     def _think(self, out: Delta, final: bool) -> bool:
+        assert self.spec.think is not None           # "think" mode is entered only at the spec's own marker
         close = self.spec.think[1]
         i = self.buf.find(close)
         if i >= 0:
@@ -130,14 +131,16 @@ class OutputParser:
             self.n_thinking += len(piece)
 
     def _call(self, out: Delta, final: bool) -> bool:
-        end = self.section.end
+        section = self.section
+        assert section is not None                   # "call" mode is entered at a section's start marker
+        end = section.end or ""
         i = self.buf.find(end) if end else -1
         if i < 0 and not final:
             return False
         body = self.buf[:i] if i >= 0 else self.buf
         self.buf = self.buf[i + len(end):] if i >= 0 else ""
         whole = body if i >= 0 else _mended(body)
-        calls = self.section.parse(whole)
+        calls = section.parse(whole)
         if whole != body or (end and i < 0):     # cut short (its JSON mended, or no end marker): maybe in the
             calls = self._named(calls)           # name too, so it must name a supplied tool
         if calls:

@@ -14,6 +14,7 @@ Covered by tests/integration/service/test_pull.py (resume, digests, cut connecti
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -176,37 +177,39 @@ class Downloader:
         """Download `src` into its partial file (resuming) and return it once complete (not yet verified).
         Cancelling this call stops the transfer when no other pull is waiting for the same blob."""
         t = self._transfers.get(src.digest)
-        if t is not None and t.abandoned:
+        if t is not None and t.abandoned and t.task is not None:
             await asyncio.wait({t.task})            # let the cancelled one close its file first
             t = self._transfers.get(src.digest)
         if t is None:
             t = Transfer(src)
             self._transfers[src.digest] = t
             t.task = asyncio.get_running_loop().create_task(self._run(t))
-            t.task.add_done_callback(lambda _task, key=src.digest, tr=t: self._forget(key, tr))
+            t.task.add_done_callback(functools.partial(self._forget, src.digest, t))
+        task = t.task
+        assert task is not None                 # a registered transfer has its task (just above)
         t.waiters += 1
         try:
             last = -1
-            while not t.task.done():
+            while not task.done():
                 done = t.completed
                 if done != last:
                     last = done
                     await progress(done, src.size)
-                await asyncio.wait({t.task}, timeout=tick)
-            t.task.result()                     # raises the transfer's error
+                await asyncio.wait({task}, timeout=tick)
+            task.result()                       # raises the transfer's error
             await progress(src.size, src.size)
             return self.partial_path(src)
         finally:
             t.waiters -= 1
-            if t.waiters == 0 and not t.task.done():
+            if t.waiters == 0 and not task.done():
                 t.abandoned = True
-                t.task.cancel()
+                task.cancel()
 
-    def _forget(self, key: str, t: Transfer) -> None:
+    def _forget(self, key: str, t: Transfer, task: asyncio.Task) -> None:
         if self._transfers.get(key) is t:
             del self._transfers[key]
-        if not t.task.cancelled() and t.task.exception() is not None:
-            log.info("download of %s failed: %s", key[:19], t.task.exception())
+        if not task.cancelled() and task.exception() is not None:
+            log.info("download of %s failed: %s", key[:19], task.exception())
 
     async def _run(self, t: Transfer) -> None:
         src = t.source

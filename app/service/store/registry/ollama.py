@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from yarl import URL
@@ -227,7 +227,13 @@ class RegistryClient:
                 await progress(layer.size, layer.size)
                 return
             location = self.base.join(URL(resp.headers["Location"]))
-        body = data if data is not None else _file_chunks(path, layer.size, progress)
+        body: bytes | AsyncIterator[bytes]
+        if data is not None:
+            body = data
+        elif path is not None:
+            body = _file_chunks(path, layer.size, progress)
+        else:
+            raise ValueError(f"layer {layer.digest}: neither its bytes nor its file to upload")
         put = await self.request("PUT", location.update_query(digest=layer.digest), data=body,
                                  headers={"Content-Type": "application/octet-stream",
                                           "Content-Length": str(layer.size)})

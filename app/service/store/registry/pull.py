@@ -238,7 +238,8 @@ class Puller:
         loop = asyncio.get_running_loop()
         sel = await loop.run_in_executor(None, hf.resolve, ref)
         hexes = [f.sha256 for f in sel.files]
-        names = model_dest_names(hexes) if all(hexes) else [None] * len(hexes)
+        known = [h for h in hexes if h]
+        names: list[str | None] = list(model_dest_names(known)) if len(known) == len(hexes) else [None] * len(hexes)
         plan = Plan(origin=f"hf.co/{sel.repo_id}:{sel.quant} (revision {sel.revision[:12]})")
         for f, dest in zip(sel.files, names):
             mf = ModelFile(hf.source_for(sel, f), dest)
@@ -287,6 +288,7 @@ class Puller:
                 if item.digest in plan.known:               # the stored model has this layer: not fetched again
                     meta.update(plan.known[item.digest])
                 else:
+                    assert plan.client is not None      # small layers come only in a registry's plan, with its client
                     _apply_meta(meta, item.media_type, await plan.client.small_blob(item))
                 await emit(progress_line(f"pulling {short(item.digest)}", item.digest, item.size, item.size))
                 continue
@@ -309,13 +311,14 @@ class Puller:
             return True
         except GGUFError as e:
             log.warning("%s: not a vision projector (%s); pulling the model without it", path, e)
-            await self.store.release_blob(path)
+            await self.store.release_blob(Path(path))
             return False
 
     async def _finish(self, f: ModelFile, dl: Downloader) -> Path:
         """The file in its final place: a local blob linked in, or the download verified and moved there."""
         blob_dir = Path(await self.store.blob_dir())
         if f.local is not None:
+            assert f.dest_name is not None          # _find_local looks only for files whose name is known
             return Path(await self.store.adopt_blob(f.local, f.dest_name))
         return await dl.verify_into(f.source, lambda hex_: blob_dir / (f.dest_name or f"sha256-{hex_}.gguf"))
 

@@ -69,7 +69,7 @@ async def push(puller: Puller, ref: Reference, insecure: bool, source: str | Non
         hex_ = (await loop.run_in_executor(None, sha256_file, p))[0]
         layers.append((Layer(MEDIA_MODEL, f"sha256:{hex_}", p.stat().st_size), p, None))
     for media, p in [(MEDIA_ADAPTER, Path(a)) for a in record.adapters] + \
-            ([(MEDIA_PROJECTOR, Path(record.projector))] if getattr(record, "projector", None) else []):
+            ([(MEDIA_PROJECTOR, Path(record.projector))] if record.projector else []):
         hex_ = (await loop.run_in_executor(None, sha256_file, p))[0]
         layers.append((Layer(media, f"sha256:{hex_}", p.stat().st_size), p, None))
     texts = [(MEDIA_TEMPLATE, record.template), (MEDIA_SYSTEM, record.system),
@@ -77,8 +77,8 @@ async def push(puller: Puller, ref: Reference, insecure: bool, source: str | Non
              (MEDIA_LICENSE, record.license)]
     for media, text in texts:
         if text:
-            data = text.encode()
-            layers.append((_layer_for(media, data), None, data))
+            encoded = text.encode()
+            layers.append((_layer_for(media, encoded), None, encoded))
     config = json.dumps({
         "model_format": "gguf", "model_family": info.architecture, "model_families": [info.architecture],
         "model_type": _size_label(info.n_params), "file_type": info.quantization,
