@@ -113,7 +113,7 @@ class DraftModel:
             fed, live = [], []
             for seq, limit in nxt:
                 tok = drafts[seq.id][-1]
-                live.append((seq, limit, b.add(tok, len(self.cells[seq.slot]), seq.slot, True)))
+                live.append((seq, limit, b.add(tok, len(self.cells[seq.kv_slot]), seq.kv_slot, True)))
                 fed.append((seq, [tok]))
             if not self._decode(fed):
                 break                                   # the drafts so far stand; their cells were rolled back

@@ -92,6 +92,13 @@ class Seq:
         self.prompt, self.sampler, self.media, self.stop_bytes = a.prompt, a.sampler, a.media, a.stop_bytes
         self.checkpoint_at = list(a.checkpoint_at)
 
+    @property
+    def kv_slot(self) -> int:
+        """CONTEXT thread: the slot of a placed sequence, for the batch rows and KV cells a step gives it."""
+        if self.slot is None:
+            raise RuntimeError(f"sequence {self.id} is not placed in a slot")
+        return self.slot
+
     def free_media(self) -> None:
         if self.media is not None:
             self.media.free()

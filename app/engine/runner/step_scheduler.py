@@ -119,9 +119,9 @@ class StepScheduler:
         for seq in gen:
             seq.draft = drafts.get(seq.id) or []
             span = Span(seq, seq.n_past, 1 + len(seq.draft), prefill=False, draft=seq.draft)
-            plan.outs.append((span, b.add(seq.pending, seq.n_past, seq.slot, True)))
+            plan.outs.append((span, b.add(seq.pending, seq.n_past, seq.kv_slot, True)))
             if seq.draft:
-                b.add_span(seq.draft, seq.n_past + 1, seq.slot, logits_last=True, logits_all=True)
+                b.add_span(seq.draft, seq.n_past + 1, seq.kv_slot, logits_last=True, logits_all=True)
             plan.spans.append(span)
 
     def _plan_prefill(self, plan: StepPlan, prefill: list[Seq]) -> None:
@@ -148,7 +148,7 @@ class StepScheduler:
             if k <= 0:
                 continue
             last = seq.todo + k == len(seq.prompt)
-            row = b.add_span(seq.prompt[seq.todo:seq.todo + k], seq.n_past, seq.slot, logits_last=last)
+            row = b.add_span(seq.prompt[seq.todo:seq.todo + k], seq.n_past, seq.kv_slot, logits_last=last)
             span = Span(seq, seq.n_past, k, prefill=True)
             plan.spans.append(span)
             if last:
