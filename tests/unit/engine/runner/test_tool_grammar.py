@@ -2,7 +2,6 @@
 admits only a call, and a lazy one leaves text free until the family's marker and then admits only the call."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from llama_cpp import llama_cpp as L
 
@@ -11,34 +10,8 @@ from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.grammar import GrammarError
 from app.engine.runner.output import Vocab
 from app.engine.runner.sampling import free_grammar, grammar_sampler
-from app.engine.runner.embeddings import tokenize
 from app.service.generation.toolcalls import parse_all
-
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["city"]}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
-
-
-def allowed(vocab, sampler, n_vocab) -> np.ndarray:
-    """Which tokens the grammar sampler still admits (all start equally likely)."""
-    data = (L.llama_token_data * n_vocab)()
-    for i in range(n_vocab):
-        data[i].id, data[i].logit, data[i].p = i, 0.0, 0.0
-    arr = L.llama_token_data_array(data=data, size=n_vocab, selected=-1, sorted=False)
-    L.llama_sampler_apply(sampler, L.ctypes.byref(arr))
-    return np.array([data[i].logit for i in range(arr.size)]) > -np.inf
-
-
-def accept_text(vocab, sampler, text):
-    for t in tokenize(vocab, text, add_special=False, parse_special=True):
-        L.llama_sampler_accept(sampler, t)
-
-
-def piece_id(vocab, text):
-    toks = tokenize(vocab, text, add_special=False, parse_special=True)
-    return toks[0]
+from grammar_util import TOOLS, accept_text, allowed, piece_id, watch_text
 
 
 @pytest.mark.parametrize("family", ["hermes", "llama3", "mistral", "generic"])
@@ -77,16 +50,6 @@ def lazy_sampler(vocab, family):
     n_vocab = L.llama_vocab_n_tokens(vocab)
     return SeqSampler(None, vocab, n_vocab, tg.for_request(TOOLS, "auto", family), "tool-call",
                       Vocab(vocab, n_vocab).piece)
-
-
-def watch_text(vocab, sampler, text):
-    """`text` as the reply's tokens: watched while the grammar waits, then each tested and accepted by it."""
-    for t in tokenize(vocab, text, add_special=False, parse_special=True):
-        if sampler.grammar is None:
-            sampler.watch(t)
-        else:
-            assert sampler.allows(sampler.grammar, t)
-            L.llama_sampler_accept(sampler.grammar, t)
 
 
 def test_lazy_grammar_free_until_marker_then_constrained(vocab):

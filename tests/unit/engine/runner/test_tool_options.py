@@ -18,7 +18,7 @@ from app.engine.runner.sampling import free_grammar, grammar_sampler
 from app.service.generation.chat_features import ReplyReader
 from app.service.generation.request import GenerationRequest
 from app.service.generation.result import TextDelta, ToolCallEvent
-from test_tool_grammar import TOOLS, accept_text, allowed, piece_id, watch_text
+from grammar_util import TOOLS, accept_text, allowed, piece_id, watch_text
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
           "required": ["answer"]}
