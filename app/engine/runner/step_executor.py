@@ -5,7 +5,8 @@ SmolLM2, CPU, 1 thread, the context thread spends ~97-99% of its step time insid
 samples every row that has logits with the sequence's own chain, verifying drafts on the way. It writes no
 sequence state except what llama.cpp itself changed (rolled-back or rejected KV cells, the sampler chains);
 step_update.py applies the result. A cancel stops a running decode (decode_abort.py).
-Covered by tests/integration/engine/test_runner.py and test_speculative.py (a real runner process).
+Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py and
+test_speculative.py (a real runner process).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The typed hand-offs of one step of the context thread: what the scheduler decided (`StepPlan`) and what the
 executor got (`StepResult`), like vLLM v1's SchedulerOutput and ModelRunnerOutput. The loop (step_loop.py) runs
 `plan = scheduler.schedule(); result = executor.execute(plan); update(plan, result)`.
-Covered by tests/integration/engine/test_runner.py (every step of a real runner builds one).
+Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py
+(every step of a real runner builds one).
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 `update_from_output`. What each sequence now holds in KV (`n_past`, `history`), which prefills became
 generations, the sampled tokens (`pending`, `n_gen`, accepted drafts), the draft totals and the gate's timing;
 then the tokens go to the output thread and finished sequences give their slots back.
-Covered by tests/integration/engine/test_runner.py and test_speculative.py (a real runner process).
+Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py and
+test_speculative.py (a real runner process).
 """
 from __future__ import annotations
 

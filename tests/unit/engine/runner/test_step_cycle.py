@@ -1,0 +1,120 @@
+"""The runner step in-process, one cycle at a time: `plan = schedule(); result = execute(plan); update(plan, result)`
+on real SmolLM2 (no runner process, no threads started: the test drives the context thread's work itself).
+The plan is a typed value that can be read before it runs; the update alone moves sequences on; the loop never
+touches the output thread's state."""
+from __future__ import annotations
+
+import queue
+
+import numpy as np
+import pytest
+from llama_cpp import llama_cpp as L
+
+from app.engine import protocol as P
+from app.engine.runner.constrained import SeqSampler
+from app.engine.runner.output import Vocab
+from app.engine.runner.sampling import build_chain
+from app.engine.runner.sequence import GEN, PREFILL, Seq
+from app.engine.runner.step_loop import StepLoop
+
+N_BATCH = 64
+
+
+@pytest.fixture(scope="module")
+def loop(smollm2_path):
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(str(smollm2_path).encode(), L.llama_model_default_params())
+    assert model
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 512, N_BATCH, N_BATCH, 2, 1, 1
+    ctx = L.llama_init_from_model(model, cp)
+    assert ctx
+    vocab = L.llama_model_get_vocab(model)
+    sent = []
+    lp = StepLoop(model, ctx, sent.append, vocab_out=Vocab(vocab, L.llama_vocab_n_tokens(vocab)), speculative="off")
+    yield lp, vocab
+    lp.abort.close()
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+
+
+def admitted(vocab, rid: str, n_prompt: int, num_predict: int) -> Seq:
+    """A Seq as admission leaves it: its record filled (prompt, a greedy sampler), then handed to the loop."""
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    seq = Seq(P.GenerateRequest(id=rid, prompt="x", num_predict=num_predict, ignore_eos=True))
+    seq.adm.prompt = np.asarray([100 + (i * 37) % 5000 for i in range(n_prompt)], dtype=np.int32)
+    seq.adm.n_prompt = n_prompt
+    seq.adm.sampler = SeqSampler(build_chain(P.SamplingParams(temperature=0), n_vocab, 256), vocab, n_vocab)
+    return seq
+
+
+def drain(q: queue.SimpleQueue) -> list:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def test_a_step_is_schedule_execute_update(loop):
+    lp, vocab = loop
+    long, short = admitted(vocab, "long", 100, 3), admitted(vocab, "short", 10, 3)
+    lp.inbox.ready(long)
+    lp.inbox.ready(short)
+    lp.scheduler.admit_ready()
+    assert {s.id for s in lp.scheduler.slots if s is not None} == {"long", "short"}
+
+    plan = lp.scheduler.schedule()
+    spans = {s.seq.id: s for s in plan.spans}
+    assert all(s.prefill for s in plan.spans) and not plan.gen_only and plan.image is None
+    assert spans["short"].n == 10                        # its whole prompt: equal shares first ...
+    assert spans["long"].n == N_BATCH - 10               # ... then the rest of the batch's rows
+    assert plan.batch.n == N_BATCH
+    assert [span.seq.id for span, _ in plan.outs] == ["short"]   # only a prompt that ends here is sampled
+    assert long.n_past == 0 and long.state == PREFILL    # scheduling moved nobody on
+
+    result = lp.executor.execute(plan)
+    assert result.rc == 0 and [s.seq.id for s in result.sampled] == ["short"]
+    tok = result.sampled[0].tokens[0][0]
+    assert short.pending == -1 and short.n_gen == 0      # executing moved nobody on either
+
+    lp.update(plan, result)
+    assert short.state == GEN and short.n_past == 10 and short.pending == tok and short.n_gen == 1
+    assert long.todo == N_BATCH - 10 and long.state == PREFILL
+    assert drain(lp.out_q) == [("step", [(short, tok, None, False)])]
+
+    plan = lp.scheduler.schedule()                       # generating rows first, then the rest of the prompt
+    assert [(s.seq.id, s.prefill, s.pos0, s.n) for s in plan.spans] == [("short", False, 10, 1),
+                                                                      ("long", True, N_BATCH - 10, 100 - N_BATCH + 10)]
+    lp.update(plan, lp.executor.execute(plan))
+    assert long.state == GEN and long.n_past == 100 and short.n_past == 11 and short.history[-1] == tok
+
+    for _ in range(10):                                  # both reach num_predict and give their slots back
+        if all(s is None for s in lp.scheduler.slots):
+            break
+        plan = lp.scheduler.schedule()
+        lp.update(plan, lp.executor.execute(plan))
+    assert all(s is None for s in lp.scheduler.slots)
+    done = [item for kind, item in drain(lp.out_q) if kind == "done"]
+    assert sorted(s.id for s in done) == ["long", "short"]
+    assert all(s.finish == "length" and s.n_gen == 3 and s.sampler is None for s in done)
+    assert all(s.out.n_out == 0 and s.out.reason is None for s in done)     # the output thread's state: untouched
+
+
+def test_a_cancel_while_the_batch_was_built_skips_the_decode_and_rolls_back(loop):
+    lp, vocab = loop
+    seq = admitted(vocab, "c", 20, 5)
+    lp.inbox.ready(seq)
+    lp.scheduler.admit_ready()
+    plan = lp.scheduler.schedule()
+    before = (seq.n_past, seq.todo)                      # (the prompt cache may hold a prefix from the test above)
+    seq.cancelled = True                                 # the reader thread's only write
+    result = lp.executor.execute(plan)
+    assert result.rc == 2 and result.sampled == []       # aborted for a cancel: no llama_decode ran
+    lp.update(plan, result)
+    assert (seq.n_past, seq.todo) == before and seq.state == PREFILL    # nothing advanced; the next reap releases it
+    assert L.llama_memory_seq_pos_max(lp.executor.mem, seq.slot) == before[0] - 1     # KV = what it holds
+    lp.scheduler.reap()
+    assert seq.finish == "cancelled" and all(s is None for s in lp.scheduler.slots)
+    assert [k for k, _ in drain(lp.out_q)] == ["done"]
