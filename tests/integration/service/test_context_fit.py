@@ -30,20 +30,20 @@ def _start(live_service, home, **config):
 
 
 @pytest.fixture(scope="module")
-def tight(tmp_path_factory, smollm2_path):
+def tight(live_service, tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("ctx-tight")
     devices = home / "devices.json"
     devices.write_text(json.dumps({"devices": [], "host_ram_total": "1 GiB", "host_ram_available": "200 MiB",
                                    "cpu_cores": 2}))
-    svc = _start(home, devices_json=str(devices))
+    svc = _start(live_service, home, devices_json=str(devices))
     yield svc
     svc.stop()
 
 
 @pytest.fixture(scope="module")
-def roomy(tmp_path_factory, smollm2_path):
+def roomy(live_service, tmp_path_factory, smollm2_path):
     home = tmp_path_factory.mktemp("ctx-roomy")
-    svc = _start(home)
+    svc = _start(live_service, home)
     yield svc
     svc.stop()
 
