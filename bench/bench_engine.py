@@ -94,6 +94,8 @@ class StrataEngine:
             now = time.perf_counter()
             if isinstance(ev, P.DoneEvent):
                 n_prompt = ev.prompt_tokens
+                if ev.completion_tokens and not times:      # held-back text (a partial character) ends with done
+                    times.append(now)
             elif ev.n_tokens:
                 times.extend([now] * ev.n_tokens)
         return t0, times, n_prompt
@@ -164,7 +166,9 @@ class StrataApiEngine:
                 if d.get("done"):
                     n_prompt = d.get("prompt_eval_count", 0)
                     n = d.get("eval_count", len(times))
-                    if len(times) < n and times:         # several tokens in one chunk: spread evenly
+                    if n and not times:                  # token(s) whose text was held back (a partial character,
+                        times = [now]                    # a 1-token reply of whitespace): they arrive with done
+                    if len(times) < n:                   # several tokens in one chunk: spread evenly
                         times = [times[0] + (times[-1] - times[0]) * i / max(1, n - 1) for i in range(n)]
         return t0, times, n_prompt
 
@@ -230,7 +234,7 @@ class ServerEngine:
                 d = json.loads(line[6:])
                 if d.get("stop"):
                     n_prompt = d.get("timings", {}).get("prompt_n", 0) or d.get("tokens_evaluated", 0)
-                    if d.get("content"):
+                    if d.get("content") or not times:    # a 1-token reply may come only with the stop chunk
                         times.append(now)
                     break
                 times.append(now)

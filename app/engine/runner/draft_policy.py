@@ -1,121 +1,164 @@
-"""Whether and how long to draft: a sequence's acceptance rate, and the measured speed of steps with drafts.
+"""Whether and how long to draft: how often this sequence's guesses come true, against what extra batch rows
+measurably cost on this machine. Context thread only.
 
-Verifying a draft of d tokens makes the step's batch d rows longer. On a GPU that is nearly free; on a CPU it is
-not, and the ratio differs by machine and quantization (SmolLM2 Q4_1 on a 2-core EPYC, 1 thread: a 2-row
-decode took ~2.5x a 1-row one, 8 rows ~5-8x; yet llama-server's 16-48-token n-gram drafts ran Qwen2.5-Coder
-Q4_K edits 1.8x faster on the same CPU).
-So the length of a draft follows the sequence's acceptance rate a (the expected tokens 1 + a + ... + a^d of the
-geometric model of prompt-lookup drafts, against rows assumed cheap), and `DraftGate` measures whether steps with
-drafts really emit more tokens per second than steps without, stopping drafts for a while when they do not. A
-sequence whose drafts fail sees its rate fall and stops drafting; its rate drifts back to the prior while it does
-not draft (so it tries again later, when the text may have begun to repeat). Context thread only.
+Why a fixed model loses: verifying a draft of d tokens makes the step's batch d rows longer, and what a row costs
+differs by machine by an order of magnitude. On a GPU it is nearly free; on the 2-core EPYC of issue 27
+(Qwen2.5-Coder-0.5B Q4_K_M, 1 thread) a 2-row decode took 2.3-2.5x a 1-row one, 4 rows 2.6-4.3x, 8 rows 4-6x,
+16 rows 6-7x. There a 1-token draft never pays, and a 16-token draft pays only when ~7 of its tokens come true:
+free text (29% of drafted tokens accepted) lost 16% to drafts that the old policy (rows assumed ~free, a
+measured veto after 24 drafted steps) sent, while edits (~90%) gained 1.4-1.9x.
+
+So both sides are measured, and nothing is spent to learn either:
+- `GuessScore`: every step the drafter guesses (ngram_draft.py), drafted or not, and the tokens the sequence
+  then emits say how far that guess came true. A draft is accepted exactly while the sampled token equals it,
+  so a guess that was never decoded measures the same thing as one that was ("shadow" drafts): the chance
+  that position i of a guess is right given the ones before it were (by depth: a fresh guess's first token,
+  the next few, deep in a run), with older outcomes fading.
+  A sequence starts at zero draft length with a pessimistic prior and drafts once its guesses have come true.
+- `StepCosts`: the decode seconds of every generation step by its rows (recent medians, in buckets of row
+  counts), so the cost of d more rows is this machine's, now; rows never measured are scaled from the nearest
+  measured ones by a CPU-like prior shape (rows ** PRIOR_EXP, a little dearer than measured).
+A step drafts d tokens for a sequence when the batch's expected tokens per second with them beat those without
+by MIN_GAIN (`DraftStep`). Free text then drafts (almost) never: its guesses rarely run long enough to pay.
 """
 from __future__ import annotations
 
-PRIOR_RATE = 0.7             # a sequence's per-token acceptance before it has drafted (optimistic: it must try)
-PRIOR_WEIGHT = 1.0           # ... counted as this many observations
-DECAY = 0.7                  # per verification: older outcomes weigh less (the text changes character)
-IDLE_DECAY = 0.9             # per step without a draft: the rate drifts back to the prior (~20 steps)
-PRIOR_SLOPE = 0.1            # unmeasured batch sizes: each extra row costs this share of a 1-row step
-MIN_GAIN = 1.05              # draft only when the batch's expected throughput rises by at least this factor
+import math
+from collections import deque
+from statistics import median
+
+DEPTHS = (0, 1, 4)           # a guess's position i is scored in the bucket of the last of these <= i: its first
+                             # token, the next few, and deep in a run (pooled, so a long run's frontier is known)
+PRIOR_HIT = 0.4              # a position's chance before any outcome (pessimistic: a sequence must show it repeats)
+PRIOR_WEIGHT = 2.0           # ... counted as this many outcomes (which fade like any other)
+DECAY = 0.9                  # per outcome at a position: older outcomes weigh less (the text changes character)
+
+PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
+                             # measured bucket by it: a little dearer than the EPYC's (0.7 past 8 rows), as rows
+                             # that are never tried stay unmeasured: err on the side of not drafting
+SAMPLES = 15                 # recent decode times kept per bucket of row counts (their median is its cost)
+MIN_SAMPLES = 3              # ... needed before a row count's own median is used
+MIN_GAIN = 1.15              # draft only when the batch's expected tokens per second rise by at least this factor
 
 
-class AcceptanceRate:
-    """A sequence's recent per-token acceptance: accepted draft tokens vs drafts that ended in a mismatch."""
+class GuessScore:
+    """How far one sequence's guesses come true. `offer` each step's guess (drafted or not), `push` every token
+    the sequence emits. The guess being scored is kept while the new ones continue it (so a long run that keeps
+    coming true is scored at its depth: after 20 right tokens the 21st is likelier than a fresh guess's first)."""
 
     def __init__(self):
-        self.ok = 0.0
-        self.miss = 0.0
+        self.hit = [PRIOR_HIT * PRIOR_WEIGHT] * len(DEPTHS)
+        self.seen = [PRIOR_WEIGHT] * len(DEPTHS)
+        self.guess: list[int] = []
+        self.at = 0                          # positions of `guess` already confirmed
 
-    @property
-    def rate(self) -> float:
-        return (self.ok + PRIOR_RATE * PRIOR_WEIGHT) / (self.ok + self.miss + PRIOR_WEIGHT)
+    def offer(self, guess: list[int]) -> None:
+        rest = self.guess[self.at:]
+        k = min(len(rest), len(guess))
+        if k and rest[:k] == guess[:k]:
+            self.guess = self.guess[:self.at] + list(guess)      # the same run, maybe seen further now
+        else:
+            self.guess, self.at = list(guess), 0
 
-    def update(self, n_drafted: int, n_accepted: int) -> None:
-        self.ok = self.ok * DECAY + n_accepted
-        self.miss = self.miss * DECAY + (1 if n_accepted < n_drafted else 0)
+    def push(self, token: int) -> None:
+        if self.at >= len(self.guess):
+            return
+        i = depth(self.at)
+        ok = token == self.guess[self.at]
+        self.seen[i] = self.seen[i] * DECAY + 1
+        self.hit[i] = self.hit[i] * DECAY + ok
+        if ok:
+            self.at += 1
+        else:
+            self.guess, self.at = [], 0
 
-    def idle(self) -> None:
-        """A step without a draft: the evidence ages, the rate drifts back toward the prior."""
-        self.ok *= IDLE_DECAY
-        self.miss *= IDLE_DECAY
+    def chances(self, n: int) -> list[float]:
+        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered)."""
+        out, p = [], 1.0
+        for j in range(n):
+            i = depth(self.at + j)
+            p *= self.hit[i] / self.seen[i]
+            out.append(p)
+        return out
+
+
+def depth(position: int) -> int:
+    return sum(1 for d in DEPTHS if d <= position) - 1
+
+
+def bucket(rows: int) -> int:
+    """Row counts measured together: each of 1-4 alone (a generation step's own rows), then 5-8, 9-16, 17-32..."""
+    return rows if rows <= 4 else 2 + (rows - 1).bit_length()
 
 
 class StepCosts:
-    """What a draft's rows are assumed to cost: each extra row PRIOR_SLOPE of a one-row step. Measured costs were
-    tried first (a line fitted to recent steps' seconds against their rows) and failed on CPUs: the cost per row
-    is not a line (small batches cost several 1-row steps, long drafts far less per row), and a
-    few early steps slowed by other work locked drafting off for good. So the length follows the acceptance rate
-    alone and `DraftGate` judges, by the tokens per second that drafts actually bring, whether to draft at all."""
+    """Decode seconds of generation steps by their rows, measured (`record`) unless `measured` is False (then
+    every draft is taken whole: STRATA_SPECULATIVE=on, for tests). Drafts come in many lengths, so steps are
+    measured in buckets of row counts (`bucket`), each step's seconds scaled to the bucket's typical rows by the
+    prior shape: a bucket is known after MIN_SAMPLES steps of any lengths in it."""
+
+    def __init__(self, measured: bool = True):
+        self.measured = measured
+        self.samples: dict[int, deque] = {}          # bucket -> recent (rows, seconds)
+        self._points: list[tuple[int, float]] | None = None
+
+    def record(self, rows: int, seconds: float) -> None:
+        if seconds > 0 and rows > 0:
+            self.samples.setdefault(bucket(rows), deque(maxlen=SAMPLES)).append((rows, seconds))
+            self._points = None
+
+    def points(self) -> list[tuple[int, float]]:
+        """(typical rows, seconds) of each measured bucket, by rows."""
+        if self._points is None:
+            pts = []
+            for s in self.samples.values():
+                if len(s) >= MIN_SAMPLES:
+                    r = int(median(r for r, _ in s))
+                    pts.append((r, median(t * (r / n) ** PRIOR_EXP for n, t in s)))
+            self._points = sorted(pts)
+        return self._points
 
     def cost(self, rows: int) -> float:
-        return 1.0 + PRIOR_SLOPE * (rows - 1)
+        """Seconds (or, before any measurement, units of a 1-row step) of a step of `rows` rows: interpolated
+        between the measured buckets in log-log, scaled by the prior shape outside them or before any."""
+        pts = self.points()
+        if not pts:
+            return rows ** PRIOR_EXP
+        lo = next((p for p in reversed(pts) if p[0] <= rows), None)
+        hi = next((p for p in pts if p[0] >= rows), None)
+        if lo is None or hi is None or lo[0] == hi[0]:
+            r, c = lo or hi
+            return c * (rows / r) ** PRIOR_EXP
+        w = math.log(rows / lo[0]) / math.log(hi[0] / lo[0])
+        return math.exp(math.log(lo[1]) * (1 - w) + math.log(hi[1]) * w)
 
-    def best_length(self, rate: float, n_seqs: int, base_rows: int, limit: int) -> int:
-        """The draft length (0..limit) that maximizes the batch's expected tokens per second, given `n_seqs`
-        generating sequences in `base_rows` rows so far; 0 unless it beats no draft by MIN_GAIN."""
-        if limit <= 0 or n_seqs <= 0:
+    def step(self, n_seqs: int) -> "DraftStep":
+        return DraftStep(self, n_seqs)
+
+
+class DraftStep:
+    """One step's drafting decisions, sequence by sequence: each sees the rows (and expected tokens) the ones
+    before it took."""
+
+    def __init__(self, costs: StepCosts, n_seqs: int):
+        self.costs, self.rows, self.tokens = costs, n_seqs, float(n_seqs)
+
+    def take(self, chances: list[float]) -> int:
+        """How many tokens of a guess to draft, given P(its first i tokens come true) for i = 1..len: the length
+        that maximizes the batch's expected tokens per second, 0 unless that beats no draft by MIN_GAIN."""
+        if not chances:
             return 0
-        base = n_seqs / self.cost(base_rows)
-        best, best_tps = 0, base * MIN_GAIN
-        expected, term = 1.0, 1.0            # tokens this sequence emits: 1 + a + ... + a^d
-        for d in range(1, limit + 1):
-            term *= rate
-            expected += term
-            tps = (n_seqs - 1 + expected) / self.cost(base_rows + d)
+        if not self.costs.measured:
+            self.rows += len(chances)
+            return len(chances)
+        cost = self.costs.cost
+        best, best_tps, best_extra = 0, self.tokens / cost(self.rows) * MIN_GAIN, 0.0
+        extra = 0.0
+        for d, p in enumerate(chances, 1):
+            extra += p
+            tps = (self.tokens + extra) / cost(self.rows + d)
             if tps > best_tps:
-                best, best_tps = d, tps
+                best, best_tps, best_extra = d, tps, extra
+        self.rows += best
+        self.tokens += best_extra
         return best
-
-
-TRIAL_STEPS = 24             # steps with drafts (and as many without) before the gate compares their speed
-VETO_MIN, VETO_MAX = 64, 4096    # steps without drafts after a losing comparison (doubling while drafts keep losing)
-RATE_DECAY = 0.97            # per step: the weight of older steps in the tokens-per-second comparison
-
-
-class DraftGate:
-    """The final word, measured: are steps with drafts emitting more tokens per second of decode than steps
-    without? The line in `StepCosts` chooses a draft's length from a model of step costs; on a machine shared with
-    other work that model can be wrong for long stretches, so the runner also compares what it gets. When steps
-    with drafts lose, drafting stops for VETO_MIN steps (doubling each time it loses again, up to VETO_MAX), then
-    is tried again."""
-
-    def __init__(self):
-        self.tok = {True: 0.0, False: 0.0}      # decayed tokens emitted, by "the step had drafts"
-        self.sec = {True: 0.0, False: 0.0}      # decayed decode seconds
-        self.n = {True: 0, False: 0}            # steps since the last verdict
-        self.veto = 0
-        self.veto_len = VETO_MIN
-
-    def allow(self) -> bool:
-        """Called once per step before drafting."""
-        if self.veto > 0:
-            self.veto -= 1
-            return False
-        return True
-
-    def record(self, drafted: bool, tokens: int, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        for k in (True, False):
-            self.tok[k] *= RATE_DECAY
-            self.sec[k] *= RATE_DECAY
-        self.tok[drafted] += tokens
-        self.sec[drafted] += seconds
-        self.n[drafted] += 1
-        if self.n[True] < TRIAL_STEPS or self.n[False] < TRIAL_STEPS:
-            return
-        with_drafts, without = self.tok[True] / self.sec[True], self.tok[False] / self.sec[False]
-        self.n[True] = 0
-        if with_drafts < without:
-            self.veto, self.veto_len = self.veto_len, min(VETO_MAX, self.veto_len * 2)
-            self.tok[True] = self.sec[True] = 0.0
-        else:
-            self.veto_len = max(VETO_MIN, self.veto_len // 2)
-
-
-class OpenGate(DraftGate):
-    """Never vetoes (STRATA_SPECULATIVE=on)."""
-
-    def record(self, drafted: bool, tokens: int, seconds: float) -> None:
-        pass

@@ -8,20 +8,21 @@ N_MIN..N_MAX that matches wins). The step executor verifies the proposal in one 
 (step_executor.py, `_sample`): every token is still sampled from the model, so a wrong draft costs batch rows,
 never a different reply.
 
-How many of the proposed tokens are decoded is draft_policy.py's call (measured step costs against the
-sequence's acceptance rate, kept here). Context thread only.
+How many of the proposed tokens are decoded is draft_policy.py's call (measured step costs against how far this
+sequence's guesses came true, scored here on every guess, drafted or not). Context thread only.
 """
 from __future__ import annotations
 
-from app.engine.runner.draft_policy import AcceptanceRate, StepCosts
+from app.engine.runner.draft_policy import GuessScore, StepCosts
 
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
 MAX_DRAFT = 16               # longest draft (rows of the batch per sequence and step)
+SCORED = 32                  # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
 INDEX_PER_STEP = 1024        # token positions indexed per call (a long prompt is indexed over a few steps, ~5 ms each)
 
 
 class NgramDrafter:
-    """One sequence's lookup table and acceptance rate.
+    """One sequence's lookup table and the score of its guesses.
 
     `tokens` are the sequence's tokens in order (the prompt, then every token sampled, ending with the one about
     to be decoded); `index[(n-gram)]` is the position right after that n-gram's most recent occurrence that has at
@@ -31,11 +32,12 @@ class NgramDrafter:
         self.tokens: list[int] = [int(t) for t in tokens]
         self.index: dict[tuple[int, ...], int] = {}
         self.indexed = 0                    # positions e < indexed have their n-grams ending at e in the index
-        self.rate = AcceptanceRate()
+        self.score = GuessScore()
 
     def push(self, token: int) -> None:
         """A token the sequence emitted (it will be decoded next, or it already was as an accepted draft)."""
         self.tokens.append(int(token))
+        self.score.push(int(token))
 
     def _catch_up(self) -> None:
         toks, index = self.tokens, self.index
@@ -46,9 +48,15 @@ class NgramDrafter:
         self.indexed = max(self.indexed, end + 1)
 
     def lookup(self, limit: int) -> list[int]:
-        """Up to `limit` tokens that followed the most recent earlier occurrence of the longest matching tail."""
+        """Up to `limit` tokens that followed the most recent earlier occurrence of the longest matching tail.
+        The guess (up to SCORED tokens, whatever `limit`) is offered to `score`."""
+        guess = self._guess(max(limit, SCORED))
+        self.score.offer(guess)
+        return guess[:limit] if limit > 0 else []
+
+    def _guess(self, limit: int) -> list[int]:
         toks = self.tokens
-        if limit <= 0 or len(toks) <= N_MIN:
+        if len(toks) <= N_MIN:
             return []
         self._catch_up()
         for n in range(min(N_MAX, len(toks) - 1), N_MIN - 1, -1):
@@ -62,35 +70,32 @@ class NgramDrafter:
 
 class NgramProposer:
     """Prompt lookup behind the step loop's proposer interface (runner/proposer.py): each sequence's guess from its
-    own NgramDrafter, as long as pays for its batch rows (draft_policy.StepCosts at the sequence's acceptance rate),
-    in the order the sequences come, each seeing the rows the ones before it took."""
+    own NgramDrafter, as much of it as pays for its batch rows (draft_policy.DraftStep: how far the sequence's
+    guesses came true against the runner's measured step costs), in the order the sequences come, each seeing
+    the rows the ones before it took. Every guess is scored, drafted or not."""
     kind = "ngram"
     gated = True
 
-    def __init__(self):
-        self.costs = StepCosts()
+    def __init__(self, costs: StepCosts | None = None):
+        self.costs = costs or StepCosts()
 
     def propose(self, asks, n_seqs: int, capacity: int) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
-        rows = n_seqs
+        step = self.costs.step(n_seqs)
         for seq, limit in asks:
-            limit = min(limit, capacity - rows)
+            limit = min(limit, capacity - step.rows)
             if limit <= 0:
                 continue
             if seq.drafter is None:
                 seq.drafter = NgramDrafter(seq.history + [seq.pending])
             guess = seq.drafter.lookup(limit)
-            n = self.costs.best_length(seq.drafter.rate.rate, n_seqs, rows, len(guess)) if guess else 0
-            if n == 0:
-                seq.drafter.rate.idle()
-                continue
-            out[seq.id] = guess[:n]
-            rows += n
+            n = step.take(seq.drafter.score.chances(len(guess)))
+            if n:
+                out[seq.id] = guess[:n]
         return out
 
     def verified(self, seq, n_drafted: int, n_accepted: int) -> None:
-        if seq.drafter is not None:
-            seq.drafter.rate.update(n_drafted, n_accepted)
+        pass                                # the drafter scored the tokens as they came (NgramDrafter.push)
 
     def close(self) -> None:
         pass

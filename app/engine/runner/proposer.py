@@ -15,7 +15,7 @@ from app.engine.runner.sequence import Seq
 
 class Proposer(Protocol):
     kind: str                       # "ngram" | "model": what drafts (logs, stats)
-    gated: bool                     # the DraftGate judges its drafts by measured step speed
+    gated: bool                     # its drafts are weighed against measured step costs (draft_policy.py)
 
     def propose(self, asks: list[tuple[Seq, int]], n_seqs: int, capacity: int) -> dict[str, list[int]]:
         """Drafts for this step: `asks` = (generating sequence that may draft, its longest draft); `n_seqs` the

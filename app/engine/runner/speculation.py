@@ -9,23 +9,23 @@ from __future__ import annotations
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.decode_abort import DecodeAbort
-from app.engine.runner.draft_policy import DraftGate, OpenGate
+from app.engine.runner.draft_policy import StepCosts
 from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
 from app.engine.runner.sequence import Seq
 
 # Off unless asked: on this 2-core CPU "auto" made edits 1.4-1.9x faster than llama-server (Qwen2.5-Coder-0.5B) but
-# free text 0.84x on a fresh runner (its gate needs ~24 drafted steps before its first verdict), and free text is
-# what most replies are. Until the gate never loses there, speculation is the user's choice (STRATA_SPECULATIVE).
+# free text 0.84x on a fresh runner (its gate needed ~24 drafted steps before its first verdict), and free text is
+# what most replies are. Until the policy never loses there, speculation is the user's choice (STRATA_SPECULATIVE).
 DEFAULT_SPECULATION = "off"
 
 
 def speculation(model, setting: str | None = None, draft_model: bool = False) -> tuple[bool, int, bool]:
-    """(on, longest draft, gate drafts by their measured speed) for this runner, from `setting` (the service's
-    STRATA_SPECULATIVE, app/engine/runner_settings.py; empty: DEFAULT_SPECULATION): "auto" drafts while steps with
-    drafts measure faster than steps without (draft_policy.DraftGate); "on" always drafts (tests); "off"/"0" never
-    drafts; a number is "auto" with that longest draft. Off for a recurrent or hybrid model: its state cannot drop
-    the rejected tokens by position. With a draft model (the model's `draft` option) it is on unless the setting
-    says off: the user chose it."""
+    """(on, longest draft, drafts weighed against their measured cost) for this runner, from `setting` (the
+    service's STRATA_SPECULATIVE, app/engine/runner_settings.py; empty: DEFAULT_SPECULATION): "auto" drafts prompt
+    lookup's guesses where they have come true often enough to pay for the rows they take on this machine
+    (draft_policy.py); "on" always drafts the whole guess (tests); "off"/"0" never drafts; a number is "auto" with
+    that longest draft. Off for a recurrent or hybrid model: its state cannot drop the rejected tokens by position.
+    With a draft model (the model's `draft` option) it is on unless the setting says off: the user chose it."""
     raw = (setting or "").strip().lower() or ("on" if draft_model else DEFAULT_SPECULATION)
     if raw in ("off", "0", "false", "no", "none"):
         return False, 0, False
@@ -36,21 +36,22 @@ def speculation(model, setting: str | None = None, draft_model: bool = False) ->
 
 class Drafting:
     """This runner's drafting: on or off, what proposes (runner/proposer.py: the layout's draft model when it has
-    one, else prompt lookup), the gate, and the totals stats report."""
+    one, else prompt lookup), the measured step costs prompt lookup weighs its drafts by, and the totals stats
+    report."""
 
     def __init__(self, model, n_ctx_seq: int, abort: DecodeAbort, setting: str | None = None, draft=None):
         self.on, self.max_draft, measured = speculation(model, setting, draft is not None)
         self.n_ctx_seq = n_ctx_seq
         self.abort = abort
-        self.proposer = draft if draft is not None else NgramProposer()
-        self.gate = DraftGate() if measured and self.proposer.gated else OpenGate()
+        self.costs = StepCosts(measured)     # decode seconds by rows (draft_policy.py): what a draft's rows cost
+        self.proposer = draft if draft is not None else NgramProposer(self.costs)
         self.drafted_total = self.accepted_total = 0
         if draft is not None:               # a cancel stops the draft model's decode the same way
             abort.install(draft.ctx)
 
     def may_draft(self, n_gen: int) -> bool:
-        """Whether this step may draft at all (the gate is asked only when it could)."""
-        return self.on and n_gen > 0 and self.gate.allow()
+        """Whether this step may draft at all."""
+        return self.on and n_gen > 0
 
     def drafts(self, gen: list[Seq], capacity: int) -> dict[str, list[int]]:
         """The tokens each generating sequence decodes after its pending token this step (request id -> draft):
@@ -84,7 +85,7 @@ class Drafting:
         self.accepted_total += n_ok
         self.proposer.verified(seq, n_draft, n_ok)
 
-    def record_step(self, plan_drafted: bool, n_tokens: int, t_decode: float) -> None:
-        """A generation-only step's speed, with or without drafts, for the gate (draft_policy.DraftGate)."""
+    def record_step(self, rows: int, t_decode: float) -> None:
+        """A generation-only step's decode seconds by its rows (with or without drafts), for draft_policy.StepCosts."""
         if self.on:
-            self.gate.record(plan_drafted, n_tokens, t_decode)
+            self.costs.record(rows, t_decode)

@@ -31,11 +31,7 @@ class StepPlan:
     spans: list[Span] = field(default_factory=list)
     outs: list[tuple[Span, int]] = field(default_factory=list)   # (span, the batch row whose logits it samples first)
     image: Seq | None = None            # its next prompt item is an image (encoded and decoded on its own)
-    gen_only: bool = False              # every span is a generating sequence (the draft gate times such steps)
-
-    @property
-    def drafted(self) -> bool:
-        return any(s.draft for s in self.spans)
+    gen_only: bool = False              # every span is a generating sequence (drafting's step costs time such steps)
 
     @property
     def empty(self) -> bool:

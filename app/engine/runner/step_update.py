@@ -1,7 +1,7 @@
 """The step update (context thread): applies what the executor got to the sequences, like vLLM v1's
 `update_from_output`. What each sequence now holds in KV (`n_past`, `history`), which prefills became
-generations, the sampled tokens (`pending`, `n_gen`, accepted drafts), the draft totals and the gate's timing;
-then the tokens go to the output thread and finished sequences give their slots back.
+generations, the sampled tokens (`pending`, `n_gen`, accepted drafts), the draft totals and the step costs
+drafting weighs; then the tokens go to the output thread and finished sequences give their slots back.
 Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py and
 test_speculative.py (a real runner process).
 """
@@ -37,7 +37,7 @@ class StepUpdate:
             if s.reason:
                 finished.append((s.seq, s.reason))
         if plan.gen_only:
-            self.drafting.record_step(plan.drafted, len(tokens), result.t_decode)
+            self.drafting.record_step(plan.batch.n, result.t_decode)
         if tokens:
             self.out_q.put(("step", tokens))
         for seq, reason in finished:

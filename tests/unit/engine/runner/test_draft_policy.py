@@ -1,0 +1,91 @@
+"""Speculative decoding's policy alone (no model): prompt lookup's guesses, how far they come true (scored
+whether drafted or not), and how long a draft pays against measured step costs. The runner side (exact replies
+with drafts) is tests/integration/engine/test_speculative.py."""
+from __future__ import annotations
+
+from app.engine.runner.draft_policy import PRIOR_HIT, GuessScore, StepCosts
+from app.engine.runner.ngram_draft import NgramDrafter
+
+
+def test_lookup_proposes_what_followed_the_longest_most_recent_match():
+    d = NgramDrafter([1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 1, 2, 3, 4])
+    assert d.lookup(3) == [5, 9, 2]            # "1 2 3 4" (4 tokens) wins over the more recent "2 3 4"
+    d.push(5)
+    assert d.lookup(4) == [9, 2, 3, 4]
+    assert NgramDrafter([5, 1, 2, 3, 8, 1, 2, 3, 9, 1, 2, 3]).lookup(5) == [9, 1, 2, 3]   # of equals, the most recent
+    assert NgramDrafter([7, 1, 2, 8, 1, 2]).lookup(5) == []                   # a 2-token match is chance: no draft
+    assert NgramDrafter([1, 2, 3, 4, 5, 6]).lookup(4) == []                     # nothing repeats: no draft
+
+
+def test_guesses_are_scored_whether_drafted_or_not():
+    d = NgramDrafter([1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3])
+    assert d.lookup(0) == []                        # nothing drafted, yet the guess [4, 5, ...] is scored
+    before = d.score.chances(3)
+    for t in (4, 5, 6):                             # ... and it comes true: the odds rise, by position
+        d.push(t)
+    assert d.lookup(2) == [7, 8]
+    assert d.score.at == 3                          # the new guess continues the scored one: scored at depth 3
+    d.push(0)                                       # a miss ends the run
+    assert d.score.at == 0 and d.score.guess == []
+    fresh = GuessScore()
+    fresh.offer([4, 5, 6])
+    assert fresh.chances(3) == before               # the prior, before any outcome
+    odds = [h / n for h, n in zip(d.score.hit, d.score.seen)]
+    assert odds[0] > PRIOR_HIT and odds[1] < odds[0] and odds[2] == PRIOR_HIT    # right, right + right + wrong, unseen
+
+
+def score_of(run: int, rounds: int = 30) -> GuessScore:
+    """A score after `rounds` guesses of which each came true for `run` tokens and then missed."""
+    s = GuessScore()
+    for _ in range(rounds):
+        s.offer(list(range(100, 100 + 32)))
+        for i in range(run):
+            s.push(100 + i)
+        s.push(-1)
+    s.offer(list(range(100, 100 + 32)))
+    return s
+
+
+def cpu_like_costs() -> StepCosts:
+    """Decode seconds as measured on a 2-core EPYC at 1 thread (draft_policy.py): extra rows are dear."""
+    costs = StepCosts()
+    for rows, sec in ((1, 0.050), (2, 0.115), (4, 0.150), (8, 0.230), (16, 0.340), (17, 0.350)):
+        for _ in range(3):
+            costs.record(rows, sec)
+    return costs
+
+
+def test_draft_length_follows_the_score_and_the_measured_costs():
+    costs = cpu_like_costs()
+    repeats, prose = score_of(run=30), score_of(run=0)
+    assert costs.step(1).take(repeats.chances(16)) >= 8         # a sequence that repeats: long drafts pay
+    assert costs.step(1).take(prose.chances(16)) == 0           # guesses that never come true: no draft
+    short = score_of(run=1)                       # the first token right, the second never
+    assert short.chances(2)[0] > 0.9
+    assert costs.step(1).take(short.chances(16)) == 0           # 1 token for a 2-row step (2.3x): a loss
+    cheap = StepCosts()                                         # a GPU: rows nearly free
+    for rows in range(1, 18):
+        for _ in range(3):
+            cheap.record(rows, 0.010 + 0.0002 * rows)
+    assert cheap.step(1).take(short.chances(16)) == 1           # ... there the same guess pays
+    assert StepCosts(measured=False).step(1).take(prose.chances(5)) == 5       # "on": every guess whole
+
+
+def test_unmeasured_rows_are_scaled_from_measured_neighbours():
+    costs = StepCosts()
+    assert costs.cost(1) == 1.0 and 1.0 < costs.cost(2) < costs.cost(16) < 16     # the prior shape alone
+    for _ in range(3):
+        costs.record(1, 0.05)
+        costs.record(16, 0.35)
+    assert costs.cost(1) == 0.05 and costs.cost(16) == 0.35
+    assert 0.05 < costs.cost(4) < costs.cost(8) < 0.35                            # log-log between them
+    assert costs.cost(32) > 0.35
+    costs.record(2, 9.0)                                                          # one slow step: not yet used
+    assert costs.cost(2) < 0.35
+
+
+def test_others_in_the_batch_raise_the_bar():
+    costs = cpu_like_costs()
+    s = score_of(run=6)
+    alone, shared = costs.step(1), costs.step(4)
+    assert alone.take(s.chances(16)) >= shared.take(s.chances(16))
