@@ -12,6 +12,6 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    speculative: str = ""                     # STRATA_SPECULATIVE: "" = the runner's default (batcher.speculation)
+    speculative: str = ""                     # STRATA_SPECULATIVE: "" = the runner's default (runner/speculation.py)
     stream_interval_ms: float | None = None   # STRATA_STREAM_INTERVAL_MS: None = from the devices (output_thread)
     log_level: str = "WARNING"                # STRATA_RUNNER_LOG: the runner's Python log level
