@@ -127,7 +127,9 @@ class StepCosts:
         lo = next((p for p in reversed(pts) if p[0] <= rows), None)
         hi = next((p for p in pts if p[0] >= rows), None)
         if lo is None or hi is None or lo[0] == hi[0]:
-            r, c = lo or hi
+            point = lo or hi
+            assert point is not None             # pts is not empty: a bucket lies on one side of `rows` at least
+            r, c = point
             return c * (rows / r) ** PRIOR_EXP
         w = math.log(rows / lo[0]) / math.log(hi[0] / lo[0])
         return math.exp(math.log(lo[1]) * (1 - w) + math.log(hi[1]) * w)
