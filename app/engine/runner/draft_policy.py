@@ -32,12 +32,17 @@ DEPTHS = (0, 1, 4)           # a guess's position i is scored in the bucket of t
 PRIOR_HIT = 0.4              # a position's chance before any outcome (pessimistic: a sequence must show it repeats)
 PRIOR_WEIGHT = 2.0           # ... counted as this many outcomes (which fade like any other)
 DECAY = 0.9                  # per outcome at a position: older outcomes weigh less (the text changes character)
+CAL_WEIGHT = 2.0             # a sequence's drafts deliver what their odds promised, counted as this many tokens...
+CAL_DECAY = 0.7              # ... and each verified draft's outcome fades by this at the next one
 
 PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
                              # measured bucket by it: a little dearer than the EPYC's (0.7 past 8 rows), as rows
                              # that are never tried stay unmeasured: err on the side of not drafting
 SAMPLES = 15                 # recent decode times kept per bucket of row counts (their median is its cost)
 MIN_SAMPLES = 3              # ... needed before a row count's own median is used
+MAX_AGE = 256                # steps after which a sample no longer counts: the machine's load changes (a bucket
+                             # measured while other work ran would otherwise veto drafts for good), so a bucket
+                             # not drafted for a while falls back to the prior from the fresh ones and is tried again
 MIN_GAIN = 1.15              # draft only when the batch's expected tokens per second rise by at least this factor
 
 
@@ -51,6 +56,8 @@ class GuessScore:
         self.seen = [PRIOR_WEIGHT] * len(DEPTHS)
         self.guess: list[int] = []
         self.at = 0                          # positions of `guess` already confirmed
+        self.promised = self.delivered = CAL_WEIGHT     # tokens verified drafts were expected to / did get accepted
+        self.pending = 0.0                   # what the draft being verified promises
 
     def offer(self, guess: list[int]) -> None:
         rest = self.guess[self.at:]
@@ -73,13 +80,25 @@ class GuessScore:
             self.guess, self.at = [], 0
 
     def chances(self, n: int) -> list[float]:
-        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered)."""
+        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered), scaled
+        down by how much less this sequence's verified drafts delivered than their odds promised (drafts are
+        made at the top of a run, just where runs end; the odds by depth do not see that)."""
+        k = min(1.0, self.delivered / self.promised)
         out, p = [], 1.0
         for j in range(n):
             i = depth(self.at + j)
             p *= self.hit[i] / self.seen[i]
-            out.append(p)
+            out.append(p * k)
         return out
+
+    def drafted(self, promised: float) -> None:
+        """A draft of this sequence's guess is decoded; it promises `promised` accepted tokens."""
+        self.pending = promised
+
+    def verified(self, n_accepted: int) -> None:
+        self.promised = self.promised * CAL_DECAY + self.pending
+        self.delivered = self.delivered * CAL_DECAY + n_accepted
+        self.pending = 0.0
 
 
 def depth(position: int) -> int:
@@ -99,12 +118,14 @@ class StepCosts:
 
     def __init__(self, measured: bool = True):
         self.measured = measured
-        self.samples: dict[int, deque] = {}          # bucket -> recent (rows, seconds)
+        self.samples: dict[int, deque] = {}          # bucket -> recent (step number, rows, seconds)
+        self.n = 0                                    # steps recorded
         self._points: list[tuple[int, float]] | None = None
 
     def record(self, rows: int, seconds: float) -> None:
         if seconds > 0 and rows > 0:
-            self.samples.setdefault(bucket(rows), deque(maxlen=SAMPLES)).append((rows, seconds))
+            self.n += 1
+            self.samples.setdefault(bucket(rows), deque(maxlen=SAMPLES)).append((self.n, rows, seconds))
             self._points = None
 
     def points(self) -> list[tuple[int, float]]:
@@ -112,9 +133,10 @@ class StepCosts:
         if self._points is None:
             pts = []
             for s in self.samples.values():
-                if len(s) >= MIN_SAMPLES:
-                    r = int(median(r for r, _ in s))
-                    pts.append((r, median(t * (r / n) ** PRIOR_EXP for n, t in s)))
+                fresh = [(n, t) for i, n, t in s if i > self.n - MAX_AGE]
+                if len(fresh) >= MIN_SAMPLES:
+                    r = int(median(n for n, _ in fresh))
+                    pts.append((r, median(t * (r / n) ** PRIOR_EXP for n, t in fresh)))
             self._points = sorted(pts)
         return self._points
 

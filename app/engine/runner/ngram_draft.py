@@ -89,13 +89,16 @@ class NgramProposer:
             if seq.drafter is None:
                 seq.drafter = NgramDrafter(seq.history + [seq.pending])
             guess = seq.drafter.lookup(limit)
-            n = step.take(seq.drafter.score.chances(len(guess)))
+            chances = seq.drafter.score.chances(len(guess))
+            n = step.take(chances)
             if n:
                 out[seq.id] = guess[:n]
+                seq.drafter.score.drafted(sum(chances[:n]))
         return out
 
     def verified(self, seq, n_drafted: int, n_accepted: int) -> None:
-        pass                                # the drafter scored the tokens as they came (NgramDrafter.push)
+        if seq.drafter is not None:         # (its guess was scored token by token already: NgramDrafter.push)
+            seq.drafter.score.verified(n_accepted)
 
     def close(self) -> None:
         pass

@@ -3,7 +3,7 @@ whether drafted or not), and how long a draft pays against measured step costs. 
 with drafts) is tests/integration/engine/test_speculative.py."""
 from __future__ import annotations
 
-from app.engine.runner.draft_policy import PRIOR_HIT, GuessScore, StepCosts
+from app.engine.runner.draft_policy import MAX_AGE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts
 from app.engine.runner.ngram_draft import NgramDrafter
 
 
@@ -89,3 +89,27 @@ def test_others_in_the_batch_raise_the_bar():
     s = score_of(run=6)
     alone, shared = costs.step(1), costs.step(4)
     assert alone.take(s.chances(16)) >= shared.take(s.chances(16))
+
+
+def test_drafts_that_deliver_less_than_promised_lower_the_odds():
+    s = score_of(run=30)
+    before = s.chances(16)
+    for _ in range(3):                                          # drafts promising ~12 tokens get 2 accepted
+        s.drafted(sum(before))
+        s.verified(2)
+    after = s.chances(16)
+    assert after[0] < before[0] * 0.5
+    assert cpu_like_costs().step(1).take(after) == 0
+    for _ in range(10):                                         # drafts that deliver bring the odds back
+        s.drafted(sum(s.chances(16)))
+        s.verified(16)
+    assert s.chances(16)[0] == before[0]
+
+
+def test_old_measurements_expire_so_a_busy_spell_does_not_veto_drafts_for_good():
+    costs = StepCosts()
+    for _ in range(3):
+        costs.record(17, 5.0)                                   # drafts measured while the machine was busy
+    for _ in range(MAX_AGE):
+        costs.record(1, 0.05)                                   # then only 1-row steps, fast again
+    assert costs.cost(17) == 0.05 * 17 ** PRIOR_EXP             # the stale bucket is the prior again
