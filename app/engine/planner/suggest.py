@@ -11,7 +11,6 @@ Each candidate is checked with the planner's own memory model (`validate` + `_co
 recursion into suggestions): about a millisecond each, a few dozen at most (binary searches). Measured compute
 buffers (`compute`), taken at the requested options, are kept for the candidates: smaller contexts and fewer
 sequences need no more compute than that, so a suggestion never claims more room than there is.
-Covered by tests/unit/engine/planner/test_planner.py (suggestions when nothing fits).
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Plan options checked against the model and the devices before anything is computed: a ValueError naming
-the option (the service turns it into a 400 naming the field).
-Covered by tests/unit/engine/planner/test_planner.py (bad options named)."""
+the option (the service turns it into a 400 naming the field)."""
 from __future__ import annotations
 
 from app.discovery.inventory import Inventory
