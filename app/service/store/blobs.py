@@ -1,6 +1,5 @@
 """The model store's blobs by digest: what pulls, `/api/blobs` uploads and `/api/create` with `files` or
-`adapters` need (a mixin of ModelStore, app/service/store/model_store.py, which owns the folder and the database).
-Covered by tests/integration/service/test_pull_hf_push.py (uploaded blobs, adapters)."""
+`adapters` need (a mixin of ModelStore, app/service/store/model_store.py, which owns the folder and the database)."""
 from __future__ import annotations
 
 import os
