@@ -11,6 +11,7 @@ import pytest
 from gguf_factory import write_dense_llama, write_lora_llama, write_minimal
 
 from app.engine.gguf.model_info import GGUFError
+from app.service.store.blobs import StoreBlobs
 from app.service.store.model_store import ModelStore
 
 
@@ -24,7 +25,9 @@ def partials(store: ModelStore) -> list[str]:
 
 @pytest.fixture
 def store():
-    return ModelStore(discover_external=False)
+    s = ModelStore(discover_external=False)
+    assert isinstance(s, StoreBlobs) and s.blob_dir() == s.models_dir      # the mixin under test, its folder
+    return s
 
 
 @pytest.fixture
