@@ -13,7 +13,6 @@ Everything here runs on the context thread (the only thread that touches the lla
   `llama_state_seq_get_data_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)` at chosen points of a prompt, kept per
   slot within a count and a byte bound, and restored with `llama_state_seq_set_data_ext` when a new prompt shares
   the prefix up to one (docs/prompt-cache.md, "Context checkpoints").
-Covered by tests/integration/engine/test_prompt_cache.py (a real runner).
 """
 from __future__ import annotations
 
