@@ -10,7 +10,6 @@ them) give the template (the GGUF's, or a built-in one chosen from the vocabular
 family's end-of-turn stops). The request's plan (app/engine/chat/plan.py, made by the service) names the family,
 whose marker tokens a reply shows as text for the service's parser, and the tool-call grammar, built here as
 it says (docs/architecture.md, "Tool calls").
-Covered by tests/integration/engine/test_runner.py (a real runner process).
 """
 from __future__ import annotations
 
