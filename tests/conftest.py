@@ -143,8 +143,9 @@ def qwen_coder_path():
 
 
 @pytest.fixture(scope="module")
-def vocab(smollm2_path):
-    """SmolLM2's vocabulary alone (a vocab_only load, in this process): for grammar and tokenizer tests."""
+def vocab_model(smollm2_path):
+    """SmolLM2 loaded vocab_only, in this process (its vocabulary and metadata, no weights): for grammar,
+    tokenizer, chat-template and admission tests."""
     from llama_cpp import llama_cpp as L
 
     L.llama_backend_init()
@@ -152,8 +153,16 @@ def vocab(smollm2_path):
     mp.vocab_only = True
     model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
     assert model
-    yield L.llama_model_get_vocab(model)
+    yield model
     L.llama_model_free(model)
+
+
+@pytest.fixture(scope="module")
+def vocab(vocab_model):
+    """SmolLM2's vocabulary alone (vocab_model's)."""
+    from llama_cpp import llama_cpp as L
+
+    return L.llama_model_get_vocab(vocab_model)
 
 
 # Synthetic GGUFs (tests/support/gguf_factory.py), written once per session. Random weights, SmolLM2's tokenizer.
@@ -184,6 +193,22 @@ def moe_gguf(synthetic_dir):
     from gguf_factory import write_moe_qwen3
 
     return write_moe_qwen3(synthetic_dir / "moe-qwen3.gguf")
+
+
+@pytest.fixture(scope="session")
+def dense_info(dense_gguf):
+    """dense_gguf's ModelInfo (head size 16: too small a multiple for a q8_0/q4_0 KV cache)."""
+    from app.engine.gguf.model_info import read_model_info
+
+    return read_model_info(dense_gguf)
+
+
+@pytest.fixture(scope="session")
+def moe_info(moe_gguf):
+    """moe_gguf's ModelInfo (head size 32)."""
+    from app.engine.gguf.model_info import read_model_info
+
+    return read_model_info(moe_gguf)
 
 
 @pytest.fixture(scope="session")

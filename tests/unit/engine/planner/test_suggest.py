@@ -1,5 +1,5 @@
 """suggestions(): what would fit when a plan does not, called directly on real GGUF metadata (synthetic files from
-gguf_factory: a dense llama with head size 16, so no quantized KV cache, and a qwen3moe with head size 32) and
+gguf_factory: a dense_info llama with head size 16, so no quantized KV cache, and a qwen3moe with head size 32) and
 simulated machines. Each suggestion is checked against the planner itself: applied to the options, it validates and
 fits, and the number it names is the largest that does."""
 from __future__ import annotations
@@ -9,23 +9,12 @@ from dataclasses import replace
 import pytest
 
 from app.discovery.simulated import inventory_from_dict
-from app.engine.gguf.model_info import read_model_info
 from app.engine.layout.types import PlanOptions
 from app.engine.planner.placement import place
 from app.engine.planner.suggest import CTX_STEP, _largest, suggestions
 from app.engine.planner.validate import validate
 
 MiB = 1024 ** 2
-
-
-@pytest.fixture(scope="module")
-def dense(dense_gguf):
-    return read_model_info(dense_gguf)
-
-
-@pytest.fixture(scope="module")
-def moe(moe_gguf):
-    return read_model_info(moe_gguf)
 
 
 def cpu(ram: str):
@@ -63,7 +52,7 @@ GRID = [(ram, o) for ram in ("150 MiB", "200 MiB", "300 MiB")
                   PlanOptions(num_ctx=1 << 20, num_parallel=256, margin=0))]
 
 
-@pytest.mark.parametrize("model", ["dense", "moe"])
+@pytest.mark.parametrize("model", ["dense_info", "moe_info"])
 @pytest.mark.parametrize("ram,o", GRID)
 def test_every_change_offered_fits_and_is_the_largest(request, model, ram, o):
     info, inv = request.getfixturevalue(model), cpu(ram)
@@ -85,60 +74,60 @@ def test_every_change_offered_fits_and_is_the_largest(request, model, ram, o):
     assert [s for s in out if applied(o, s) is not None] == list(out[:len(changes)]), out
 
 
-def test_the_head_size_note_replaces_the_kv_suggestion(dense, moe):
+def test_the_head_size_note_replaces_the_kv_suggestion(dense_info, moe_info):
     o = PlanOptions(num_ctx=65536, num_parallel=4, margin=0)
-    out = suggestions(dense, cpu("300 MiB"), o, None)
+    out = suggestions(dense_info, cpu("300 MiB"), o, None)
     assert not any(s.startswith("kv_type=") for s in out)
     assert out[-1] == ("a q8_0 KV cache is not possible: llama.cpp needs head sizes that are multiples of 32 "
                        "(this model: 16/16)")
-    assert any(s.startswith("kv_type=q8_0") for s in suggestions(moe, cpu("300 MiB"), o, None))
+    assert any(s.startswith("kv_type=q8_0") for s in suggestions(moe_info, cpu("300 MiB"), o, None))
 
 
-def test_only_lighter_kv_types_are_offered(moe):
+def test_only_lighter_kv_types_are_offered(moe_info):
     inv = cpu("300 MiB")
     o8 = PlanOptions(num_ctx=65536, num_parallel=4, margin=0, kv_type="q8_0")
-    kv = [s for s in suggestions(moe, inv, o8, None) if s.startswith("kv_type=")]
+    kv = [s for s in suggestions(moe_info, inv, o8, None) if s.startswith("kv_type=")]
     assert kv and all(s.startswith("kv_type=q4_0") for s in kv), kv
     o4 = replace(o8, kv_type="q4_0", num_ctx=1 << 20)
-    assert not fits(moe, inv, o4)
-    assert not any(s.startswith("kv_type=") for s in suggestions(moe, inv, o4, None))
+    assert not fits(moe_info, inv, o4)
+    assert not any(s.startswith("kv_type=") for s in suggestions(moe_info, inv, o4, None))
 
 
-def test_a_quantized_cache_turns_flash_attention_on(moe):
+def test_a_quantized_cache_turns_flash_attention_on(moe_info):
     o = PlanOptions(num_ctx=65536, num_parallel=4, margin=0, flash_attn=False)
-    (kv,) = [s for s in suggestions(moe, cpu("300 MiB"), o, None) if s.startswith("kv_type=")]
+    (kv,) = [s for s in suggestions(moe_info, cpu("300 MiB"), o, None) if s.startswith("kv_type=")]
     assert kv.startswith("kv_type=q8_0, flash_attn=true") and "so it is turned on" in kv, kv
-    assert fits(moe, cpu("300 MiB"), applied(o, kv))
+    assert fits(moe_info, cpu("300 MiB"), applied(o, kv))
 
 
-def test_one_combination_when_no_single_change_fits(moe):
+def test_one_combination_when_no_single_change_fits(moe_info):
     inv, o = cpu("150 MiB"), PlanOptions(num_ctx=65536, num_parallel=4, margin=0)
-    (s,) = suggestions(moe, inv, o, None)
+    (s,) = suggestions(moe_info, inv, o, None)
     assert "nothing fits with one change" in s, s
     new = applied(o, s)
-    assert new.num_parallel == 1 and fits(moe, inv, new)
+    assert new.num_parallel == 1 and fits(moe_info, inv, new)
     # and indeed no single change would have done
-    assert not fits(moe, inv, replace(o, num_ctx=CTX_STEP))
-    assert not fits(moe, inv, replace(o, num_parallel=1))
-    assert not fits(moe, inv, replace(o, kv_type="q4_0"))
+    assert not fits(moe_info, inv, replace(o, num_ctx=CTX_STEP))
+    assert not fits(moe_info, inv, replace(o, num_parallel=1))
+    assert not fits(moe_info, inv, replace(o, kv_type="q4_0"))
 
 
-def test_nothing_fits_names_the_need_and_the_budget(dense):
+def test_nothing_fits_names_the_need_and_the_budget(dense_info):
     inv, o = cpu("100 MiB"), PlanOptions(num_ctx=65536, num_parallel=4, margin=0)
-    out = suggestions(dense, inv, o, None)
+    out = suggestions(dense_info, inv, o, None)
     assert out[0].startswith("use a smaller quantization or a smaller model: even num_ctx=256 with one sequence"), out
     assert "the planner's budget is 100 MiB" in out[0] and "the weights alone 24 MiB" in out[0], out
-    assert not fits(dense, inv, PlanOptions(num_ctx=CTX_STEP, num_parallel=1, margin=0))
+    assert not fits(dense_info, inv, PlanOptions(num_ctx=CTX_STEP, num_parallel=1, margin=0))
     assert all(applied(o, s) is None for s in out)
 
 
-def test_a_fixed_num_gpu_that_does_not_fit_gets_auto(dense):
+def test_a_fixed_num_gpu_that_does_not_fit_gets_auto(dense_info):
     """All 4 layers forced onto a GPU too small for them: leaving num_gpu to the planner fits (fewer layers there)."""
     inv = inventory_from_dict({"devices": [{"id": "CUDA0", "total": "40 MiB", "free": "40 MiB", "backend": "CUDA"}],
                                "host_ram_total": "4 GiB", "cpu_cores": 2})
     o = PlanOptions(num_ctx=2048, num_gpu=4, margin=0)
-    assert not fits(dense, inv, o)
-    out = suggestions(dense, inv, o, None)
+    assert not fits(dense_info, inv, o)
+    out = suggestions(dense_info, inv, o, None)
     auto = [s for s in out if s.startswith("num_gpu=auto: ")]
     assert auto, out
-    assert fits(dense, inv, applied(o, auto[0]))
+    assert fits(dense_info, inv, applied(o, auto[0]))

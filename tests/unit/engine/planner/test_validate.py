@@ -6,24 +6,11 @@ from __future__ import annotations
 import pytest
 
 from app.discovery.simulated import inventory_from_dict, load_simulated
-from app.engine.gguf.model_info import read_model_info
 from app.engine.layout.types import PlanOptions
 from app.engine.planner.validate import validate
 from repo_paths import SIM_DEVICES
 
 MiB = 1024 ** 2
-
-
-@pytest.fixture(scope="module")
-def dense(dense_gguf):
-    """3 layers, head size 16 (not a multiple of q8_0/q4_0's block of 32)."""
-    return read_model_info(dense_gguf)
-
-
-@pytest.fixture(scope="module")
-def moe(moe_gguf):
-    """qwen3moe, 3 layers, head size 32."""
-    return read_model_info(moe_gguf)
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +31,9 @@ def _refused(info, inv, o: PlanOptions, name: str) -> str:
     return msg
 
 
-def test_the_metadata_is_what_the_cases_below_assume(dense, moe):
-    assert (dense.n_layer, dense.head_dim_k, dense.head_dim_v, dense.is_moe) == (3, 16, 16, False)
-    assert (moe.n_layer, moe.head_dim_k, moe.is_moe) == (3, 32, True)
+def test_the_metadata_is_what_the_cases_below_assume(dense_info, moe_info):
+    assert (dense_info.n_layer, dense_info.head_dim_k, dense_info.head_dim_v, dense_info.is_moe) == (3, 16, 16, False)
+    assert (moe_info.n_layer, moe_info.head_dim_k, moe_info.is_moe) == (3, 32, True)
 
 
 @pytest.mark.parametrize("o", [
@@ -56,36 +43,36 @@ def test_the_metadata_is_what_the_cases_below_assume(dense, moe):
     PlanOptions(main_gpu=1), PlanOptions(tensor_split=(0, 1)), PlanOptions(tensor_split=(0.25, 0.75)),
     PlanOptions(margin=0), PlanOptions(flash_attn=False), PlanOptions(kv_type="f16", flash_attn=True),
 ])
-def test_sensible_options_pass(dense, two_gpus, o):
-    assert validate(dense, two_gpus, o) is None
+def test_sensible_options_pass(dense_info, two_gpus, o):
+    assert validate(dense_info, two_gpus, o) is None
 
 
 @pytest.mark.parametrize("name", ["num_ctx", "num_parallel", "num_batch", "num_ubatch"])
 @pytest.mark.parametrize("bad", [0, -3, True, 2.0, "4096", None])
-def test_counts_must_be_positive_integers(dense, two_gpus, name, bad):
-    msg = _refused(dense, two_gpus, PlanOptions(**{name: bad}), name)
+def test_counts_must_be_positive_integers(dense_info, two_gpus, name, bad):
+    msg = _refused(dense_info, two_gpus, PlanOptions(**{name: bad}), name)
     assert "positive integer" in msg and repr(bad) in msg
 
 
-def test_upper_bounds(dense, two_gpus):
-    assert "larger than any model" in _refused(dense, two_gpus, PlanOptions(num_ctx=(1 << 24) + 1), "num_ctx")
-    assert "(256)" in _refused(dense, two_gpus, PlanOptions(num_parallel=257), "num_parallel")
+def test_upper_bounds(dense_info, two_gpus):
+    assert "larger than any model" in _refused(dense_info, two_gpus, PlanOptions(num_ctx=(1 << 24) + 1), "num_ctx")
+    assert "(256)" in _refused(dense_info, two_gpus, PlanOptions(num_parallel=257), "num_parallel")
 
 
-def test_num_gpu_is_bounded_by_the_files_layer_count(dense, moe, two_gpus):
-    msg = _refused(dense, two_gpus, PlanOptions(num_gpu=5), "num_gpu")
+def test_num_gpu_is_bounded_by_the_files_layer_count(dense_info, moe_info, two_gpus):
+    msg = _refused(dense_info, two_gpus, PlanOptions(num_gpu=5), "num_gpu")
     assert "3 layers" in msg and "use -1 or 4" in msg
-    _refused(dense, two_gpus, PlanOptions(num_gpu=-2), "num_gpu")
-    _refused(dense, two_gpus, PlanOptions(num_gpu=True), "num_gpu")
-    validate(moe, two_gpus, PlanOptions(num_gpu=4))
+    _refused(dense_info, two_gpus, PlanOptions(num_gpu=-2), "num_gpu")
+    _refused(dense_info, two_gpus, PlanOptions(num_gpu=True), "num_gpu")
+    validate(moe_info, two_gpus, PlanOptions(num_gpu=4))
 
 
-def test_main_gpu_must_exist(dense, two_gpus, cpu_only):
-    assert "2 GPU(s)" in _refused(dense, two_gpus, PlanOptions(main_gpu=2), "main_gpu")
-    _refused(dense, two_gpus, PlanOptions(main_gpu=-1), "main_gpu")
-    _refused(dense, two_gpus, PlanOptions(main_gpu=False), "main_gpu")
-    validate(dense, cpu_only, PlanOptions(main_gpu=0))          # llama.cpp's default, harmless without a GPU
-    assert "0 GPU(s)" in _refused(dense, cpu_only, PlanOptions(main_gpu=1), "main_gpu")
+def test_main_gpu_must_exist(dense_info, two_gpus, cpu_only):
+    assert "2 GPU(s)" in _refused(dense_info, two_gpus, PlanOptions(main_gpu=2), "main_gpu")
+    _refused(dense_info, two_gpus, PlanOptions(main_gpu=-1), "main_gpu")
+    _refused(dense_info, two_gpus, PlanOptions(main_gpu=False), "main_gpu")
+    validate(dense_info, cpu_only, PlanOptions(main_gpu=0))          # llama.cpp's default, harmless without a GPU
+    assert "0 GPU(s)" in _refused(dense_info, cpu_only, PlanOptions(main_gpu=1), "main_gpu")
 
 
 @pytest.mark.parametrize("ts,why", [
@@ -97,33 +84,33 @@ def test_main_gpu_must_exist(dense, two_gpus, cpu_only):
     ((1, "2"), "non-negative numbers"),
     ((0, 0.0), "at least one entry"),
 ])
-def test_tensor_split_has_one_weight_per_gpu(dense, two_gpus, ts, why):
-    assert why in _refused(dense, two_gpus, PlanOptions(tensor_split=ts), "tensor_split")
+def test_tensor_split_has_one_weight_per_gpu(dense_info, two_gpus, ts, why):
+    assert why in _refused(dense_info, two_gpus, PlanOptions(tensor_split=ts), "tensor_split")
 
 
-def test_tensor_split_on_a_machine_without_gpus(dense, cpu_only):
-    validate(dense, cpu_only, PlanOptions(tensor_split=()))
-    assert "0 GPU(s)" in _refused(dense, cpu_only, PlanOptions(tensor_split=(1,)), "tensor_split")
+def test_tensor_split_on_a_machine_without_gpus(dense_info, cpu_only):
+    validate(dense_info, cpu_only, PlanOptions(tensor_split=()))
+    assert "0 GPU(s)" in _refused(dense_info, cpu_only, PlanOptions(tensor_split=(1,)), "tensor_split")
 
 
-def test_cpu_moe_needs_experts_and_a_layer_count(dense, moe, two_gpus):
-    validate(moe, two_gpus, PlanOptions(cpu_moe=3))
-    validate(dense, two_gpus, PlanOptions(cpu_moe=0))            # "none on the CPU" is fine on any model
-    assert "not a mixture-of-experts" in _refused(dense, two_gpus, PlanOptions(cpu_moe=1), "cpu_moe")
-    assert "between 0 and 3" in _refused(moe, two_gpus, PlanOptions(cpu_moe=4), "cpu_moe")
-    _refused(moe, two_gpus, PlanOptions(cpu_moe=-1), "cpu_moe")
+def test_cpu_moe_needs_experts_and_a_layer_count(dense_info, moe_info, two_gpus):
+    validate(moe_info, two_gpus, PlanOptions(cpu_moe=3))
+    validate(dense_info, two_gpus, PlanOptions(cpu_moe=0))            # "none on the CPU" is fine on any model
+    assert "not a mixture-of-experts" in _refused(dense_info, two_gpus, PlanOptions(cpu_moe=1), "cpu_moe")
+    assert "between 0 and 3" in _refused(moe_info, two_gpus, PlanOptions(cpu_moe=4), "cpu_moe")
+    _refused(moe_info, two_gpus, PlanOptions(cpu_moe=-1), "cpu_moe")
 
 
-def test_kv_type_rules(dense, moe, two_gpus):
-    assert "'bf16' is not one of f16, q8_0, q4_0" in _refused(moe, two_gpus, PlanOptions(kv_type="bf16"), "kv_type")
-    msg = _refused(moe, two_gpus, PlanOptions(kv_type="q4_0", flash_attn=False), "kv_type")
+def test_kv_type_rules(dense_info, moe_info, two_gpus):
+    assert "'bf16' is not one of f16, q8_0, q4_0" in _refused(moe_info, two_gpus, PlanOptions(kv_type="bf16"), "kv_type")
+    msg = _refused(moe_info, two_gpus, PlanOptions(kv_type="q4_0", flash_attn=False), "kv_type")
     assert "flash attention" in msg
-    validate(moe, two_gpus, PlanOptions(kv_type="q8_0"))          # head size 32: a q8_0 cache is possible
-    validate(moe, two_gpus, PlanOptions(kv_type="q4_0", flash_attn=True))
-    msg = _refused(dense, two_gpus, PlanOptions(kv_type="q8_0"), "kv_type")
+    validate(moe_info, two_gpus, PlanOptions(kv_type="q8_0"))          # head size 32: a q8_0 cache is possible
+    validate(moe_info, two_gpus, PlanOptions(kv_type="q4_0", flash_attn=True))
+    msg = _refused(dense_info, two_gpus, PlanOptions(kv_type="q8_0"), "kv_type")
     assert "multiples of 32" in msg and "16/16" in msg
 
 
 @pytest.mark.parametrize("margin", [-1, 1.5, None])
-def test_margin_is_a_byte_count(dense, two_gpus, margin):
-    _refused(dense, two_gpus, PlanOptions(margin=margin), "margin")
+def test_margin_is_a_byte_count(dense_info, two_gpus, margin):
+    _refused(dense_info, two_gpus, PlanOptions(margin=margin), "margin")

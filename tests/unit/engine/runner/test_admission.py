@@ -17,20 +17,9 @@ N_CTX_SEQ = 96
 
 
 @pytest.fixture(scope="module")
-def model(smollm2_path):
-    L.llama_backend_init()
-    mp = L.llama_model_default_params()
-    mp.vocab_only = True
-    m = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
-    assert m
-    yield m
-    L.llama_model_free(m)
-
-
-@pytest.fixture(scope="module")
-def adm(model):
-    v = L.llama_model_get_vocab(model)
-    return Admission(model, N_CTX_SEQ, Vocab(v, L.llama_vocab_n_tokens(v)))
+def adm(vocab_model):
+    v = L.llama_model_get_vocab(vocab_model)
+    return Admission(vocab_model, N_CTX_SEQ, Vocab(v, L.llama_vocab_n_tokens(v)))
 
 
 def req(**kw) -> P.GenerateRequest:
@@ -150,9 +139,9 @@ def test_the_oldest_messages_are_dropped_and_the_last_kept(adm, seqs):
     assert "turn8" in adm.render(kept, r)
 
 
-def test_the_checkpoint_goes_where_the_last_user_message_starts(model, seqs):
-    v = L.llama_model_get_vocab(model)
-    a = Admission(model, 4096, Vocab(v, L.llama_vocab_n_tokens(v)))
+def test_the_checkpoint_goes_where_the_last_user_message_starts(vocab_model, seqs):
+    v = L.llama_model_get_vocab(vocab_model)
+    a = Admission(vocab_model, 4096, Vocab(v, L.llama_vocab_n_tokens(v)))
     a.mark_last_user = True
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."},
             {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Name a colour."}]
