@@ -1,7 +1,37 @@
-"""Helpers for the engine tests: a CPU Layout for a GGUF built directly (no planner), and a client runner."""
+"""Helpers for the engine tests: a CPU Layout for a GGUF built directly (no planner), and for driving a runner
+client from a test's event loop (request ids, greedy sampling, a bounded run, a stream collected)."""
 from __future__ import annotations
 
+import asyncio
+import itertools
+
+from app.engine import protocol as P
 from app.engine.layout.types import DevicePlan, Layout, PlanOptions
+
+_ids = itertools.count()
+
+
+def request_id(prefix: str) -> str:
+    """A request id unique in this test process (`prefix` says which test file sent it, in runner logs)."""
+    return f"{prefix}{next(_ids)}"
+
+
+def greedy(**kw) -> P.SamplingParams:
+    """Temperature 0 and no repeat penalty: the same tokens on every run (the reference for exactness checks)."""
+    return P.SamplingParams(temperature=0.0, repeat_penalty=1.0, **kw)
+
+
+def run(loop: asyncio.AbstractEventLoop, coro, timeout: float = 300):
+    """`coro` run to its end on the test's loop, failing after a generous `timeout` rather than hanging."""
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+async def collect(client, req: P.GenerateRequest) -> tuple[str, object, list]:
+    """(the reply's text, its last event, the logprob records of its tokens, in order) of one generation."""
+    events = [ev async for ev in client.generate(req)]
+    text = "".join(e.text for e in events if isinstance(e, P.TokenEvent))
+    lps = [lp for e in events if isinstance(e, P.TokenEvent) for lp in (e.logprobs or [])]
+    return text, events[-1], lps
 
 
 def cpu_layout(path, *, num_ctx: int = 512, num_parallel: int = 2, n_batch: int = 512, n_ubatch: int | None = None,
@@ -21,8 +51,6 @@ def cpu_layout(path, *, num_ctx: int = 512, num_parallel: int = 2, n_batch: int 
 async def cancel_stream(agen, task) -> None:
     """What a client that goes away does: cancel the task waiting on the stream's next event, then close the
     stream (closing it cancels the request in the runner)."""
-    import asyncio
-
     task.cancel()
     try:
         await task

@@ -5,7 +5,6 @@ within float noise. Cold runs are the same requests with cache_prompt=False (not
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import numpy as np
 import pytest
@@ -16,10 +15,9 @@ from app.engine.client import RunnerClient
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import Seq
-from engine_util import cancel_stream, cpu_layout
+from engine_util import cancel_stream, collect, cpu_layout, greedy, request_id, run
 from gguf_families import write_gemma2, write_mamba
 
-_ids = itertools.count()
 # Cached cells were computed in other batch shapes than a cold run's (a reply one token per step, a prompt in one
 # batch), and llama.cpp's CPU kernels round differently per shape. Measured on SmolLM2 between COLD runs of the
 # same prompts: n_batch 512 vs 16 (110-token prompt) up to 0.048 in a token's logprob; four 630-token prompts run
@@ -29,22 +27,7 @@ LOGPROB_NOISE = 0.3
 
 
 def rid():
-    return f"pc{next(_ids)}"
-
-
-def greedy() -> P.SamplingParams:
-    return P.SamplingParams(temperature=0.0, repeat_penalty=1.0)
-
-
-def run(loop, coro, timeout=300):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
-
-
-async def collect(client, req):
-    events = [ev async for ev in client.generate(req)]
-    text = "".join(e.text for e in events if isinstance(e, P.TokenEvent))
-    lps = [lp.logprob for e in events if isinstance(e, P.TokenEvent) for lp in (e.logprobs or [])]
-    return text, events[-1], lps
+    return request_id("pc")
 
 
 def chat(messages, **kw) -> P.GenerateRequest:
@@ -56,6 +39,7 @@ def assert_same_as_cold(warm, cold):
     (t1, d1, lp1), (t2, d2, lp2) = warm, cold
     assert d2.cached_tokens == 0
     assert t1 == t2 and d1.completion_tokens == d2.completion_tokens and d1.prompt_tokens == d2.prompt_tokens
+    lp1, lp2 = [x.logprob for x in lp1], [x.logprob for x in lp2]
     assert len(lp1) == len(lp2) > 0
     assert max(abs(a - b) for a, b in zip(lp1, lp2)) < LOGPROB_NOISE, (lp1, lp2)
 

@@ -6,7 +6,6 @@ so drafts are verified whatever this machine's step costs are; `speculate=False`
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 
@@ -15,9 +14,8 @@ import pytest
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.runner_settings import RunnerSettings
-from engine_util import cancel_stream, cpu_layout
+from engine_util import cancel_stream, collect, cpu_layout, greedy, request_id, run
 
-_ids = itertools.count()
 LOGPROB_NOISE = 0.3          # float noise between batch shapes (tests/integration/engine/test_prompt_cache.py measures it)
 
 CODE = '''def add_numbers(a, b):
@@ -41,22 +39,7 @@ LIST = "Count: one, two, three, four, five, six, seven, eight, nine, ten. Again:
 
 
 def rid():
-    return f"sp{next(_ids)}"
-
-
-def greedy() -> P.SamplingParams:
-    return P.SamplingParams(temperature=0.0, repeat_penalty=1.0)
-
-
-def run(loop, coro, timeout=300):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
-
-
-async def collect(client, req):
-    events = [ev async for ev in client.generate(req)]
-    text = "".join(e.text for e in events if isinstance(e, P.TokenEvent))
-    lps = [lp for e in events if isinstance(e, P.TokenEvent) for lp in (e.logprobs or [])]
-    return text, events[-1], lps
+    return request_id("sp")
 
 
 def req(spec: bool, **kw) -> P.GenerateRequest:
