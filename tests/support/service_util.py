@@ -1,6 +1,7 @@
-"""Helpers shared by the service tests that drive a real server on loopback."""
+"""Helpers shared by the tests that drive a real server on loopback (and the environment they run it with)."""
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -14,6 +15,26 @@ def wait_for(cond, timeout=120.0, what="condition"):
             return
         time.sleep(0.05)
     raise AssertionError(f"{what} not reached")
+
+
+@contextmanager
+def environ(values: dict[str, str | None]):
+    """These environment variables set (None: unset) for the block, e.g. a module-scoped server's settings read
+    from the environment; then each put back as it was, or removed when it was not set."""
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def store_factory(home):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from repo_paths import ROOT
+from service_util import environ
 
 RESOURCES = ROOT / "resources"
 ENTRY = ROOT / "installers" / "strata_entry.py"
@@ -150,21 +151,12 @@ def test_entry_runs_modules_like_python_dash_m():
         import strata_entry
     finally:
         sys.path.remove(str(ENTRY.parent))
-    old = {k: os.environ.get(k) for k in ("LANG", "LC_ALL")}
-    try:
-        os.environ.pop("LC_ALL", None)
-        os.environ["LANG"] = "C"
+    with environ({"LANG": "C", "LC_ALL": None}):
         strata_entry._utf8_locale()
         assert os.environ["LANG"] == "C.UTF-8"
         os.environ["LANG"] = "de_DE.UTF-8"
         strata_entry._utf8_locale()
         assert os.environ["LANG"] == "de_DE.UTF-8"       # a real user locale is kept
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_entry_without_arguments_is_the_cli():

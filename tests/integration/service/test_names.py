@@ -10,7 +10,6 @@ import json
 import sqlite3
 from pathlib import Path
 
-import httpx
 import ollama
 import pytest
 from gguf_factory import write_dense_llama
@@ -39,17 +38,6 @@ def registry():
     reg = Registry().start()
     yield reg
     reg.stop()
-
-
-@pytest.fixture
-def oc(service):
-    return ollama.Client(host=service.url, timeout=120)
-
-
-@pytest.fixture
-def http(service):
-    with httpx.Client(base_url=service.url, timeout=120) as c:
-        yield c
 
 
 def blob_gets(registry: Registry) -> int:

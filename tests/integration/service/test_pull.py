@@ -6,16 +6,14 @@ models are real synthetic GGUFs: one is loaded and generates."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
-import httpx
 import ollama
 import pytest
 from gguf_factory import write_dense_llama
 from registry_fixture import Registry
-from service_util import wait_for
+from service_util import environ, wait_for
 
 
 PART = 4_000_000                     # STRATA_PULL_PART_MIN: a 27 MB model is fetched in 7 parallel ranges
@@ -28,35 +26,18 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def service(live_service, home):
-    old = {k: os.environ.get(k) for k in ("STRATA_PULL_PART_MIN", "STRATA_PULL_RETRIES")}
-    os.environ["STRATA_PULL_PART_MIN"] = str(PART)
-    os.environ["STRATA_PULL_RETRIES"] = "4"
-    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
-    yield svc
-    svc.stop()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with environ({"STRATA_PULL_PART_MIN": str(PART), "STRATA_PULL_RETRIES": "4"}):
+        svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
+        yield svc
+        svc.stop()
 
 
 @pytest.fixture
 def registry():
+    """A fresh registry per test (its log counts each test's requests alone)."""
     reg = Registry().start()
     yield reg
     reg.stop()
-
-
-@pytest.fixture
-def oc(service):
-    return ollama.Client(host=service.url, timeout=120)
-
-
-@pytest.fixture
-def http(service):
-    with httpx.Client(base_url=service.url, timeout=120) as c:
-        yield c
 
 
 _seed = iter(range(100, 10_000))

@@ -9,13 +9,12 @@ import os
 import subprocess
 import sys
 
-import httpx
-import ollama
 import pytest
 from gguf_factory import write_dense_llama, write_minimal, write_split_dense_llama
 from registry_fixture import Registry, digest_of
 
 from repo_paths import ROOT
+from service_util import environ
 
 ENV = {"STRATA_PULL_PART_MIN": "4000000", "HF_TOKEN": "hf_test_token"}
 
@@ -35,27 +34,10 @@ def home(tmp_path_factory):
 @pytest.fixture(scope="module")
 def service(live_service, home, registry, tmp_path_factory):
     env = {**ENV, "HF_ENDPOINT": registry.url, "HF_HOME": str(tmp_path_factory.mktemp("hf-cache"))}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
-    yield svc
-    svc.stop()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@pytest.fixture
-def oc(service):
-    return ollama.Client(host=service.url, timeout=120)
-
-
-@pytest.fixture
-def http(service):
-    with httpx.Client(base_url=service.url, timeout=120) as c:
-        yield c
+    with environ(env):
+        svc = live_service(n_threads=1, num_ctx=256, num_parallel=1, keep_alive="10m", home=home)
+        yield svc
+        svc.stop()
 
 
 def names(http) -> set[str]:
