@@ -91,9 +91,9 @@ class OutputThread:
         if adm.dropped_messages or adm.truncated_tokens:
             log.info("request %s: prompt fitted to %d tokens per sequence: %d oldest messages dropped, %d tokens cut",
                      seq.id, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens)
-        if seq.req.announce:
+        self.port.ready(seq)          # first: the context thread starts on the prompt while Admitted is sent (this
+        if seq.req.announce:          # thread sends all of a request's events, so Admitted still comes first)
             self.send(P.Admitted(seq.id, adm.n_prompt, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens))
-        self.port.ready(seq)
 
     def _finish_unadmitted(self, seq: Seq, reason: str):
         """A request that never reached the loop: free what admission made and send its end."""

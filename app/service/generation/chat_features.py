@@ -16,7 +16,7 @@ import asyncio
 import json
 
 from app.engine.chat.plan import ChatPlan, plan_chat
-from app.engine.gguf.chat_facts import ChatFacts, read_chat_facts
+from app.engine.gguf.chat_facts import ChatFacts, cached_chat_facts, read_chat_facts
 
 from ..http.errors import ApiError
 from .request import GenerationRequest
@@ -30,6 +30,9 @@ EFFORTS = ("low", "medium", "high")
 async def facts_for(path) -> ChatFacts | None:
     """The model's chat facts (reading the vocabulary takes a moment the first time: off the event loop)."""
     try:
+        facts = cached_chat_facts(str(path))      # read before: no thread hop
+        if facts is not None:
+            return facts
         return await asyncio.get_running_loop().run_in_executor(None, read_chat_facts, str(path))
     except Exception:  # noqa: BLE001 - an unreadable file fails later with its own clear error
         return None

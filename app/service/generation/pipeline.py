@@ -70,6 +70,7 @@ class Job:
     runner_request: protocol.GenerateRequest
     facts: object = None                # engine.gguf.chat_facts.ChatFacts (None: unreadable; plain text)
     parse_reply: bool = False           # read thinking and tool calls out of the reply (chat_features)
+    record: object = None               # the store's record `model` was resolved to (the lease needs no lookup)
 
     @property
     def keep_alive(self) -> KeepAlive:
@@ -109,7 +110,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
         overflow=req.overflow, reserve=max(0, ro.num_predict), announce=True, **extra)
     parse_reply = not raw and req.suffix is None
-    return Job(req, record.name, ro, runner_request, facts, parse_reply)
+    return Job(req, record.name, ro, runner_request, facts, parse_reply, record)
 
 
 def runner_error(e: Exception, model: str) -> ApiError:
@@ -253,7 +254,7 @@ class Generation:
 async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
     """Lease the model (load it if needed, wait for a slot), then hand out the generation."""
     result = GenerationResult(model=job.model)
-    async with scheduler.lease(job.model, job.options, job.keep_alive) as lease:
+    async with scheduler.lease(job.model, job.options, job.keep_alive, record=job.record) as lease:
         result.load_wait = lease.load_wait
         gen = Generation(lease, job, metrics, result, scheduler)
         try:

@@ -169,14 +169,17 @@ class Scheduler:
     # ---- the request side ------------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive: KeepAlive = DEFAULT):
+    async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive: KeepAlive = DEFAULT,
+                    record=None):
         """Load if needed, wait for a slot; on exit free the slot and start the keep-alive timer. A request whose
-        model's runner ended while it waited (it never reached that runner) waits for the model's reload."""
+        model's runner ended while it waited (it never reached that runner) waits for the model's reload.
+        `record`: the store's record for `name` when the caller has just resolved it (saves a store-thread hop
+        on the way to the first token); a reroute resolves the name again."""
         ro = ro or RequestOptions()
         ka = self.keep_alive_for(keep_alive)
         t0 = time.monotonic()
         for attempt in range(REROUTES + 1):
-            model = await self._admit(name, ro)
+            model = await self._admit(name, ro, record if attempt == 0 else None)
             model.keep_alive = ka
             acquired = False
             try:
@@ -227,9 +230,9 @@ class Scheduler:
             self._schedule_expiry(model)
             await self._notify_idle()
 
-    async def _admit(self, name: str, ro: RequestOptions) -> LoadedModel:
+    async def _admit(self, name: str, ro: RequestOptions, record=None) -> LoadedModel:
         """Count the request against the model (starting its load if needed) or refuse it with 503."""
-        record = await self.resolve(name)
+        record = record or await self.resolve(name)
         name = record.name
         model = self.models.get(name)
         if model is not None and model.state == "loaded" and ro.plan and model.pending == 0:
