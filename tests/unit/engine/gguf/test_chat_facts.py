@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app.engine.gguf.builtin_templates import BUILTIN, PLAIN
-from app.engine.gguf.chat_facts import chat_facts, choose_builtin, detect_family, read_chat_facts
+from app.engine.gguf.chat_facts import cached_chat_facts, chat_facts, choose_builtin, detect_family, read_chat_facts
 from app.engine.runner.chat_template import render_chat
 
 # the distinguishing lines of each family's real template
@@ -78,6 +78,20 @@ def test_template_less_gguf_gets_a_builtin(tmp_path):
     assert f.stops == ("<|im_end|>",)
     f = read_chat_facts(write_minimal(tmp_path / "bare.gguf"))        # no vocabulary at all
     assert f.template_source == "builtin:plain"
+
+
+def test_cached_facts_only_for_the_file_version_read(tmp_path):
+    """cached_chat_facts (the service's per-request lookup, no thread hop) answers only what read_chat_facts
+    read for this very file version: nothing before the read, nothing once the file changed."""
+    import os
+    from gguf_variants import write_llama
+    path = write_llama(tmp_path / "c.gguf", template=None, n_layer=1)
+    assert cached_chat_facts(path) is None
+    f = read_chat_facts(path)
+    assert cached_chat_facts(path) is f
+    os.utime(path, ns=(1, 1))                                         # another version of the file
+    assert cached_chat_facts(path) is None
+    assert read_chat_facts(path) == f and cached_chat_facts(path) is not None
 
 
 def test_fim_ids_make_insert(tmp_path):
