@@ -14,7 +14,6 @@ in as `sources` (the service's config: `STRATA_EXTERNAL_MODELS=0` turns discover
 Split GGUFs (`-00001-of-00003.gguf`) and vision projectors (mmproj) are skipped: they are not a model alone. A
 projector is paired with the model it belongs to instead: Ollama's `application/vnd.ollama.image.projector` layer, or
 an `*mmproj*.gguf` beside the model file (LM Studio, Hugging Face; F16 preferred, then Q8_0, then the first).
-Covered by tests/unit/service/store/test_store.py (other apps' models from a fixture tree).
 """
 from __future__ import annotations
 

@@ -4,12 +4,12 @@ store unchanged."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 
 import pytest
 from gguf_factory import write_minimal
+from ollama_tree import write_ollama_model
 
 from app import paths
 from app.engine.gguf.model_info import GGUFError
@@ -214,29 +214,6 @@ def test_missing_file_behind_a_name(store, tmp_path):
 
 # ---- other apps' models (fixture tree under STRATA_USER_HOME) --------------------------------------------
 
-def _ollama_model(root, manifest_parts, gguf_src, params=None, system=None, digest_override=None):
-    blobs = root / "blobs"
-    blobs.mkdir(parents=True, exist_ok=True)
-    layers = []
-    if gguf_src is not None:
-        d = sha(gguf_src)
-        if not (blobs / f"sha256-{d}").exists():
-            os.link(gguf_src, blobs / f"sha256-{d}")
-        layers.append({"mediaType": "application/vnd.ollama.image.model", "digest": digest_override or f"sha256:{d}",
-                       "size": gguf_src.stat().st_size})
-    for media, content in (("params", json.dumps(params) if params else None), ("system", system)):
-        if content:
-            b = content.encode()
-            d = hashlib.sha256(b).hexdigest()
-            (blobs / f"sha256-{d}").write_bytes(b)
-            layers.append({"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{d}",
-                           "size": len(b)})
-    m = root / "manifests" / os.path.join(*manifest_parts)
-    m.parent.mkdir(parents=True, exist_ok=True)
-    m.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
-    return m
-
-
 @pytest.fixture
 def other_apps(tmp_path):
     """A fake home with Ollama, LM Studio and Hugging Face cache models, plus junk they must skip."""
@@ -244,17 +221,17 @@ def other_apps(tmp_path):
     src = tmp_path / "srcs"
     g1, g2, g3, g4 = (write_minimal(src / f"m{i}.gguf", seed=i) for i in range(1, 5))
     oll = home / ".ollama" / "models"
-    _ollama_model(oll, ["registry.ollama.ai", "library", "tiny", "q8"], g1,
+    write_ollama_model(oll, ["registry.ollama.ai", "library", "tiny", "q8"], g1,
                   params={"temperature": 0.5, "stop": ["<x>"]}, system="Be brief.")
-    _ollama_model(oll, ["hf.co", "someorg", "Some-Repo-GGUF", "Q8_0"], g2)
-    _ollama_model(oll, ["registry.ollama.ai", "library", "evil", "latest"], g1,
+    write_ollama_model(oll, ["hf.co", "someorg", "Some-Repo-GGUF", "Q8_0"], g2)
+    write_ollama_model(oll, ["registry.ollama.ai", "library", "evil", "latest"], g1,
                   digest_override="sha256:../../../../etc/passwd")
-    _ollama_model(oll, ["registry.ollama.ai", "library", "noblob", "latest"], None)
+    write_ollama_model(oll, ["registry.ollama.ai", "library", "noblob", "latest"], None)
     (oll / "manifests" / "registry.ollama.ai" / "library" / "broken").mkdir(parents=True)
     (oll / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest").write_text("{not json")
     notgguf = src / "junk.bin"
     notgguf.write_bytes(b"\0" * 64)
-    _ollama_model(oll, ["registry.ollama.ai", "library", "junk", "latest"], notgguf)
+    write_ollama_model(oll, ["registry.ollama.ai", "library", "junk", "latest"], notgguf)
 
     lms = home / ".lmstudio" / "models" / "pub" / "Tiny-GGUF"
     lms.mkdir(parents=True)
