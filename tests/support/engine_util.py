@@ -4,11 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from contextlib import contextmanager
+
+from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
 from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 
 _ids = itertools.count()
+
+
+@contextmanager
+def llama_context(path, *, n_ctx: int, n_batch: int, n_seq: int = 1, n_ubatch: int | None = None):
+    """(model, context) of a GGUF loaded in this test process (the default devices, one thread), freed after
+    the block: for tests that drive llama.cpp themselves, without a runner."""
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
+    assert model, path
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n_ctx, n_batch, n_ubatch or n_batch, n_seq
+    cp.n_threads = cp.n_threads_batch = 1
+    ctx = L.llama_init_from_model(model, cp)
+    assert ctx, path
+    try:
+        yield model, ctx
+    finally:
+        L.llama_free(ctx)
+        L.llama_model_free(model)
 
 
 def request_id(prefix: str) -> str:

@@ -10,6 +10,7 @@ import pytest
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.batch import NpBatch
+from engine_util import llama_context
 from app.engine.runner.prompt_cache import (MIN_SAVE_TOKENS, Checkpoint, Checkpoints, HostPromptCache, SlotCache,
                                             common_prefix)
 
@@ -114,17 +115,8 @@ def test_the_byte_bound_drops_checkpoints_but_never_the_newest():
 
 @pytest.fixture(scope="module")
 def llama(dense_gguf):
-    L.llama_backend_init()
-    model = L.llama_model_load_from_file(str(dense_gguf).encode(), L.llama_model_default_params())
-    assert model
-    cp_ = L.llama_context_default_params()
-    cp_.n_ctx, cp_.n_batch, cp_.n_ubatch, cp_.n_seq_max = 256 * N_SEQ, 256, 256, N_SEQ
-    cp_.n_threads = cp_.n_threads_batch = 1
-    ctx = L.llama_init_from_model(model, cp_)
-    assert ctx
-    yield ctx
-    L.llama_free(ctx)
-    L.llama_model_free(model)
+    with llama_context(dense_gguf, n_ctx=256 * N_SEQ, n_batch=256, n_seq=N_SEQ) as (_, ctx):
+        yield ctx
 
 
 def decode(ctx, tokens, seq: int, pos0: int = 0) -> np.ndarray:

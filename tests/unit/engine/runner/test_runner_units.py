@@ -20,22 +20,14 @@ from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.sampling import (SamplingError, accept_prompt, build_chain, free_grammar, grammar_sampler,
                                           penalty_window, validate)
+from engine_util import llama_context
 
 
 @pytest.fixture(scope="module")
 def llama(smollm2_path):
-    L.llama_backend_init()
-    mp = L.llama_model_default_params()
-    model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)
-    assert model
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 512, 128, 128, 2, 1, 1
-    ctx = L.llama_init_from_model(model, cp)
-    assert ctx
-    vocab = L.llama_model_get_vocab(model)
-    yield model, ctx, vocab, Vocab(vocab, L.llama_vocab_n_tokens(vocab))
-    L.llama_free(ctx)
-    L.llama_model_free(model)
+    with llama_context(smollm2_path, n_ctx=512, n_batch=128, n_seq=2) as (model, ctx):
+        vocab = L.llama_model_get_vocab(model)
+        yield model, ctx, vocab, Vocab(vocab, L.llama_vocab_n_tokens(vocab))
 
 
 def stream(matcher, pieces):

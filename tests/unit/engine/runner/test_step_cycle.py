@@ -16,26 +16,20 @@ from app.engine.runner.output import Vocab
 from app.engine.runner.sampling import build_chain
 from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.step_loop import StepLoop
+from engine_util import llama_context
 
 N_BATCH = 64
 
 
 @pytest.fixture(scope="module")
 def loop(smollm2_path):
-    L.llama_backend_init()
-    model = L.llama_model_load_from_file(str(smollm2_path).encode(), L.llama_model_default_params())
-    assert model
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.n_threads, cp.n_threads_batch = 512, N_BATCH, N_BATCH, 2, 1, 1
-    ctx = L.llama_init_from_model(model, cp)
-    assert ctx
-    vocab = L.llama_model_get_vocab(model)
-    sent = []
-    lp = StepLoop(model, ctx, sent.append, vocab_out=Vocab(vocab, L.llama_vocab_n_tokens(vocab)), speculative="off")
-    yield lp, vocab
-    lp.abort.close()
-    L.llama_free(ctx)
-    L.llama_model_free(model)
+    with llama_context(smollm2_path, n_ctx=512, n_batch=N_BATCH, n_seq=2) as (model, ctx):
+        vocab = L.llama_model_get_vocab(model)
+        sent = []
+        lp = StepLoop(model, ctx, sent.append, vocab_out=Vocab(vocab, L.llama_vocab_n_tokens(vocab)),
+                      speculative="off")
+        yield lp, vocab
+        lp.abort.close()
 
 
 def admitted(vocab, rid: str, n_prompt: int, num_predict: int) -> Seq:
