@@ -1,6 +1,5 @@
 """One model as the scheduler keeps it: its plan, its runner, its slots and queue, its keep-alive timer.
-Plain state; the Scheduler changes it (from the event loop thread only).
-Covered by tests/integration/service/test_service_scheduler.py."""
+Plain state; the Scheduler changes it (from the event loop thread only)."""
 from __future__ import annotations
 
 import asyncio
