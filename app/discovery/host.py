@@ -1,5 +1,4 @@
-"""Host memory and CPU facts, without extra dependencies (psutil is used when installed).
-Covered by tests/unit/discovery/test_discovery.py (this machine's inventory)."""
+"""Host memory and CPU facts, without extra dependencies (psutil is used when installed)."""
 from __future__ import annotations
 
 import os
