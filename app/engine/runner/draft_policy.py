@@ -38,11 +38,14 @@ CAL_DECAY = 0.7              # ... and each verified draft's outcome fades by th
 PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
                              # measured bucket by it: a little dearer than the EPYC's (0.7 past 8 rows), as rows
                              # that are never tried stay unmeasured: err on the side of not drafting
+MIN_SLOPE = 0.5              # ... rows past the longest measured bucket cost at least rows ** this (as measured below)
 SAMPLES = 15                 # recent decode times kept per bucket of row counts (their median is its cost)
 MIN_SAMPLES = 3              # ... needed before a row count's own median is used
 MAX_AGE = 256                # steps after which a sample no longer counts: the machine's load changes (a bucket
                              # measured while other work ran would otherwise veto drafts for good), so a bucket
                              # not drafted for a while falls back to the prior from the fresh ones and is tried again
+PACE_RATE = 0.2              # weight of each step in the moving pace (a 1-row step's seconds now): load changes
+                             # within seconds on a shared machine, a bucket ratio only with the batch's shape
 MIN_GAIN = 1.15              # draft only when the batch's expected tokens per second rise by at least this factor
 
 
@@ -120,18 +123,28 @@ class StepCosts:
         self.measured = measured
         self.samples: dict[int, deque] = {}          # bucket -> recent (step number, rows, seconds)
         self.n = 0                                    # steps recorded
+        self.pace: float | None = None                # seconds of a 1-row step now (moving; samples are / this)
         self._points: list[tuple[int, float]] | None = None
 
     def record(self, rows: int, seconds: float) -> None:
+        """A step's decode seconds, kept relative to the machine's pace at that moment (`pace`: a moving value of
+        what a 1-row step takes now, from every step through the bucket ratios known so far), so a draft bucket
+        measured while other work ran compares with a 1-row step measured when it was idle as it did then."""
         if seconds > 0 and rows > 0:
+            ratio = self.cost(rows)                  # this many rows against 1, as measured so far (1 for 1 row)
+            if self.pace is None:
+                self.pace = seconds / ratio
             self.n += 1
-            self.samples.setdefault(bucket(rows), deque(maxlen=SAMPLES)).append((self.n, rows, seconds))
+            if rows > 1:                             # a 1-row step is the unit: it only sets the pace
+                self.samples.setdefault(bucket(rows), deque(maxlen=SAMPLES)).append(
+                    (self.n, rows, seconds / self.pace))
+            self.pace += PACE_RATE * (seconds / ratio - self.pace)
             self._points = None
 
     def points(self) -> list[tuple[int, float]]:
-        """(typical rows, seconds) of each measured bucket, by rows."""
+        """(typical rows, cost relative to a 1-row step at the time) of each measured bucket, by rows (1 row: 1)."""
         if self._points is None:
-            pts = []
+            pts = [(1, 1.0)]
             for s in self.samples.values():
                 fresh = [(n, t) for i, n, t in s if i > self.n - MAX_AGE]
                 if len(fresh) >= MIN_SAMPLES:
@@ -141,20 +154,28 @@ class StepCosts:
         return self._points
 
     def cost(self, rows: int) -> float:
-        """Seconds (or, before any measurement, units of a 1-row step) of a step of `rows` rows: interpolated
+        """What a step of `rows` rows costs in units of a 1-row step at the same moment: interpolated
         between the measured buckets in log-log, scaled by the prior shape outside them or before any."""
         pts = self.points()
-        if not pts:
-            return rows ** PRIOR_EXP
         lo = next((p for p in reversed(pts) if p[0] <= rows), None)
         hi = next((p for p in pts if p[0] >= rows), None)
         if lo is None or hi is None or lo[0] == hi[0]:
             point = lo or hi
             assert point is not None             # pts is not empty: a bucket lies on one side of `rows` at least
             r, c = point
-            return c * (rows / r) ** PRIOR_EXP
+            return c * (rows / r) ** (self._slope_up(pts) if hi is None else PRIOR_EXP)
         w = math.log(rows / lo[0]) / math.log(hi[0] / lo[0])
         return math.exp(math.log(lo[1]) * (1 - w) + math.log(hi[1]) * w)
+
+    @staticmethod
+    def _slope_up(pts: list[tuple[int, float]]) -> float:
+        """How cost grows past the longest measured bucket: as between the two longest (on a CPU a batch of 5 rows
+        already costs ~6 1-row steps and 17 rows ~9-10, so rows past 16 cost far less than PRIOR_EXP says and longer
+        drafts would never be tried), within MIN_SLOPE..PRIOR_EXP."""
+        if len(pts) < 2:
+            return PRIOR_EXP
+        (r0, c0), (r1, c1) = pts[-2], pts[-1]
+        return min(PRIOR_EXP, max(MIN_SLOPE, math.log(c1 / c0) / math.log(r1 / r0)))
 
     def step(self, n_seqs: int) -> "DraftStep":
         return DraftStep(self, n_seqs)

@@ -3,7 +3,7 @@ whether drafted or not), and how long a draft pays against measured step costs. 
 with drafts) is tests/integration/engine/test_speculative.py."""
 from __future__ import annotations
 
-from app.engine.runner.draft_policy import MAX_AGE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts
+from app.engine.runner.draft_policy import MAX_AGE, MIN_SLOPE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts
 from app.engine.runner.ngram_draft import NgramDrafter
 
 
@@ -48,9 +48,16 @@ def score_of(run: int, rounds: int = 30) -> GuessScore:
 
 def cpu_like_costs() -> StepCosts:
     """Decode seconds as measured on a 2-core EPYC at 1 thread (draft_policy.py): extra rows are dear."""
+    return steady_costs((2, 0.115), (4, 0.150), (8, 0.230), (16, 0.340), (17, 0.350))
+
+
+def steady_costs(*measured: tuple[int, float], one_row: float = 0.050) -> StepCosts:
+    """Each (rows, seconds) measured 3 times while a 1-row step takes `one_row` (the pace costs are relative to)."""
     costs = StepCosts()
-    for rows, sec in ((1, 0.050), (2, 0.115), (4, 0.150), (8, 0.230), (16, 0.340), (17, 0.350)):
+    for rows, sec in measured:
         for _ in range(3):
+            for _ in range(10):
+                costs.record(1, one_row)
             costs.record(rows, sec)
     return costs
 
@@ -63,10 +70,7 @@ def test_draft_length_follows_the_score_and_the_measured_costs():
     short = score_of(run=1)                       # the first token right, the second never
     assert short.chances(2)[0] > 0.9
     assert costs.step(1).take(short.chances(16)) == 0           # 1 token for a 2-row step (2.3x): a loss
-    cheap = StepCosts()                                         # a GPU: rows nearly free
-    for rows in range(1, 18):
-        for _ in range(3):
-            cheap.record(rows, 0.010 + 0.0002 * rows)
+    cheap = steady_costs(*((rows, 0.010 + 0.0002 * rows) for rows in range(2, 18)), one_row=0.0102)   # a GPU
     assert cheap.step(1).take(short.chances(16)) == 1           # ... there the same guess pays
     assert StepCosts(measured=False).step(1).take(prose.chances(5)) == 5       # "on": every guess whole
 
@@ -77,11 +81,35 @@ def test_unmeasured_rows_are_scaled_from_measured_neighbours():
     for _ in range(3):
         costs.record(1, 0.05)
         costs.record(16, 0.35)
-    assert costs.cost(1) == 0.05 and costs.cost(16) == 0.35
-    assert 0.05 < costs.cost(4) < costs.cost(8) < 0.35                            # log-log between them
-    assert costs.cost(32) > 0.35
+    assert 6.0 < costs.cost(16) / costs.cost(1) < 8.0                             # 16 rows: ~7 1-row steps
+    assert costs.cost(1) < costs.cost(4) < costs.cost(8) < costs.cost(16)         # log-log between them
+    assert costs.cost(32) > costs.cost(16)
     costs.record(2, 9.0)                                                          # one slow step: not yet used
-    assert costs.cost(2) < 0.35
+    assert costs.cost(2) < costs.cost(16)
+
+
+def test_costs_are_relative_to_the_pace_at_the_time_so_load_changes_cancel():
+    costs = StepCosts()
+    for _ in range(5):                                          # a busy spell: every step takes twice as long
+        costs.record(1, 0.10)
+        costs.record(17, 0.70)
+    for _ in range(50):                                         # then only 1-row steps, fast again
+        costs.record(1, 0.05)
+    assert 6.0 < costs.cost(17) / costs.cost(1) < 8.0           # 17 rows still cost ~7 1-row steps, not 14
+    assert costs.step(1).take(score_of(run=30).chances(16)) >= 4
+
+
+def test_rows_past_the_longest_measured_cost_as_the_measured_slope_says():
+    costs = steady_costs((8, 0.25), (17, 0.35))                 # 8 -> 17 rows: x1.4 (slope 0.45): MIN_SLOPE past 17
+    assert abs(costs.cost(49) / costs.cost(17) - (49 / 17) ** MIN_SLOPE) < 1e-9
+    long_run = GuessScore()
+    for _ in range(30):
+        long_run.offer(list(range(100, 100 + 48)))
+        for i in range(48):
+            long_run.push(100 + i)
+    long_run.offer(list(range(200, 200 + 48)))
+    assert costs.step(1).take(long_run.chances(48)) > 16      # a sequence that repeats for long: drafts past 16
+    assert costs.step(1).take(score_of(run=6).chances(48)) <= 16
 
 
 def test_others_in_the_batch_raise_the_bar():
@@ -112,4 +140,4 @@ def test_old_measurements_expire_so_a_busy_spell_does_not_veto_drafts_for_good()
         costs.record(17, 5.0)                                   # drafts measured while the machine was busy
     for _ in range(MAX_AGE):
         costs.record(1, 0.05)                                   # then only 1-row steps, fast again
-    assert costs.cost(17) == 0.05 * 17 ** PRIOR_EXP             # the stale bucket is the prior again
+    assert costs.cost(17) == costs.cost(1) * 17 ** PRIOR_EXP     # the stale bucket is the prior again
