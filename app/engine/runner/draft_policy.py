@@ -16,8 +16,12 @@ So both sides are measured, and nothing is spent to learn either:
   the next few, deep in a run), with older outcomes fading.
   A sequence starts at zero draft length with a pessimistic prior and drafts once its guesses have come true.
 - `StepCosts`: the decode seconds of every generation step by its rows (recent medians, in buckets of row
-  counts), so the cost of d more rows is this machine's, now; rows never measured are scaled from the nearest
-  measured ones by a CPU-like prior shape (rows ** PRIOR_EXP, a little dearer than measured).
+  counts), each over the pace of the moment (what a 1-row step takes now), so the cost of d more rows is this
+  machine's and a shared machine's load changes cancel out (kept in seconds, a bucket measured while other work ran
+  was compared with 1-row steps measured when it was idle: an edit then went undrafted for ~80 tokens whose guesses
+  kept coming true); rows below the measured ones are scaled by a CPU-like prior shape (rows ** PRIOR_EXP, a little
+  dearer than measured), rows past them by the measured slope (on the EPYC 5 rows cost ~6 1-row steps, 17 ~10,
+  49 ~22: long drafts of a run that keeps coming true pay best).
 A step drafts d tokens for a sequence when the batch's expected tokens per second with them beat those without
 by MIN_GAIN (`DraftStep`). Free text then drafts (almost) never: its guesses rarely run long enough to pay.
 """
