@@ -19,9 +19,8 @@ So both sides are measured, and nothing is spent to learn either:
   counts), each over the pace of the moment (what a 1-row step takes now), so the cost of d more rows is this
   machine's and a shared machine's load changes cancel out (kept in seconds, a bucket measured while other work ran
   was compared with 1-row steps measured when it was idle: an edit then went undrafted for ~80 tokens whose guesses
-  kept coming true); rows below the measured ones are scaled by a CPU-like prior shape (rows ** PRIOR_EXP, a little
-  dearer than measured), rows past them by the measured slope (on the EPYC 5 rows cost ~6 1-row steps, 17 ~10,
-  49 ~22: long drafts of a run that keeps coming true pay best).
+  kept coming true); rows never measured are scaled from the nearest measured ones by a CPU-like prior shape
+  (rows ** PRIOR_EXP, a little dearer than measured).
 A step drafts d tokens for a sequence when the batch's expected tokens per second with them beat those without
 by MIN_GAIN (`DraftStep`). Free text then drafts (almost) never: its guesses rarely run long enough to pay.
 """
@@ -42,7 +41,6 @@ CAL_DECAY = 0.7              # ... and each verified draft's outcome fades by th
 PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
                              # measured bucket by it: a little dearer than the EPYC's (0.7 past 8 rows), as rows
                              # that are never tried stay unmeasured: err on the side of not drafting
-MIN_SLOPE = 0.5              # ... rows past the longest measured bucket cost at least rows ** this (as measured below)
 SAMPLES = 15                 # recent decode times kept per bucket of row counts (their median is its cost)
 MIN_SAMPLES = 3              # ... needed before a row count's own median is used
 MAX_AGE = 256                # steps after which a sample no longer counts: the machine's load changes (a bucket
@@ -167,19 +165,9 @@ class StepCosts:
             point = lo or hi
             assert point is not None             # pts is not empty: a bucket lies on one side of `rows` at least
             r, c = point
-            return c * (rows / r) ** (self._slope_up(pts) if hi is None else PRIOR_EXP)
+            return c * (rows / r) ** PRIOR_EXP
         w = math.log(rows / lo[0]) / math.log(hi[0] / lo[0])
         return math.exp(math.log(lo[1]) * (1 - w) + math.log(hi[1]) * w)
-
-    @staticmethod
-    def _slope_up(pts: list[tuple[int, float]]) -> float:
-        """How cost grows past the longest measured bucket: as between the two longest (on a CPU a batch of 5 rows
-        already costs ~6 1-row steps and 17 rows ~9-10, so rows past 16 cost far less than PRIOR_EXP says and longer
-        drafts would never be tried), within MIN_SLOPE..PRIOR_EXP."""
-        if len(pts) < 2:
-            return PRIOR_EXP
-        (r0, c0), (r1, c1) = pts[-2], pts[-1]
-        return min(PRIOR_EXP, max(MIN_SLOPE, math.log(c1 / c0) / math.log(r1 / r0)))
 
     def step(self, n_seqs: int) -> "DraftStep":
         return DraftStep(self, n_seqs)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from app.engine.runner.draft_policy import GuessScore, StepCosts
 
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
-MAX_DRAFT = 48               # longest draft (rows of the batch per sequence and step), as llama-server's ngram-simple
-SCORED = 48                  # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
+MAX_DRAFT = 16               # longest draft (rows of the batch per sequence and step)
+SCORED = 32                  # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
 INDEX_PER_STEP = 1024        # token positions indexed per call (a long prompt is indexed over a few steps, ~5 ms each)
 
 

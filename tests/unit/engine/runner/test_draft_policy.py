@@ -3,7 +3,7 @@ whether drafted or not), and how long a draft pays against measured step costs. 
 with drafts) is tests/integration/engine/test_speculative.py."""
 from __future__ import annotations
 
-from app.engine.runner.draft_policy import MAX_AGE, MIN_SLOPE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts
+from app.engine.runner.draft_policy import MAX_AGE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts
 from app.engine.runner.ngram_draft import NgramDrafter
 
 
@@ -97,19 +97,6 @@ def test_costs_are_relative_to_the_pace_at_the_time_so_load_changes_cancel():
         costs.record(1, 0.05)
     assert 6.0 < costs.cost(17) / costs.cost(1) < 8.0           # 17 rows still cost ~7 1-row steps, not 14
     assert costs.step(1).take(score_of(run=30).chances(16)) >= 4
-
-
-def test_rows_past_the_longest_measured_cost_as_the_measured_slope_says():
-    costs = steady_costs((8, 0.25), (17, 0.35))                 # 8 -> 17 rows: x1.4 (slope 0.45): MIN_SLOPE past 17
-    assert abs(costs.cost(49) / costs.cost(17) - (49 / 17) ** MIN_SLOPE) < 1e-9
-    long_run = GuessScore()
-    for _ in range(30):
-        long_run.offer(list(range(100, 100 + 48)))
-        for i in range(48):
-            long_run.push(100 + i)
-    long_run.offer(list(range(200, 200 + 48)))
-    assert costs.step(1).take(long_run.chances(48)) > 16      # a sequence that repeats for long: drafts past 16
-    assert costs.step(1).take(score_of(run=6).chances(48)) <= 16
 
 
 def test_others_in_the_batch_raise_the_bar():
