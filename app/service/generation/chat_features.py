@@ -3,6 +3,8 @@
 - plan(): the one decision of whether tools are in use (tool_choice auto / required / named / none, parallel
   calls, a format beside them) and which grammar shapes the calls: an engine/chat/plan.ChatPlan over the model's
   family (from the GGUF, engine/gguf/chat_facts), sent to the runner, which applies it.
+- settle_thinking(): thinking asked as a preference (OpenAI, Responses, Anthropic) on a model that cannot think
+  is dropped, as llama-server does; asked as a requirement (Ollama's `think`) it stays for check() to refuse.
 - check(): a request that needs what the model cannot do is a 400 naming the capability and the field, as
   Ollama answers ("... does not support tools").
 - runner_fields(): what the runner needs: the plan, the tools for the template (or, for a template that knows
@@ -42,6 +44,15 @@ def plan(req: GenerationRequest, facts: ChatFacts | None, raw: bool) -> ChatPlan
     """The request's chat plan (`raw`: the prompt goes to the model as it is, no template)."""
     return plan_chat(facts.family if facts else "generic", req.tools, req.tool_choice, req.parallel_tool_calls,
                      has_format=req.json_mode or req.json_schema is not None, raw=raw)
+
+
+def settle_thinking(req: GenerationRequest, facts: ChatFacts | None) -> None:
+    """A thinking request the model cannot honour, asked as a preference (`think_mode` "prefer": the OpenAI,
+    Responses and Anthropic dialects), is dropped here, once for every dialect: the reply is the model's plain
+    answer, as llama-server serves it. Asked as a requirement (Ollama's `think`), check() refuses it."""
+    caps = facts.capabilities if facts else ("completion",)
+    if req.think_mode == "prefer" and req.think and "thinking" not in caps:
+        req.think, req.think_budget = None, None
 
 
 def check(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPlan, model: str) -> None:

@@ -96,6 +96,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
                 if req.template:
                     raise ApiError(400, f"template: {e}", param="template") from None
                 # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
+    chat_features.settle_thinking(req, facts)
     plan = chat_features.plan(req, facts, raw)
     chat_features.check(req, facts, plan, req.model)
     if has_images(req):

@@ -57,6 +57,10 @@ class GenerationRequest:
     parallel_tool_calls: bool = True
     think: bool | str | None = None              # None: the template's default; "low" / "medium" / "high": effort
     think_budget: int | None = None              # at most this many thinking tokens (Anthropic budget_tokens)
+    # how `think` was asked: "require" (Ollama's `think`: a model that cannot think is a 400, as Ollama answers)
+    # or "prefer" (OpenAI's reasoning_effort, Responses' reasoning, Anthropic's thinking / output_config.effort:
+    # ignored by a model that cannot think, as llama-server does); chat_features.settle_thinking applies it
+    think_mode: str = "require"
     suffix: str | None = None                    # completion requests: the text after the gap (insert)
     # a prompt longer than the context (runner/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
     # "drop_messages" (Ollama's chat: oldest messages go), "truncate" (Ollama's prompt: the token rule)

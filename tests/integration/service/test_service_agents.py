@@ -216,6 +216,17 @@ def test_openai_reasoning_content(ai):
     assert "".join(p for p in pieces if p) == msg.model_extra["reasoning_content"]
 
 
+def test_thinking_preference_on_a_model_that_cannot_think_is_ignored(ai):
+    """OpenAI's reasoning_effort and Responses' reasoning ask for thinking as a preference: a model without it
+    answers plainly (as llama-server serves them), where Ollama's `think: true` is a 400."""
+    r = ai.chat.completions.create(model=MODEL, messages=ASK, reasoning_effort="high", max_tokens=4, temperature=0)
+    assert r.choices[0].message.content and not r.choices[0].message.model_extra.get("reasoning_content")
+    resp = ai.responses.create(model=MODEL, input="Why?", reasoning={"effort": "medium", "summary": "auto"},
+                               max_output_tokens=4, temperature=0)
+    assert [item.type for item in resp.output] == ["message"] and resp.output_text
+    assert resp.reasoning.effort == "medium"                     # echoed as asked, as OpenAI echoes it
+
+
 # ---- fill in the middle -------------------------------------------------------------------------------------
 
 def test_suffix_in_generate_and_completions(oc, ai):

@@ -195,7 +195,7 @@ def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
     _check_n(body)
     req.json_mode, req.json_schema = parse_response_format(body.get("response_format"))
     _parse_tools(req, body)
-    req.think = parse_reasoning_effort(body)
+    req.think, req.think_mode = parse_reasoning_effort(body), "prefer"    # ignored by a model that cannot think
     req.logprobs = field(body, "logprobs", bool, False)
     req.top_logprobs = field(body, "top_logprobs", int, 0)
     in_range("top_logprobs", req.top_logprobs, 0, 20, "'top_logprobs' must be between 0 and 20")

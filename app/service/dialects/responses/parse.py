@@ -166,6 +166,7 @@ def parse_responses(body: dict) -> tuple[GenerationRequest, WireChoices]:
     req.tool_choice = parse_tool_choice(body.get("tool_choice"), req.tools)
     req.parallel_tool_calls = field(body, "parallel_tool_calls", bool, True)
     req.think, effort = parse_reasoning(body.get("reasoning"))
+    req.think_mode = "prefer"                      # a model that cannot think ignores `reasoning`
     req.json_mode, req.json_schema, text_format = parse_text_format(body.get("text"))
     req.stream = field(body, "stream", bool, False)
     opts: dict = {}
