@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from app import __version__
-from app.cli import desktop, layout, models, pull, server, worker
+from app.cli import desktop, launch, layout, models, pull, server, worker
 
 # each defines `register(subparsers)`; each sub-command sets `func(args) -> int`.
 COMMAND_MODULES = (
@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     server,     # serve, run, ps, stop
     desktop,    # gui
     worker,     # worker (llama.cpp RPC server for another machine's Strata)
+    launch,     # launch (a coding agent on this server's model)
 )
 
 

@@ -11,10 +11,9 @@ from pathlib import Path
 from aiohttp import web
 
 from app import __version__
-from app.engine.gguf.projector import read_projector
 
 from ... import appkeys as keys
-from ...generation.chat_features import facts_for
+from ...generation.model_card import model_card
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
@@ -26,18 +25,14 @@ from .schema import details, digest_of, iso_time, tag_entry
 from .schema import model_info as ollama_model_info
 
 FAR_FUTURE = "2318-01-01T00:00:00Z"     # expires_at of a model kept forever (Ollama does the same)
+# The Ollama release whose API /api/version answers as. Clients gate features on it: Codex's `--oss` refuses a
+# server below 0.13.4, the first Ollama with /v1/responses, which Strata serves. Strata's own version rides beside.
+OLLAMA_API_VERSION = "0.13.4"
 
 
 def _ctx(request):
     app = request.app
     return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
-
-
-async def _info_or_none(scheduler, record):
-    try:
-        return await scheduler.model_info(record.path)
-    except Exception:  # noqa: BLE001 - a listing must not fail because one file is unreadable
-        return None
 
 
 # ---- models ---------------------------------------------------------------------------------------------
@@ -47,7 +42,7 @@ async def root(request):
 
 
 async def version(request):
-    return web.json_response({"version": __version__})
+    return web.json_response({"version": OLLAMA_API_VERSION, "strata": {"version": __version__}})
 
 
 async def tags(request):
@@ -56,7 +51,8 @@ async def tags(request):
     out = []
     for r in records:
         r = await with_digest(store, r)
-        out.append(tag_entry(r, await _info_or_none(scheduler, r)))
+        card = await model_card(scheduler, r, with_context=False)
+        out.append({**tag_entry(r, card.info), "capabilities": list(card.capabilities)})
     return web.json_response({"models": out})
 
 
@@ -67,34 +63,19 @@ async def _model_info_or_empty(path, info, verbose: bool) -> dict:
         return {}
 
 
-async def _projector_or_none(record):
-    """The model's vision projector's facts (engine/gguf/projector.py), None without one or when unreadable."""
-    if not getattr(record, "projector", None):
-        return None
-    try:
-        return await asyncio.to_thread(read_projector, record.projector)
-    except Exception:  # noqa: BLE001 - a projector file gone since: the load says so with its own error
-        return None
-
-
 async def show(request):
     scheduler, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     verbose = field(body, "verbose", bool, False)
     record = await with_digest(store, await scheduler.resolve(name))
-    info = await _info_or_none(scheduler, record)
-    facts = await facts_for(record.path) if info is not None else None
+    card = await model_card(scheduler, record, with_context=False)
+    info, facts, projector = card.info, card.facts, card.projector
     template = record.template or (facts.template if facts else None) or ""
-    if facts is not None:
-        caps = list(facts.capabilities)
-    else:
-        caps = ["embedding"] if info is not None and info.is_embedding else ["completion"]
+    caps = list(card.capabilities)
     strata = {"source": record.source, "read_only": bool(record.read_only), "path": str(record.path),
               "digest": digest_of(record)}
-    projector = await _projector_or_none(record)
     if projector is not None:
-        caps.append("vision")
         strata["projector"] = {"path": projector.path, "projector_type": projector.projector_type,
                                "size": projector.file_size, "weight_bytes": projector.weight_bytes}
     if info is not None:      # the context a load gets (or got) and what decided it

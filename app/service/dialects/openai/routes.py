@@ -6,6 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...generation import pipeline
+from ...generation.model_card import model_card
 from ...http.bodies import read_json
 from ...http.errors import ApiError
 from ..base import context, serve
@@ -42,10 +43,35 @@ async def embeddings(request):
     return web.json_response(render.embeddings_answer(req.model, res, encoding))
 
 
+async def _model_object(scheduler, record) -> dict:
+    """OpenAI's model object plus what agents and their providers read to size prompts and pick features, each
+    field in the spelling some client reads: `context_length` (OpenRouter, LM Studio, OpenCode's model lists),
+    `max_model_len` (vLLM), `capabilities` (Ollama's names), `input_modalities` / `output_modalities` and
+    `supported_features` (OpenCode's and OpenRouter's), `meta` (llama-server's: the GGUF's own numbers).
+    The context is what a request without num_ctx gets now (loaded, or what a load would choose)."""
+    card = await model_card(scheduler, record)
+    entry = render.model_entry(record)
+    caps = list(card.capabilities)
+    embedding = "embedding" in caps and "completion" not in caps
+    entry.update({
+        "context_length": card.context or None,
+        "max_model_len": card.context or None,
+        "capabilities": caps,
+        "input_modalities": ["text", "image"] if "vision" in caps else ["text"],
+        "output_modalities": ["embedding"] if embedding else ["text"],
+        "supported_features": [f for c, f in (("tools", "tools"), ("thinking", "reasoning")) if c in caps],
+    })
+    if card.info is not None:
+        info = card.info
+        entry["meta"] = {"n_ctx_train": info.context_length, "n_params": info.n_params, "n_embd": info.n_embd,
+                         "n_vocab": info.n_vocab, "size": info.file_size}
+    return entry
+
+
 async def list_models(request):
-    _, store, _ = context(request)
+    scheduler, store, _ = context(request)
     records = await store.list()
-    return web.json_response({"object": "list", "data": [render.model_entry(r) for r in records]})
+    return web.json_response({"object": "list", "data": [await _model_object(scheduler, r) for r in records]})
 
 
 async def get_model(request):
@@ -57,7 +83,7 @@ async def get_model(request):
         if e.status == 404:
             raise ApiError(404, f"The model {name!r} does not exist", param="model", code="model_not_found") from None
         raise
-    return web.json_response(render.model_entry(record))
+    return web.json_response(await _model_object(scheduler, record))
 
 
 def add_routes(app: web.Application) -> None:

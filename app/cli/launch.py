@@ -1,0 +1,212 @@
+"""`strata launch claude|codex|opencode [--model NAME] [--oss] [--print] [-- AGENT ARGS...]`: start a coding
+agent on this machine's Strata service, as `ollama launch` does for Ollama.
+
+It checks that the agent is installed (else: the npm command, exit 1) and that the service answers at
+STRATA_HOST (else: how to start one, exit 1), chooses the model (--model, else the model loaded now, else the
+built-in one; it says which and why), asks the service for the context a request gets and the model's
+capabilities, and starts the agent with its settings for this server (app/cli/agents.py: environment variables
+and command-line options; the agent's own configuration files are left as they are). `--print` shows the command
+and files instead of starting it.
+Covered by tests/integration/cli/test_cli_launch.py (a real `strata serve`, a stub agent executable)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+
+from app import paths
+from app.api_client import ApiClient, ApiError
+from app.cli import configured
+from app.cli.agents import AGENTS, Agent, LaunchError, LaunchPlan, Target, plan
+from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME
+
+from .loop_thread import LoopThread
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="the model (default: the one loaded now that can call tools, else the first "
+                                   "model here that can)")
+    p.add_argument("--oss", action="store_true", help="codex only: use Codex's built-in Ollama provider (--oss)")
+    p.add_argument("--print", dest="print_only", action="store_true",
+                   help="print the command, environment and files instead of starting the agent")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "launch", help="start a coding agent (Claude Code, Codex, OpenCode) on this server's model",
+        description="Start a coding agent with its settings for this Strata server: base URL, model (every model "
+                    "name the agent asks for maps to it), context window, telemetry off. The agent's own config "
+                    "files are not changed. Arguments after `--` go to the agent.",
+        usage="strata launch {claude,codex,opencode} [--model NAME] [--oss] [--print] [-- AGENT ARGS...]")
+    _add_options(p)
+    p.add_argument("agent", choices=sorted(AGENTS), help="which agent")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_launch)
+
+
+def split_rest(args) -> list[str]:
+    """The options written after the agent's name are launch's own up to `--`; what follows `--` is the
+    agent's (argparse hands everything after the agent's name over as one list). Sets them on `args`."""
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    own, extra = rest[:cut], rest[cut + 1:]
+    parser = argparse.ArgumentParser(prog=f"strata launch {args.agent}", add_help=False)
+    _add_options(parser)
+    parsed, unknown = parser.parse_known_args(own)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)} (arguments for the agent go after `--`)")
+    for name in ("model", "oss", "print_only"):
+        value = getattr(parsed, name)
+        if value:
+            setattr(args, name, value)
+    return extra
+
+
+def _say(msg: str) -> None:
+    print(f"strata launch: {msg}", file=sys.stderr)
+
+
+def _connect_url() -> tuple[str, str | None]:
+    """The service's URL as a client on this machine reaches it (a service bound to every address answers on
+    loopback), and its API key."""
+    cfg = configured.config()
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
+    return replace(cfg, host=host).base_url, cfg.api_key
+
+
+def _not_running_hint(url: str) -> str:
+    return (f"no Strata service answers at {url}. Start one in another terminal with `strata serve` (or open the "
+            "desktop app: `strata gui`), then run this again. STRATA_HOST chooses another address.")
+
+
+async def _names(client: ApiClient, capability: str | None = None) -> list[str]:
+    out = []
+    for m in await client.tags():
+        if capability is None or capability in (m.get("capabilities") or ()):
+            out.append(m["name"])
+    return out
+
+
+async def choose_model(client: ApiClient, asked: str | None) -> tuple[str, str]:
+    """(model, why): the asked one; else a model loaded now that can call tools; else the built-in one if it
+    can; else the first model in the store that can. ApiError when no model here can call tools."""
+    if asked:
+        return asked, "chosen with --model"
+    for m in await client.ps():
+        if "tools" in ((await client.show(m["name"])).get("capabilities") or ()):
+            return m["name"], "loaded now; choose another with --model"
+    tools = await _names(client, "tools")
+    if DEFAULT_MODEL_NAME in tools:
+        return DEFAULT_MODEL_NAME, "the built-in model; choose another with --model"
+    if tools:
+        return tools[0], "the first model here that can call tools; choose another with --model"
+    raise ApiError("no model here can call tools, which a coding agent needs: import or pull one first "
+                   "(`strata import FILE.gguf`, `strata pull NAME`), e.g. a Qwen2.5-Coder or Qwen3 GGUF")
+
+
+async def resolve_target(client: ApiClient, base_url: str, api_key: str | None,
+                         asked: str | None) -> tuple[Target, str]:
+    """The Target for the chosen model, and why it was chosen. ApiError (with what to do) when the model is
+    unknown, cannot chat, or cannot call tools."""
+    model, why = await choose_model(client, asked)
+    try:
+        show = await client.show(model)
+    except ApiError as e:
+        if e.status == 404:
+            names = await _names(client)
+            raise ApiError(f"model {model!r} not found. Models here: {', '.join(names) or 'none'}") from None
+        raise
+    caps = tuple(show.get("capabilities") or ())
+    if "completion" not in caps:
+        raise ApiError(f"{model} cannot chat (capabilities: {', '.join(caps)}); choose another with --model")
+    if "tools" not in caps:
+        usable = await _names(client, "tools")
+        raise ApiError(f"{model} cannot call tools (its chat template has no tool calling), which a coding agent "
+                       f"needs; choose one that can with --model: {', '.join(usable) or 'none here'}")
+    try:
+        context = await client.context_length(model)
+    except ApiError:
+        context = int((show.get("details") or {}).get("context_length") or 0)
+    if context <= 0:
+        raise ApiError(f"the service reports no context length for {model}")
+    return Target(base_url=base_url, model=model, context=context, capabilities=caps, api_key=api_key), why
+
+
+def _shown_env(p: LaunchPlan, api_key: str | None) -> list[str]:
+    lines = []
+    for k, v in p.env.items():
+        if api_key and api_key in v:
+            v = v.replace(api_key, "<STRATA_API_KEY>")
+        lines.append(f"{k}={shlex.quote(v)}")
+    return lines
+
+
+def print_plan(agent: Agent, p: LaunchPlan, api_key: str | None) -> None:
+    for path, text in p.files.items():
+        print(f"# file {path}:")
+        print(text.rstrip())
+    print("# command (environment added to yours):")
+    print(" \\\n  ".join(_shown_env(p, api_key) + [shlex.join(p.argv)]))
+
+
+def write_files(p: LaunchPlan) -> None:
+    for path, text in p.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def exec_agent(executable: str, p: LaunchPlan) -> int:
+    """Replace this process with the agent (it owns the terminal from here); on Windows, run it and wait."""
+    env = {**os.environ, **p.env}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "nt":
+        return subprocess.call([executable, *p.argv[1:]], env=env)
+    os.execve(executable, [p.argv[0], *p.argv[1:]], env)
+    return 0      # not reached
+
+
+def cmd_launch(args) -> int:
+    agent = AGENTS[args.agent]
+    extra = split_rest(args)
+    executable = shutil.which(agent.command)
+    if executable is None and not args.print_only:
+        _say(f"{agent.title} is not installed (no `{agent.command}` on PATH). Install it with:\n"
+             f"    {agent.install_hint}\nthen run `strata launch {agent.name}` again.")
+        return 1
+    url, api_key = _connect_url()
+    loop, client = LoopThread(), ApiClient(url, api_key)
+    try:
+        if not loop.run(client.alive()):
+            _say(_not_running_hint(url))
+            return 1
+        target, why = loop.run(resolve_target(client, url, api_key, args.model))
+    except ApiError as e:
+        _say(str(e))
+        return 1
+    finally:
+        loop.run(client.close())
+        loop.close()
+    try:
+        launch_plan = plan(agent, target, extra, oss=args.oss, state_dir=paths.data_dir() / "launch")
+    except LaunchError as e:
+        _say(str(e))
+        return 2
+    _say(f"{agent.title} on {target.model} ({why}); context {target.context} tokens, replies up to "
+         f"{target.max_output}; server {url}")
+    for note in launch_plan.notes:
+        _say(note)
+    if args.print_only:
+        print_plan(agent, launch_plan, api_key)
+        if executable is None:
+            _say(f"{agent.title} is not installed: {agent.install_hint}")
+        return 0
+    write_files(launch_plan)
+    assert executable is not None
+    return exec_agent(executable, launch_plan)

@@ -1,0 +1,214 @@
+"""`strata launch` as a user runs it: a real `strata serve` process with Qwen2.5-Coder-0.5B in its store, and
+`strata launch claude|codex|opencode` run as a real process. Only the agent is a stand-in: an executable named
+like the agent, first on PATH, that records the arguments, environment and the files they name, asks the
+server the agent would ask (its base URL, with its credentials) and exits. So what is checked is what the agent
+would get: the command line, the environment, the files, and that they lead to this server's model.
+
+Also: the error with the npm command when the agent is not installed, the hint when no service answers, a
+model that cannot call tools refused with the ones that can, the default model chosen and said, `--print`."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+
+import httpx
+import pytest
+
+MODEL = "coder:test"
+# the stand-in agent: records what it was given and checks the server answers at the URL it was given
+STUB = textwrap.dedent('''\
+    #!{python}
+    import json, os, sys, urllib.request
+    name = os.path.basename(sys.argv[0])
+    env = {{k: v for k, v in os.environ.items()
+            if k.startswith(("ANTHROPIC_", "CLAUDE_CODE_", "DISABLE_", "CODEX_", "OPENCODE_", "STRATA_API"))}}
+    files = {{}}
+    for a in sys.argv[1:]:
+        if a.startswith("model_catalog_json="):
+            path = json.loads(a.split("=", 1)[1])
+            files[path] = json.load(open(path))
+    base = env.get("ANTHROPIC_BASE_URL") or env.get("CODEX_OSS_BASE_URL")
+    if name == "opencode":
+        base = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"]["strata"]["options"]["baseURL"]
+    for a in sys.argv[1:]:
+        if a.startswith("model_providers.strata.base_url="):
+            base = json.loads(a.split("=", 1)[1])
+    url = base.rstrip("/") + ("/models" if base.rstrip("/").endswith("/v1") else "/v1/models")
+    headers = {{}}
+    token = env.get("ANTHROPIC_AUTH_TOKEN") or env.get("STRATA_API_KEY")
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
+        served = [m["id"] for m in json.load(r)["data"]]
+    out = os.path.join(os.environ["STUB_OUT"], name + ".json")
+    json.dump({{"argv": sys.argv[1:], "env": env, "files": files, "served": served, "cwd": os.getcwd()}}, open(out, "w"))
+    sys.exit(int(os.environ.get("STUB_EXIT", "0")))
+''')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve(qwen_coder_path, tmp_path_factory):
+    home = tmp_path_factory.mktemp("launch-home")
+    port = _free_port()
+    env = {**os.environ, "STRATA_HOME": str(home), "STRATA_HOST": f"127.0.0.1:{port}", "STRATA_NUM_THREADS": "1",
+           "STRATA_NUM_CTX": "4096", "STRATA_NUM_PARALLEL": "1", "STRATA_EXTERNAL_MODELS": "0"}
+    log = open(home / "serve.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 120
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            if httpx.get(url + "/api/version", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        log.seek(0)
+        pytest.fail("strata serve did not start: " + log.read())
+    r = httpx.post(url + "/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    yield url, env
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    log.close()
+
+
+@pytest.fixture()
+def stubs(tmp_path):
+    bindir, out = tmp_path / "bin", tmp_path / "out"
+    bindir.mkdir()
+    out.mkdir()
+    for name in ("claude", "codex", "opencode"):
+        p = bindir / name
+        p.write_text(STUB.format(python=sys.executable))
+        p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return bindir, out
+
+
+def launch(env, *args, path=None, timeout=120):
+    env = dict(env)
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, "-m", "app", "launch", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_stub(serve, stubs, *args):
+    url, env = serve
+    bindir, out = stubs
+    r = launch({**env, "STUB_OUT": str(out)}, *args, path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    name = args[0]
+    return json.loads((out / f"{name}.json").read_text()), r.stderr
+
+
+def test_claude_gets_the_server_and_the_model_for_every_tier(serve, stubs):
+    got, said = run_stub(serve, stubs, "claude", "--model", MODEL, "--", "-p", "create hello.txt")
+    url, _ = serve
+    assert got["argv"] == ["--model", MODEL, "-p", "create hello.txt"]
+    e = got["env"]
+    assert e["ANTHROPIC_BASE_URL"] == url
+    assert {e[k] for k in ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+                           "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")} == {MODEL}
+    assert e["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "4096" and e["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "1024"
+    assert e["DISABLE_TELEMETRY"] == "1" and e["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert MODEL in got["served"]
+    assert f"Claude Code on {MODEL} (chosen with --model); context 4096 tokens" in said
+
+
+def test_codex_gets_a_provider_and_a_catalog_in_stratas_folder(serve, stubs):
+    got, _ = run_stub(serve, stubs, "codex", "--model", MODEL, "--", "exec", "create hello.txt")
+    url, env = serve
+    pairs = dict(a.split("=", 1) for a in got["argv"] if "=" in a)
+    assert json.loads(pairs["model_providers.strata.base_url"]) == url + "/v1"
+    assert tomllib.loads(f"v = {pairs['model_providers.strata.wire_api']}")["v"] == "responses"
+    assert got["argv"][-2:] == ["exec", "create hello.txt"]
+    (path, catalog), = got["files"].items()
+    assert path.startswith(env["STRATA_HOME"])
+    entry, = catalog["models"]
+    assert entry["slug"] == MODEL and entry["context_window"] == 4096
+    assert MODEL in got["served"]
+
+
+def test_codex_oss_points_codexs_ollama_provider_here(serve, stubs):
+    got, _ = run_stub(serve, stubs, "codex", "--oss", "--model", MODEL)
+    url, _ = serve
+    assert got["argv"][:3] == ["--oss", "--local-provider", "ollama"]
+    assert got["env"]["CODEX_OSS_BASE_URL"] == url + "/v1"
+
+
+def test_opencode_gets_an_inline_config(serve, stubs):
+    got, _ = run_stub(serve, stubs, "opencode", "--model", MODEL, "--", "run", "create hello.txt")
+    assert got["argv"] == ["run", "create hello.txt"]
+    cfg = json.loads(got["env"]["OPENCODE_CONFIG_CONTENT"])
+    assert cfg["model"] == f"strata/{MODEL}"
+    assert cfg["provider"]["strata"]["models"][MODEL]["limit"] == {"context": 4096, "output": 1024}
+    assert MODEL in got["served"]
+
+
+def test_without_model_a_model_that_can_call_tools_is_chosen_and_said(serve, stubs):
+    got, said = run_stub(serve, stubs, "claude")
+    assert got["env"]["ANTHROPIC_MODEL"] == MODEL
+    assert "the first model here that can call tools" in said
+
+
+def test_a_model_without_tools_is_refused_naming_those_with(serve, stubs):
+    url, env = serve
+    bindir, out = stubs
+    r = launch({**env, "STUB_OUT": str(out)}, "claude", "--model", "smollm2:135m",
+               path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 1
+    assert "cannot call tools" in r.stderr and MODEL in r.stderr
+    assert not (out / "claude.json").exists()
+
+
+def test_an_unknown_model_is_named(serve, stubs):
+    url, env = serve
+    bindir, _ = stubs
+    r = launch(env, "opencode", "--model", "nope:1b", path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 1 and "'nope:1b' not found" in r.stderr and MODEL in r.stderr
+
+
+def test_an_agent_that_is_not_installed_gets_the_npm_command(serve, tmp_path):
+    _, env = serve
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for agent, package in (("claude", "@anthropic-ai/claude-code"), ("codex", "@openai/codex"),
+                           ("opencode", "opencode-ai")):
+        r = launch(env, agent, path=str(empty))
+        assert r.returncode == 1
+        assert f"npm install -g {package}" in r.stderr
+
+
+def test_no_service_says_how_to_start_one(stubs):
+    bindir, _ = stubs
+    env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{_free_port()}"}
+    r = launch(env, "codex", path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 1 and "strata serve" in r.stderr
+
+
+def test_print_shows_the_command_and_starts_nothing(serve, stubs):
+    url, env = serve
+    bindir, out = stubs
+    r = launch({**env, "STUB_OUT": str(out)}, "codex", "--model", MODEL, "--print",
+               path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    assert "model_catalog_json=" in r.stdout and f'"{url}/v1"' in r.stdout
+    assert not (out / "codex.json").exists()
