@@ -62,7 +62,10 @@ class GenerateRequest:
     # a prompt longer than the context (runner/context_fit.py): "error" | "drop_messages" | "truncate" (the engine's
     # token rule, logged; the service always says which, from its request's dialect: GenerationRequest.overflow)
     overflow: str = "truncate"
-    reserve: int = 0                        # tokens the prompt must leave free for the reply (num_predict when set)
+    reserve: int = 0                        # tokens the prompt must leave free for the reply (the service asks for
+                                            # none when it refuses: max_tokens caps a reply, it claims no context)
+    shift: bool = True                      # a reply that fills the context: shift it (Ollama's rule) or, False,
+                                            # end it with "length" (llama-server's default, OpenAI's, Anthropic's)
     announce: bool = False                  # send Admitted once the prompt is fitted (before any token)
 
 

@@ -90,8 +90,9 @@ class Admission:
             toks = self.tokens_of(text, self.context_tokens(req))
         adm.n_keep = min(N_KEEP, len(toks))
         if adm.media is not None:       # images are never cut or dropped: a prompt that does not fit is refused
-            if not context_fit.fits(len(toks), max(0, int(req.reserve or 0)), self.n_ctx_seq):
-                raise context_fit.ContextOverflow(len(toks), max(0, int(req.reserve or 0)), self.n_ctx_seq)
+            reserve = context_fit.reply_room(req.overflow, max(0, int(req.reserve or 0)), self.n_ctx_seq)
+            if not context_fit.fits(len(toks), reserve, self.n_ctx_seq):
+                raise context_fit.ContextOverflow(len(toks), reserve, self.n_ctx_seq)
         else:
             toks, text = self.fit(seq, req, toks, text)
         if chat and self.mark_last_user and not (adm.dropped_messages or adm.truncated_tokens):

@@ -1,7 +1,9 @@
 """Fitting a prompt into a sequence's context, never in silence (docs/architecture.md, "Context").
 
-A prompt fits when it leaves room for at least one token and for the request's `reserve` (the reply's
-num_predict / max_tokens when the client set one). What happens when it does not is the request's `overflow`:
+A prompt fits when it leaves room for at least one token and for the request's `reserve`: what the client asked
+the prompt to leave free (the service asks for none when the rule refuses, as llama-server: OpenAI's max_tokens and
+Anthropic's cap the reply by the room left, they claim no context; Ollama's num_predict claims up to half the
+context before messages are dropped). What happens when it does not is the request's `overflow`:
 - "error": refuse (ContextOverflow, with the token counts; the service answers in its dialect's words);
 - "drop_messages": Ollama's rule for chats: drop the oldest messages, keeping every system message and the last
   message, never cutting inside a message or the template; refused when even that does not fit;
@@ -28,10 +30,10 @@ class ContextOverflow(ValueError):
 
 
 def reply_room(overflow: str, reserve: int, limit: int) -> int:
-    """How much of the context the reply's limit claims. Refusing ("error": OpenAI, Anthropic) counts all of it,
-    as they do (prompt + max_tokens must fit). Ollama's rules count at most half the context: its num_predict only
-    caps a reply (which shifts the context when it reaches the end), so a long num_predict must not drop messages
-    from a short chat, or refuse it."""
+    """How much of the context the reserve claims. Refusing ("error") counts all of it: the service gives one only
+    to ask whether a prompt leaves that much room (its context-growth check), never for a reply's max_tokens.
+    Ollama's rules count at most half the context: its num_predict only caps a reply (which shifts the context
+    when it reaches the end), so a long num_predict must not drop messages from a short chat, or refuse it."""
     return reserve if overflow == OVERFLOW_ERROR else min(reserve, limit // 2)
 
 

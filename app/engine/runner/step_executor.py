@@ -33,6 +33,7 @@ class StepExecutor:
         self.vocab = L.llama_model_get_vocab(model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.n_batch = L.llama_n_batch(ctx)
+        self.n_ctx_seq = L.llama_n_ctx_seq(ctx)
         self.mem = L.llama_get_memory(ctx)
         abort.install(ctx)
 
@@ -88,6 +89,7 @@ class StepExecutor:
             out.reason = "length"
             return out
         n_gen = seq.n_gen
+        pos = span.pos0 + (span.n if span.prefill else 1)   # the KV cell the first sampled token would take
         while True:
             try:
                 tok, logits = self._sample_row(seq, row + out.n_accepted)
@@ -99,7 +101,7 @@ class StepExecutor:
             n_gen += 1
             eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
             out.tokens.append((tok, logits, eog))
-            out.reason = self._end_reason(seq, tok, eog, n_gen)
+            out.reason = self._end_reason(seq, tok, eog, n_gen, pos + out.n_accepted)
             if out.reason or out.n_accepted == len(draft) or tok != draft[out.n_accepted]:
                 break
             out.n_accepted += 1                      # the drafted cell holds this very token: keep it
@@ -118,12 +120,18 @@ class StepExecutor:
                 logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
         return tok, logits
 
-    def _end_reason(self, seq: Seq, tok: int, eog: bool, n_gen: int) -> str | None:
+    def _end_reason(self, seq: Seq, tok: int, eog: bool, n_gen: int, pos: int) -> str | None:
+        """Why the reply ends with `tok` (which would take KV cell `pos`), or None. A request that does not shift
+        its context (`shift` False: OpenAI's, Anthropic's, llama-server's rule) ends with "length" at the token
+        that fills it (prompt + reply = the context, as llama-server): max_tokens caps a reply by the room the
+        prompt left, it claims no context."""
         if eog and not seq.req.ignore_eos:
             return "stop"
         if seq.stop_bytes is not None and not eog and seq.stop_bytes.push(self.vocab_out.piece(tok)):
             return "stop"                                # a stop string: no need to decode this token
         if 0 < seq.req.num_predict <= n_gen:
+            return "length"
+        if pos + 1 >= self.n_ctx_seq and not seq.req.shift:
             return "length"
         return None
 

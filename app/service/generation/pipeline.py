@@ -41,6 +41,14 @@ log = logging.getLogger("strata.generation")
 REPLY_RESERVE = 512
 
 
+def reply_reserve(overflow: str, num_predict: int) -> int:
+    """What the prompt must leave free under the request's own rule (protocol.GenerateRequest.reserve). A rule that
+    refuses claims nothing for the reply: as llama-server, a prompt that fits is served and max_tokens (OpenAI's,
+    Anthropic's; agents send 4096-32000) caps the reply by the room left, which ends with "length". Ollama's rules
+    count num_predict (at most half the context, runner/context_fit.reply_room) before dropping messages."""
+    return 0 if overflow == "error" else max(0, num_predict)
+
+
 def new_id(prefix: str = "req") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:20]}"
 
@@ -109,7 +117,8 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
         id=new_id(), prompt=prompt, images=req.images, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
-        overflow=req.overflow, reserve=max(0, ro.num_predict), announce=True, **extra)
+        overflow=req.overflow, reserve=reply_reserve(req.overflow, ro.num_predict),
+        shift=req.shift if req.shift is not None else req.overflow != "error", announce=True, **extra)
     parse_reply = not raw and req.suffix is None
     return Job(req, record.name, ro, runner_request, facts, parse_reply, record)
 
@@ -142,18 +151,21 @@ class Generation:
     async def start(self) -> None:
         """Send the request and wait until the runner has fitted its prompt to the context. A prompt that does not
         leave room for the reply (num_predict, else REPLY_RESERVE) first grows the model's context when the request
-        did not fix num_ctx, nothing else runs on the model and the larger plan fits (Scheduler.grow_context);
-        otherwise it is fitted by the request's own rule (`overflow`) or refused with a ContextLengthError. What
-        was dropped is on `result` (and in the response headers, `headers()`). Idempotent."""
+        did not fix num_ctx, nothing else runs on the model and the larger plan fits (Scheduler.grow_context: up to
+        the training context, so a model another client loaded small grows for one that asked for nothing);
+        otherwise it is fitted by the request's own rule (`overflow`) or refused with a ContextLengthError: only a
+        prompt that leaves no room at all is refused where the rule refuses. What was dropped is on `result` (and
+        in the response headers, `headers()`). Idempotent."""
         if self._started:
             return
         self._started = True
         req = self.job.runner_request
         policy, hard = req.overflow, req.reserve
+        model = self.lease.model
         grow = (self._scheduler is not None and "num_ctx" not in self.job.options.plan
-                and self._scheduler.growth_ceiling(self.lease.model) > 0)
+                and self._scheduler.growth_ceiling(model) > 0)
         if grow:
-            room = min(REPLY_RESERVE, self.lease.model.options.num_ctx // 4)
+            room = max(self.job.options.num_predict, min(REPLY_RESERVE, model.options.num_ctx // 4))
             req.overflow, req.reserve = "error", max(hard, room)
         while True:
             self._stream = stream = self.lease.client.generate(req)
@@ -164,7 +176,7 @@ class Generation:
                 n = int(e.data.get("prompt_tokens", 0))
                 if grow:
                     grow = False
-                    await self._scheduler.grow_context(self.lease.model, n + req.reserve)
+                    await self._scheduler.grow_context(model, n + req.reserve, n + 1)
                     req.id, req.overflow, req.reserve = new_id(), policy, hard
                     continue
                 raise ContextLengthError(self.job.model, n, int(e.data.get("reserve", hard)),
@@ -177,6 +189,9 @@ class Generation:
             break
         if isinstance(first, protocol.Admitted):
             self.result.num_ctx = first.n_ctx
+            room = first.n_ctx - first.prompt_tokens
+            if not req.shift and req.num_predict > room:
+                self.result.reply_room = room          # the reply is capped by the context, not by max_tokens
             self.result.dropped_messages, self.result.truncated_tokens = first.dropped_messages, first.truncated_tokens
             if first.dropped_messages or first.truncated_tokens:
                 log.warning("%s: prompt fitted to num_ctx %d (%d tokens): %d oldest messages dropped, %d tokens cut",
@@ -193,6 +208,8 @@ class Generation:
             h["X-Strata-Dropped-Messages"] = str(r.dropped_messages)
         if r.truncated_tokens:
             h["X-Strata-Truncated-Tokens"] = str(r.truncated_tokens)
+        if r.reply_room is not None:
+            h["X-Strata-Reply-Room"] = str(r.reply_room)
         return h
 
     async def _runner_events(self):

@@ -65,6 +65,9 @@ class GenerationRequest:
     # a prompt longer than the context (runner/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
     # "drop_messages" (Ollama's chat: oldest messages go), "truncate" (Ollama's prompt: the token rule)
     overflow: str = "error"
+    # a reply that fills the context: True shifts it (Ollama's `shift`, its default), False ends it with "length"
+    # (llama-server's, OpenAI's and Anthropic's rule); None: the overflow rule's (shift unless "error")
+    shift: bool | None = None
 
 
 @dataclass

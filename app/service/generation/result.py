@@ -69,6 +69,7 @@ class GenerationResult:
     num_ctx: int = 0                                 # the context per sequence the prompt was fitted to
     dropped_messages: int = 0                        # oldest messages left out to fit it (Ollama's chat rule)
     truncated_tokens: int = 0                        # prompt tokens cut to fit it (a raw prompt's token rule)
+    reply_room: int | None = None                    # max_tokens was above the room the prompt left: this much
     started: float = field(default_factory=time.monotonic)
 
     def add(self, ev: Event) -> None:

@@ -16,9 +16,11 @@ class ApiError(Exception):
 
 
 class ContextLengthError(ApiError):
-    """A prompt (plus the reply's reserve) longer than the model's context, answered in each dialect's words:
+    """A prompt that leaves no room for a reply in the model's context, answered in each dialect's words:
     OpenAI's `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum", Ollama's
-    plain error (error_body). Never a silent cut (docs/architecture.md, "Context")."""
+    plain error (error_body). Never a silent cut (docs/architecture.md, "Context"). The reply's max_tokens is never
+    part of it (a prompt that fits is served, its reply capped by the room left, as llama-server does); `reserve`
+    is what the request's own rule claimed besides (Ollama's num_predict, at most half the context)."""
 
     def __init__(self, model: str, prompt_tokens: int, reserve: int, limit: int, why: str = ""):
         self.prompt_tokens, self.reserve, self.limit = prompt_tokens, reserve, limit
@@ -28,12 +30,16 @@ class ContextLengthError(ApiError):
                          param="messages", code="context_length_exceeded")
 
     def openai_message(self) -> str:
+        if not self.reserve:
+            return (f"This model's maximum context length is {self.limit} tokens. However, your messages resulted "
+                    f"in {self.prompt_tokens} tokens. Please reduce the length of the messages.")
         return (f"This model's maximum context length is {self.limit} tokens. However, you requested "
                 f"{self.prompt_tokens + self.reserve} tokens ({self.prompt_tokens} in the messages, {self.reserve} "
                 f"in the completion). Please reduce the length of the messages or completion.")
 
     def anthropic_message(self) -> str:
-        return f"prompt is too long: {self.prompt_tokens} tokens > {max(0, self.limit - self.reserve)} maximum"
+        # the longest prompt that fits leaves one token of room for the reply
+        return f"prompt is too long: {self.prompt_tokens} tokens > {max(0, self.limit - max(1, self.reserve))} maximum"
 
 
 def _default_type(status: int) -> str:

@@ -52,6 +52,7 @@ class LoadedModel:
         self.closing = False
         self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
         self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
+        self.growth_refused = 0          # the smallest larger context that did not fit the free memory (0: none)
         self.runner_ended: str | None = None     # why its runner process ended (then its queue moves on)
         self.projector: ProjectorInfo | None = None  # of its vision projector, when it has one
         self.draft = None                # (record, ModelInfo) of its draft model (the `draft` option), or None

@@ -424,23 +424,31 @@ class Scheduler:
     # ---- a larger context for a request that needs it -------------------------------------------------------
 
     def growth_ceiling(self, model: LoadedModel) -> int:
-        """The largest context per sequence `model` may grow to: its training context (0: cannot grow)."""
-        train = getattr(model.info, "context_length", 0) or 0
-        return train if train > model.options.num_ctx else 0
+        """The largest context per sequence `model` may grow to: its training context, below the smallest larger
+        one that did not fit the free memory (0: cannot grow)."""
+        top = getattr(model.info, "context_length", 0) or 0
+        if model.growth_refused:
+            top = min(top, model.growth_refused - CTX_STEP)
+        return top if top > model.options.num_ctx else 0
 
-    async def grow_context(self, model: LoadedModel, needed: int) -> bool:
-        """Reload `model`, held by the caller's one request, with a context per sequence of at least `needed`
-        tokens (twice the present one when that fits too, so a growing conversation does not reload every turn),
-        up to its training context. False, and nothing changes, when another request is on the model, it cannot
-        grow that far, or no such plan fits what the other models leave free. The caller's lease stays valid:
-        the model object is the same, with a new runner."""
+    async def grow_context(self, model: LoadedModel, needed: int, at_least: int = 0) -> bool:
+        """Reload `model`, held by the caller's one request, with a context per sequence of `needed` tokens (twice
+        the present one when that fits too, so a growing conversation does not reload every turn), capped at its
+        training context: a request that wants more than the model was trained for still gets all it can, when
+        that holds its `at_least` tokens (the prompt and one token of reply) and is more than the present context.
+        False, and nothing changes, when another request is on the model, it cannot grow past the present context
+        or `at_least`, or no such plan fits what the other models leave free (remembered until memory is freed, so
+        each request does not plan again). The caller's lease stays valid: the model object is the same, with a
+        new runner."""
         ceiling = self.growth_ceiling(model)
-        if (model.pending != 1 or model.state != "loaded" or self.models.get(model.name) is not model
-                or model.closing or needed > ceiling):
-            return False
         name, cur = model.name, model.options.num_ctx
         want = min(ceiling, -(-needed // CTX_STEP) * CTX_STEP)
-        candidates = sorted({min(ceiling, max(want, 2 * cur)), want}, reverse=True)
+        if (model.pending != 1 or model.state != "loaded" or self.models.get(name) is not model
+                or model.closing or want <= cur or at_least > want):
+            return False
+        least = -(-max(at_least, 1) // CTX_STEP) * CTX_STEP
+        candidates = sorted({min(ceiling, max(want, 2 * cur)), want} | ({least} if cur < least < want else set()),
+                            reverse=True)
         loop = asyncio.get_running_loop()
         async with self._load_lock:
             if model.pending != 1 or self.models.get(name) is not model or model.closing:
@@ -457,8 +465,9 @@ class Scheduler:
             if layout is None or not layout.fits:
                 log.info("%s: a context of %d tokens per sequence does not fit the free memory; staying at %d",
                          name, want, cur)
+                model.growth_refused = candidates[-1]
                 return False
-            reason = f"num_ctx {options.num_ctx}: grown from {cur} for a prompt that needs {needed} tokens"
+            reason = f"num_ctx {options.num_ctx}: grown from {cur} for a request that needs {needed} tokens"
             layout = replace(layout, context={"num_ctx": options.num_ctx, "limit": "request", "reason": reason},
                              lora_adapters=model.layout.lora_adapters if model.layout else ())
             layout = self._with_projector(model, layout)
@@ -512,6 +521,7 @@ class Scheduler:
         if not model.ready.done():
             model.ready.set_exception(ApiError(503, f"model {name!r} was unloaded while loading ({reason})"))
             model.ready.exception()
+        self._memory_freed()
         log.info("unloaded %s%s", name, f" ({reason})" if reason else "")
         self.events.publish("unloaded", {"model": name, "reason": reason})
         self._publish_memory()
@@ -547,9 +557,15 @@ class Scheduler:
                     "requests queued for it wait for that", model.name, code, max(0, model.queued))
         self.models.pop(model.name, None)
         self._cancel_expiry(model)
+        self._memory_freed()
         self.events.publish("unloaded", {"model": model.name, "reason": f"runner exited with code {code}"})
         self._publish_memory()
         asyncio.get_running_loop().create_task(self._notify_idle())     # a load waiting for memory may go on
+
+    def _memory_freed(self) -> None:
+        """A model's memory came back: a context that did not fit before may fit now."""
+        for m in self.models.values():
+            m.growth_refused = 0
 
     async def _notify_idle(self) -> None:
         async with self._idle:

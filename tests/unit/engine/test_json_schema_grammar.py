@@ -103,10 +103,30 @@ def test_tool_arguments_use_the_same_rules(vocab):
 def test_schema_errors_are_grammar_errors_naming_the_problem():
     with pytest.raises(GrammarError, match="unrecognized type kaboom"):
         grammar_for(json_schema={"type": "kaboom"})
-    with pytest.raises(GrammarError, match="over the limit"):
-        grammar_for(json_schema={"type": "string", "maxLength": 100000})
+    with pytest.raises(GrammarError, match="minLength 100000 is over the limit"):
+        grammar_for(json_schema={"type": "string", "minLength": 100000})
+    with pytest.raises(GrammarError, match=r"pattern repeats \{5000,\}"):
+        grammar_for(json_schema={"type": "string", "pattern": "^a{5000,}$"})
     with pytest.raises(GrammarError, match="Unresolved|cannot resolve"):
         grammar_for(json_schema={"$ref": "#/$defs/missing"})
+
+
+def test_an_upper_bound_no_reply_reaches_means_unbounded(vocab):
+    """Claude Code bounds its tools' strings at maxLength 524288 (and arrays, patterns alike): past what any reply
+    in a context reaches, so the grammar leaves the bound out instead of refusing the request; bounds within
+    reach are kept, and the request's schema is not changed."""
+    schema = {"type": "object", "properties": {
+        "content": {"type": "string", "maxLength": 524288},
+        "lines": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 100000},
+        "id": {"type": "string", "pattern": "^[a-z]{1,50000}$"},
+        "default": {"type": "string", "maxLength": 2000000}},          # a property named like a keyword
+        "required": ["content", "lines", "id"], "additionalProperties": False}
+    before = json.dumps(schema, sort_keys=True)
+    g = grammar_for(json_schema=schema)
+    assert json.dumps(schema, sort_keys=True) == before
+    assert matches(vocab, g, '{"content": "' + "x" * 3000 + '", "lines": ["abc", "de"], "id": "' + "q" * 1500 + '"}')
+    assert not matches(vocab, g, '{"content": "x", "lines": ["abcd"], "id": "q"}')      # maxLength 3 still holds
+    assert not matches(vocab, g, '{"content": "x", "lines": [], "id": "Q"}')            # the pattern still holds
 
 
 def test_the_parser_keeps_what_the_grammar_let_through():

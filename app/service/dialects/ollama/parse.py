@@ -63,6 +63,7 @@ def parse_generate(body: dict) -> GenerationRequest:
     req.want_context = not req.raw and req.suffix is None
     # a prompt longer than the context: Ollama's token rule, or a 400 with truncate=false (never a silent cut)
     req.overflow = "truncate" if field(body, "truncate", bool, True) else "error"
+    req.shift = field(body, "shift", bool, True)      # a reply that fills the context shifts it (Ollama's default)
     return req
 
 
@@ -107,6 +108,7 @@ def parse_chat(body: dict) -> GenerationRequest:
     # a chat longer than the context: Ollama drops the oldest messages (system and last kept), or 400s with
     # truncate=false
     req.overflow = "drop_messages" if field(body, "truncate", bool, True) else "error"
+    req.shift = field(body, "shift", bool, True)
     return req
 
 

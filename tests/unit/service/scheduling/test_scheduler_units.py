@@ -411,3 +411,57 @@ def test_unknown_model_is_404_before_any_load():
             await w.use("nope")
         assert e.value.status == 404 and w.runners == []
     run(main())
+
+
+class GrowingWorld(World):
+    """Models whose plan grows with the context: `size` plus `per_token` bytes per token of context."""
+
+    def __init__(self, sizes: dict[str, int], per_token: int, **kw):
+        super().__init__(sizes, **kw)
+        self.per_token = per_token
+
+    async def plan(self, info, options, inventory: Inventory) -> Layout:
+        size = self.sizes[info.name] + self.per_token * options.num_ctx
+        return _layout(size, size <= inventory.host_ram_available)
+
+
+def test_a_model_loaded_small_grows_for_a_request_that_asked_for_nothing():
+    """One client loads the model with num_ctx 512; the next request (no num_ctx) needs more than the training
+    context (2048 here) for its prompt and max_tokens: it gets the training context, which holds its prompt."""
+    from app.service.generation.options import parse_ollama_options
+    async def main():
+        w = GrowingWorld({"a": 10 * MiB}, per_token=10 * 1024)
+        s = w.scheduler
+        async with s.lease("a", parse_ollama_options({"num_ctx": 512}), keep_alive=FOREVER):
+            pass
+        async with s.lease("a", keep_alive=FOREVER) as lease:
+            assert lease.model.options.num_ctx == 512 and s.growth_ceiling(lease.model) == 2048
+            assert await s.grow_context(lease.model, 1500 + 32000, 1501)
+            assert lease.model.options.num_ctx == 2048 and lease.model.asked_ctx is None
+            assert lease.model.layout.context["limit"] == "request"
+            assert s.growth_ceiling(lease.model) == 0                     # at the training context: no further
+            assert not await s.grow_context(lease.model, 4000, 1501)
+        assert [(d["from"], d["to"]) for d in w.events.of("context_grow")] == [(512, 2048)]
+        await s.close()
+    run(main())
+
+
+def test_growth_takes_what_memory_holds_and_remembers_what_did_not_fit():
+    """Memory for about 1000 tokens of context: a request that wants 2048 gets the smallest context that holds
+    its prompt (768), and one whose prompt needs more is not planned again until memory comes free."""
+    from app.service.generation.options import parse_ollama_options
+    async def main():
+        w = GrowingWorld({"a": 10 * MiB, "b": 10 * MiB}, per_token=80 * 1024, ram=100 * MiB)
+        s = w.scheduler
+        async with s.lease("b", parse_ollama_options({"num_ctx": 256}), keep_alive=FOREVER):
+            pass                                                          # 10 MiB + 256 * 80 KiB: 30 MiB
+        async with s.lease("a", parse_ollama_options({"num_ctx": 256}), keep_alive=FOREVER) as lease:
+            assert await s.grow_context(lease.model, 1000 + 2000, 700)
+            assert lease.model.options.num_ctx == 768
+            assert not await s.grow_context(lease.model, 1100 + 2000, 1101)      # 2048 and 1280 do not fit
+            assert lease.model.growth_refused == 1280 and s.growth_ceiling(lease.model) == 1024
+            assert lease.model.options.num_ctx == 768
+        await s.unload("b")                                               # memory came free
+        assert s.models["a"].growth_refused == 0 and s.growth_ceiling(s.models["a"]) == 2048
+        await s.close()
+    run(main())
