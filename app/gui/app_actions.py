@@ -46,6 +46,7 @@ class AppActions(QObject):
     open_memory_requested = Signal()
     open_models_requested = Signal(str)      # "" | "import" | "pull": what the manager should offer first
     open_settings_requested = Signal()
+    open_agents_requested = Signal()          # Models → Launch a coding agent…
     quit_requested = Signal()
 
     def __init__(self, parent: QObject | None = None):
@@ -64,10 +65,14 @@ class AppActions(QObject):
                                   lambda: self.open_models_requested.emit(""))
         self.pull = make_action(self, "&Pull a model…", "pullModel", None,
                                 lambda: self.open_models_requested.emit("pull"))
-        self.models_head = [self.models, self.pull]
+        self.launch_agent = make_action(self, "&Launch a coding agent…", "launchAgent", None,
+                                        self.open_agents_requested.emit,
+                                        "The command that starts Claude Code, Codex or OpenCode on a model here")
+        self.models_head = [self.models, self.pull, self.launch_agent]
 
     def all(self) -> list[QAction]:
-        return [self.new_chat, self.chat, self.memory, self.settings, self.quit, self.models, self.pull]
+        return [self.new_chat, self.chat, self.memory, self.settings, self.quit, self.models, self.pull,
+                self.launch_agent]
 
     def install(self, window: QWidget, closable: bool = True) -> dict[str, QMenu]:
         """Give `window` these actions: a File and a Models menu on a main window, the bare actions (keys only)

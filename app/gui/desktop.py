@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QApplication
 
+from app.gui.agent_launch import AgentLaunchDialog
 from app.gui.app_actions import AppActions
 from app.gui.bridge import ServiceBridge
 from app.gui.chat_window import ChatWindow
@@ -79,6 +80,7 @@ class Desktop(QObject):
         self.memory: MemoryWindow | None = None
         self.models: ModelManagerWindow | None = None
         self.settings: SettingsDialog | None = None
+        self.agents: AgentLaunchDialog | None = None
         self.tray = TrayController(self.state, self.icon, window=self.chat, use_tray=use_tray)
         for source in (self.actions, self.tray):
             source.open_chat_requested.connect(self.open_chat)
@@ -87,6 +89,7 @@ class Desktop(QObject):
             source.open_settings_requested.connect(self.open_settings)
             source.quit_requested.connect(self.quit)
         self.actions.new_chat_requested.connect(self.new_chat)
+        self.actions.open_agents_requested.connect(self.open_agents)
         QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.follow_system_theme())
         self.state.start()
         self._shut = False
@@ -139,6 +142,13 @@ class Desktop(QObject):
         self.settings.reload()
         return _raise(self.settings)
 
+    def open_agents(self) -> AgentLaunchDialog:
+        if self.agents is None:
+            self.agents = AgentLaunchDialog(self.state, self.chat)
+            self.actions.install(self.agents)
+        self.agents.reload()
+        return _raise(self.agents)
+
     def plan_model(self, model: str) -> MemoryWindow:
         mem = self.open_memory()
         mem.plan_for(model)
@@ -156,7 +166,7 @@ class Desktop(QObject):
         self.chat.abandon_reply()
         self.tray.hide()
         self.bridge.close()
-        for w in (self.chat, self.memory, self.models, self.settings):
+        for w in (self.chat, self.memory, self.models, self.settings, self.agents):
             if w is not None:
                 w.close()
         self.history.close()

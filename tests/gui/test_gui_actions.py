@@ -317,7 +317,8 @@ def test_tray_menu_items(qtbot, service):
 
 
 def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
-    """A new menu entry must come with a test: the menus hold exactly the actions the tests above click."""
+    """A new menu entry must come with a test: the menus hold exactly the actions the tests above click (and
+    test_gui_agent_launch.py: launchAgent)."""
     d = make_desk(qtbot, service.url, use_tray=True)
     try:
         def names(menu) -> list[str]:     # "unload:NAME" entries come and go with loaded models
@@ -329,7 +330,7 @@ def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
     finally:
         d.shutdown()
     assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "quit"],
-                   "modelsMenu": ["manageModels", "pullModel", "loadMenu", "copyAddress"],
+                   "modelsMenu": ["manageModels", "pullModel", "launchAgent", "loadMenu", "copyAddress"],
                    "chatMenu": ["focusInput", "attachFiles", "stop", "regenerate", "searchChats", "moreOptions", "renameChat",
                                 "deleteChat", "exportMarkdown", "exportJson", "importChat"]}
     assert tray == ["manageModels", "pullModel", "loadMenu", "copyAddress", "openChat", "openMemory",
@@ -348,4 +349,4 @@ def test_secondary_windows_have_the_same_menus(qtbot, desk):
         bar = {m.objectName(): [a.objectName() for a in m.actions() if a.objectName()]
                for m in (a.menu() for a in win.menuBar().actions()) if m is not None}
         assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "closeWindow", "quit"],
-                       "modelsMenu": ["manageModels", "pullModel"]}, name
+                       "modelsMenu": ["manageModels", "pullModel", "launchAgent"]}, name
