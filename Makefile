@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.strata-installed
 
-.PHONY: run test test-unit test-models fuzz setup serve bench screenshots package clean rebuild-engine
+.PHONY: run test test-unit test-models fuzz setup serve bench agents-e2e screenshots package clean rebuild-engine
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -60,6 +60,12 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
+
+# Claude Code, Codex (custom provider and --oss) and OpenCode through `strata launch` on the Qwen fixture, one small
+# task each, behind a logging proxy (bench/agents_e2e.py; npm installs missing CLIs). Slow: not in CI.
+agents-e2e: $(STAMP)
+	$(BIN)/python tests/support/model_cache.py
+	$(BIN)/python bench/agents_e2e.py $(E2E_ARGS)
 
 # Render the desktop app's windows to docs/screenshots/*.png under a virtual X display (real service, SmolLM2).
 # Needs: apt-get install xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
