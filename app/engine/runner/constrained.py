@@ -20,6 +20,8 @@ from __future__ import annotations
 import bisect
 import ctypes
 import logging
+import threading
+from collections import OrderedDict
 
 import numpy as np
 from llama_cpp import llama_cpp as L
@@ -34,6 +36,26 @@ TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32
 
 class GrammarStuck(RuntimeError):
     """The grammar admits no token the sampler can pick: the sequence cannot continue under it."""
+
+
+_PARSED_SIZE = 32
+_parsed: OrderedDict[tuple[int, str], None] = OrderedDict()      # (vocab, GBNF) llama.cpp has parsed
+_parsed_lock = threading.Lock()
+
+
+def check_parses(vocab, gbnf: str) -> None:
+    """SamplingError unless llama.cpp parses `gbnf` for `vocab`; a text that parsed before is not parsed again
+    (an agent's tool grammar comes with each of its requests)."""
+    key = (ctypes.cast(vocab, ctypes.c_void_p).value or 0, gbnf)
+    with _parsed_lock:
+        if key in _parsed:
+            _parsed.move_to_end(key)
+            return
+    sampling.free_grammar(sampling.grammar_sampler(vocab, gbnf))
+    with _parsed_lock:
+        _parsed[key] = None
+        while len(_parsed) > _PARSED_SIZE:
+            _parsed.popitem(last=False)
 
 
 class SeqSampler:
@@ -64,8 +86,7 @@ class SeqSampler:
                 raise ValueError("a lazy grammar needs the token pieces")
             self.lazy = grammar
             # parsed once now, so a grammar llama.cpp cannot parse is the request's error, not the trigger's
-            sampling.free_grammar(sampling.grammar_sampler(vocab, grammar.triggered(MARKER if grammar.opener
-                                                                                       else BARE, "")))
+            check_parses(vocab, grammar.triggered(MARKER if grammar.opener else BARE, ""))
         elif grammar is not None:
             self.grammar = sampling.grammar_sampler(vocab, grammar if isinstance(grammar, str) else grammar.gbnf)
 

@@ -12,7 +12,10 @@ with the same schema converter as `format` (grammar.py), over one combined schem
 """
 from __future__ import annotations
 
+import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from app.engine.chat.formats import CallGrammar, format_for
@@ -167,11 +170,40 @@ def _gbnf_str(s: str) -> str:
                    "\\" + c if c in '"\\' else c for c in s)
 
 
+# Grammars by tool set: an agent sends the same tools with every request (Claude Code: 24 tools, 64 KB), and
+# converting their schemas is most of what a tool grammar costs before the first token (bench/bench_tool_grammar.py).
+CACHE_SIZE = 16
+_cache: OrderedDict[tuple, ToolGrammar | str] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
 def for_plan(tools: list[dict] | None, plan: ChatPlan, format_gbnf: str | None = None) -> ToolGrammar | str | None:
     """The grammar the service's plan names (chat/plan.py), over the family's record: a ToolGrammar (FORCED, LAZY),
-    the GBNF for calls or the format (EITHER, with `format_gbnf`), or None. Nothing is decided here."""
+    the GBNF for calls or the format (EITHER, with `format_gbnf`), or None. Nothing is decided here. Built once per
+    tool set, plan and format (the last CACHE_SIZE are kept); a refusal (GrammarError) is not kept."""
     if not tools or plan.grammar is None:
         return None
+    key = (json.dumps(tools, separators=(",", ":")), plan, format_gbnf)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    built = _build(tools, plan, format_gbnf)
+    if built is not None:
+        with _cache_lock:
+            _cache[key] = built
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    return built
+
+
+def _build(tools: list[dict], plan: ChatPlan, format_gbnf: str | None) -> ToolGrammar | str | None:
     if plan.grammar == EITHER and format_gbnf is not None:
         return with_format(tools, plan.family, format_gbnf, plan.parallel)
     if plan.grammar == FORCED:

@@ -140,3 +140,24 @@ def test_grammar_trigger_and_parser_come_from_one_record(vocab):
         s.free()
         d = parse_all(f.name, "Let me check. " + text, ["get_weather", "get_time"])
         assert [(c.name, c.arguments) for c in d.calls] == [("get_weather", {"city": "Paris"})], f.name
+
+
+def test_a_tool_set_is_built_once_and_parsed_once(vocab, monkeypatch):
+    """An agent sends the same tools with every request: the grammar is built once per tool set and plan (and a
+    changed tool set gets its own), and llama.cpp parses a lazy grammar's text once to check it."""
+    from app.engine.runner import constrained, sampling
+    tg.clear_cache()
+    first = tg.for_request(TOOLS, "auto", "hermes")
+    assert tg.for_request([dict(t) for t in TOOLS], "auto", "hermes") is first          # equal tools: a hit
+    assert tg.for_request(TOOLS, "required", "hermes") is not first                     # another plan
+    other = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "renamed"}}] + TOOLS[1:]
+    assert tg.for_request(other, "auto", "hermes") is not first
+    parses = []
+    real = sampling.grammar_sampler
+    monkeypatch.setattr(sampling, "grammar_sampler", lambda v, g: parses.append(g) or real(v, g))
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    out = Vocab(vocab, n_vocab)
+    constrained._parsed.clear()
+    for _ in range(3):
+        SeqSampler(None, vocab, n_vocab, first, "tools", out.piece).free()
+    assert len(parses) == 1
