@@ -240,9 +240,8 @@ HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"
 class Proxy:
     """A reverse proxy on its own loop thread; `log` collects one Exchange per request."""
 
-    def __init__(self, upstream: str, port: int, journal: Path | None = None):
+    def __init__(self, upstream: str, port: int):
         self.upstream, self.port = upstream, port
-        self.journal = open(journal, "w") if journal else None
         self.log: list[Exchange] = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -276,18 +275,7 @@ class Proxy:
             finally:
                 reader.close(time.monotonic())
                 ex.elapsed = time.monotonic() - ex.started
-                self._journal(ex)
         return resp
-
-    def _journal(self, ex: Exchange) -> None:
-        if "aiohttp" not in ex.user_agent.lower():
-            ttft = "-" if ex.ttft is None else f"{ex.ttft:.1f}s"
-            print(f"   {ex.method} {ex.path} -> {ex.status} ttft {ttft} total {ex.elapsed:.1f}s prompt "
-                  f"{ex.prompt_tokens} calls {[n for _, n in ex.tool_calls]} results {len(ex.results_sent)}"
-                  + (f" ERROR {ex.error or ex.stream_error}" if ex.error or ex.stream_error else ""), flush=True)
-        if self.journal:
-            self.journal.write(json.dumps(ex.row(), default=str) + "\n")
-            self.journal.flush()
 
     def start(self) -> "Proxy":
         self.thread.start()
@@ -306,8 +294,6 @@ class Proxy:
         async def down():
             if self.runner:
                 await self.runner.cleanup()
-            if self.journal:
-                self.journal.close()
             if self.session:
                 await self.session.close()
         asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
@@ -441,7 +427,7 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     oss = run == "codex-oss"
     lock = port_lock(lock_path) if oss else contextlib.nullcontext()
     with lock:
-        proxy = Proxy(upstream, OSS_PORT if oss else free_port(), folder / "requests.jsonl").start()
+        proxy = Proxy(upstream, OSS_PORT if oss else free_port()).start()
         env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{proxy.port}", "HOME": str(home),
                "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local" / "share"),
                "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local" / "state"),
@@ -474,6 +460,9 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     if target.exists():
         res.file_text = target.read_text(errors="replace")[:200]
         res.done = res.file_text.strip() == CONTENT
+    with open(folder / "requests.jsonl", "w") as f:
+        for e in proxy.log:
+            f.write(json.dumps(e.row(), default=str) + "\n")
     listing = sorted(str(p.relative_to(project)) for p in project.rglob("*") if ".git" not in p.parts)[:30]
     res.notes.append(f"project files: {listing}")
     shutil.rmtree(home, ignore_errors=True)

@@ -201,7 +201,8 @@ class Generation:
             self._first = first
 
     def headers(self) -> dict[str, str]:
-        """What fitting the prompt left out, for the response (never a silent cut)."""
+        """What fitting the prompt left out and which offered tools cannot run here, for the response (never a
+        silent cut)."""
         r = self.result
         h = {"X-Strata-Num-Ctx": str(r.num_ctx)} if r.num_ctx else {}
         if r.dropped_messages:
@@ -210,6 +211,8 @@ class Generation:
             h["X-Strata-Truncated-Tokens"] = str(r.truncated_tokens)
         if r.reply_room is not None:
             h["X-Strata-Reply-Room"] = str(r.reply_room)
+        if self.job.request.dropped_tools:
+            h["X-Strata-Dropped-Tools"] = ", ".join(self.job.request.dropped_tools)
         return h
 
     async def _runner_events(self):

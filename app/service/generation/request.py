@@ -62,6 +62,9 @@ class GenerationRequest:
     # ignored by a model that cannot think, as llama-server does); chat_features.settle_thinking applies it
     think_mode: str = "require"
     suffix: str | None = None                    # completion requests: the text after the gap (insert)
+    # tools the request offered that cannot run on this server (the Responses API's hosted web_search,
+    # file_search...): left out of `tools`, named in the X-Strata-Dropped-Tools response header
+    dropped_tools: list[str] = dc_field(default_factory=list)
     # a prompt longer than the context (runner/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
     # "drop_messages" (Ollama's chat: oldest messages go), "truncate" (Ollama's prompt: the token rule)
     overflow: str = "error"

@@ -16,6 +16,8 @@ import ollama
 import openai
 import pytest
 
+from app import __version__
+
 
 MODEL = "smollm2:135m"
 TINY = {"num_predict": 6, "temperature": 0, "seed": 1}
@@ -45,7 +47,10 @@ def http(server):
 # ---- models ---------------------------------------------------------------------------------------------
 
 def test_version_and_root(http):
-    assert http.get("/api/version").json()["version"]
+    answer = http.get("/api/version").json()
+    # an Ollama release number Ollama's clients accept (Codex --oss needs 0.13.4 or newer), Strata's own beside it
+    assert tuple(int(x) for x in answer["version"].split(".")) >= (0, 13, 4)
+    assert answer["strata"]["version"] == __version__
     assert "running" in http.get("/").text
 
 

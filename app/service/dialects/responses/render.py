@@ -1,6 +1,8 @@
 """The internal result -> OpenAI's Responses wire format: a `response` object whose `output` holds reasoning,
-message and function_call items, or the event stream response.created ... response.completed (each event
-carries its `type` and a `sequence_number`)."""
+message, function_call and custom_tool_call items, or the event stream response.created ... response.completed
+(response.incomplete when max_output_tokens cut the reply; each event carries its `type` and a
+`sequence_number`). A call to a namespace's member names its `namespace`; a call to a custom tool is a
+`custom_tool_call` whose `input` is the string the model wrote."""
 from __future__ import annotations
 
 import json
@@ -11,7 +13,7 @@ from ...generation.result import GenerationResult, TextDelta, ThinkingDelta, Too
 from ...http.bodies import SSEEvent, SSEWriter
 from ...http.errors import ApiError
 from ..base import Renderer
-from .parse import WireChoices
+from .parse import CUSTOM_INPUT, WireChoices, WireTool
 
 
 def _id(prefix: str) -> str:
@@ -37,10 +39,31 @@ def reasoning_item(item_id: str, text: str | None) -> dict:
             "content": [{"type": "reasoning_text", "text": text}] if text is not None else []}
 
 
-def call_item(item_id: str, ev: ToolCallEvent, status: str = "completed") -> dict:
-    return {"type": "function_call", "id": item_id, "call_id": ev.id, "name": ev.name,
-            "arguments": json.dumps(ev.arguments, ensure_ascii=False) if status == "completed" else "",
-            "status": status}
+def custom_input(arguments) -> str:
+    """A custom tool's input from the call the model made: the string it gave (as `input`, or as the one
+    argument it wrote under another name), else its arguments as JSON text."""
+    if isinstance(arguments, dict):
+        if isinstance(arguments.get(CUSTOM_INPUT), str):
+            return arguments[CUSTOM_INPUT]
+        strings = [v for v in arguments.values() if isinstance(v, str)]
+        if len(arguments) == 1 and strings:
+            return strings[0]
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def call_payload(ev: ToolCallEvent, tool: WireTool) -> str:
+    """What the call item carries: a custom tool's input text, a function's arguments as a JSON string."""
+    return custom_input(ev.arguments) if tool.custom else json.dumps(ev.arguments, ensure_ascii=False)
+
+
+def call_item(item_id: str, ev: ToolCallEvent, tool: WireTool | None = None, status: str = "completed") -> dict:
+    tool = tool or WireTool(ev.name)
+    payload = call_payload(ev, tool) if status == "completed" else ""
+    item = {"type": "custom_tool_call" if tool.custom else "function_call", "id": item_id, "call_id": ev.id,
+            "name": tool.name, ("input" if tool.custom else "arguments"): payload, "status": status}
+    if tool.namespace:
+        item["namespace"] = tool.namespace
+    return item
 
 
 class ResponsesRenderer(Renderer):
@@ -64,10 +87,11 @@ class ResponsesRenderer(Renderer):
             "id": self.id, "object": "response", "created_at": self.created, "status": status, "error": None,
             "incomplete_details": incomplete, "instructions": w.instructions, "max_output_tokens": w.max_output_tokens,
             "model": self.model, "output": output, "parallel_tool_calls": w.parallel_tool_calls,
-            "previous_response_id": None, "reasoning": {"effort": w.effort, "summary": None}, "store": False,
-            "temperature": w.temperature, "text": {"format": w.text_format or {"type": "text"}},
+            "previous_response_id": None, "reasoning": {"effort": w.effort, "summary": w.summary}, "store": False,
+            "temperature": w.temperature,
+            "text": {"format": w.text_format or {"type": "text"}, **({"verbosity": w.verbosity} if w.verbosity else {})},
             "tool_choice": w.tool_choice, "tools": list(w.tools), "top_p": w.top_p, "truncation": "disabled",
-            "usage": usage(result) if result is not None else None, "metadata": {},
+            "usage": usage(result) if result is not None else None, "metadata": w.metadata or {},
         }
 
     # ---- streamed -------------------------------------------------------------------------------------------
@@ -139,20 +163,32 @@ class ResponsesRenderer(Renderer):
 
     def tool_call(self, ev: ToolCallEvent):
         out = self._close_open()
-        idx, item_id = len(self.output), _id("fc")
-        args = json.dumps(ev.arguments, ensure_ascii=False)
-        item = call_item(item_id, ev)
-        out += [self._ev("response.output_item.added", output_index=idx, item=call_item(item_id, ev, "in_progress")),
-                self._ev("response.function_call_arguments.delta", item_id=item_id, output_index=idx, delta=args),
-                self._ev("response.function_call_arguments.done", item_id=item_id, output_index=idx, arguments=args,
-                         name=ev.name),
-                self._ev("response.output_item.done", output_index=idx, item=item)]
+        tool = self.wire.wire_tool(ev.name)
+        idx, item_id = len(self.output), _id("ctc" if tool.custom else "fc")
+        payload = call_payload(ev, tool)
+        item = call_item(item_id, ev, tool)
+        out.append(self._ev("response.output_item.added", output_index=idx,
+                            item=call_item(item_id, ev, tool, "in_progress")))
+        if tool.custom:
+            out += [self._ev("response.custom_tool_call_input.delta", item_id=item_id, output_index=idx,
+                             delta=payload),
+                    self._ev("response.custom_tool_call_input.done", item_id=item_id, output_index=idx,
+                             input=payload)]
+        else:
+            out += [self._ev("response.function_call_arguments.delta", item_id=item_id, output_index=idx,
+                             delta=payload),
+                    self._ev("response.function_call_arguments.done", item_id=item_id, output_index=idx,
+                             arguments=payload, name=tool.name)]
+        out.append(self._ev("response.output_item.done", output_index=idx, item=item))
         self.output.append(item)
         return out
 
     def closing(self, result: GenerationResult):
         out = self._close_open()
-        return out + [self._ev("response.completed", response=self._response("completed", self.output, result))]
+        response = self._response("completed", self.output, result)
+        # a reply cut by max_output_tokens ends with its own event, as OpenAI's does
+        kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        return out + [self._ev(kind, response=response)]
 
     def error(self, err: ApiError):
         return [self._ev("error", code=err.code or err.type, message=err.message, param=err.param)]
@@ -165,5 +201,6 @@ class ResponsesRenderer(Renderer):
         if result.text or not result.tool_calls:
             output.append(message_item(_id("msg"), result.text))
         for c in result.tool_calls:
-            output.append(call_item(_id("fc"), c))
+            tool = self.wire.wire_tool(c.name)
+            output.append(call_item(_id("ctc" if tool.custom else "fc"), c, tool))
         return self._response("completed", output, result)
