@@ -145,6 +145,7 @@ class RunnerClient:
         self.prompt_cache_used = 0          # bytes the runner's host-RAM prompt cache holds now
         self.prompt_cache_entries = 0
         self.checkpoints = P.PromptCacheState(0, 0, 0)   # the runner's context checkpoints (bytes, count, hits)
+        self.disk_cache = P.DiskCacheState(0, 0, 0)      # the runner's prompt cache on disk
         self.alive = False
         self.pid: int | None = None
         self.loaded: P.Loaded | None = None
@@ -411,6 +412,9 @@ class RunnerClient:
             if isinstance(msg, P.PromptCacheState):
                 self.prompt_cache_used, self.prompt_cache_entries = msg.bytes, msg.entries
                 self.checkpoints = msg
+                continue
+            if isinstance(msg, P.DiskCacheState):
+                self.disk_cache = msg
                 continue
             if isinstance(msg, (P.TokenEvent, P.DoneEvent, P.Admitted)) or (isinstance(msg, P.ErrorEvent)
                                                                              and rid in self._streams):

@@ -228,6 +228,21 @@ class PromptCacheState:
 
 
 @dataclass
+class DiskCacheState:
+    """Sent by the runner when its prompt cache on disk changes (runner/disk_cache.py): the files this model's runner
+    can load (`bytes`, `entries`), the bound over the whole cache folder (`limit`, 0 = off), restores since load
+    (`hits`, `hit_tokens`) and how long the last one took, files refused (damaged or foreign: deleted)."""
+    bytes: int
+    entries: int
+    limit: int
+    hits: int = 0
+    hit_tokens: int = 0
+    restore_s: float = 0.0
+    writes: int = 0
+    refused: int = 0
+
+
+@dataclass
 class Heartbeat:
     """Sent by the runner's heartbeat thread every HEARTBEAT_INTERVAL_S, whatever the context thread is doing (that
     thread never waits on llama_decode): its absence means the process is frozen; its step fields tell the

@@ -16,7 +16,8 @@ from app.gui.whatif import WhatIfTab
 
 def prompt_cache_text(cache: dict) -> str:
     """", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)" from /api/ps "strata.prompt_cache"; "" when off;
-    then ", checkpoints 5.0 MiB of 64.0 MiB (9)" for a model that takes context checkpoints."""
+    then ", checkpoints 5.0 MiB of 64.0 MiB (9)" for a model that takes context checkpoints, and
+    ", on disk 380.0 MiB (2 prompts)" when the prompt cache on disk holds files this model can load."""
     if not cache.get("limit"):
         text = ", prompt cache off" if cache else ""
     else:
@@ -25,6 +26,9 @@ def prompt_cache_text(cache: dict) -> str:
     if cache.get("checkpoint_limit"):
         text += (f", checkpoints {format_bytes(int(cache.get('checkpoint_bytes') or 0))} of "
                  f"{format_bytes(int(cache['checkpoint_limit']))} ({int(cache.get('checkpoints') or 0)})")
+    disk = cache.get("disk") or {}
+    if disk.get("entries"):
+        text += f", on disk {format_bytes(int(disk.get('bytes') or 0))} ({int(disk['entries'])} prompts)"
     return text
 
 

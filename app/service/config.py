@@ -122,7 +122,8 @@ def _runner_settings(env: Mapping[str, str]) -> RunnerSettings:
     return RunnerSettings(speculative=(env.get("STRATA_SPECULATIVE") or "").strip(),
                           stream_interval_ms=_float_env("STRATA_STREAM_INTERVAL_MS", 0.0, env=env,
                                                                 unit="milliseconds") if raw else None,
-                          log_level=level)
+                          log_level=level,
+                          disk_cache_mib=_int_env("STRATA_PROMPT_DISK_CACHE_MIB", -1, minimum=-1, env=env))
 
 
 def _environment() -> dict:

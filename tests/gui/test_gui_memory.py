@@ -304,6 +304,9 @@ def test_prompt_cache_line_in_the_live_status():
     assert prompt_cache_text({"bytes": 0, "limit": 0, "entries": 0, "checkpoint_bytes": 5 * MiB,
                               "checkpoint_limit": 64 * MiB, "checkpoints": 9}) == \
         ", prompt cache off, checkpoints 5.0 MiB of 64.0 MiB (9)"
+    assert prompt_cache_text({"bytes": 0, "limit": 0, "entries": 0,                 # the prompt cache on disk
+                              "disk": {"bytes": 380 * MiB, "entries": 2, "limit": 4096 * MiB}}) == \
+        ", prompt cache off, on disk 380.0 MiB (2 prompts)"
 
 
 def test_summary_counts_rpc_workers_apart_from_local_gpus(qtbot):

@@ -23,10 +23,11 @@ from app.ggml import alloc_report, llama_log
 from app.engine import protocol as P
 from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
 from app.engine.layout.llama_params import context_params, model_params
-from app.engine.layout.context_rules import embed_chunk_tokens
+from app.engine.layout.context_rules import SWA_FULL, embed_chunk_tokens
 from app.engine.layout.types import Layout
 from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
+from app.engine.runner.disk_cache import DiskPromptCache, build_identity, default_limit, file_identity
 from app.engine.runner.draft_model import load_draft
 from app.engine.runner.embeddings import Embedder, tokenize
 from app.engine.runner.heartbeat import HeartbeatThread
@@ -182,6 +183,34 @@ def _warm_up(model, ctx) -> None:
         log.warning("warm-up decode returned %d", rc)
 
 
+SHUTDOWN_SAVE_S = 6.0       # at shutdown, prefixes go to the disk cache for at most this long (the parent waits 10)
+
+
+def disk_cache(layout, ctx, settings: RunnerSettings, send) -> DiskPromptCache | None:
+    """The prompt cache on disk for this model and context (runner/disk_cache.py), or None when off. Its key is
+    everything a sequence's state depends on: the model file and adapters, the llama.cpp build, the KV types,
+    flash attention (V stored transposed or not) and the KV streams (a state names its stream count)."""
+    if not settings.disk_cache_dir or settings.disk_cache_mib == 0:
+        return None
+    from pathlib import Path
+    root = Path(settings.disk_cache_dir)
+    limit = default_limit(root) if settings.disk_cache_mib < 0 else settings.disk_cache_mib << 20
+    n_seq = L.llama_n_seq_max(ctx)
+    try:
+        facts = {"model": file_identity(layout.model_path),
+                 "adapters": [file_identity(p) for p in layout.lora_adapters],
+                 "build": build_identity(), "type_k": layout.type_k, "type_v": layout.type_v,
+                 "flash_attn": layout.flash_attn, "swa_full": SWA_FULL, "n_seq": n_seq,
+                 "unified": n_seq > 1 and L.llama_n_ctx_seq(ctx) == L.llama_n_ctx(ctx)}
+        cache = DiskPromptCache(root, facts, limit)
+    except OSError as e:
+        log.warning("prompt cache on disk off: %s", e)
+        return None
+    cache.on_change = lambda: send(P.DiskCacheState(**cache.state()))
+    cache.on_change()
+    return cache
+
+
 def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str = "", log_dir: str | None = None,
                 prompt_cache_bytes: int = 0, stderr_end: InheritedFd | None = None, chat_facts=None,
                 settings: RunnerSettings | None = None):
@@ -224,8 +253,9 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     embedder = Embedder(model, ctx, layout.options.num_ctx, embed_chunk_tokens(
         loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, chat_facts)
+    disk = None if layout.options.embedding else disk_cache(layout, ctx, settings, send)
     loop = StepLoop(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
-                    prompt_cache_bytes=prompt_cache_bytes,
+                    prompt_cache_bytes=prompt_cache_bytes, disk_cache=disk,
                     stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx),
                                                       settings.stream_interval_ms),
                     checkpoints=layout.options.ctx_checkpoints,
@@ -240,6 +270,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     heartbeat.stop()
     loop.stop()
     if not any(t.is_alive() for t in loop.threads):
+        _save_prefixes(loop, disk)
         embedder.close()
         if media is not None:
             media.close()
@@ -249,6 +280,21 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         L.llama_model_free(model)
     conn.close()
     os._exit(0)     # the process's memory all comes back; skip interpreter teardown racing daemon threads
+
+
+def _save_prefixes(loop: StepLoop, disk: DiskPromptCache | None) -> None:
+    """The slots' prefixes (running sequences' too) to the disk cache before the process ends, so the next runner
+    of this model (a reload, the app started again) continues them instead of computing them again."""
+    if disk is None:
+        return
+    deadline = time.monotonic() + SHUTDOWN_SAVE_S
+    try:
+        n = loop.placement.save_all_to_disk(loop.scheduler.slots, deadline)
+        disk.flush(max(0.0, deadline - time.monotonic()))
+        if n:
+            log.info("saved %d prefixes to the prompt cache on disk at shutdown", n)
+    except Exception:  # noqa: BLE001 - a failed save must not keep the process from ending
+        log.exception("saving prefixes to the prompt cache on disk")
 
 
 def _serve(conn, loop: StepLoop, send, vocab, admission: Admission) -> None:

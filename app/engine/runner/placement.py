@@ -6,6 +6,8 @@ Context thread only. Three sources of a cached prefix, best first (docs/prompt-c
 3. another running sequence (the same long system prompt, sent by several clients at once): its cells are copied
    with `llama_memory_seq_cp`; a sequence whose source is still prefilling that prefix waits for it (state WAIT)
    instead of computing the same tokens in parallel.
+4. the prompt cache on disk (disk_cache.py): states written by this runner or an earlier one of the same model,
+   build and context settings (before a reload or a restart), restored when they share the most.
 Whatever is reused, at least the last prompt token is decoded again: its logits start the reply.
 
 Sliding-window and recurrent memories cannot keep every cell: `llama_memory_seq_pos_min` says what is still
@@ -15,12 +17,15 @@ recurrent state is never continued from a position it does not describe.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
+import time
 
 import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.batch import NpBatch
+from app.engine.runner.disk_cache import MIN_DISK_TOKENS, DiskPromptCache
 from app.engine.runner.prompt_cache import (CHECKPOINT_SPACING, MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, Checkpoints,
                                             HostPromptCache, SlotCache, common_prefix)
 from app.engine.runner.sequence import PREFILL, WAIT, Seq
@@ -36,7 +41,7 @@ END_BACKOFF = 4
 
 class Placement:
     def __init__(self, ctx, model, n_slots: int, host_cache_bytes: int = 0, checkpoints: int = 0,
-                 checkpoint_bytes: int = 0):
+                 checkpoint_bytes: int = 0, disk: DiskPromptCache | None = None):
         self.ctx = ctx
         self.mem = L.llama_get_memory(ctx)
         # one KV stream for all sequences: copying a prefix only marks cells as shared. Otherwise every sequence
@@ -53,6 +58,9 @@ class Placement:
                                    L.llama_model_n_swa(model) > 0)
         self.checkpoints = Checkpoints(ctx, n_slots, checkpoints if self.partial_memory else 0, checkpoint_bytes)
         self.hit_tokens = 0             # prompt tokens not decoded thanks to the cache, since load
+        # states on disk, for a plain KV cache only: a window-sized SWA cache or a recurrent state would need its
+        # checkpoints saved along, which the disk format does not carry yet
+        self.disk = disk if disk is not None and disk.enabled and not self.partial_memory else None
         # slots of a cross-stream copy that llama.cpp has queued but not done yet (it copies at the next decode)
         self.pending_copy: set[int] = set()
         self._flush_batch = NpBatch(1)
@@ -73,6 +81,11 @@ class Placement:
         src, n_src = self._best_running(prompt, slot_seqs) if self.can_share else (None, 0)
         n_src = min(n_src, limit)
         self._count_checkpoint_miss(prompt, free, limit, max(n_slot, n_host))
+        disk, n_disk = self._best_on_disk(prompt, limit)
+        if disk is not None and n_disk >= max(n_slot, n_host, n_src) + MIN_RESTORE_GAIN:
+            slot = self._take(self.slots.victim(free), 0)
+            self._start(seq, self._restore_disk(disk, slot, n_disk))
+            return slot
         if src is not None and n_src >= max(n_slot, n_host) + MIN_SHARE_TOKENS:
             slot = self._take(self.slots.victim(free), 0)
             self._share(seq, slot, src, n_src)
@@ -135,6 +148,64 @@ class Placement:
             return 0
         self.checkpoints.give(slot, entry.checkpoints)
         return self._resume(slot, n)
+
+    def _best_on_disk(self, prompt, limit: int):
+        if self.disk is None or limit < MIN_DISK_TOKENS:
+            return None, 0
+        self.disk.rescan_if_changed()       # an earlier runner of this model may have written since (a reload)
+        return self.disk.best(prompt, limit)
+
+    def _restore_disk(self, entry, slot: int, n: int) -> int:
+        """Load a state from disk into the empty `slot` and keep its first n tokens. Returns the tokens kept."""
+        disk = self.disk
+        assert disk is not None                 # _best_on_disk found the entry there
+        t0 = time.perf_counter()
+        buf = disk.load(entry)
+        ok = buf is not None and L.llama_state_seq_set_data(self.ctx, buf, len(buf), slot) > 0
+        if buf is not None and not ok:
+            disk.refuse(entry, "llama.cpp did not accept the state")
+        if not ok:
+            L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+            return 0
+        n = self._trim(slot, n)
+        disk.record_hit(n, time.perf_counter() - t0)
+        log.info("prompt cache: %d tokens restored from disk in %.2f s", n, disk.restore_s)
+        return n
+
+    def save_to_disk(self, slot: int, tokens) -> bool:
+        """Copy `slot`'s state (holding exactly `tokens`) to the disk cache when it holds at least MIN_DISK_TOKENS
+        more than any file there. The copy is made here; a writer thread writes it."""
+        if self.disk is None or len(tokens) < MIN_DISK_TOKENS or min(tokens) < 0:
+            return False                    # (negative pseudo-tokens: image positions, not named by tokens)
+        if len(tokens) - self.disk.covered(tokens) < MIN_DISK_TOKENS:
+            return False
+        self.flush_copies()
+        size = L.llama_state_seq_get_size(self.ctx, slot)
+        if size <= 0 or size > self.disk.limit:
+            return False
+        buf = bytearray(size)
+        n = L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, slot)
+        return n > 0 and self.disk.save(tokens, buf, int(n))
+
+    def save_all_to_disk(self, slot_seqs, deadline: float) -> int:
+        """At shutdown (a reload, an unload, the app quitting): every slot's prefix that the disk does not hold
+        yet, running sequences' included, until `deadline` (time.monotonic). Returns how many were queued."""
+        if self.disk is None:
+            return 0
+        saved = 0
+        for slot in range(len(self.slots.tokens)):
+            seq = slot_seqs[slot] if slot < len(slot_seqs) else None
+            if seq is not None:
+                n = seq.n_past if seq.n_exact is None else min(seq.n_exact, seq.n_past)
+                tokens = seq.history[:n] if seq.state != WAIT else []
+            else:
+                tokens = self.slots.tokens[slot]
+            if time.monotonic() > deadline:
+                break
+            if tokens and self.save_to_disk(slot, tokens):
+                saved += 1
+                self.disk.flush(max(0.0, deadline - time.monotonic()))
+        return saved
 
     def borrow(self, free: list[int]) -> int:
         """A free slot emptied for work that is not a sequence (a generative model's embedding, which clears its
@@ -236,6 +307,8 @@ class Placement:
             return
         self.slots.keep(slot, seq.history[:n])
         self.checkpoints.cut(slot, n)
+        if n - seq.n_cached >= MIN_DISK_TOKENS:      # it computed a long prefix: worth keeping past this runner
+            self.save_to_disk(slot, self.slots.tokens[slot])
 
     def flush_copies(self) -> None:
         """Make llama.cpp do the queued cross-stream copies now. Until then the data is only promised: saving
@@ -295,8 +368,12 @@ class Placement:
 
     def stats(self) -> dict:
         cps = self.checkpoints
+        d = self.disk
         return {"prompt_cache_bytes": self.host.bytes, "prompt_cache_limit": self.host.limit,
                 "prompt_cache_entries": len(self.host.entries), "cache_hit_tokens": self.hit_tokens,
+                "disk_cache_bytes": d.bytes if d else 0, "disk_cache_limit": d.limit if d else 0,
+                "disk_cache_entries": len(d.entries) if d else 0, "disk_cache_hits": d.hits if d else 0,
+                "disk_cache_hit_tokens": d.hit_tokens if d else 0,
                 "checkpoint_bytes": cps.bytes, "checkpoints": cps.count, "checkpoint_hits": cps.hits,
                 "checkpoint_misses": cps.misses}
 

@@ -43,7 +43,7 @@ log = logging.getLogger("strata.engine")
 
 class StepLoop:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
-                 prompt_cache_bytes: int = 0, stream_interval: float = 0.0, checkpoints: int = 0,
+                 prompt_cache_bytes: int = 0, disk_cache=None, stream_interval: float = 0.0, checkpoints: int = 0,
                  checkpoint_bytes: int = 0, warmup_s: float = 0.0,
                  speculative: str | None = None, media=None, draft=None):
         self.send = send
@@ -56,7 +56,7 @@ class StepLoop:
         self.out_q: queue.SimpleQueue = queue.SimpleQueue()     # ("admit"|"step"|"done"|"embed"|"quit", item)
         self.stopping = False
         self.clock = StepClock(warmup_s)
-        self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes)
+        self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache)
         self.abort = DecodeAbort(model)
         self.drafting = Drafting(model, n_ctx_seq, self.abort, speculative, draft)   # draft: draft_model.DraftModel
         self.scheduler = StepScheduler(ctx, n_slots=n_slots, n_batch=L.llama_n_batch(ctx), n_ctx_seq=n_ctx_seq,

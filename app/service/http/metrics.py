@@ -100,6 +100,15 @@ class Metrics:
                    "Prompts that shared a cached prefix no state or checkpoint could continue from (processed "
                    "again from the start), since the model loaded.",
                    [({"model": n}, pc["checkpoint_misses"]) for n, pc in caches])
+            family("strata_prompt_disk_cache_bytes", "gauge",
+                   "Bytes of prompt-cache files on disk that each model's runner can load.",
+                   [({"model": n}, pc["disk"]["bytes"]) for n, pc in caches])
+            family("strata_prompt_disk_cache_limit_bytes", "gauge",
+                   "The bound of the prompt cache's folder on disk, all models together (0 = off).",
+                   [({"model": n}, pc["disk"]["limit"]) for n, pc in caches])
+            family("strata_prompt_disk_cache_hit_tokens_total", "counter",
+                   "Prompt tokens restored from the prompt cache on disk, since the model loaded.",
+                   [({"model": n}, pc["disk"]["hit_tokens"]) for n, pc in caches])
         if inventory is not None:
             samples_t, samples_f = [({"device": "CPU"}, inventory.host_ram_total)], [({"device": "CPU"}, inventory.host_ram_available)]
             for d in inventory.devices:

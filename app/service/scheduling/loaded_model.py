@@ -106,13 +106,20 @@ class LoadedModel:
     def prompt_cache(self) -> dict:
         """The runner's host-RAM prompt cache: its own memory kind, on the host (CPU), apart from `predicted`;
         and its context checkpoints (recurrent, hybrid and sliding-window models): held now, planned for
-        (`checkpoint_limit`, in the CPU plan's total), and how often a prompt continued from one or found none."""
+        (`checkpoint_limit`, in the CPU plan's total), and how often a prompt continued from one or found none;
+        `disk`: the prompt cache on disk (files this model can load, the folder's bound, restores since load)."""
         c = self.client
         cps = getattr(c, "checkpoints", None)
+        disk = getattr(c, "disk_cache", None)
         cpu = next((d for d in self.layout.devices if d.device_id == "CPU"), None) if self.layout else None
         return {"bytes": getattr(c, "prompt_cache_used", 0), "limit": getattr(c, "prompt_cache_bytes", 0),
                 "entries": getattr(c, "prompt_cache_entries", 0),
                 "checkpoint_bytes": getattr(cps, "checkpoint_bytes", 0), "checkpoints": getattr(cps, "checkpoints", 0),
                 "checkpoint_limit": getattr(cpu, "checkpoints", 0),
                 "checkpoint_hits": getattr(cps, "checkpoint_hits", 0),
-                "checkpoint_misses": getattr(cps, "checkpoint_misses", 0)}
+                "checkpoint_misses": getattr(cps, "checkpoint_misses", 0),
+                "disk": {"bytes": getattr(disk, "bytes", 0), "entries": getattr(disk, "entries", 0),
+                         "limit": getattr(disk, "limit", 0), "hits": getattr(disk, "hits", 0),
+                         "hit_tokens": getattr(disk, "hit_tokens", 0),
+                         "restore_seconds": round(getattr(disk, "restore_s", 0.0), 3),
+                         "writes": getattr(disk, "writes", 0), "refused": getattr(disk, "refused", 0)}}

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from app import paths
 from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.model_info import ModelInfo
 
@@ -44,6 +45,11 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         store = await loop.run_in_executor(self._executor, self._get)
         return await asyncio.to_thread(op, store)
+
+    def data_dir(self) -> Path:
+        """The folder of the store's database: where data that belongs with this store lives (the prompt cache
+        on disk). Read from the store once it exists (it does after the first lookup), else the app's data dir."""
+        return self._store.db_path.parent if self._store is not None else paths.data_dir()
 
     # ---- reading ---------------------------------------------------------------------------------------------
     async def list(self) -> list[ModelRecord]:

@@ -181,6 +181,11 @@ def test_config_reads_the_runner_settings_once_and_passes_them_down(monkeypatch)
     monkeypatch.setenv("STRATA_RUNNER_LOG", "chatty")
     with pytest.raises(ConfigError, match="STRATA_RUNNER_LOG"):
         ServiceConfig.from_env()
+    monkeypatch.setenv("STRATA_RUNNER_LOG", "info")
+    monkeypatch.delenv("STRATA_PROMPT_DISK_CACHE_MIB", raising=False)
+    assert ServiceConfig.from_env().runner.disk_cache_mib == -1          # automatic
+    monkeypatch.setenv("STRATA_PROMPT_DISK_CACHE_MIB", "0")
+    assert ServiceConfig.from_env().runner.disk_cache_mib == 0           # off
 
 
 def test_host_header_rules_block_dns_rebinding():

@@ -1,0 +1,150 @@
+"""The prompt cache on disk in-process (app/engine/runner/disk_cache.py), on a real llama.cpp context of a tiny
+synthetic model: a state written by one cache object and read by a new one (a restart) continues exactly as the
+slot it came from; damaged, truncated and foreign files are refused and deleted before llama.cpp sees them; the
+folder stays within its bound (least recently used out) and its age limit; a longer state supersedes its prefixes.
+tests/integration/service/test_prompt_disk_cache.py checks the whole path across a service restart."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+from llama_cpp import llama_cpp as L
+
+from app.engine.runner.batch import NpBatch
+from app.engine.runner.disk_cache import SUFFIX, DiskPromptCache, file_identity, key_of, read_header, write_file
+from engine_util import llama_context
+
+FACTS = {"model": {"sha256": "ab" * 32}, "build": {"x": 1}, "type_k": "f16", "type_v": "f16", "n_seq": 2}
+
+
+@pytest.fixture(scope="module")
+def llama(dense_gguf):
+    with llama_context(dense_gguf, n_ctx=512, n_batch=256, n_seq=2) as (_, ctx):
+        yield ctx
+
+
+@pytest.fixture
+def mem(llama):
+    m = L.llama_get_memory(llama)
+    L.llama_memory_clear(m, True)
+    return m
+
+
+def decode(ctx, tokens, seq: int, pos0: int = 0) -> np.ndarray:
+    b = NpBatch(256)
+    row = b.add_span(tokens, pos0, seq, logits_last=True)
+    assert L.llama_decode(ctx, b.struct) == 0
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(L.llama_get_model(ctx)))
+    return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy()
+
+
+def prompt(n: int, salt: int = 0) -> list[int]:
+    return [100 + (i * 37 + salt) % 5000 for i in range(n)]
+
+
+def state_of(ctx, seq: int) -> bytearray:
+    import ctypes
+    size = L.llama_state_seq_get_size(ctx, seq)
+    buf = bytearray(size)
+    assert L.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, seq) == size
+    return buf
+
+
+def saved(cache: DiskPromptCache, tokens, payload) -> None:
+    assert cache.save(tokens, payload, len(payload))
+    assert cache.flush(30)
+
+
+def test_a_state_written_by_one_runner_continues_identically_in_the_next(llama, mem, tmp_path):
+    toks = prompt(120)
+    decode(llama, toks, 0)
+    want = decode(llama, [7, 8, 9], 0, pos0=120)
+    L.llama_memory_seq_rm(mem, 0, 120, -1)
+    saved(DiskPromptCache(tmp_path, FACTS, 64 << 20), toks, state_of(llama, 0))
+    L.llama_memory_clear(mem, True)
+
+    again = DiskPromptCache(tmp_path, FACTS, 64 << 20)          # a new runner: it finds the file by scanning
+    entry, n = again.best(toks[:100] + [1, 2, 3])
+    assert n == 100 and entry.tokens.tolist() == toks
+    assert again.covered(toks) == 120 and again.bytes == entry.size > 120 * 4
+    buf = again.load(entry)
+    assert buf is not None and L.llama_state_seq_set_data(llama, buf, len(buf), 1) > 0
+    got = decode(llama, [7, 8, 9], 1, pos0=120)
+    assert np.array_equal(got, want)                                 # the same bytes: the same logits
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "empty"])
+def test_a_damaged_file_is_refused_and_deleted(tmp_path, damage):
+    cache = DiskPromptCache(tmp_path, FACTS, 64 << 20)
+    saved(cache, prompt(50), bytearray(range(256)) * 40)
+    (path,) = cache.dir.glob("*" + SUFFIX)
+    raw = bytearray(path.read_bytes())
+    if damage == "flip":
+        raw[-100] ^= 0x40                                           # a payload byte: only the checksum can tell
+    elif damage == "truncate":
+        raw = raw[:-10]
+    elif damage == "garbage":
+        raw = bytearray(b"\x00garbage" * 100)
+    else:
+        raw = bytearray()
+    path.write_bytes(bytes(raw))
+    again = DiskPromptCache(tmp_path, FACTS, 64 << 20)
+    if damage == "flip":                                            # its header is whole: it is indexed ...
+        (entry,) = again.entries
+        assert again.load(entry) is None                            # ... and refused when read
+    assert again.entries == [] and not path.exists() and again.refused == 1
+
+
+def test_a_foreign_file_is_refused_and_deleted_but_other_models_files_are_left(tmp_path):
+    mine = DiskPromptCache(tmp_path, FACTS, 64 << 20)
+    other_facts = dict(FACTS, build={"x": 2})                       # another llama.cpp build
+    other = DiskPromptCache(tmp_path, other_facts, 64 << 20)
+    saved(other, prompt(50), bytearray(4000))
+    (theirs,) = other.dir.glob("*" + SUFFIX)
+    intruder = mine.dir / theirs.name                               # their file in this model's folder
+    intruder.write_bytes(theirs.read_bytes())
+    mine.scan()
+    assert mine.entries == [] and not intruder.exists() and mine.refused == 1
+    assert theirs.exists() and read_header(theirs, other_facts).tokens.tolist() == prompt(50)
+    assert mine.dir != other.dir and mine.key == key_of(FACTS)
+
+
+def test_the_folder_is_bounded_least_recently_used_out_and_by_age(tmp_path):
+    a = DiskPromptCache(tmp_path, FACTS, 26_000)
+    b = DiskPromptCache(tmp_path, dict(FACTS, n_seq=4), 26_000)     # another model's files count against it too
+    saved(a, prompt(10, 1), bytearray(6000))
+    old = a.entries[0].path
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    saved(b, prompt(10, 2), bytearray(6000))
+    saved(a, prompt(10, 3), bytearray(6000))
+    saved(b, prompt(10, 4), bytearray(6000))                        # 3 files of ~6.5 KB and the next: the oldest goes
+    a.rescan_if_changed()                                           # b's writer deleted a's file: a sees it
+    assert not old.exists() and len(a.entries) == 1 and len(list(b.dir.glob("*" + SUFFIX))) == 2
+    aged = DiskPromptCache(tmp_path, FACTS, 26_000, max_age_s=50)
+    (p,) = aged.dir.glob("*" + SUFFIX)
+    os.utime(p, (time.time() - 60, time.time() - 60))
+    aged.evict()
+    assert not p.exists() and aged.entries == []
+
+
+def test_a_longer_state_supersedes_its_prefixes_and_a_covered_one_is_known(tmp_path):
+    cache = DiskPromptCache(tmp_path, FACTS, 64 << 20)
+    saved(cache, prompt(50), bytearray(1000))
+    saved(cache, prompt(80), bytearray(1600))
+    assert [len(e.tokens) for e in cache.entries] == [80]
+    assert len(list(cache.dir.glob("*" + SUFFIX))) == 1
+    assert cache.covered(prompt(60)) == 60 and cache.covered(prompt(90)) == 80
+
+
+def test_off_when_the_limit_is_zero_and_file_identity(tmp_path, dense_gguf):
+    off = DiskPromptCache(tmp_path / "off", FACTS, 0)
+    assert not off.enabled and not off.save(prompt(10), bytearray(10), 10) and not (tmp_path / "off").exists()
+    blob = tmp_path / ("sha256-" + "c" * 64 + ".gguf")
+    blob.write_bytes(b"x")
+    assert file_identity(str(blob)) == {"sha256": "c" * 64}
+    ident = file_identity(str(dense_gguf))
+    assert ident["size"] == os.path.getsize(dense_gguf) and "mtime_ns" in ident
+    p = tmp_path / "f.pcache"
+    assert write_file(p, FACTS, np.arange(5, dtype=np.int32), bytearray(7)) == p.stat().st_size
