@@ -3,7 +3,8 @@ with them off) against llama-server from the same llama.cpp (its default, no spe
 prompt-lookup speculation `--spec-type ngram-simple`), through the OpenAI API, same model, threads and slots.
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
-    .venv/bin/python bench/bench_speculative.py [--threads 1] [--reps 2] [--model PATH] [--streams 1,4]
+    .venv/bin/python bench/bench_speculative.py [--model PATH] [--threads 1] [--reps 3] [--streams 1,4] [--repeat 5]
+        [--engines strata,llama-server,llama-server-ngram[,strata-nospec]]
         [--draft PATH]                   # adds strata-draft: PATH (same vocabulary) drafts for the model
 
 Tasks (each at 1 and 4 streams; the 4 streams send the same task, so the text differs only when sampled):
@@ -15,6 +16,10 @@ Generation tok/s per configuration = completion tokens / (last token - first tok
 streams (all tokens / (last token of any - first token of any)); medians over repetitions, configurations measured
 in turn and the order rotated each repetition. Acceptance = accepted / drafted tokens, from each server's
 `timings` (llama-server's draft_n / draft_n_accepted; Strata renders the same object).
+Then (--repeat N) the edit is sent N times in a row, one stream, to each engine that drafts: the drafted counts
+say whether the same request drafts the same way every time.
+Each cell gives the median, the range over repetitions and the 1-minute load average while it ran: on a shared
+machine say so next to every number.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ SERVER = next((p for p in (Path(os.environ.get("STRATA_BENCH_LLAMA_SERVER", "/no
                            ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server") if p.exists()),
               ROOT / "bench" / "_build" / "llama-server")
 NUM_CTX, N_PAR, N_BATCH = 4096, 4, 512
+QWEN = Path.home() / ".cache" / "strata-test-models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"   # the tests' fixture
 
 MODULE = '''import json
 import os
@@ -100,6 +106,11 @@ def chatml(messages) -> str:
 
 TASKS = {"edit": ("raw", chatml(EDIT), 0.0, 420), "complete": ("raw", COMPLETE, 0.0, 300),
          "free": ("raw", chatml(FREE), 0.8, 200)}
+
+
+def load_average() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
 
 
 def free_port() -> int:
@@ -178,12 +189,13 @@ class Server:
                 "draft_ok": timings.get("draft_n_accepted", 0), "text": "".join(parts)}
 
     async def run(self, task: str, streams: int, rep: int) -> dict:
+        load0 = load_average()
         rs = await asyncio.gather(*(self.one(task, 1000 * rep + i) for i in range(streams)))
         n = sum(r["n"] for r in rs)
         span = max(r["last"] for r in rs) - min(r["first"] for r in rs)
         return {"tok_s": (n - streams) / span if span > 0 else float("nan"), "n": n,
                 "draft_n": sum(r["draft_n"] for r in rs), "draft_ok": sum(r["draft_ok"] for r in rs),
-                "text": rs[0]["text"]}
+                "text": rs[0]["text"], "load": max(load0, load_average())}
 
     async def stop(self):
         if self.session:
@@ -224,13 +236,15 @@ def strata(name: str, model: str, threads: int, speculative: str, draft: str | N
 
 async def main(args):
     model = args.model
+    if model is None and QWEN.exists():
+        model = str(QWEN)
     if model is None:
         sys.path.insert(0, str(ROOT))
         from app.engine.gguf.builtin_model import builtin_model_path
         model = str(builtin_model_path())
     if not SERVER.exists() and "llama-server" in args.engines:
         sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
-    servers = [strata("strata", model, args.threads, "auto"),
+    servers = [strata("strata", model, args.threads, ""),
                strata("strata-nospec", model, args.threads, "off"),
                llama_server("llama-server", model, args.threads, []),
                llama_server("llama-server-ngram", model, args.threads, ["--spec-type", "ngram-simple"])]
@@ -252,41 +266,77 @@ async def main(args):
                         r = await s.run(task, k, rep)
                         results.setdefault((task, k, s.name), []).append(r)
                         print(f"rep {rep + 1} {task} x{k} {s.name}: {r['tok_s']:.1f} tok/s, {r['n']} tokens, "
-                              f"drafted {r['draft_n']} accepted {r['draft_ok']}", file=sys.stderr, flush=True)
+                              f"drafted {r['draft_n']} accepted {r['draft_ok']}, load {r['load']:.1f}",
+                              file=sys.stderr, flush=True)
+        repeats: dict = {}
+        for s in servers:
+            if args.repeat and s.name not in ("strata-nospec", "llama-server"):
+                for i in range(args.repeat):
+                    r = await s.run("edit", 1, 100 + i)
+                    repeats.setdefault(s.name, []).append(r)
+                    print(f"repeat {i + 1} edit {s.name}: drafted {r['draft_n']} accepted {r['draft_ok']}, "
+                          f"{r['tok_s']:.1f} tok/s, load {r['load']:.1f}", file=sys.stderr, flush=True)
     finally:
         for s in servers:
             await s.stop()
     report(results, servers, streams, args, model)
+    report_repeats(repeats)
 
 
 def report(results, servers, streams, args, model):
     names = [s.name for s in servers]
     base = "llama-server" if "llama-server" in names else names[-1]
-    print(f"\nmodel {Path(model).name}, {args.threads} thread(s), {N_PAR} slots x {NUM_CTX} ctx, "
-          f"{args.reps} reps; tok/s (median), ratio to {base}, acceptance = accepted / drafted")
-    print("| task | streams | " + " | ".join(names) + " |")
-    print("|---|---|" + "---|" * len(names))
+    loads = [r["load"] for rs in results.values() for r in rs]
+    print(f"\nmodel {Path(model).name}, {args.threads} thread(s), {N_PAR} slots x {NUM_CTX} ctx, {args.reps} "
+          f"interleaved reps, {os.cpu_count()} CPUs, load average {min(loads):.1f}-{max(loads):.1f} while measuring")
+    print(f"cells: generation tok/s median (range over reps), ratio of medians to {base}, drafted -> accepted "
+          f"tokens summed over reps (acceptance); load = the 1-minute load average's median over the cell's runs")
+    print("| task | streams | " + " | ".join(names) + " | load |")
+    print("|---|---|" + "---|" * len(names) + "---|")
     for task in args.tasks.split(","):
         for k in streams:
             ref = statistics.median(r["tok_s"] for r in results[(task, k, base)])
-            cells = []
+            cells, cell_loads = [], []
             for n in names:
                 rs = results[(task, k, n)]
-                tps = statistics.median(r["tok_s"] for r in rs)
+                tps = [r["tok_s"] for r in rs]
+                med = statistics.median(tps)
                 dn, ok = sum(r["draft_n"] for r in rs), sum(r["draft_ok"] for r in rs)
-                acc = f", acc {ok}/{dn} = {ok / dn:.0%}" if dn else ""
-                cells.append(f"{tps:.1f} ({tps / ref:.2f}x{acc})")
-            print(f"| {task} | {k} | " + " | ".join(cells) + " |")
+                drafts = f", {dn} -> {ok} ({ok / dn:.0%})" if dn else ""
+                cells.append(f"{med:.1f} ({min(tps):.1f}-{max(tps):.1f}) **{med / ref:.2f}x**{drafts}")
+                cell_loads += [r["load"] for r in rs]
+            print(f"| {task} | {k} | " + " | ".join(cells) + f" | {statistics.median(cell_loads):.1f} |")
+
+
+def report_repeats(repeats):
+    """The same edit sent again and again: drafted counts and their largest distance from the median."""
+    if not repeats:
+        return
+    print("\nthe same edit sent in a row, 1 stream: drafted (accepted) per request")
+    print("| engine | drafted (accepted) | largest distance from the median | tok/s (range) | load |")
+    print("|---|---|---|---|---|")
+    for name, rs in repeats.items():
+        drafted = [r["draft_n"] for r in rs]
+        med = statistics.median(drafted)
+        dist = max(abs(d - med) for d in drafted) / med if med else 0.0
+        tps = [r["tok_s"] for r in rs]
+        print(f"| {name} | " + ", ".join(f"{r['draft_n']} ({r['draft_ok']})" for r in rs) + f" | {dist:.0%} | "
+              f"{statistics.median(tps):.1f} ({min(tps):.1f}-{max(tps):.1f}) | "
+              f"{statistics.median(r['load'] for r in rs):.1f} |")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None, help="GGUF path (default: the built-in SmolLM2)")
+    ap.add_argument("--model", default=None, help="GGUF path (default: the Qwen2.5-Coder-0.5B test fixture if "
+                                                  "present, else the built-in SmolLM2)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--streams", default="1,4")
     ap.add_argument("--tasks", default="edit,complete,free")
-    ap.add_argument("--engines", default="strata,strata-nospec,llama-server,llama-server-ngram,strata-draft")
+    ap.add_argument("--engines", default="strata,llama-server,llama-server-ngram,strata-draft",
+                    help="of strata, strata-nospec (speculation off), llama-server, llama-server-ngram "
+                         "(--spec-type ngram-simple), strata-draft (with --draft)")
+    ap.add_argument("--repeat", type=int, default=5, help="then the edit this many times in a row (0: not)")
     ap.add_argument("--draft", default=None, help="a GGUF with the model's vocabulary that drafts for it (the row "
                                                   "strata-draft; the model itself measures the overhead)")
     asyncio.run(main(ap.parse_args()))

@@ -11,10 +11,14 @@ measured veto after 24 drafted steps) sent, while edits (~90%) gained 1.4-1.9x.
 So both sides are measured, and nothing is spent to learn either:
 - `GuessScore`: every step the drafter guesses (ngram_draft.py), drafted or not, and the tokens the sequence
   then emits say how far that guess came true. A draft is accepted exactly while the sampled token equals it,
-  so a guess that was never decoded measures the same thing as one that was ("shadow" drafts): the chance
-  that position i of a guess is right given the ones before it were (by depth: a fresh guess's first token,
-  the next few, deep in a run), with older outcomes fading.
-  A sequence starts at zero draft length with a pessimistic prior and drafts once its guesses have come true.
+  so a guess that was never decoded measures the same thing as one that was ("shadow" drafts). Each guessed
+  token is scored by the length of the match it extends (how many tokens of the sequence's tail agree with the
+  text before the place the guess copies, counting the guess's tokens confirmed so far): a fresh 3-token match
+  is chance more often than not, a reply 40 tokens into copying its prompt goes on for long, so the draft
+  length grows with the match. A sequence starts from a pessimistic prior and its own outcomes only, so the
+  same request drafts the same way each time it is sent. Nothing scales the odds by how the drafts themselves
+  did: such a factor could only be raised again by drafting, so one early miss froze it, and an edit sent a
+  third time went on to copy 70 tokens in a row undrafted (39 drafted tokens after 213 and 236).
 - `StepCosts`: the decode seconds of every generation step by its rows (recent medians, in buckets of row
   counts), each over the pace of the moment (what a 1-row step takes now), so the cost of d more rows is this
   machine's and a shared machine's load changes cancel out (kept in seconds, a bucket measured while other work ran
@@ -27,87 +31,90 @@ by MIN_GAIN (`DraftStep`). Free text then drafts (almost) never: its guesses rar
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from statistics import median
 
-DEPTHS = (0, 1, 4)           # a guess's position i is scored in the bucket of the last of these <= i: its first
-                             # token, the next few, and deep in a run (pooled, so a long run's frontier is known)
-PRIOR_HIT = 0.4              # a position's chance before any outcome (pessimistic: a sequence must show it repeats)
+MATCH_LENGTHS = (3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96)   # a guessed token is scored in the bucket of the last of
+                             # these <= the match it extends (tokens the sequence's tail agrees with the text before
+                             # the place it copies from, counting the guess's confirmed tokens): a fresh 3-token
+                             # match is chance more often than not, a reply 40 tokens into copying its prompt is not
+PRIOR_HIT = 0.4              # the shortest matches' chance before any outcome (pessimistic: a sequence must show it
+                             # repeats); a longer bucket without outcomes takes the next shorter one's
 PRIOR_WEIGHT = 2.0           # ... counted as this many outcomes (which fade like any other)
-DECAY = 0.9                  # per outcome at a position: older outcomes weigh less (the text changes character)
-CAL_WEIGHT = 2.0             # a sequence's drafts deliver what their odds promised, counted as this many tokens...
-CAL_DECAY = 0.7              # ... and each verified draft's outcome fades by this at the next one
+DECAY = 0.95                 # per outcome in a bucket: older outcomes weigh less (the text changes character)
 
 PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
                              # measured bucket by it: a little dearer than the EPYC's (0.7 past 8 rows), as rows
                              # that are never tried stay unmeasured: err on the side of not drafting
-SAMPLES = 15                 # recent decode times kept per bucket of row counts (their median is its cost)
+SAMPLES = 31                 # recent decode times kept per bucket of row counts (their median is its cost)
 MIN_SAMPLES = 3              # ... needed before a row count's own median is used
 MAX_AGE = 256                # steps after which a sample no longer counts: the machine's load changes (a bucket
                              # measured while other work ran would otherwise veto drafts for good), so a bucket
                              # not drafted for a while falls back to the prior from the fresh ones and is tried again
-PACE_RATE = 0.2              # weight of each step in the moving pace (a 1-row step's seconds now): load changes
-                             # within seconds on a shared machine, a bucket ratio only with the batch's shape
+PACE_RATE = 0.05             # weight of each step in the moving pace (a 1-row step's seconds now): load changes
+                             # within seconds on a shared machine, a bucket ratio only with the batch's shape; a
+                             # faster pace (0.2) let single steps' noise (~15%) into the buckets, and drafts of the
+                             # same request came out 0.7-1.5x as long from one run to the next
 MIN_GAIN = 1.15              # draft only when the batch's expected tokens per second rise by at least this factor
 
 
 class GuessScore:
-    """How far one sequence's guesses come true. `offer` each step's guess (drafted or not), `push` every token
-    the sequence emits. The guess being scored is kept while the new ones continue it (so a long run that keeps
-    coming true is scored at its depth: after 20 right tokens the 21st is likelier than a fresh guess's first)."""
+    """How far one sequence's guesses come true, by the length of the match each guessed token extends. `offer`
+    each step's guess (drafted or not) with its match length, `push` every token the sequence emits. The guess
+    being scored is kept while the new ones continue it (a run that keeps coming true is one growing match)."""
 
     def __init__(self):
-        self.hit = [PRIOR_HIT * PRIOR_WEIGHT] * len(DEPTHS)
-        self.seen = [PRIOR_WEIGHT] * len(DEPTHS)
+        self.hit = [0.0] * len(MATCH_LENGTHS)
+        self.seen = [0.0] * len(MATCH_LENGTHS)
         self.guess: list[int] = []
         self.at = 0                          # positions of `guess` already confirmed
-        self.promised = self.delivered = CAL_WEIGHT     # tokens verified drafts were expected to / did get accepted
-        self.pending = 0.0                   # what the draft being verified promises
+        self.match = 0                       # the match `guess[0]` extends
+        self._rates: list[float] | None = None
 
-    def offer(self, guess: list[int]) -> None:
+    def offer(self, guess: list[int], match: int = MATCH_LENGTHS[0]) -> None:
         rest = self.guess[self.at:]
         k = min(len(rest), len(guess))
         if k and rest[:k] == guess[:k]:
             self.guess = self.guess[:self.at] + list(guess)      # the same run, maybe seen further now
         else:
-            self.guess, self.at = list(guess), 0
+            self.guess, self.at, self.match = list(guess), 0, match
 
     def push(self, token: int) -> None:
         if self.at >= len(self.guess):
             return
-        i = depth(self.at)
+        i = match_bucket(self.match + self.at)
         ok = token == self.guess[self.at]
         self.seen[i] = self.seen[i] * DECAY + 1
         self.hit[i] = self.hit[i] * DECAY + ok
+        self._rates = None
         if ok:
             self.at += 1
         else:
             self.guess, self.at = [], 0
 
+    def rates(self) -> list[float]:
+        """Each bucket's chance that a guessed token comes true: its outcomes, with PRIOR_WEIGHT more at the next
+        shorter bucket's chance (so a bucket no run has reached yet is no likelier than the ones runs have)."""
+        if self._rates is None:
+            out, below = [], PRIOR_HIT
+            for h, n in zip(self.hit, self.seen):
+                below = (h + PRIOR_WEIGHT * below) / (n + PRIOR_WEIGHT)
+                out.append(below)
+            self._rates = out
+        return self._rates
+
     def chances(self, n: int) -> list[float]:
-        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered), scaled
-        down by how much less this sequence's verified drafts delivered than their odds promised (drafts are
-        made at the top of a run, just where runs end; the odds by depth do not see that)."""
-        k = min(1.0, self.delivered / self.promised)
-        out, p = [], 1.0
+        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered)."""
+        rates, out, p = self.rates(), [], 1.0
         for j in range(n):
-            i = depth(self.at + j)
-            p *= self.hit[i] / self.seen[i]
-            out.append(p * k)
+            p *= rates[match_bucket(self.match + self.at + j)]
+            out.append(p)
         return out
 
-    def drafted(self, promised: float) -> None:
-        """A draft of this sequence's guess is decoded; it promises `promised` accepted tokens."""
-        self.pending = promised
 
-    def verified(self, n_accepted: int) -> None:
-        self.promised = self.promised * CAL_DECAY + self.pending
-        self.delivered = self.delivered * CAL_DECAY + n_accepted
-        self.pending = 0.0
-
-
-def depth(position: int) -> int:
-    return sum(1 for d in DEPTHS if d <= position) - 1
+def match_bucket(length: int) -> int:
+    return max(0, bisect_right(MATCH_LENGTHS, length) - 1)
 
 
 def bucket(rows: int) -> int:
@@ -157,7 +164,10 @@ class StepCosts:
 
     def cost(self, rows: int) -> float:
         """What a step of `rows` rows costs in units of a 1-row step at the same moment: interpolated
-        between the measured buckets in log-log, scaled by the prior shape outside them or before any."""
+        between the measured buckets in log-log, scaled by the prior shape outside them or before any. Between
+        1 row and the first measured bucket, at least the prior shape (up to that bucket's cost): a CPU's first
+        extra rows are its dearest (2 rows 2.4x, 19 rows 7x), and a line from 1 to 19 rows put 3 rows at 2.1x,
+        where free text's chance repeats then looked worth a short draft."""
         pts = self.points()
         lo = next((p for p in reversed(pts) if p[0] <= rows), None)
         hi = next((p for p in pts if p[0] >= rows), None)
@@ -167,7 +177,10 @@ class StepCosts:
             r, c = point
             return c * (rows / r) ** PRIOR_EXP
         w = math.log(rows / lo[0]) / math.log(hi[0] / lo[0])
-        return math.exp(math.log(lo[1]) * (1 - w) + math.log(hi[1]) * w)
+        between = math.exp(math.log(lo[1]) * (1 - w) + math.log(hi[1]) * w)
+        if lo[0] == 1:
+            return max(between, min(rows ** PRIOR_EXP, hi[1]))
+        return between
 
     def step(self, n_seqs: int) -> "DraftStep":
         return DraftStep(self, n_seqs)

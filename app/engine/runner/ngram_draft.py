@@ -13,11 +13,17 @@ sequence's guesses came true, scored here on every guess, drafted or not). Conte
 """
 from __future__ import annotations
 
+import logging
+
 from app.engine.runner.draft_policy import GuessScore, StepCosts
 
+log = logging.getLogger("strata.engine.draft")
+
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
-MAX_DRAFT = 16               # longest draft (rows of the batch per sequence and step)
-SCORED = 32                  # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
+MAX_DRAFT = 32               # longest draft (rows of the batch per sequence and step); how long a draft pays is
+                             # draft_policy's call, and the odds by match length let it grow while a reply copies
+SCORED = MAX_DRAFT           # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
+MATCH_MAX = 96               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket)
 INDEX_PER_STEP = 1024        # token positions indexed per call (a long prompt is indexed over a few steps, ~5 ms each)
 
 
@@ -50,22 +56,28 @@ class NgramDrafter:
     def lookup(self, limit: int) -> list[int]:
         """Up to `limit` tokens that followed the most recent earlier occurrence of the longest matching tail.
         The guess (up to SCORED tokens, whatever `limit`) is offered to `score`."""
-        guess = self._guess(max(limit, SCORED))
-        self.score.offer(guess)
+        guess, match = self._guess(max(limit, SCORED))
+        self.score.offer(guess, match)
         return guess[:limit] if limit > 0 else []
 
-    def _guess(self, limit: int) -> list[int]:
+    def _guess(self, limit: int) -> tuple[list[int], int]:
+        """(what followed the match, the match's length: how many tokens before that place agree with the
+        sequence's tail, up to MATCH_MAX; a long one says the reply is copying)."""
         toks = self.tokens
         if len(toks) <= N_MIN:
-            return []
+            return [], 0
         self._catch_up()
-        for n in range(min(N_MAX, len(toks) - 1), N_MIN - 1, -1):
-            e = self.index.get(tuple(toks[len(toks) - n:]))
+        end = len(toks)
+        for n in range(min(N_MAX, end - 1), N_MIN - 1, -1):
+            e = self.index.get(tuple(toks[end - n:]))
             if e is not None:
-                out = toks[e:min(e + limit, len(toks))]
+                match = n
+                while match < MATCH_MAX and e - match > 0 and toks[e - match - 1] == toks[end - match - 1]:
+                    match += 1
+                out = toks[e:min(e + limit, end)]
                 cut = next((i for i, t in enumerate(out) if t < 0), len(out))   # an image's pseudo-tokens
-                return out[:cut]                                                 # (runner/media.py) are no text
-        return []
+                return out[:cut], match                                          # (runner/media.py) are no text
+        return [], 0
 
 
 class NgramProposer:
@@ -91,14 +103,17 @@ class NgramProposer:
             guess = seq.drafter.lookup(limit)
             chances = seq.drafter.score.chances(len(guess))
             n = step.take(chances)
+            if log.isEnabledFor(logging.DEBUG):           # STRATA_RUNNER_LOG=DEBUG: why a sequence drafts what it does
+                score = seq.drafter.score
+                log.debug("draft %s gen=%d match=%d+%d guess=%d p1=%.2f p%d=%.2f take=%d costs=%s", seq.id, seq.n_gen,
+                          score.match, score.at, len(guess), chances[0] if chances else 0.0, len(chances),
+                          chances[-1] if chances else 0.0, n, [(r, round(c, 2)) for r, c in self.costs.points()])
             if n:
                 out[seq.id] = guess[:n]
-                seq.drafter.score.drafted(sum(chances[:n]))
         return out
 
     def verified(self, seq, n_drafted: int, n_accepted: int) -> None:
-        if seq.drafter is not None:         # (its guess was scored token by token already: NgramDrafter.push)
-            seq.drafter.score.verified(n_accepted)
+        pass                                # (its guess was scored token by token already: NgramDrafter.push)
 
     def close(self) -> None:
         pass

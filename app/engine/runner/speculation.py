@@ -6,12 +6,16 @@ Covered by tests/integration/engine/test_speculative.py and test_draft_model.py.
 """
 from __future__ import annotations
 
+import logging
+
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.draft_policy import StepCosts
 from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
 from app.engine.runner.sequence import Seq
+
+log = logging.getLogger("strata.engine.draft")
 
 # On where it pays: "auto" drafts only once a sequence's guesses have come true often enough to pay for their rows
 # at this machine's measured step costs (draft_policy.py), so free text, whose guesses rarely run long, drafts
@@ -85,8 +89,12 @@ class Drafting:
         self.drafted_total += n_draft
         self.accepted_total += n_ok
         self.proposer.verified(seq, n_draft, n_ok)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("verified %s drafted=%d accepted=%d", seq.id, n_draft, n_ok)
 
     def record_step(self, rows: int, t_decode: float) -> None:
         """A generation-only step's decode seconds by its rows (with or without drafts), for draft_policy.StepCosts."""
         if self.on:
             self.costs.record(rows, t_decode)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("step rows=%d ms=%.1f pace=%.1f ms", rows, t_decode * 1000, (self.costs.pace or 0.0) * 1000)

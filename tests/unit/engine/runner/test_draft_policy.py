@@ -3,8 +3,12 @@ whether drafted or not), and how long a draft pays against measured step costs. 
 with drafts) is tests/integration/engine/test_speculative.py."""
 from __future__ import annotations
 
-from app.engine.runner.draft_policy import MAX_AGE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts
-from app.engine.runner.ngram_draft import NgramDrafter
+import random
+import statistics
+
+from app.engine.runner.draft_policy import MAX_AGE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts, match_bucket
+from app.engine.runner.ngram_draft import NgramDrafter, NgramProposer
+import draft_replay
 
 
 def test_lookup_proposes_what_followed_the_longest_most_recent_match():
@@ -20,29 +24,40 @@ def test_lookup_proposes_what_followed_the_longest_most_recent_match():
 def test_guesses_are_scored_whether_drafted_or_not():
     d = NgramDrafter([1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3])
     assert d.lookup(0) == []                        # nothing drafted, yet the guess [4, 5, ...] is scored
+    assert d.score.match == 3                       # "1 2 3" agrees with the tail, nothing before it does
     before = d.score.chances(3)
-    for t in (4, 5, 6):                             # ... and it comes true: the odds rise, by position
+    for t in (4, 5, 6):                             # ... and it comes true: the odds rise, by match length
         d.push(t)
     assert d.lookup(2) == [7, 8]
-    assert d.score.at == 3                          # the new guess continues the scored one: scored at depth 3
+    assert d.score.at == 3                          # the new guess continues the scored one: a 6-token match now
     d.push(0)                                       # a miss ends the run
     assert d.score.at == 0 and d.score.guess == []
     fresh = GuessScore()
-    fresh.offer([4, 5, 6])
+    fresh.offer([4, 5, 6], 3)
     assert fresh.chances(3) == before               # the prior, before any outcome
-    odds = [h / n for h, n in zip(d.score.hit, d.score.seen)]
-    assert odds[0] > PRIOR_HIT and odds[1] < odds[0] and odds[2] == PRIOR_HIT    # right, right + right + wrong, unseen
+    rates = d.score.rates()
+    m3, m5, m6 = match_bucket(3), match_bucket(5), match_bucket(6)
+    assert rates[m3] > PRIOR_HIT and rates[m6] < rates[m5]     # right at 3, 4 and 5 tokens, wrong at 6
+    assert rates[match_bucket(96)] == rates[m6 + 1] < rates[m5]    # unseen: no likelier than the last one seen
 
 
-def score_of(run: int, rounds: int = 30) -> GuessScore:
-    """A score after `rounds` guesses of which each came true for `run` tokens and then missed."""
+def test_a_longer_match_is_measured_back_past_the_longest_ngram():
+    text = list(range(10, 40))
+    d = NgramDrafter([1] + text + [2] + text[:20])  # the tail repeats 20 tokens of the text: copying
+    assert d.lookup(4) == text[20:24] and d.score.match == 20
+    assert NgramDrafter([7, 1, 2, 3, 9, 8, 1, 2, 3]).lookup(1) == [9]
+
+
+def score_of(run: int, rounds: int = 30, match: int = 3) -> GuessScore:
+    """A score after `rounds` guesses from `match`-token matches of which each came true for `run` tokens and
+    then missed; then such a guess is offered."""
     s = GuessScore()
     for _ in range(rounds):
-        s.offer(list(range(100, 100 + 32)))
+        s.offer(list(range(100, 100 + 32)), match)
         for i in range(run):
             s.push(100 + i)
         s.push(-1)
-    s.offer(list(range(100, 100 + 32)))
+    s.offer(list(range(100, 100 + 32)), match)
     return s
 
 
@@ -71,7 +86,7 @@ def test_draft_length_follows_the_score_and_the_measured_costs():
     assert short.chances(2)[0] > 0.9
     assert costs.step(1).take(short.chances(16)) == 0           # 1 token for a 2-row step (2.3x): a loss
     cheap = steady_costs(*((rows, 0.010 + 0.0002 * rows) for rows in range(2, 18)), one_row=0.0102)   # a GPU
-    assert cheap.step(1).take(short.chances(16)) == 1           # ... there the same guess pays
+    assert cheap.step(1).take(short.chances(16)) >= 1           # ... there the same guess pays
     assert StepCosts(measured=False).step(1).take(prose.chances(5)) == 5       # "on": every guess whole
 
 
@@ -106,19 +121,36 @@ def test_others_in_the_batch_raise_the_bar():
     assert alone.take(s.chances(16)) >= shared.take(s.chances(16))
 
 
-def test_drafts_that_deliver_less_than_promised_lower_the_odds():
-    s = score_of(run=30)
-    before = s.chances(16)
-    for _ in range(3):                                          # drafts promising ~12 tokens get 2 accepted
-        s.drafted(sum(before))
-        s.verified(2)
-    after = s.chances(16)
-    assert after[0] < before[0] * 0.5
-    assert cpu_like_costs().step(1).take(after) == 0
-    for _ in range(10):                                         # drafts that deliver bring the odds back
-        s.drafted(sum(s.chances(16)))
-        s.verified(16)
-    assert s.chances(16)[0] == before[0]
+def test_a_draft_grows_with_the_match_a_copying_reply_extends():
+    """A reply that quotes phrases (runs ending after 6 tokens) and now and then copies a block (60 tokens): a
+    fresh match drafts up to where phrases end, none just before it, and long drafts once a match is past it."""
+    def scored(at: int) -> GuessScore:
+        s = GuessScore()
+        for k in range(12):
+            s.offer(list(range(100, 190)), 3)
+            for i in range(60 if k % 4 == 3 else 6):
+                s.push(100 + i)
+            s.push(-1)
+        s.offer(list(range(100, 190)), 3)
+        s.at = at
+        return s
+    costs = cpu_like_costs()
+    assert 0 < costs.step(1).take(scored(0).chances(32)) <= 6
+    assert costs.step(1).take(scored(5).chances(32)) == 0
+    assert costs.step(1).take(scored(8).chances(32)) >= 16
+
+
+def test_a_miss_does_not_stop_a_sequence_from_drafting_its_later_runs():
+    """One draft that missed, then a run whose guesses come true token after token, undrafted: the odds follow
+    the run, so the sequence drafts again."""
+    costs = cpu_like_costs()
+    s = score_of(run=40, rounds=2)
+    s.offer(list(range(200, 232)), 3)
+    s.push(-1)                                      # a drafted guess missed at its first token
+    s.offer(list(range(100, 200)), 3)
+    for i in range(20):
+        s.push(100 + i)
+    assert costs.step(1).take(s.chances(32)) >= 8
 
 
 def test_old_measurements_expire_so_a_busy_spell_does_not_veto_drafts_for_good():
@@ -128,3 +160,20 @@ def test_old_measurements_expire_so_a_busy_spell_does_not_veto_drafts_for_good()
     for _ in range(MAX_AGE):
         costs.record(1, 0.05)                                   # then only 1-row steps, fast again
     assert costs.cost(17) == costs.cost(1) * 17 ** PRIOR_EXP     # the stale bucket is the prior again
+
+
+def test_the_same_edit_drafts_alike_every_time_it_is_sent():
+    """bench/bench_speculative.py's edit through /v1/chat/completions, replayed (tests/support/draft_replay.py) five
+    times in a row against one runner's step costs, on a machine whose steps vary by ~15%: every request drafts
+    most of the copied module, within 20% of the median count, and gains over decoding without drafts. (With the
+    odds scaled down after a draft that delivered less than promised, which only drafting could undo, a request
+    drafted 3 tokens where the others drafted ~210: one early miss, then 70 guesses in a row came true undrafted.)"""
+    prompt, reply = draft_replay.load("edit_chat.json")
+    for seed in range(5):
+        rng, proposer = random.Random(seed), NgramProposer(StepCosts())
+        runs = [draft_replay.replay(prompt, reply, proposer, rng) for _ in range(5)]
+        drafted = [r.drafted for r in runs]
+        typical = statistics.median(drafted)
+        assert all(0.8 * typical <= n <= 1.2 * typical for n in drafted), (seed, drafted)
+        assert min(drafted) >= 150, (seed, drafted)
+        assert statistics.median(r.speedup for r in runs) > 1.2, (seed, [r.speedup for r in runs])
