@@ -14,6 +14,7 @@ sequence's guesses came true, scored here on every guess, drafted or not). Conte
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 
 from app.engine.runner.draft_policy import GuessScore, StepCosts
 
@@ -24,6 +25,7 @@ MAX_DRAFT = 32               # longest draft (rows of the batch per sequence and
                              # draft_policy's call, and the odds by match length let it grow while a reply copies
 SCORED = MAX_DRAFT           # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
 MATCH_MAX = 96               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket)
+RESUME = 8                   # how far from where the last copy would be by now an occurrence still continues it
 INDEX_PER_STEP = 1024        # token positions indexed per call (a long prompt is indexed over a few steps, ~5 ms each)
 
 
@@ -31,14 +33,16 @@ class NgramDrafter:
     """One sequence's lookup table and the score of its guesses.
 
     `tokens` are the sequence's tokens in order (the prompt, then every token sampled, ending with the one about
-    to be decoded); `index[(n-gram)]` is the position right after that n-gram's most recent occurrence that has at
-    least one token after it, so a lookup never finds the sequence's own tail."""
+    to be decoded); `index[(n-gram)]` lists the positions right after that n-gram's occurrences that have at
+    least one token after them, in order, so a lookup never finds the sequence's own tail. Of those, a lookup
+    takes the one where the copy the sequence was last making would be by now (`_place`), else the most recent."""
 
     def __init__(self, tokens):
         self.tokens: list[int] = [int(t) for t in tokens]
-        self.index: dict[tuple[int, ...], int] = {}
+        self.index: dict[tuple[int, ...], list[int]] = {}
         self.indexed = 0                    # positions e < indexed have their n-grams ending at e in the index
         self.score = GuessScore()
+        self.copied: tuple[int, int] | None = None     # (the place the last guess copied from, len(tokens) then)
 
     def push(self, token: int) -> None:
         """A token the sequence emitted (it will be decoded next, or it already was as an accepted draft)."""
@@ -50,7 +54,7 @@ class NgramDrafter:
         end = min(len(toks) - 1, self.indexed + INDEX_PER_STEP)     # the last token has no continuation yet
         for e in range(max(self.indexed, N_MIN), end + 1):
             for n in range(N_MIN, min(N_MAX, e) + 1):
-                index[tuple(toks[e - n:e])] = e
+                index.setdefault(tuple(toks[e - n:e]), []).append(e)
         self.indexed = max(self.indexed, end + 1)
 
     def lookup(self, limit: int) -> list[int]:
@@ -69,8 +73,10 @@ class NgramDrafter:
         self._catch_up()
         end = len(toks)
         for n in range(min(N_MAX, end - 1), N_MIN - 1, -1):
-            e = self.index.get(tuple(toks[end - n:]))
-            if e is not None:
+            places = self.index.get(tuple(toks[end - n:]))
+            if places:
+                e = self._place(places, end)
+                self.copied = (e, end)
                 match = n
                 while match < MATCH_MAX and e - match > 0 and toks[e - match - 1] == toks[end - match - 1]:
                     match += 1
@@ -78,6 +84,19 @@ class NgramDrafter:
                 cut = next((i for i, t in enumerate(out) if t < 0), len(out))   # an image's pseudo-tokens
                 return out[:cut], match                                          # (runner/media.py) are no text
         return [], 0
+
+    def _place(self, places: list[int], end: int) -> int:
+        """Of the places an n-gram occurred, the one nearest to where the copy the sequence was making would be
+        by now, within RESUME tokens: a reply that changes what it copies (renames a function in a module it
+        prints) goes on copying from there, while the most recent occurrence of a short n-gram is often
+        another line (`remove_item(self, name` after `put_item(self, name`). Else the most recent."""
+        if self.copied is not None:
+            expect = self.copied[0] + end - self.copied[1]
+            i = bisect_left(places, expect - RESUME)
+            near = [e for e in places[i:i + 2 * RESUME + 1] if abs(e - expect) <= RESUME]
+            if near:
+                return min(near, key=lambda e: abs(e - expect))
+        return places[-1]
 
 
 class NgramProposer:

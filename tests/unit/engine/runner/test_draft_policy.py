@@ -21,6 +21,19 @@ def test_lookup_proposes_what_followed_the_longest_most_recent_match():
     assert NgramDrafter([1, 2, 3, 4, 5, 6]).lookup(4) == []                     # nothing repeats: no draft
 
 
+def test_a_copy_that_renames_something_resumes_where_it_left_off():
+    """A module with two methods ending alike (`add_item(self, name): A B C`, `remove_item(self, name): D D D`), its
+    reply copying the first under a new name: after the rename, the copy goes on from the first method's body,
+    not from the most recent place the shorter n-gram occurred."""
+    module = [11, 12, 13, 1, 50, 2, 3, 4, 5, 6, 7, 9, 60, 2, 3, 4, 8, 8, 8]
+    d = NgramDrafter(module + [11, 12, 13, 1])
+    assert d.lookup(2) == [50, 2]
+    for t in (70, 2, 3, 4):                         # 70: the new name
+        d.push(t)
+    assert d.lookup(3) == [5, 6, 7]
+    assert NgramDrafter(module + [70, 2, 3, 4]).lookup(3) == [8, 8, 8]     # no copy under way: the most recent
+
+
 def test_guesses_are_scored_whether_drafted_or_not():
     d = NgramDrafter([1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3])
     assert d.lookup(0) == []                        # nothing drafted, yet the guess [4, 5, ...] is scored
