@@ -13,6 +13,8 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
+from app import __version__
+
 
 class ApiError(RuntimeError):
     def __init__(self, message: str, status: int | None = None):
@@ -37,14 +39,26 @@ async def _error_from(resp: aiohttp.ClientResponse) -> ApiError:
     return ApiError(f"{resp.status}: {str(msg).strip() or resp.reason}", resp.status)
 
 
+def user_agent_of(program: str) -> str:
+    """The User-Agent a program of this package sends: "strata-desktop/0.1.0"."""
+    return f"{program}/{__version__}"
+
+
 class ApiClient:
-    def __init__(self, base_url: str, api_key: str | None = None):
+    """`user_agent` names the program in the service's request log (the Server window tells its own requests
+    apart by it)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, user_agent: str = user_agent_of("strata")):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
+        self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
 
     def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        h = {"User-Agent": self.user_agent}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
 
     def session(self) -> aiohttp.ClientSession:
         # Created lazily inside the loop that uses it (aiohttp binds a session to its loop).
@@ -178,11 +192,21 @@ class ApiClient:
         except aiohttp.ClientError as e:
             raise ApiError(f"connection to the service lost: {e}") from e
 
-    async def events(self) -> AsyncIterator[tuple[str, dict]]:
+    async def requests(self) -> list[dict]:
+        """The service's request log, newest first (GET /api/requests)."""
+        return (await self.request("GET", "/api/requests")).get("requests", [])
+
+    async def request_detail(self, rid: int) -> dict:
+        """One logged request with its headers and bounded bodies (GET /api/requests/{id})."""
+        return await self.request("GET", f"/api/requests/{int(rid)}")
+
+    async def events(self, include: str = "") -> AsyncIterator[tuple[str, dict]]:
         """GET /api/events (server-sent events); yields ("connected", {}) once the stream is open, then each
-        (type, data). Comment lines (`: ping`) are skipped."""
+        (type, data). Comment lines (`: ping`) are skipped. `include` ("request,stats"): the event types only
+        asked-for subscribers get."""
+        url = self.base_url + "/api/events" + (f"?include={include}" if include else "")
         try:
-            async with self.session().get(self.base_url + "/api/events", timeout=NO_TOTAL) as resp:
+            async with self.session().get(url, timeout=NO_TOTAL) as resp:
                 if resp.status >= 400:
                     raise await _error_from(resp)
                 yield "connected", {}            # the stream is open (the server may stay silent a while)

@@ -44,6 +44,7 @@ class AppActions(QObject):
     new_chat_requested = Signal()
     open_chat_requested = Signal()
     open_memory_requested = Signal()
+    open_server_requested = Signal()
     open_models_requested = Signal(str)      # "" | "import" | "pull": what the manager should offer first
     open_settings_requested = Signal()
     open_agents_requested = Signal()          # Models → Launch a coding agent…
@@ -57,6 +58,9 @@ class AppActions(QObject):
                                 "Show the chat window")
         self.memory = make_action(self, "&Memory view", "memoryView", "Ctrl+M", self.open_memory_requested.emit,
                                   "Show where loaded models sit in memory")
+        self.server = make_action(self, "Se&rver requests", "serverView", "Ctrl+Shift+S",
+                                  self.open_server_requested.emit,
+                                  "Show every API request to the service, and its load over the last minutes")
         self.settings = make_action(self, "&Settings…", "settings", "Ctrl+,", self.open_settings_requested.emit)
         self.settings.setMenuRole(QAction.PreferencesRole)
         self.quit = make_action(self, "&Quit", "quit", "Ctrl+Q", self.quit_requested.emit, "Quit Strata")
@@ -71,7 +75,7 @@ class AppActions(QObject):
         self.models_head = [self.models, self.pull, self.launch_agent]
 
     def all(self) -> list[QAction]:
-        return [self.new_chat, self.chat, self.memory, self.settings, self.quit, self.models, self.pull,
+        return [self.new_chat, self.chat, self.memory, self.server, self.settings, self.quit, self.models, self.pull,
                 self.launch_agent]
 
     def install(self, window: QWidget, closable: bool = True) -> dict[str, QMenu]:
@@ -86,7 +90,7 @@ class AppActions(QObject):
             return {}
         file_menu = window.menuBar().addMenu("&File")
         file_menu.setObjectName("fileMenu")
-        for a in (self.new_chat, self.chat, self.memory, self.settings):
+        for a in (self.new_chat, self.chat, self.memory, self.server, self.settings):
             file_menu.addAction(a)
         file_menu.addSeparator()
         if close is not None:

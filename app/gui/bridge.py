@@ -12,7 +12,9 @@ from typing import Any, Awaitable, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.api_client import ApiClient, ApiError
+from app.api_client import ApiClient, ApiError, user_agent_of
+
+USER_AGENT = user_agent_of("strata-desktop")     # server_data.OWN_CLIENT: the Server window knows its own app
 
 
 class LoopThread:
@@ -80,7 +82,7 @@ class ServiceBridge(QObject):
     def __init__(self, base_url: str, api_key: str | None = None, parent: QObject | None = None):
         super().__init__(parent)
         self.base_url = base_url.rstrip("/")
-        self.client = ApiClient(self.base_url, api_key)
+        self.client = ApiClient(self.base_url, api_key, user_agent=USER_AGENT)
         self.loop_thread = LoopThread()
         self._pending: set[Call] = set()
         self._events_future = None

@@ -20,6 +20,7 @@ from app.gui.chat_window import ChatWindow
 from app.gui.history import ChatHistory
 from app.gui.memory_window import MemoryWindow
 from app.gui.model_manager import ModelManagerWindow
+from app.gui.server_window import ServerWindow
 from app.gui.settings_dialog import RESTART_NOTE, SettingsDialog
 from app.gui.state import ServiceState
 from app.gui.theme import apply_theme, style_sheet, system_is_dark
@@ -78,6 +79,7 @@ class Desktop(QObject):
         self.actions = AppActions(self)
         self.chat = ChatWindow(self.state, self.history, self.actions)
         self.memory: MemoryWindow | None = None
+        self.server: ServerWindow | None = None
         self.models: ModelManagerWindow | None = None
         self.settings: SettingsDialog | None = None
         self.agents: AgentLaunchDialog | None = None
@@ -85,6 +87,7 @@ class Desktop(QObject):
         for source in (self.actions, self.tray):
             source.open_chat_requested.connect(self.open_chat)
             source.open_memory_requested.connect(self.open_memory)
+            source.open_server_requested.connect(self.open_server)
             source.open_models_requested.connect(self.open_models)
             source.open_settings_requested.connect(self.open_settings)
             source.quit_requested.connect(self.quit)
@@ -118,6 +121,13 @@ class Desktop(QObject):
             self.memory = MemoryWindow(self.state)
             self.actions.install(self.memory)
         return _raise(self.memory)
+
+    def open_server(self) -> ServerWindow:
+        """Every API request live, and the service's load: it listens to the service only while it is open."""
+        if self.server is None:
+            self.server = ServerWindow(self.state)
+            self.actions.install(self.server)
+        return _raise(self.server)
 
     def open_models(self, focus: str = "") -> ModelManagerWindow:
         """The model manager; `focus` "pull" puts the cursor in the pull panel's name field, "import" opens the
@@ -166,7 +176,7 @@ class Desktop(QObject):
         self.chat.abandon_reply()
         self.tray.hide()
         self.bridge.close()
-        for w in (self.chat, self.memory, self.models, self.settings, self.agents):
+        for w in (self.chat, self.memory, self.server, self.models, self.settings, self.agents):
             if w is not None:
                 w.close()
         self.history.close()

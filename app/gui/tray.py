@@ -1,5 +1,5 @@
 """Tray menu: manage models, pull, loaded models (unload), installed models (load), copy server address, open
-chat, open memory view, settings, quit; notifications when a load finishes or fails.
+chat, open memory view, open server requests, settings, quit; notifications when a load finishes or fails.
 
 The chat window's Models menu shows the same model entries (after its own Manage models / Pull actions, which
 carry the shortcuts). Where the desktop has no tray (`QSystemTrayIcon.isSystemTrayAvailable()` is false, e.g.
@@ -19,6 +19,7 @@ from app.gui.state import ServiceState
 class TrayController(QObject):
     open_chat_requested = Signal()
     open_memory_requested = Signal()
+    open_server_requested = Signal()
     open_models_requested = Signal(str)    # "" | "pull"
     open_settings_requested = Signal()
     quit_requested = Signal()
@@ -79,6 +80,7 @@ class TrayController(QObject):
         self._add_model_entries(m)
         self._add(m, "Open chat", "openChat", self.open_chat_requested.emit)
         self._add(m, "Open memory view", "openMemory", self.open_memory_requested.emit)
+        self._add(m, "Open server requests", "openServer", self.open_server_requested.emit)
         self._add(m, "Settings…", "openSettings", self.open_settings_requested.emit)
         m.addSeparator()
         self._add(m, "Quit Strata", "quitApp", self.quit_requested.emit)

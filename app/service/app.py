@@ -16,6 +16,7 @@ from .dialects.ollama import transfer_routes as ollama_transfer_routes
 from .dialects.rerank import routes as rerank_routes
 from .dialects.strata import routes as strata_routes
 from .http.events import EventBus
+from .http import request_log
 from .http.metrics import Metrics
 from .http.security import make_middlewares
 from .scheduling.scheduler import Scheduler
@@ -59,14 +60,17 @@ def _metrics_middleware(metrics: Metrics):
 def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> web.Application:
     config = config or ServiceConfig.from_env()
     metrics = Metrics()
-    # order: metrics (outermost, sees final status) -> errors -> security -> handler
-    app = web.Application(client_max_size=config.max_body,
-                          middlewares=[_metrics_middleware(metrics), *make_middlewares(config)])
     events = EventBus()
+    requests = request_log.RequestLog(events)
+    # order: request log and metrics (outermost, see the final status) -> errors -> security -> handler
+    app = web.Application(client_max_size=config.max_body,
+                          middlewares=[request_log.middleware(requests), _metrics_middleware(metrics),
+                                       *make_middlewares(config)])
     store = AsyncStore(store_factory or (lambda: _default_store(config)))
     app[keys.CONFIG] = config
     app[keys.METRICS] = metrics
     app[keys.EVENTS] = events
+    app[keys.REQUESTS] = requests
     app[keys.STORE] = store
     app[keys.SCHEDULER] = None
 

@@ -6,10 +6,12 @@ from aiohttp import web
 from app.service.config import ServiceConfig
 from app.service.http.events import EventBus
 from app.service.http.metrics import Metrics
+from app.service.http.request_log import RequestLog
 from app.service.store.proxy import AsyncStore
 
 CONFIG = web.AppKey("config", ServiceConfig)
 METRICS = web.AppKey("metrics", Metrics)
+REQUESTS = web.AppKey("requests", RequestLog)
 EVENTS = web.AppKey("events", EventBus)
 STORE = web.AppKey("store", AsyncStore)
 SCHEDULER = web.AppKey("scheduler", object)

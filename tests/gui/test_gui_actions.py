@@ -78,13 +78,13 @@ def unload_all(url, desk) -> None:
 
 # ---- shortcuts ---------------------------------------------------------------------------------------------------
 
-WINDOWS = ("chat", "memory", "models", "settings")
+WINDOWS = ("chat", "memory", "server", "models", "settings")
 
 
 def window_of(desk, name: str):
     """The window by name, opened the way its shortcut opens it (the chat is always there)."""
-    opener = {"chat": desk.open_chat, "memory": desk.open_memory, "models": desk.open_models,
-              "settings": desk.open_settings}
+    opener = {"chat": desk.open_chat, "memory": desk.open_memory, "server": desk.open_server,
+              "models": desk.open_models, "settings": desk.open_settings}
     return opener[name]()
 
 
@@ -94,9 +94,10 @@ def shown_and_active(window) -> bool:
 
 @pytest.mark.parametrize("start", WINDOWS)
 def test_application_shortcuts_work_from_every_window(qtbot, desk, start):
-    """Ctrl+M, Ctrl+Shift+M, Ctrl+, and Ctrl+0 bring up their window from whichever window has the keyboard;
-    Ctrl+N starts a new chat in the chat window, from that window too."""
+    """Ctrl+M, Ctrl+Shift+S, Ctrl+Shift+M, Ctrl+, and Ctrl+0 bring up their window from whichever window has the
+    keyboard; Ctrl+N starts a new chat in the chat window, from that window too."""
     for keys, target in (((Qt.Key_M, Qt.ControlModifier), "memory"),
+                         ((Qt.Key_S, Qt.ControlModifier | Qt.ShiftModifier), "server"),
                          ((Qt.Key_M, Qt.ControlModifier | Qt.ShiftModifier), "models"),
                          ((Qt.Key_Comma, Qt.ControlModifier), "settings"),
                          ((Qt.Key_0, Qt.ControlModifier), "chat")):
@@ -114,7 +115,7 @@ def test_application_shortcuts_work_from_every_window(qtbot, desk, start):
     qtbot.waitUntil(desk.chat.input.hasFocus, timeout=SHORT)      # ready to type
 
 
-@pytest.mark.parametrize("name", ["memory", "models", "settings"])
+@pytest.mark.parametrize("name", ["memory", "server", "models", "settings"])
 def test_ctrl_w_closes_a_secondary_window_and_esc_a_dialog(qtbot, desk, name):
     win = window_of(desk, name)
     press(qtbot, win, Qt.Key_W, Qt.ControlModifier)
@@ -219,7 +220,8 @@ def test_buttons_name_their_keys_and_tab_walks_the_window(qtbot, desk):
     assert positions == sorted(positions), [x.objectName() or type(x).__name__ for x in order]
 
 
-@pytest.mark.parametrize("how", ["ctrl+q", "ctrl+q in memory", "ctrl+q in models", "ctrl+q in settings",
+@pytest.mark.parametrize("how", ["ctrl+q", "ctrl+q in memory", "ctrl+q in server", "ctrl+q in models",
+                                 "ctrl+q in settings",
                                  "file menu", "file menu in memory", "tray"])
 def test_quit_ends_the_app_and_stops_its_service(qtbot, live_service, tmp_path, how):
     svc = own_service(live_service, tmp_path)
@@ -236,7 +238,7 @@ def test_quit_ends_the_app_and_stops_its_service(qtbot, live_service, tmp_path, 
     qtbot.waitUntil(lambda: not answers(svc.url), timeout=WAIT)     # the service it hosted is gone
     assert not svc._thread.is_alive()
     assert not d.chat.isVisible() and d.bridge.closed
-    assert not any(w is not None and w.isVisible() for w in (d.memory, d.models, d.settings))
+    assert not any(w is not None and w.isVisible() for w in (d.memory, d.server, d.models, d.settings))
     # (that the process itself exits is checked under a real X server: test_gui_xvfb.py)
 
 
@@ -291,6 +293,8 @@ def test_tray_menu_items(qtbot, service):
         qtbot.waitUntil(lambda: d.models.isVisible() and d.models.pull_panel.name.hasFocus(), timeout=SHORT)
         click_menu(qtbot, open_popup(qtbot, menu), "openMemory")
         qtbot.waitUntil(lambda: d.memory is not None and d.memory.isVisible(), timeout=SHORT)
+        click_menu(qtbot, open_popup(qtbot, menu), "openServer")
+        qtbot.waitUntil(lambda: d.server is not None and d.server.isVisible(), timeout=SHORT)
         click_menu(qtbot, open_popup(qtbot, menu), "openSettings")
         qtbot.waitUntil(lambda: d.settings is not None and d.settings.isVisible(), timeout=SHORT)
         d.chat.hide()
@@ -329,24 +333,26 @@ def test_every_action_in_the_menus_is_one_this_file_triggers(qtbot, service):
         tray = names(d.tray.tray.contextMenu())
     finally:
         d.shutdown()
-    assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "quit"],
+    assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "serverView", "settings", "quit"],
                    "modelsMenu": ["manageModels", "pullModel", "launchAgent", "loadMenu", "copyAddress"],
                    "chatMenu": ["focusInput", "attachFiles", "stop", "regenerate", "searchChats", "moreOptions", "renameChat",
                                 "deleteChat", "exportMarkdown", "exportJson", "importChat"]}
     assert tray == ["manageModels", "pullModel", "loadMenu", "copyAddress", "openChat", "openMemory",
-                    "openSettings", "quitApp"]
+                    "openServer", "openSettings", "quitApp"]
     shortcuts = {a.objectName(): a.shortcut().toString() for a in d.actions.all() + d.chat.findChildren(QAction)
                  if a.objectName() and not a.shortcut().isEmpty()}
-    assert shortcuts == {"newChat": "Ctrl+N", "openChat": "Ctrl+0", "memoryView": "Ctrl+M", "settings": "Ctrl+,",
+    assert shortcuts == {"newChat": "Ctrl+N", "openChat": "Ctrl+0", "memoryView": "Ctrl+M",
+                         "serverView": "Ctrl+Shift+S", "settings": "Ctrl+,",
                          "quit": "Ctrl+Q", "manageModels": "Ctrl+Shift+M", "focusInput": "Ctrl+L", "stop": "Esc",
                          "regenerate": "Ctrl+R", "deleteChat": "Del", "searchChats": "Ctrl+F",
                          "moreOptions": "Ctrl+Shift+O", "attachFiles": "Ctrl+Shift+A"}
 
 
 def test_secondary_windows_have_the_same_menus(qtbot, desk):
-    for name in ("memory", "models"):
+    for name in ("memory", "server", "models"):
         win = window_of(desk, name)
         bar = {m.objectName(): [a.objectName() for a in m.actions() if a.objectName()]
                for m in (a.menu() for a in win.menuBar().actions()) if m is not None}
-        assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "settings", "closeWindow", "quit"],
+        assert bar == {"fileMenu": ["newChat", "openChat", "memoryView", "serverView", "settings", "closeWindow",
+                                    "quit"],
                        "modelsMenu": ["manageModels", "pullModel", "launchAgent"]}, name

@@ -13,6 +13,7 @@ from ..generation import pipeline
 from ..generation.request import GenerationRequest
 from ..generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from ..http.bodies import NDJSONWriter, SSEEvent
+from ..http import request_log
 from ..http.errors import ApiError
 
 Frame = dict | str | SSEEvent   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
@@ -85,6 +86,7 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
         except ApiError as e:
             if not w.resp.prepared:
                 raise
+            request_log.note_error(e.message)
             await _send(w, renderer.error(e))
             return await w.finish()
         await _send(w, renderer.closing(gen.result))

@@ -24,6 +24,7 @@ from app.engine import protocol
 from app.engine.client import ContextOverflowError, RequestError, RunnerError, RunnerExited
 from app.engine.protocol import has_images
 
+from ..http import request_log
 from ..http.errors import ApiError, ContextLengthError
 from ..scheduling.keep_alive import DEFAULT, KeepAlive
 from . import chat_features, images
@@ -277,6 +278,7 @@ async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
     result = GenerationResult(model=job.model)
     async with scheduler.lease(job.model, job.options, job.keep_alive, record=job.record) as lease:
         result.load_wait = lease.load_wait
+        request_log.leased(lease, result)           # the Server window's record of this request
         gen = Generation(lease, job, metrics, result, scheduler)
         try:
             yield gen

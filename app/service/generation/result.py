@@ -71,8 +71,18 @@ class GenerationResult:
     truncated_tokens: int = 0                        # prompt tokens cut to fit it (a raw prompt's token rule)
     reply_room: int | None = None                    # max_tokens was above the room the prompt left: this much
     started: float = field(default_factory=time.monotonic)
+    first_output: float | None = None                # time.monotonic() of the first event a client was given
+    finished_at: float | None = None                 # ... and of Finished
+    output_tokens: int = 0                           # tokens of the text and thinking streamed so far
 
     def add(self, ev: Event) -> None:
+        now = time.monotonic()
+        if isinstance(ev, Finished):
+            self.finished_at = now
+        elif self.first_output is None:
+            self.first_output = now
+        if isinstance(ev, (TextDelta, ThinkingDelta)):
+            self.output_tokens += ev.n_tokens
         if isinstance(ev, TextDelta):
             self.pieces.append(ev.text)
             self.logprobs.extend(ev.logprobs)

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from . import request_log
 from .errors import ApiError
 from .security import apply_cors
 
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
     raw = await request.read()          # raises 413 past client_max_size
+    request_log.note_body(raw)
     if not raw.strip():
         if allow_empty:
             return {}
@@ -25,6 +27,7 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
         raise ApiError(400, "invalid JSON in request body: nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    request_log.note_model(body)
     return body
 
 

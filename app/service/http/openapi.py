@@ -115,7 +115,13 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
                                         "hashing/copying completed of total; closing the stream cancels)",
                               _obj({"path": STR, "model": STR, "link": BOOL, "stream": BOOL}, ["path"])),
     ("GET", "/api/events"): ("strata", "Server-sent events: load_started, load_progress, loaded, unloaded, "
-                                       "load_failed, memory; `: ping` every 15 s", None),
+                                       "load_failed, memory; `: ping` every 15 s. `?include=request,stats` adds "
+                                       "a `request` event per request start, lease and end, and a `stats` sample "
+                                       "every second (the Server window's feed)", None),
+    ("GET", "/api/requests"): ("strata", "The last requests (a ring in memory): route, client, status, error, "
+                                         "tokens, cache, drafts, time to first token, timeline", None),
+    ("GET", "/api/requests/{id}"): ("strata", "One logged request with its headers (credentials masked) and "
+                                              "its bodies (bounded)", None),
     ("GET", "/metrics"): ("strata", "Prometheus metrics (text format)", None),
     ("GET", "/api/openapi.json"): ("strata", "This document", None),
 }

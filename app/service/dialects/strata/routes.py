@@ -20,10 +20,13 @@ from ...generation.options import parse_ollama_options, plan_options
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, SSEWriter, read_json
 from ...http.errors import ApiError
+from ...http.events import Event
 from ...http.openapi import build_openapi
+from ...http.request_log import server_stats
 from ...store.proxy import store_error
 
 PING_SECONDS = 15.0
+STATS_SECONDS = 1.0
 LAYOUT_OPTION_KEYS = ("draft", "num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe",
                       "kv_type", "flash_attn", "num_batch")
 
@@ -153,17 +156,48 @@ async def import_model(request):
 
 
 async def events(request):
-    bus = request.app[keys.EVENTS]
+    """Server-sent events. `?include=request,stats` adds what only the Server window wants: a `request` event per
+    request start, lease and end (http/request_log.py), and a `stats` event every STATS_SECONDS (the plots' sample),
+    computed for this subscriber alone while it listens."""
+    app = request.app
+    bus = app[keys.EVENTS]
+    include = {t.strip() for t in request.query.get("include", "").split(",") if t.strip()}
+    stats = "stats" in include
     w = SSEWriter(request)
     await w.raw(b": connected\n\n")
-    with bus.subscribe() as q:
+    loop = asyncio.get_running_loop()
+    next_stats = loop.time()
+    with bus.subscribe(include) as q:
         while True:
+            if stats and loop.time() >= next_stats:
+                next_stats = loop.time() + STATS_SECONDS
+                sample = server_stats(app[keys.REQUESTS], app[keys.SCHEDULER])
+                await w.raw(Event("stats", sample, sample["time"]).sse())
+            wait = max(0.0, next_stats - loop.time()) if stats else PING_SECONDS
             try:
-                ev = await asyncio.wait_for(q.get(), PING_SECONDS)
+                ev = await asyncio.wait_for(q.get(), wait)
             except asyncio.TimeoutError:
-                await w.raw(b": ping\n\n")
+                if not stats:
+                    await w.raw(b": ping\n\n")
                 continue
             await w.raw(ev.sse())
+
+
+async def requests_list(request):
+    """GET /api/requests: the request log's records, newest first (without bodies)."""
+    return web.json_response({"requests": [r.to_dict() for r in request.app[keys.REQUESTS].records()]})
+
+
+async def request_detail(request):
+    """GET /api/requests/{id}: one record with its headers (credentials masked) and bounded bodies."""
+    try:
+        rid = int(request.match_info["id"])
+    except ValueError:
+        raise ApiError(400, "request id must be an integer", param="id") from None
+    rec = request.app[keys.REQUESTS].get(rid)
+    if rec is None:
+        raise ApiError(404, f"request {rid} is no longer in the log (it keeps the last requests only)")
+    return web.json_response(rec.to_dict(detail=True))
 
 
 async def metrics(request):
@@ -184,5 +218,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/layout", layout)
     r.add_post("/api/import", import_model)
     r.add_get("/api/events", events)
+    r.add_get("/api/requests", requests_list)
+    r.add_get("/api/requests/{id}", request_detail)
     r.add_get("/metrics", metrics)
     r.add_get("/api/openapi.json", openapi)

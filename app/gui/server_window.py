@@ -1,0 +1,488 @@
+"""The Server window: what the apps and agents talking to Strata are doing. Every API request live (newest first:
+time, client, API, model, status with its error, prompt and cached tokens, reply tokens, time to first token,
+tok/s, drafted/accepted, queued), the selected one's timeline to scale and its request and reply (bounded, with
+credentials masked by the service), and plots of the last five minutes (tokens/s, busy slots, prompt-cache hit
+rate, memory by kind; pyqtgraph).
+
+Fed by the service's event stream only: while the window is open it holds its own `/api/events?include=request,
+stats` subscription (the service builds request events and stats samples only for such a subscriber), and it
+reads the service's ring of recent requests (`/api/requests`) when it opens. Closed, it costs the service nothing.
+Nothing is written to disk unless the user exports.
+Covered by tests/gui/test_gui_server.py."""
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")      # pyqtgraph binds to the Qt this app uses
+
+import pyqtgraph as pg  # noqa: E402
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, QTimer, Signal  # noqa: E402
+from PySide6.QtGui import QColor, QPainter, QPalette, QPen  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMainWindow, QPlainTextEdit,
+    QPushButton, QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget,
+)
+
+from app.gui.server_data import (  # noqa: E402
+    COLUMNS, MEMORY_LABELS, MEMORY_ORDER, PHASE_COLORS, PHASE_HELP, ServerFeed, _ms, cell, memory_text, summary,
+    timeline,
+)
+from app.gui.state import ServiceState  # noqa: E402
+
+IdRole = Qt.UserRole + 1
+RETRY_MS = 1000
+CURVE_COLORS = {"prompt tok/s": "#4c78a8", "generation tok/s": "#54a24b", "busy slots": "#f58518",
+                "queued": "#e45756", "cache hit %": "#72b7b2"}
+MEMORY_COLORS = {"weights": "#4c78a8", "kv": "#54a24b", "compute": "#f58518", "prompt cache": "#b279a2",
+                 "checkpoints": "#9d755d", "draft": "#eeca3b", "projector": "#ff9da6"}
+
+
+class RequestTableModel(QAbstractTableModel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[dict] = []
+
+    def set_rows(self, rows: list[dict]) -> None:
+        if [r["id"] for r in rows] == [r["id"] for r in self.rows]:
+            self.rows = rows
+            if rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(COLUMNS) - 1))
+            return
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        rec = self.rows[index.row()]
+        column = COLUMNS[index.column()]
+        if role == Qt.DisplayRole:
+            return cell(rec, column)
+        if role == Qt.ToolTipRole:
+            return summary(rec) if column != "Client" else rec.get("client") or "(no User-Agent)"
+        if role == Qt.ForegroundRole and column == "Status" and (rec.get("status") or 0) >= 400:
+            return QColor("#d62728")
+        if role == Qt.TextAlignmentRole and column in ("Prompt", "Cached", "Reply", "TTFT", "Tok/s", "Duration"):
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == IdRole:
+            return rec["id"]
+        return None
+
+    def row_of(self, rid: int) -> int:
+        return next((i for i, r in enumerate(self.rows) if r["id"] == rid), -1)
+
+
+class TimelineView(QWidget):
+    """One request's time, to scale: a bar cut into its phases (prepare, load, queued, prefill, decode, finish),
+    a mark at the first token, each part's name and length under it."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.record: dict | None = None
+        self.setMinimumHeight(64)
+
+    def set_record(self, rec: dict | None) -> None:
+        self.record = rec
+        parts = timeline(rec) if rec else []
+        self.setToolTip("\n".join(f"{n}: {_ms(s)} ({PHASE_HELP.get(n, n)})" for n, _, s in parts))
+        self.update()
+
+    def parts(self) -> list[tuple[str, float, float]]:
+        return timeline(self.record) if self.record else []
+
+    def segment_rects(self) -> list[tuple[str, QRectF]]:
+        """Where each phase is drawn: widths in proportion to its seconds (what tests measure)."""
+        parts = self.parts()
+        total = sum(s for _, _, s in parts)
+        left, width = 8.0, max(1.0, self.width() - 16.0)
+        out = []
+        for name, start, secs in parts:
+            x = left + (start / total * width if total > 0 else 0.0)
+            w = secs / total * width if total > 0 else 0.0
+            out.append((name, QRectF(x, 8.0, w, 22.0)))
+        return out
+
+    def paintEvent(self, _ev) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        text = self.palette().color(QPalette.WindowText)
+        if not self.record:
+            p.setPen(text)
+            p.drawText(self.rect(), Qt.AlignCenter, "Select a request to see where its time went.")
+            return
+        rects = self.segment_rects()
+        fm = p.fontMetrics()
+        label_x = 8.0
+        for (name, r), (_, _, secs) in zip(rects, self.parts()):
+            p.fillRect(r, QColor(PHASE_COLORS.get(name, "#888888")))
+            if secs <= 0:
+                continue
+            label = f"{name} {_ms(secs)}"
+            x = max(r.x(), label_x)
+            p.setPen(QColor(PHASE_COLORS.get(name, "#888888")).darker(130))
+            p.drawLine(int(r.x() + r.width() / 2), 30, int(r.x() + r.width() / 2), 36)
+            p.setPen(text)
+            p.drawText(int(x), 36 + fm.ascent(), label)
+            label_x = x + fm.horizontalAdvance(label) + 10
+        ttft = self.record.get("ttft")
+        total = sum(s for _, _, s in self.parts())
+        if ttft is not None and total > 0:
+            x = 8.0 + ttft / total * max(1.0, self.width() - 16.0)
+            p.setPen(QPen(text, 2))
+            p.drawLine(int(x), 4, int(x), 34)
+            p.drawText(int(x) + 3, 4 + fm.ascent(), "first token")
+        p.end()
+
+
+def _plot(layout, title: str, left: str):
+    item = layout.addPlot(title=title)
+    item.showGrid(x=True, y=True, alpha=0.25)
+    item.setLabel("left", left)
+    item.setLabel("bottom", "seconds ago")
+    item.setMouseEnabled(x=False, y=False)
+    item.setMenuEnabled(False)
+    item.hideButtons()
+    item.addLegend(offset=(4, 4), labelTextSize="8pt")
+    return item
+
+
+class ServerWindow(QMainWindow):
+    feed_changed = Signal()          # a request event or a stats sample was taken in (tests wait on it)
+
+    def __init__(self, state: ServiceState, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.bridge = state.bridge
+        self.setWindowTitle("Strata — Server")
+        self.resize(1200, 860)
+        self.feed = ServerFeed()
+        self.listening = False
+        self.connected = False
+        self._stream = None
+        self._detail_call = None
+        self.detail: dict | None = None
+        self.selected_id: int | None = None
+        self.last_sample: dict | None = None
+
+        # the controls
+        self.pause = QCheckBox("Pause")
+        self.pause.setToolTip("Stop updating the list and plots (the service keeps logging)")
+        self.hide_own = QCheckBox("Hide this app's polling")
+        self.hide_own.setChecked(True)
+        self.hide_own.setToolTip("Leave out the GET requests the desktop app itself makes to keep its windows fresh")
+        self.clear_button = QPushButton("Clear")
+        self.clear_button.setToolTip("Empty the list in this window (the service's log stays)")
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Save the requests in the list, as JSON")
+        self.status = QLabel("Connecting…")
+        top = QHBoxLayout()
+        for w in (self.pause, self.hide_own, self.clear_button, self.export_button):
+            top.addWidget(w)
+        top.addWidget(self.status, 1)
+
+        # the plots
+        pg.setConfigOptions(antialias=True)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setMinimumHeight(220)
+        self._style_plots()
+        self.tok_plot = _plot(self.plots, "Tokens per second", "tok/s")
+        self.slot_plot = _plot(self.plots, "Slots", "slots")
+        self.plots.nextRow()
+        self.hit_plot = _plot(self.plots, "Prompt-cache hit rate (last minute)", "%")
+        self.hit_plot.setYRange(0, 100)
+        self.mem_plot = _plot(self.plots, "Memory by kind", "bytes")
+        self.mem_plot.getAxis("left").enableAutoSIPrefix(True)
+        self.mem_plot.setLabel("left", "", units="B")
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        for name, plot, label in (("prompt tok/s", self.tok_plot, "prompt"),
+                                  ("generation tok/s", self.tok_plot, "generation"),
+                                  ("busy slots", self.slot_plot, "busy"), ("queued", self.slot_plot, "queued"),
+                                  ("cache hit %", self.hit_plot, "hit rate")):
+            self.curves[name] = plot.plot([], [], name=label, pen=pg.mkPen(CURVE_COLORS[name], width=2),
+                                          connect="finite")
+        self.slots_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#888888", style=Qt.DashLine))
+        self.slot_plot.addItem(self.slots_line)
+        self.slots_line.setVisible(False)
+        for plot in (self.tok_plot, self.slot_plot, self.hit_plot, self.mem_plot):
+            plot.setXRange(-self.feed.window_s, 0, padding=0)
+
+        # the list
+        self.model = RequestTableModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setWordWrap(False)
+        self.table.setAlternatingRowColors(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.Interactive)
+        for i, name in enumerate(COLUMNS):
+            header.resizeSection(i, {"Time": 70, "Client": 150, "API": 210, "Model": 170, "Status": 190,
+                                     "Drafted / accepted": 120, "Queued": 90}.get(name, 64))
+        header.setStretchLastSection(True)
+
+        # the selected request
+        self.summary = QLabel("Select a request to see its timeline and bodies.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.timeline = TimelineView()
+        self.request_text = QPlainTextEdit()
+        self.request_text.setReadOnly(True)
+        self.reply_text = QPlainTextEdit()
+        self.reply_text.setReadOnly(True)
+        self.bodies = QTabWidget()
+        self.bodies.addTab(self.request_text, "Request")
+        self.bodies.addTab(self.reply_text, "Reply")
+        detail = QWidget()
+        dl = QVBoxLayout(detail)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addWidget(self.summary)
+        dl.addWidget(self.timeline)
+        dl.addWidget(self.bodies, 1)
+
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(self.plots)
+        split.addWidget(self.table)
+        split.addWidget(detail)
+        split.setSizes([330, 290, 240])
+        central = QWidget()
+        lay = QVBoxLayout(central)
+        lay.addLayout(top)
+        lay.addWidget(split, 1)
+        self.setCentralWidget(central)
+
+        self._table_timer = QTimer(self)
+        self._table_timer.setSingleShot(True)
+        self._table_timer.setInterval(100)            # bursts of events: one refresh
+        self._table_timer.timeout.connect(self.refresh_table)
+        self._retry = QTimer(self)
+        self._retry.setSingleShot(True)
+        self._retry.setInterval(RETRY_MS)
+        self._retry.timeout.connect(self._listen)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._on_selection())
+        self.hide_own.toggled.connect(lambda _on: self.refresh_table())
+        self.pause.toggled.connect(lambda on: None if on else (self.refresh_table(), self.refresh_plots()))
+        self.clear_button.clicked.connect(self.clear)
+        self.export_button.clicked.connect(lambda: self.export())
+
+    def _style_plots(self) -> None:
+        pal = self.palette()
+        self.plots.setBackground(pal.color(QPalette.Base))
+
+    # listening only while shown -----------------------------------------------------------------------------------
+    def showEvent(self, ev) -> None:
+        super().showEvent(ev)
+        if not self.listening:
+            self.listening = True
+            self._listen()
+
+    def closeEvent(self, ev) -> None:
+        self.stop_listening()
+        super().closeEvent(ev)
+
+    def hideEvent(self, ev) -> None:
+        self.stop_listening()
+        super().hideEvent(ev)
+
+    def stop_listening(self) -> None:
+        self.listening = False
+        self._retry.stop()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
+        self._set_connected(False)
+
+    def _listen(self) -> None:
+        if not self.listening or self._stream is not None or self.bridge.closed:
+            return
+        stream = self.bridge.stream(lambda c: c.events(include="request,stats"))
+        self._stream = stream
+        stream.item.connect(self._on_event)
+        for sig in (stream.failed, stream.finished):
+            sig.connect(lambda *_a, s=stream: self._lost(s))
+
+    def _lost(self, stream) -> None:
+        if self._stream is stream:
+            self._stream = None
+            self._set_connected(False)
+            if self.listening:
+                self._retry.start()
+
+    def _set_connected(self, up: bool) -> None:
+        self.connected = up
+        self._update_status()
+
+    def _on_event(self, item) -> None:
+        etype, data = item
+        if etype == "connected":
+            self._set_connected(True)
+            call = self.bridge.call(lambda c: c.requests())     # the ring, after subscribing: nothing falls between
+            call.finished.connect(self._on_snapshot)
+            return
+        if etype == "request":
+            self.take(data)
+        elif etype == "stats":
+            self.take_sample(data)
+
+    def _on_snapshot(self, records) -> None:
+        for rec in reversed(records or []):
+            self.feed.upsert(rec)
+        self.refresh_table()
+        self.feed_changed.emit()
+
+    # what the feed brings -----------------------------------------------------------------------------------------
+    def take(self, rec: dict) -> None:
+        self.feed.upsert(rec)
+        if not self.pause.isChecked() and not self._table_timer.isActive():
+            self._table_timer.start()
+        if rec.get("id") == self.selected_id:
+            self._show_selected(refetch=rec.get("state") == "done")
+        self.feed_changed.emit()
+
+    def take_sample(self, sample: dict) -> None:
+        self.feed.add_sample(sample)
+        self.last_sample = sample
+        if not self.pause.isChecked():
+            self.refresh_plots()
+            if self.feed.records and any(r.get("state") == "running" for r in self.model.rows):
+                self.refresh_table()
+        self._update_status()
+        self.feed_changed.emit()
+
+    def _update_status(self) -> None:
+        if not self.connected:
+            self.status.setText("Not connected to the service." if not self.listening or self._stream is None
+                                else "Connecting…")
+            return
+        s = self.last_sample or {}
+        self.status.setText(f"{s.get('requests', 0)} requests, {s.get('errors', 0)} errors, "
+                            f"{s.get('running', 0)} running · {memory_text(s)}")
+
+    # views ------------------------------------------------------------------------------------------------------
+    def refresh_table(self) -> None:
+        self.model.set_rows(self.feed.ordered(hide_own=self.hide_own.isChecked()))
+        if self.selected_id is not None:
+            row = self.model.row_of(self.selected_id)
+            current = self.table.selectionModel().selectedRows()
+            if row >= 0 and (not current or current[0].row() != row):
+                self.table.selectRow(row)           # the same id again: _on_selection leaves it be
+
+    def refresh_plots(self) -> None:
+        series = self.feed.series()
+        for name, curve in self.curves.items():
+            xs, ys = series.get(name, ([], []))
+            curve.setData(xs, ys)
+        slots = series.get("slots", ([], []))[1]
+        if slots and slots[-1] > 0:
+            self.slots_line.setValue(slots[-1])
+            self.slots_line.setVisible(True)
+            self.slot_plot.setYRange(0, max(slots[-1], max(series["queued"][1] or [0])) + 0.5, padding=0)
+        for key in [k for k in series if k.startswith("memory ")]:
+            kind = key[len("memory "):]
+            if key not in self.curves:
+                color = MEMORY_COLORS.get(kind, "#888888")
+                self.curves[key] = self.mem_plot.plot([], [], name=MEMORY_LABELS.get(kind, kind),
+                                                      pen=pg.mkPen(color, width=2))
+            self.curves[key].setData(*series[key])
+
+    def memory_kinds(self) -> list[str]:
+        return [k[len("memory "):] for k in self.curves if k.startswith("memory ")
+                ] if self.curves else list(MEMORY_ORDER)
+
+    def _on_selection(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return
+        rid = self.model.data(rows[0], IdRole)
+        if rid != self.selected_id:
+            self.selected_id = rid
+            self.detail = None
+            self._show_selected(refetch=True)
+
+    def select_request(self, rid: int) -> None:
+        row = self.model.row_of(rid)
+        if row < 0:                         # arrived since the last refresh
+            self.refresh_table()
+            row = self.model.row_of(rid)
+        if row >= 0:
+            self.table.selectRow(row)
+
+    def _show_selected(self, refetch: bool) -> None:
+        rec = self.feed.records.get(self.selected_id) if self.selected_id is not None else None
+        if rec is None:
+            return
+        self.summary.setText(summary(rec))
+        self.timeline.set_record(rec)
+        if refetch:
+            rid = rec["id"]
+            call = self.bridge.call(lambda c: c.request_detail(rid))
+            self._detail_call = call
+            call.finished.connect(lambda d, rid=rid: self._on_detail(rid, d))
+            call.failed.connect(lambda msg, rid=rid: self._on_detail(rid, {"error_fetching": msg}))
+
+    def _on_detail(self, rid: int, d: dict) -> None:
+        if rid != self.selected_id:
+            return
+        self.detail = d
+        if "error_fetching" in d:
+            self.request_text.setPlainText(d["error_fetching"])
+            self.reply_text.setPlainText("")
+            return
+        head = "\n".join(f"{k}: {v}" for k, v in (d.get("headers") or {}).items())
+        self.request_text.setPlainText(f"{d.get('method', '')} {d.get('path', '')}\n{head}\n\n"
+                                       + _pretty(d.get("request_body", ""), d.get("request_bytes", 0),
+                                                 d.get("body_limit", 0)))
+        reply = _pretty(d.get("reply_body", ""), d.get("reply_bytes", 0), d.get("body_limit", 0))
+        if d.get("error"):
+            reply = f"Error: {d['error']}\n\n{reply}"
+        self.reply_text.setPlainText(reply)
+
+    # actions ------------------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        self.feed.clear()
+        self.selected_id = None
+        self.detail = None
+        self.timeline.set_record(None)
+        self.summary.setText("Select a request to see its timeline and bodies.")
+        self.request_text.clear()
+        self.reply_text.clear()
+        self.refresh_table()
+
+    def export(self, path: str | None = None) -> str | None:
+        """Write the listed requests as JSON (the only thing this window ever writes to disk)."""
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Export requests", "strata-requests.json", "JSON (*.json)")
+            if not path:
+                return None
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"requests": self.model.rows}, f, indent=1, ensure_ascii=False)
+        self.statusBar().showMessage(f"Saved {len(self.model.rows)} requests to {path}", 8000)
+        return path
+
+
+def _pretty(text: str, size: int, limit: int) -> str:
+    """A body as indented JSON when it is whole JSON; a note when it was cut at the service's bound."""
+    if not text:
+        return "(no body)" if not size else ""
+    out = text
+    try:
+        out = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        pass
+    if limit and size > limit:
+        out += f"\n\n… {size - limit} more bytes not kept (the log keeps the first {limit})"
+    return out

@@ -1,0 +1,224 @@
+"""The Server window (pytest-qt, offscreen) against the real service and SmolLM2, fed by requests from the official
+`ollama`, `openai` and `anthropic` clients: each request appears with the figures its client was answered with,
+an error with its message, a selected request's timeline adds up to its time and is drawn to scale, credentials
+are never shown, the plots move, and a closed window leaves the service's feed with no listener."""
+from __future__ import annotations
+
+import json
+import math
+
+import anthropic
+import ollama
+import openai
+import pytest
+from PySide6.QtCore import Qt
+
+from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
+from app.gui.server_data import COLUMNS, ServerFeed, cell, client_name, timeline
+from app.gui.server_window import IdRole
+from app.service import appkeys
+
+WAIT = 180_000
+SECRET_OPENAI = "sk-openai-SECRET-0123456789"
+SECRET_ANTHROPIC = "sk-ant-SECRET-9876543210"
+SECRET_OLLAMA = "Bearer ollama-SECRET-55555"
+
+
+@pytest.fixture(scope="module")
+def service(live_service, smollm2_path):
+    return live_service(n_threads=2, num_parallel=2, num_ctx=2048)
+
+
+@pytest.fixture
+def desk(qtbot, service):
+    from app.gui.desktop import Desktop
+
+    d = Desktop(service.url, use_tray=False, poll_ms=1000)
+    qtbot.addWidget(d.chat)
+    yield d
+    d.shutdown()
+
+
+@pytest.fixture
+def win(qtbot, desk):
+    w = desk.open_server()
+    qtbot.waitUntil(lambda: w.connected, timeout=WAIT)
+    return w
+
+
+def record(qtbot, win, pred, what: str) -> dict:
+    """The finished record the window holds that matches `pred`."""
+    found: list[dict] = []
+
+    def done():
+        found[:] = [r for r in win.feed.records.values() if r.get("state") == "done" and pred(r)]
+        return bool(found)
+    qtbot.waitUntil(done, timeout=WAIT)
+    return found[0]
+
+
+def row_cells(win, rid: int) -> dict[str, str]:
+    win.refresh_table()
+    row = win.model.row_of(rid)
+    assert row >= 0, f"request {rid} is not listed"
+    return {c: win.model.data(win.model.index(row, i)) for i, c in enumerate(COLUMNS)}
+
+
+def test_requests_of_the_official_clients_appear_with_their_figures(qtbot, desk, win, service):
+    oc = ollama.Client(host=service.url, headers={"Authorization": SECRET_OLLAMA})
+    r1 = oc.chat(model=MODEL, messages=[{"role": "user", "content": "Say hi."}],
+                 options={"num_predict": 8, "seed": 1})
+    rec = record(qtbot, win, lambda r: r["path"] == "/api/chat" and r["client"].startswith("ollama-python"),
+                 "ollama chat")
+    assert rec["status"] == 200 and rec["model"] == MODEL and rec["dialect"] == "ollama"
+    assert rec["prompt_tokens"] == r1.prompt_eval_count and rec["completion_tokens"] == r1.eval_count
+    cells = row_cells(win, rec["id"])
+    assert cells["Client"].startswith("ollama-python/") and cells["API"] == "ollama POST /api/chat"
+    assert cells["Prompt"] == str(r1.prompt_eval_count) and cells["Reply"] == str(r1.eval_count)
+    assert cells["Status"] == "200" and cells["Model"] == MODEL and cells["TTFT"].endswith(("ms", "s"))
+
+    ai = openai.OpenAI(base_url=service.url + "/v1", api_key=SECRET_OPENAI, max_retries=0)
+    usage = []
+    for _ in range(2):              # the same prompt twice: the second one is served from the prompt cache
+        stream = ai.chat.completions.create(
+            model=MODEL, messages=[{"role": "system", "content": "You are terse. " * 30},
+                                   {"role": "user", "content": "Count to three."}],
+            max_tokens=8, seed=3, stream=True, stream_options={"include_usage": True})
+        usage.append([c.usage for c in stream if c.usage][-1])
+    recs = []
+    for u in usage:
+        recs.append(record(qtbot, win, lambda r, u=u: r["path"] == "/v1/chat/completions" and r not in recs
+                           and r["prompt_tokens"] == u.prompt_tokens, "openai chat"))
+    for r, u in zip(recs, usage):
+        assert r["client"].startswith("OpenAI/Python") and r["dialect"] == "openai"
+        assert r["completion_tokens"] == u.completion_tokens
+        assert r["cached_tokens"] == u.prompt_tokens_details.cached_tokens
+        assert r["ttft"] is not None and 0 < r["ttft"] <= r["duration"]
+    assert max(r["cached_tokens"] for r in recs) > 0
+    assert client_name(recs[0]["client"]).startswith("OpenAI/Python ")
+
+    ac = anthropic.Anthropic(base_url=service.url, api_key=SECRET_ANTHROPIC, max_retries=0)
+    m = ac.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hello"}])
+    rec = record(qtbot, win, lambda r: r["path"] == "/v1/messages", "anthropic message")
+    assert rec["client"].startswith("Anthropic/Python") and rec["dialect"] == "anthropic"
+    assert rec["prompt_tokens"] == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
+    assert rec["completion_tokens"] == m.usage.output_tokens
+
+    # the plots moved: tokens were generated, a slot was busy, the cache was hit, the model's memory is there
+    qtbot.waitUntil(lambda: len(win.feed.samples) >= 3, timeout=WAIT)
+    series = win.feed.series()
+    assert max(series["generation tok/s"][1]) > 0
+    assert max(series["prompt tok/s"][1]) > 0
+    assert max(series["slots"][1]) == 2
+    assert any(not math.isnan(v) and v > 0 for v in series["cache hit %"][1])
+    assert max(series["memory weights"][1]) > 0 and max(series["memory kv"][1]) > 0
+    assert win.curves["generation tok/s"].yData is not None and len(win.curves["generation tok/s"].yData)
+    assert "weights" in win.memory_kinds()
+
+
+def test_an_error_shows_its_message(qtbot, desk, win, service):
+    ai = openai.OpenAI(base_url=service.url + "/v1", api_key=SECRET_OPENAI, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as e:
+        ai.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+    rec = record(qtbot, win, lambda r: r["status"] == 404 and r["path"] == "/v1/chat/completions", "404")
+    assert rec["model"] == "no-such-model" and "no-such-model" in rec["error"]
+    assert rec["error"] in str(e.value)
+    cells = row_cells(win, rec["id"])
+    assert cells["Status"].startswith("404 ") and "no-such-model" in cells["Status"]
+    row = win.model.row_of(rec["id"])
+    assert win.model.data(win.model.index(row, COLUMNS.index("Status")), Qt.ForegroundRole) is not None
+
+    oc = ollama.Client(host=service.url)
+    with pytest.raises(ollama.ResponseError) as e2:
+        oc.chat(model=MODEL, messages=[{"role": "user", "content": "x"}], options={"temperature": "hot"})
+    rec = record(qtbot, win, lambda r: r["status"] == 400 and r["path"] == "/api/chat", "400")
+    assert "temperature" in rec["error"] and rec["error"] in str(e2.value)
+    win.select_request(rec["id"])
+    qtbot.waitUntil(lambda: win.detail is not None and win.detail.get("id") == rec["id"], timeout=WAIT)
+    assert "temperature" in win.reply_text.toPlainText()
+
+
+def test_a_selected_request_shows_its_timeline_to_scale_and_no_credentials(qtbot, desk, win, service):
+    ai = openai.OpenAI(base_url=service.url + "/v1", api_key=SECRET_OPENAI, max_retries=0)
+    out = ai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name a colour."}],
+                                     max_tokens=12, seed=5)
+    ac = anthropic.Anthropic(base_url=service.url, api_key=SECRET_ANTHROPIC, max_retries=0)
+    ac.messages.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+    rec = record(qtbot, win, lambda r: r["path"] == "/v1/chat/completions" and r["status"] == 200
+                 and r.get("completion_tokens") == out.usage.completion_tokens, "openai chat")
+    win.refresh_table()
+    row = win.model.row_of(rec["id"])
+    rect = win.table.visualRect(win.model.index(row, 0))
+    qtbot.mouseClick(win.table.viewport(), Qt.LeftButton, pos=rect.center())      # as a person selects it
+    qtbot.waitUntil(lambda: win.detail is not None and win.detail.get("id") == rec["id"], timeout=WAIT)
+    assert win.selected_id == win.model.data(win.model.index(row, 0), IdRole) == rec["id"]
+    parts = win.timeline.parts()
+    assert [n for n, _, _ in parts] == ["prepare", "load", "queued", "prefill", "decode", "finish"]
+    assert abs(sum(s for _, _, s in parts) - rec["duration"]) < 1e-6
+    assert all(s >= 0 for _, _, s in parts)
+    # drawn to scale: each part's width is its share of the bar, and the parts follow each other
+    rects = win.timeline.segment_rects()
+    bar = sum(r.width() for _, r in rects)
+    for (name, r), (_, _, secs) in zip(rects, parts):
+        assert abs(r.width() / bar - secs / rec["duration"]) < 1e-6, name
+    for (_, a), (_, b) in zip(rects, rects[1:]):
+        assert abs(a.right() - b.left()) < 1e-6
+    # the first token comes after prefill, at the time to first token the record says
+    prefill_end = sum(s for n, _, s in parts if n in ("prepare", "load", "queued", "prefill"))
+    assert abs(prefill_end - rec["ttft"]) < 1e-6
+    assert win.timeline.grab().width() > 0
+    request_text = win.request_text.toPlainText()
+    assert "Authorization: •••" in request_text and SECRET_OPENAI not in request_text
+    assert '"Name a colour."' in request_text
+    reply = json.loads(win.reply_text.toPlainText())           # the answer as sent, indented
+    assert reply["choices"][0]["message"]["content"] == out.choices[0].message.content
+    # nothing the window shows holds a secret (the anthropic client's x-api-key included)
+    win.refresh_table()
+    for r in list(win.model.rows):
+        win.select_request(r["id"])
+        qtbot.waitUntil(lambda r=r: win.detail is not None and win.detail.get("id") == r["id"], timeout=WAIT)
+        shown = win.request_text.toPlainText() + win.reply_text.toPlainText() + win.summary.text()
+        for secret in (SECRET_OPENAI, SECRET_ANTHROPIC, SECRET_OLLAMA.split()[1]):
+            assert secret not in shown
+    assert SECRET_ANTHROPIC not in json.dumps([desk.bridge.loop_thread.submit(
+        desk.bridge.client.request_detail(r["id"])).result(30) for r in win.feed.ordered()])
+
+
+def test_the_window_listens_only_while_open_and_exports_on_request(qtbot, desk, win, service, tmp_path):
+    bus = service.app[appkeys.EVENTS]
+    assert bus.wants("request")
+    ollama.Client(host=service.url).list()
+    qtbot.waitUntil(lambda: any(r["path"] == "/api/tags" and r["client"].startswith("ollama-python")
+                                for r in win.feed.records.values()), timeout=WAIT)
+    # the app's own polling is listed only on request
+    assert not any(r["client"].startswith("strata-desktop") and r["method"] == "GET" for r in win.model.rows)
+    win.hide_own.setChecked(False)
+    qtbot.waitUntil(lambda: any(r["client"].startswith("strata-desktop") for r in win.model.rows), timeout=WAIT)
+    path = win.export(str(tmp_path / "requests.json"))
+    assert len(json.load(open(path))["requests"]) == len(win.model.rows)
+    win.close()
+    qtbot.waitUntil(lambda: not bus.wants("request"), timeout=WAIT)
+    assert not win.listening
+    desk.open_server()                                  # opened again: it listens again, the log still there
+    qtbot.waitUntil(lambda: win.connected and bus.wants("request"), timeout=WAIT)
+    qtbot.waitUntil(lambda: any(r["path"] == "/api/tags" for r in win.feed.records.values()), timeout=WAIT)
+
+
+def test_the_feed_spreads_a_prompt_over_its_prefill_and_keeps_the_window():
+    feed = ServerFeed(window_s=60)
+    rec = {"id": 1, "state": "done", "time": 1000.0, "prompt_tokens": 300, "cached_tokens": 100,
+           "phases": [["prepare", 0.5], ["load", 0.0], ["queued", 0.0], ["prefill", 2.0], ["decode", 1.0],
+                      ["finish", 0.0]], "duration": 3.5}
+    feed.upsert(rec)
+    for i in range(5):
+        feed.add_sample({"time": 1000.0 + i, "output_tokens": 10 * i, "prompt_tokens": 0, "cached_tokens": 0,
+                         "slots_busy": 1, "slots_total": 2, "queued": 0, "memory": {"weights": 5}})
+    s = feed.series(now=1004.0)
+    assert abs(sum(s["prompt tok/s"][1]) - 200) < 1e-9           # only the processed tokens, spread over prefill
+    assert set(s["generation tok/s"][1]) == {10.0}
+    assert [n for n, _, _ in timeline(rec)] == ["prepare", "load", "queued", "prefill", "decode", "finish"]
+    assert cell(rec, "Prompt") == "300" and cell(rec, "Cached") == "100"
+    assert client_name("claude-cli/2.1.3 (external, cli)") == "claude-cli/2.1.3"
+    assert client_name("ollama-python/0.4.7 (x86_64 linux) Python/3.11.2") == "ollama-python/0.4.7"
+    assert client_name("Python/3.11 aiohttp/3.9.5") == "aiohttp/3.9.5"
+    assert client_name("") == "(no User-Agent)"
