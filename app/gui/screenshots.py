@@ -2,7 +2,8 @@
 
 `make screenshots` runs this under Xvfb. Without --url it hosts the real service on a free port with a scratch
 STRATA_HOME, chats with the built-in model, loads it, plans what-ifs on simulated GPUs (picked from the list, and
-as JSON), and opens the model manager and the settings, so the pictures show real output.
+as JSON), sends requests as other apps do (the Server window), and opens the model manager and the settings, so
+the pictures show real output.
 Not run by the test suite (`make screenshots` runs it); tests/gui/ checks the windows it draws.
 """
 from __future__ import annotations
@@ -198,6 +199,69 @@ def shoot_manager(app, desk, out: Path) -> None:
     save(m, out / "models.png")
 
 
+def client_traffic(url: str, model: str) -> None:
+    """Requests from other apps, as the Server window lists them: the official OpenAI and Anthropic clients when
+    installed (the dev install has them), plain HTTP otherwise; a follow-up that reuses the prompt cache, and one
+    request refused (a model the service does not have)."""
+    system = "You are a concise assistant for a command-line coding agent. " * 12
+    turns = [{"role": "system", "content": system}, {"role": "user", "content": "Write a haiku about the sea."}]
+    try:
+        import anthropic
+        import openai
+    except ImportError:
+        for body in ({"model": model, "messages": turns, "stream": False, "options": {"num_predict": 40}},
+                     {"model": "gpt-4o", "messages": turns[1:], "stream": False}):
+            req = urllib.request.Request(url + "/api/chat", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=300).read()
+            except OSError:
+                pass
+        return
+    ai = openai.OpenAI(base_url=url + "/v1", api_key="sk-not-shown", max_retries=0)
+    reply = ""
+    for c in ai.chat.completions.create(model=model, messages=turns, max_tokens=40, seed=2, stream=True):
+        reply += "".join(ch.delta.content or "" for ch in c.choices)
+    turns += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Now one about mountains."}]
+    ai.chat.completions.create(model=model, messages=turns, max_tokens=40, seed=2)
+    anthropic.Anthropic(base_url=url, api_key="sk-ant-not-shown", max_retries=0).messages.create(
+        model=model, max_tokens=24, messages=[{"role": "user", "content": "Name a prime number."}])
+    try:
+        ai.chat.completions.create(model="gpt-4o", messages=turns[1:2], max_tokens=8)
+    except openai.NotFoundError:
+        pass
+
+
+def listen_hidden(desk) -> None:
+    """The Server window made and listening, not yet shown: its plots then cover the whole session."""
+    from app.gui.server_window import ServerWindow
+
+    desk.server = ServerWindow(desk.state)
+    desk.actions.install(desk.server)
+    desk.server.start_listening()
+
+
+def shoot_server(app, desk, out: Path) -> None:
+    """The Server window after the chat and other apps' requests: the list, the plots, and one request's
+    timeline. It was opened at the start, so its plots cover the whole session."""
+    import threading
+
+    win = desk.open_server()
+    win.resize(1280, 900)
+    model = desk.chat.selected_model()
+    t = threading.Thread(target=client_traffic, args=(desk.bridge.base_url, model), daemon=True)
+    t.start()
+    wait(app, lambda: not t.is_alive(), 600, "the other apps' requests")
+    wait(app, lambda: any((r.get("status") or 0) >= 400 for r in win.model.rows), 30, "the refused request")
+    settle(app, 2.5)          # two more samples for the plots
+    done = [r for r in win.model.rows if r.get("completion_tokens") and r.get("cached_tokens")]
+    if done:                  # the follow-up that found most of its prompt in the cache
+        win.select_request(max(done, key=lambda r: r["cached_tokens"])["id"])
+        wait(app, lambda: win.detail is not None, 30, "the request's detail")
+    settle(app)
+    save(win, out / "server.png")
+
+
 def shoot_settings(app, desk, out: Path) -> None:
     dlg = desk.open_settings()
     settle(app)
@@ -251,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     url = args.url or server.url
     desk = Desktop(url, use_tray=False, poll_ms=1000)
     try:
+        listen_hidden(desk)
         shoot_chat(app, desk, args.outdir)
         shoot_memory(app, desk, args.outdir)
+        shoot_server(app, desk, args.outdir)
         shoot_whatif_picker(app, desk, args.outdir)
         copy_for_the_manager(app, desk)
         shoot_manager(app, desk, args.outdir)

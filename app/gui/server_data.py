@@ -17,7 +17,7 @@ MAX_RECORDS = 1000              # rows the window keeps (the service keeps its o
 OWN_CLIENT = "strata-desktop"   # the User-Agent prefix of this app's own requests
 
 COLUMNS = ("Time", "Client", "API", "Model", "Status", "Prompt", "Cached", "Reply", "TTFT", "Tok/s",
-           "Drafted / accepted", "Queued", "Duration")
+           "Drafted", "Accepted", "Queued", "Duration")
 
 PHASES = ("prepare", "load", "queued", "prefill", "decode", "finish", "answer")
 PHASE_COLORS = {"prepare": "#9aa5b1", "load": "#e45756", "queued": "#f58518", "prefill": "#4c78a8",
@@ -92,8 +92,10 @@ def cell(rec: dict, column: str) -> str:
     if column == "Tok/s":
         v = rec.get("tokens_per_second")
         return f"{v:.1f}" if v else ""
-    if column == "Drafted / accepted":
-        return f"{rec['drafted']} / {rec['accepted']}" if rec.get("drafted") else ""
+    if column == "Drafted":
+        return str(rec["drafted"]) if rec.get("drafted") else ""
+    if column == "Accepted":
+        return str(rec["accepted"]) if rec.get("drafted") else ""
     if column == "Queued":
         if rec.get("queued"):
             return f"yes, {_ms(rec.get('queue_wait'))}"
@@ -120,7 +122,8 @@ def summary(rec: dict) -> str:
         parts.append(f"model {rec['model']}")
     if "prompt_tokens" in rec:
         parts.append(f"prompt {rec['prompt_tokens']} tokens ({rec.get('cached_tokens', 0)} from the cache)")
-        parts.append(f"reply {rec.get('completion_tokens', 0)} tokens ({rec.get('reason', '')})")
+        reason = f" ({rec['reason']})" if rec.get("reason") else ""
+        parts.append(f"reply {rec.get('completion_tokens', 0)} tokens{reason}")
     if rec.get("ttft") is not None:
         parts.append(f"first token after {_ms(rec['ttft'])}")
     if rec.get("tokens_per_second"):

@@ -75,7 +75,8 @@ class RequestTableModel(QAbstractTableModel):
             return summary(rec) if column != "Client" else rec.get("client") or "(no User-Agent)"
         if role == Qt.ForegroundRole and column == "Status" and (rec.get("status") or 0) >= 400:
             return QColor("#d62728")
-        if role == Qt.TextAlignmentRole and column in ("Prompt", "Cached", "Reply", "TTFT", "Tok/s", "Duration"):
+        if role == Qt.TextAlignmentRole and column in ("Prompt", "Cached", "Reply", "TTFT", "Tok/s", "Drafted",
+                                                       "Accepted", "Duration"):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if role == IdRole:
             return rec["id"]
@@ -125,18 +126,19 @@ class TimelineView(QWidget):
             return
         rects = self.segment_rects()
         fm = p.fontMetrics()
-        label_x = 8.0
-        for (name, r), (_, _, secs) in zip(rects, self.parts()):
+        for name, r in rects:
             p.fillRect(r, QColor(PHASE_COLORS.get(name, "#888888")))
-            if secs <= 0:
-                continue
+        # the legend under the bar: each part's colour, name and length, in order (wrapping when narrow)
+        x, y = 8, 36
+        for name, _, secs in self.parts():
             label = f"{name} {_ms(secs)}"
-            x = max(r.x(), label_x)
-            p.setPen(QColor(PHASE_COLORS.get(name, "#888888")).darker(130))
-            p.drawLine(int(r.x() + r.width() / 2), 30, int(r.x() + r.width() / 2), 36)
+            w = 14 + fm.horizontalAdvance(label) + 14
+            if x + w > self.width() and x > 8:
+                x, y = 8, y + fm.height() + 2
+            p.fillRect(QRectF(x, y + (fm.height() - 10) / 2, 10, 10), QColor(PHASE_COLORS.get(name, "#888888")))
             p.setPen(text)
-            p.drawText(int(x), 36 + fm.ascent(), label)
-            label_x = x + fm.horizontalAdvance(label) + 10
+            p.drawText(x + 14, y + fm.ascent(), label)
+            x += w
         ttft = self.record.get("ttft")
         total = sum(s for _, _, s in self.parts())
         if ttft is not None and total > 0:
@@ -155,7 +157,7 @@ def _plot(layout, title: str, left: str):
     item.setMouseEnabled(x=False, y=False)
     item.setMenuEnabled(False)
     item.hideButtons()
-    item.addLegend(offset=(4, 4), labelTextSize="8pt")
+    item.addLegend(offset=(4, 4), labelTextSize="8pt", colCount=2)
     return item
 
 
@@ -205,7 +207,7 @@ class ServerWindow(QMainWindow):
         self.hit_plot.setYRange(0, 100)
         self.mem_plot = _plot(self.plots, "Memory by kind", "bytes")
         self.mem_plot.getAxis("left").enableAutoSIPrefix(True)
-        self.mem_plot.setLabel("left", "", units="B")
+        self.mem_plot.setLabel("left", "memory", units="B")
         self.curves: dict[str, pg.PlotDataItem] = {}
         for name, plot, label in (("prompt tok/s", self.tok_plot, "prompt"),
                                   ("generation tok/s", self.tok_plot, "generation"),
@@ -231,8 +233,9 @@ class ServerWindow(QMainWindow):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.Interactive)
         for i, name in enumerate(COLUMNS):
-            header.resizeSection(i, {"Time": 70, "Client": 150, "API": 210, "Model": 170, "Status": 190,
-                                     "Drafted / accepted": 120, "Queued": 90}.get(name, 64))
+            header.resizeSection(i, {"Time": 64, "Client": 124, "API": 220, "Model": 120, "Status": 160,
+                                     "TTFT": 70, "Drafted": 60, "Accepted": 66, "Queued": 70,
+                                     "Duration": 70}.get(name, 56))
         header.setStretchLastSection(True)
 
         # the selected request
@@ -286,6 +289,9 @@ class ServerWindow(QMainWindow):
     # listening only while shown -----------------------------------------------------------------------------------
     def showEvent(self, ev) -> None:
         super().showEvent(ev)
+        self.start_listening()
+
+    def start_listening(self) -> None:
         if not self.listening:
             self.listening = True
             self._listen()

@@ -1,7 +1,8 @@
 """`strata gui` under a real X server (Xvfb, Qt's xcb platform, not offscreen): keys sent with xdotool (XTEST,
 as from a keyboard) to whichever window was opened last open the next one (the memory view from the chat, the
-model manager from the memory view, the settings from there...), Ctrl+W and Esc close them, Ctrl+0 brings the
-chat back, and Ctrl+Q from the last window opened ends the process (exit 0) and its service stops listening.
+server window from the memory view, the model manager from there, the settings...), Ctrl+W and Esc close them,
+Ctrl+0 brings the chat back, and Ctrl+Q from the last window opened ends the process (exit 0) and its service
+stops listening.
 
 A key reaches Qt only once it has handled the window's FocusIn, which nothing outside the process can see: each
 step sends its keys and waits for what they do, and sends them again (only while the window they are meant for
@@ -131,9 +132,12 @@ def test_strata_gui_under_x_every_window_by_keyboard_and_quit_from_the_last(disp
 
         keys_until(env, chat, "ctrl+m", opened("^Strata.*Memory$"), "memory view")
         memory = window(env, "^Strata.*Memory$")
-        keys_until(env, memory, "ctrl+shift+m", opened("^Strata.*Models$"), "model manager")   # from the memory view
+        keys_until(env, memory, "ctrl+shift+s", opened("^Strata.*Server$"), "server window")   # from the memory view
+        server = window(env, "^Strata.*Server$")
+        keys_until(env, server, "ctrl+shift+m", opened("^Strata.*Models$"), "model manager")   # from the server window
         models = window(env, "^Strata.*Models$")
         keys_until(env, models, "ctrl+w", gone("^Strata.*Models$"), "model manager closing")
+        keys_until(env, server, "ctrl+w", gone("^Strata.*Server$"), "server window closing")
         keys_until(env, memory, "ctrl+comma", opened("^Strata.*Settings$"), "settings")
         settings = window(env, "^Strata.*Settings$")
         keys_until(env, settings, "Escape", gone("^Strata.*Settings$"), "settings closing")
