@@ -209,9 +209,19 @@ def sampling_options(body: dict) -> dict:
     return opts
 
 
+# Claude Code's first system block: billing metadata for Anthropic's servers, with a nonce (cch=) that changes on
+# every request. Meaningless to a model, and at the very start of the prompt it would make every request's
+# tokens differ from the last one's there, so no prompt cache could reuse the 15-20k tokens of system prompt and
+# tools after it (llama.cpp drops it too: ggml-org/llama.cpp#20623).
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
 def parse_system(raw) -> str | None:
     if raw is None:
         return None
+    if isinstance(raw, list):
+        raw = [b for b in raw if not (isinstance(b, dict) and b.get("type") == "text" and
+                                      isinstance(b.get("text"), str) and b["text"].startswith(BILLING_HEADER))]
     return _text_of(raw, "system")
 
 

@@ -166,3 +166,18 @@ def test_streamed_text_adds_up_to_the_complete_reply(name):
     for piece in ("Let me ", "check."):
         assert streamed.count(json.dumps(piece)[1:-1]) >= 1, (name, piece)
     assert "Let me check." in complete, name
+
+
+def test_claude_codes_billing_block_is_left_out_of_the_system_prompt():
+    """Its cch= nonce changes on every request: kept, it would be the first difference between two requests of a
+    session and the prompt cache could reuse nothing after it (docs/prompt-cache.md, "What agents change")."""
+    def system(nonce: str) -> str:
+        req, _ = anthropic_parse.parse_messages_request({
+            "model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
+            "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.37.0d9; cch={nonce};"},
+                       {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]})
+        return req.messages[0]["content"]
+    assert system("fa690") == system("0aaa9") == "You are Claude Code."
+    req, _ = anthropic_parse.parse_messages_request({"model": "m", "max_tokens": 8, "system": "plain",
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+    assert req.messages[0] == {"role": "system", "content": "plain"}
