@@ -2,7 +2,7 @@
 `strata launch` on Qwen2.5-Coder-0.5B-Instruct, asked to do one small task in an empty project folder.
 
     make agents-e2e                       # or: .venv/bin/python bench/agents_e2e.py [--agents claude,codex,...]
-        [--model-file GGUF] [--timeout 1500] [--task "..."] [--out DIR] [--keep]
+        [--model-file GGUF] [--timeout 1500] [--task "..."] [--out DIR] [--parallel]
 
 Not part of the test suite (an agent's first request carries 5,000-20,000 prompt tokens; on 2 CPU cores a run takes
 minutes per agent). What runs:
@@ -17,6 +17,10 @@ minutes per agent). What runs:
   proxy, in a fresh project folder and a fresh HOME (the user's agent settings are not read or changed). For
   `codex --oss` the proxy listens on 127.0.0.1:11434 (Codex's default) while holding /work/port11434.lock
   (STRATA_E2E_PORT_LOCK), as the port is shared.
+
+`--parallel` runs the agents at the same time (each with its own proxy and project; the service gets two slots per
+agent: the agents send side requests, titles and summaries, beside the main one): the wall time is the slowest
+agent's instead of the sum, and every time to first token includes the others' prompts.
 
 Per agent it reports: exit status, requests, refused requests (4xx/5xx with their messages), tool calls made and
 executed (a result for the call's id came back), whether the task is done (the file exists with the content),
@@ -90,6 +94,7 @@ class Exchange:
     error: str | None = None
     stream_error: str | None = None
     stop: str | None = None
+    client_closed: bool = False            # the agent hung up before the reply ended (its own timeout, or killed)
 
     def row(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -240,8 +245,9 @@ HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"
 class Proxy:
     """A reverse proxy on its own loop thread; `log` collects one Exchange per request."""
 
-    def __init__(self, upstream: str, port: int):
-        self.upstream, self.port = upstream, port
+    def __init__(self, upstream: str, port: int, journal: Path | None = None, name: str = ""):
+        self.upstream, self.port, self.name = upstream, port, name
+        self.journal = open(journal, "w") if journal else None
         self.log: list[Exchange] = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -261,21 +267,36 @@ class Proxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP | {"accept-encoding"}}
         reader = ReplyReader(ex)
         assert self.session is not None
-        async with self.session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                        data=body, timeout=aiohttp.ClientTimeout(total=None)) as up:
-            ex.status = up.status
-            resp = web.StreamResponse(status=up.status, headers={k: v for k, v in up.headers.items()
-                                                                  if k.lower() not in HOP})
-            await resp.prepare(request)
-            try:
+        try:
+            async with self.session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                            data=body, timeout=aiohttp.ClientTimeout(total=None)) as up:
+                ex.status = up.status
+                resp = web.StreamResponse(status=up.status, headers={k: v for k, v in up.headers.items()
+                                                                      if k.lower() not in HOP})
+                await resp.prepare(request)
                 async for chunk in up.content.iter_any():
                     reader.feed(chunk, time.monotonic())
                     await resp.write(chunk)
                 await resp.write_eof()
-            finally:
-                reader.close(time.monotonic())
-                ex.elapsed = time.monotonic() - ex.started
-        return resp
+                return resp
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
+            ex.client_closed = True        # leaving the upstream block closes Strata's stream: it stops generating
+            raise
+        finally:
+            reader.close(time.monotonic())
+            ex.elapsed = time.monotonic() - ex.started
+            self._journal(ex)
+
+    def _journal(self, ex: Exchange) -> None:
+        if "aiohttp" not in ex.user_agent.lower():
+            ttft = "-" if ex.ttft is None else f"{ex.ttft:.1f}s"
+            print(f"   [{self.name}] {ex.method} {ex.path} -> {ex.status} ttft {ttft} total {ex.elapsed:.1f}s prompt "
+                  f"{ex.prompt_tokens} calls {[n for _, n in ex.tool_calls]} results {len(ex.results_sent)}"
+                  + (" CLIENT CLOSED" if ex.client_closed else "")
+                  + (f" ERROR {ex.error or ex.stream_error}" if ex.error or ex.stream_error else ""), flush=True)
+        if self.journal:
+            self.journal.write(json.dumps(ex.row(), default=str) + "\n")
+            self.journal.flush()
 
     def start(self) -> "Proxy":
         self.thread.start()
@@ -284,7 +305,7 @@ class Proxy:
             self.session = aiohttp.ClientSession(auto_decompress=False)
             app = web.Application(client_max_size=64 << 20)
             app.router.add_route("*", "/{tail:.*}", self._handle)
-            self.runner = web.AppRunner(app, access_log=None)
+            self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=5, handle_signals=False)
             await self.runner.setup()
             await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
         asyncio.run_coroutine_threadsafe(up(), self.loop).result(30)
@@ -294,9 +315,14 @@ class Proxy:
         async def down():
             if self.runner:
                 await self.runner.cleanup()
+            if self.journal:
+                self.journal.close()
             if self.session:
                 await self.session.close()
-        asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
+        try:
+            asyncio.run_coroutine_threadsafe(down(), self.loop).result(60)
+        except Exception as e:  # noqa: BLE001 - the log is what matters; a stuck handler must not lose it
+            print(f"proxy stop: {type(e).__name__}: {e}", flush=True)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
@@ -314,10 +340,10 @@ def python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def start_service(home: Path, model_file: Path, log_path: Path) -> tuple[subprocess.Popen, str, dict]:
+def start_service(home: Path, model_file: Path, log_path: Path, slots: int) -> tuple[subprocess.Popen, str, dict]:
     port = free_port()
     env = {**os.environ, "STRATA_HOME": str(home), "STRATA_HOST": f"127.0.0.1:{port}",
-           "STRATA_EXTERNAL_MODELS": "0"}
+           "STRATA_EXTERNAL_MODELS": "0", "STRATA_NUM_PARALLEL": str(slots)}
     log = open(log_path, "w")
     proc = subprocess.Popen([python(), "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
                             cwd=ROOT, start_new_session=True)
@@ -389,6 +415,7 @@ class Result:
             "requests": len(self.exchanges), "generation_requests": len(gen),
             "status_4xx": sum(1 for e in self.exchanges if 400 <= e.status < 500),
             "status_5xx": sum(1 for e in self.exchanges if e.status >= 500),
+            "abandoned": sum(1 for e in self.exchanges if e.client_closed),
             "refused": [f"{e.method} {e.path} -> {e.status}: {e.error or e.stream_error}" for e in self.refused],
             "tool_calls": [n for _, n in calls], "tool_calls_executed": [n for _, n in executed],
             "task_done": self.done, "file_text": self.file_text,
@@ -427,11 +454,12 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     oss = run == "codex-oss"
     lock = port_lock(lock_path) if oss else contextlib.nullcontext()
     with lock:
-        proxy = Proxy(upstream, OSS_PORT if oss else free_port()).start()
+        proxy = Proxy(upstream, OSS_PORT if oss else free_port(), folder / "requests.jsonl", run).start()
         env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{proxy.port}", "HOME": str(home),
                "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local" / "share"),
                "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local" / "state"),
-               "CODEX_HOME": str(home / ".codex"), "NO_COLOR": "1"}
+               "CODEX_HOME": str(home / ".codex"), "NO_COLOR": "1",
+               "IS_SANDBOX": "1"}      # Claude Code refuses --dangerously-skip-permissions as root outside a sandbox
         (home / ".codex").mkdir()
         env.pop("STRATA_HOME", None)
         cmd = [python(), "-m", "app", "launch", *agent_command(run, task)]
@@ -460,9 +488,6 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     if target.exists():
         res.file_text = target.read_text(errors="replace")[:200]
         res.done = res.file_text.strip() == CONTENT
-    with open(folder / "requests.jsonl", "w") as f:
-        for e in proxy.log:
-            f.write(json.dumps(e.row(), default=str) + "\n")
     listing = sorted(str(p.relative_to(project)) for p in project.rglob("*") if ".git" not in p.parts)[:30]
     res.notes.append(f"project files: {listing}")
     shutil.rmtree(home, ignore_errors=True)
@@ -478,7 +503,9 @@ def table(results: list[dict]) -> str:
         tt = "-" if s["ttft_later_median_s"] is None else f"{s['ttft_later_median_s']} s ({s['ttft_later_n']})"
         rows.append("| " + " | ".join(str(x) for x in (
             s["run"], f"{s['exit']}{' (timeout)' if s['timed_out'] else ''}",
-            f"{s['requests']} ({s['generation_requests']})", f"{s['status_4xx']}/{s['status_5xx']}",
+            f"{s['requests']} ({s['generation_requests']}" + (f", {s['abandoned']} abandoned)" if s["abandoned"]
+                                                              else ")"),
+            f"{s['status_4xx']}/{s['status_5xx']}",
             ", ".join(s["tool_calls"]) or "none", ", ".join(s["tool_calls_executed"]) or "none",
             "yes" if s["task_done"] else f"no ({s['file_text']!r})" if s["file_text"] is not None else "no",
             f"{s['prompt_tokens_first']}/{s['prompt_tokens_max']}",
@@ -493,6 +520,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=1500, help="seconds per agent")
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--out", default=None, help="folder for logs (default: a new temp folder)")
+    ap.add_argument("--parallel", action="store_true",
+                    help="run the agents at the same time (one service, a slot each and one for side requests)")
     ap.add_argument("--port-lock", default=os.environ.get("STRATA_E2E_PORT_LOCK", "/work/port11434.lock"))
     args = ap.parse_args()
     runs = [r.strip() for r in args.agents.split(",") if r.strip()]
@@ -514,15 +543,22 @@ def main() -> int:
         path = shutil.which(agent)
         version = subprocess.run([agent, "--version"], capture_output=True, text=True).stdout.strip() if path else "-"
         print(f"{agent}: {version}", flush=True)
-    proc, url, _ = start_service(home, model_file, out / "serve.log")
+    slots = 2 * len(runs) if args.parallel else 4
+    proc, url, _ = start_service(home, model_file, out / "serve.log", slots)
     summaries = []
+
+    def one(run: str) -> dict:
+        s = run_agent(run, url, out, args.task, args.timeout, args.port_lock).summary()
+        print(json.dumps(s, indent=1), flush=True)
+        print(f"load {open('/proc/loadavg').read().strip()}", flush=True)
+        return s
     try:
-        for run in runs:
-            res = run_agent(run, url, out, args.task, args.timeout, args.port_lock)
-            s = res.summary()
-            summaries.append(s)
-            print(json.dumps(s, indent=1), flush=True)
-            print(f"load {open('/proc/loadavg').read().strip()}", flush=True)
+        if args.parallel:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(len(runs)) as pool:
+                summaries = list(pool.map(one, runs))
+        else:
+            summaries = [one(run) for run in runs]
     finally:
         stop(proc)
         shutil.rmtree(home, ignore_errors=True)

@@ -9,16 +9,17 @@ for this run only. See docs/architecture.md, "Coding agents".
 - Claude Code: ANTHROPIC_BASE_URL / ANTHROPIC_AUTH_TOKEN, every model tier it asks for (ANTHROPIC_MODEL,
   ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL, ANTHROPIC_SMALL_FAST_MODEL, CLAUDE_CODE_SUBAGENT_MODEL) set to
   the chosen model, its context window (CLAUDE_CODE_MAX_CONTEXT_TOKENS, read for non-Claude model names) and
-  reply size (CLAUDE_CODE_MAX_OUTPUT_TOKENS), telemetry, error reports, surveys and the auto-updater off, and no
+  reply size (CLAUDE_CODE_MAX_OUTPUT_TOKENS), 30-minute waits for a reply (API_TIMEOUT_MS,
+  CLAUDE_STREAM_IDLE_TIMEOUT_MS: see WAIT_MS), telemetry, error reports, surveys and the auto-updater off, and no
   per-request attribution header in the system prompt (it would change the prompt's start on every request
   and defeat the prompt cache).
-- Codex: `-c` overrides: a `strata` provider (base_url .../v1, wire_api "responses"), the model, a model
-  catalog (model_catalog_json, Codex's own ModelInfo shape: context window, modalities, reasoning levels; without
-  it Codex warns "Model metadata ... not found" and guesses), analytics and update checks off. `--oss` instead
-  uses Codex's built-in Ollama provider pointed here (CODEX_OSS_BASE_URL), with the same catalog.
+- Codex: `-c` overrides: a `strata` provider (base_url .../v1, wire_api "responses", stream_idle_timeout_ms), the
+  model, a model catalog (model_catalog_json, Codex's own ModelInfo shape: context window, modalities, reasoning
+  levels; without it Codex warns "Model metadata ... not found" and guesses), analytics and update checks off.
+  `--oss` instead uses Codex's built-in Ollama provider pointed here (CODEX_OSS_BASE_URL), with the same catalog.
 - OpenCode: OPENCODE_CONFIG_CONTENT (merged over the user's opencode.json by OpenCode itself): a `strata`
-  provider through `@ai-sdk/openai-compatible` with the model's limits {context, output}, the model as both
-  `model` and `small_model`; autoupdate and sharing off.
+  provider through `@ai-sdk/openai-compatible` (chunkTimeout: WAIT_MS) with the model's limits {context, output},
+  the model as both `model` and `small_model`; autoupdate and sharing off.
 Covered by tests/unit/cli/test_launch_agents.py and tests/integration/cli/test_cli_launch.py."""
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ from pathlib import Path
 
 MAX_OUTPUT_CAP = 32000       # the largest reply an agent is told to ask for (Claude Code's own default)
 MIN_OUTPUT = 256
+# How long an agent waits for the next bytes of a reply. A coding agent's first prompt is 5,000-20,000 tokens: on
+# a CPU the first token can take several minutes, past the agents' own 5-minute idle limits (Claude Code's stream
+# idle timeout, Codex's stream_idle_timeout_ms, OpenCode's chunkTimeout), after which they retry from scratch.
+# 30 minutes is Claude Code's own upper bound for its idle limit.
+WAIT_MS = 1_800_000
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(t.context),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(t.max_output),
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
+        "API_TIMEOUT_MS": str(WAIT_MS),
+        "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(WAIT_MS),
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "DISABLE_AUTOUPDATER": "1",
@@ -201,12 +209,14 @@ def codex_plan(t: Target, extra: list[str], *, oss: bool, state_dir: Path) -> La
         head = ["codex", "--oss", "--local-provider", "ollama"]
         overrides = common
         env["CODEX_OSS_BASE_URL"] = t.base_url + "/v1"
-        notes = [f"Codex's built-in Ollama provider (--oss) -> {t.base_url}/v1"]
+        notes = [f"Codex's built-in Ollama provider (--oss) -> {t.base_url}/v1 (its 5-minute stream idle limit "
+                 "cannot be changed: a first reply slower than that is retried)"]
     else:
         head = ["codex"]
         provider = {"model_provider": "strata", "model_providers.strata.name": "Strata",
                     "model_providers.strata.base_url": t.base_url + "/v1",
-                    "model_providers.strata.wire_api": "responses"}
+                    "model_providers.strata.wire_api": "responses",
+                    "model_providers.strata.stream_idle_timeout_ms": WAIT_MS}
         if t.api_key:
             provider["model_providers.strata.env_key"] = "STRATA_API_KEY"
             env["STRATA_API_KEY"] = t.api_key
@@ -226,7 +236,7 @@ def opencode_config(t: Target) -> dict:
                    "limit": {"context": t.context, "output": t.max_output}}
     if t.vision:
         model["modalities"] = {"input": ["text", "image"], "output": ["text"]}
-    options: dict = {"baseURL": t.base_url + "/v1"}
+    options: dict = {"baseURL": t.base_url + "/v1", "chunkTimeout": WAIT_MS}
     if t.api_key:
         options["apiKey"] = "{env:STRATA_API_KEY}"      # OpenCode substitutes it; the key stays out of the text
     return {

@@ -52,6 +52,7 @@ def test_claude_gets_every_model_tier_the_context_and_no_telemetry(tmp_path):
               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_DISABLE_THINKING"):
         assert e[k] == "1", k
     assert e["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert e["API_TIMEOUT_MS"] == e["CLAUDE_STREAM_IDLE_TIMEOUT_MS"] == "1800000"
     assert p.files == {}
 
 
@@ -68,6 +69,7 @@ def test_codex_custom_provider_overrides_parse_as_toml(tmp_path):
     assert c["model_provider"] == "strata"
     assert c["model_providers.strata.base_url"] == BASE + "/v1"
     assert c["model_providers.strata.wire_api"] == "responses"
+    assert c["model_providers.strata.stream_idle_timeout_ms"] == 1_800_000
     assert c["model"] == "coder:0.5b" and c["model_context_window"] == 32768
     assert c["analytics.enabled"] is False and c["check_for_update_on_startup"] is False
     assert "model_providers.strata.env_key" not in c and p.env == {}
@@ -112,7 +114,8 @@ def test_opencode_gets_a_provider_with_the_models_limits(tmp_path):
     cfg = json.loads(p.env["OPENCODE_CONFIG_CONTENT"])
     assert cfg == opencode_config(CODER)
     provider = cfg["provider"]["strata"]
-    assert provider["npm"] == "@ai-sdk/openai-compatible" and provider["options"] == {"baseURL": BASE + "/v1"}
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {"baseURL": BASE + "/v1", "chunkTimeout": 1_800_000}
     model = provider["models"]["coder:0.5b"]
     assert model["limit"] == {"context": 32768, "output": 8192}
     assert model["tool_call"] is True and model["reasoning"] is False and "modalities" not in model
