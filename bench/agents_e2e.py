@@ -455,7 +455,8 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     lock = port_lock(lock_path) if oss else contextlib.nullcontext()
     with lock:
         proxy = Proxy(upstream, OSS_PORT if oss else free_port(), folder / "requests.jsonl", run).start()
-        env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{proxy.port}", "HOME": str(home),
+        # PWD too: OpenCode takes its project folder from it, and this script's own PWD is not the project
+        env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{proxy.port}", "HOME": str(home), "PWD": str(project),
                "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local" / "share"),
                "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local" / "state"),
                "CODEX_HOME": str(home / ".codex"), "NO_COLOR": "1",
