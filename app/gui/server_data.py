@@ -60,7 +60,7 @@ def _ms(seconds) -> str:
 
 def status_text(rec: dict) -> str:
     if rec.get("status") is None:
-        return "running…"
+        return "running…" if rec.get("state") != "done" else f"? {rec.get('error') or ''}".strip()
     s = str(rec["status"])
     if rec.get("error"):
         s += " " + " ".join(str(rec["error"]).split())
@@ -174,6 +174,16 @@ class ServerFeed:
 
     def clear(self) -> None:
         self.records.clear()
+
+    def settle_missing(self, in_log: set[int]) -> None:
+        """Requests shown as running that the service's log no longer holds: their end was missed and the log
+        has moved on, so they stop counting as running."""
+        for rid, rec in list(self.records.items()):
+            if rec.get("state") == "running" and rid not in in_log:
+                self.records[rid] = {**rec, "state": "done", "error": "its end was not received"}
+
+    def running(self) -> int:
+        return sum(1 for r in self.records.values() if r.get("state") == "running")
 
     def _spread_prompt(self, rec: dict) -> None:
         """A finished generation's processed prompt tokens (not those from the cache) over its prefill, so the

@@ -178,6 +178,7 @@ class ServerWindow(QMainWindow):
         self.detail: dict | None = None
         self.selected_id: int | None = None
         self.last_sample: dict | None = None
+        self._reading = False
 
         # the controls
         self.pause = QCheckBox("Pause")
@@ -336,17 +337,26 @@ class ServerWindow(QMainWindow):
         etype, data = item
         if etype == "connected":
             self._set_connected(True)
-            call = self.bridge.call(lambda c: c.requests())     # the ring, after subscribing: nothing falls between
-            call.finished.connect(self._on_snapshot)
+            self.read_log()                 # the ring, after subscribing: nothing falls between the two
             return
         if etype == "request":
             self.take(data)
         elif etype == "stats":
             self.take_sample(data)
 
+    def read_log(self) -> None:
+        """Take in the service's ring of recent requests (GET /api/requests)."""
+        self._reading = True
+        call = self.bridge.call(lambda c: c.requests())
+        call.finished.connect(self._on_snapshot)
+        call.failed.connect(lambda _m: setattr(self, "_reading", False))
+
     def _on_snapshot(self, records) -> None:
-        for rec in reversed(records or []):
+        self._reading = False
+        records = records or []
+        for rec in reversed(records):
             self.feed.upsert(rec)
+        self.feed.settle_missing({r["id"] for r in records if isinstance(r.get("id"), int)})
         self.refresh_table()
         self.feed_changed.emit()
 
@@ -362,6 +372,10 @@ class ServerWindow(QMainWindow):
     def take_sample(self, sample: dict) -> None:
         self.feed.add_sample(sample)
         self.last_sample = sample
+        # more requests running here than the service has: an end event was lost (a subscriber whose queue
+        # overflowed loses the oldest events), so read the ring again
+        if not self._reading and self.feed.running() > int(sample.get("running") or 0):
+            self.read_log()
         if not self.pause.isChecked():
             self.refresh_plots()
             if self.feed.records and any(r.get("state") == "running" for r in self.model.rows):

@@ -184,6 +184,24 @@ def test_a_selected_request_shows_its_timeline_to_scale_and_no_credentials(qtbot
         desk.bridge.client.request_detail(r["id"])).result(30) for r in win.feed.ordered()])
 
 
+def test_a_request_that_waited_for_a_slot_says_so(qtbot, desk, win, service):
+    """Three replies at once on two slots: one waits, and its row and timeline say how long."""
+    import threading
+
+    oc = ollama.Client(host=service.url)
+    prompts = [f"Write a long story about a {w}." for w in ("cat", "ship", "tree")]
+    threads = [threading.Thread(target=oc.generate, kwargs=dict(model=MODEL, prompt=p,
+                                                                options={"num_predict": 48, "seed": 1}))
+               for p in prompts]
+    for t in threads:
+        t.start()
+    qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=WAIT)
+    rec = record(qtbot, win, lambda r: r["path"] == "/api/generate" and r["queued"], "a queued request")
+    queued = dict((n, s) for n, s in rec["phases"])["queued"]
+    assert queued == pytest.approx(rec["queue_wait"]) and queued > 0
+    assert row_cells(win, rec["id"])["Queued"].startswith("yes, ")
+
+
 def test_the_window_listens_only_while_open_and_exports_on_request(qtbot, desk, win, service, tmp_path):
     bus = service.app[appkeys.EVENTS]
     assert bus.wants("request")
@@ -218,6 +236,11 @@ def test_the_feed_spreads_a_prompt_over_its_prefill_and_keeps_the_window():
     assert set(s["generation tok/s"][1]) == {10.0}
     assert [n for n, _, _ in timeline(rec)] == ["prepare", "load", "queued", "prefill", "decode", "finish"]
     assert cell(rec, "Prompt") == "300" and cell(rec, "Cached") == "100"
+    # a request whose end event was lost, and that the service's log no longer holds, stops counting as running
+    feed.upsert({"id": 2, "state": "running", "time": 1003.0, "phases": [["answer", 0.1]], "status": None})
+    assert feed.running() == 1
+    feed.settle_missing({1})
+    assert feed.running() == 0 and cell(feed.records[2], "Status") == "? its end was not received"
     assert client_name("claude-cli/2.1.3 (external, cli)") == "claude-cli/2.1.3"
     assert client_name("ollama-python/0.4.7 (x86_64 linux) Python/3.11.2") == "ollama-python/0.4.7"
     assert client_name("Python/3.11 aiohttp/3.9.5") == "aiohttp/3.9.5"
