@@ -1,8 +1,13 @@
 """Anthropic's Messages API wire format -> the internal request (as the `anthropic` package's types define it).
 
-System text, content blocks (text, tool_use, tool_result, thinking), tools with `input_schema`, tool_choice
-(auto / any / tool / none), `thinking`, `stop_sequences`, sampling fields -> internal (Ollama) option names.
-Errors are 400s naming the field; the error middleware writes them in Anthropic's shape."""
+System text (a string or text blocks, `cache_control` and all), system turns inside `messages` (the
+mid-conversation system messages Claude Code sends: a system message at their place), content blocks (text,
+image, text documents, tool_use, tool_result, thinking), tools with `input_schema`, tool_choice (auto / any / tool
+/ none), `thinking` (enabled / adaptive / disabled), `output_config` (`effort`, `format`), `stop_sequences`,
+sampling fields -> internal (Ollama) option names. What only steers Anthropic's own servers (`metadata`,
+`context_management`, `cache_control`, `service_tier`, the `anthropic-beta` header) is read for its shape and
+otherwise ignored, as the API ignores it for a model without that feature. README's Anthropic section has the
+field table. Errors are 400s naming the field; the error middleware writes them in Anthropic's shape."""
 from __future__ import annotations
 
 import json
@@ -15,7 +20,8 @@ from ...generation.request import GenerationRequest, field, model_name, ollama_o
 from ...generation.tools import call_message, check_tool_results, function_tool
 from ...http.errors import ApiError
 
-ROLES = ("user", "assistant")
+ROLES = ("user", "assistant", "system")
+EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
 @dataclass(frozen=True)
@@ -27,8 +33,8 @@ def _bad(message: str, param: str = "messages") -> ApiError:
     return ApiError(400, message, param=param)
 
 
-def _text_of(content, where: str) -> str:
-    """A tool_result's content or the system field: a string or a list of text blocks."""
+def _text_of(content, where: str, param: str = "messages") -> str:
+    """A tool_result's content, a system turn or the system field: a string or a list of text blocks."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -38,10 +44,27 @@ def _text_of(content, where: str) -> str:
         for j, b in enumerate(content):
             if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
                 kind = b.get("type") if isinstance(b, dict) else type(b).__name__
-                raise _bad(f"{where}[{j}]: only text blocks are supported here, got {kind!r}")
+                raise _bad(f"{where}[{j}]: only text blocks are supported here, got {kind!r}", param)
             parts.append(b["text"])
         return "".join(parts)
-    raise _bad(f"{where} must be a string or a list of text blocks")
+    raise _bad(f"{where} must be a string or a list of text blocks", param)
+
+
+def _document(b: dict, where: str) -> str:
+    """A document block whose source is text (plain text, or content blocks of text) -> its text, titled as
+    given; a PDF or URL document needs what this server does not have."""
+    source = b.get("source")
+    if not isinstance(source, dict):
+        raise _bad(f"{where}.source must be an object")
+    kind = source.get("type")
+    if kind == "text" and isinstance(source.get("data"), str):
+        text = source["data"]
+    elif kind == "content":
+        text = _text_of(source.get("content"), f"{where}.source.content")
+    else:
+        raise _bad(f"{where}: {kind!r} documents are not supported by this server (only text documents)")
+    title = b.get("title")
+    return f"{title}\n\n{text}" if isinstance(title, str) and title else text
 
 
 def _user(blocks, i: int) -> list[dict]:
@@ -62,8 +85,10 @@ def _user(blocks, i: int) -> list[dict]:
             out.append({"role": "tool", "content": content, "tool_call_id": tid})
         elif kind == "image":
             imgs.append(_image(b.get("source"), f"{where}.source"))
-        elif kind in ("document", "search_result"):
-            raise _bad(f"{where}: {kind} blocks are not supported by this model")
+        elif kind == "document":
+            text.append(_document(b, where))
+        elif kind == "search_result":
+            raise _bad(f"{where}: search_result blocks are not supported by this server")
         else:
             raise _bad(f"{where}: unknown or malformed content block {kind!r}")
     if text or imgs or not out:
@@ -122,12 +147,14 @@ def parse_messages(raw) -> list[dict]:
     out: list[dict] = []
     for i, m in enumerate(raw):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise _bad(f"messages[{i}].role must be one of user, assistant")
+            raise _bad(f"messages[{i}].role must be one of user, assistant, system")
         content = m.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if not isinstance(blocks, list):
             raise _bad(f"messages[{i}].content must be a string or an array of content blocks")
-        if m["role"] == "user":
+        if m["role"] == "system":           # a system turn at its place, as the chat template shows one
+            out.append({"role": "system", "content": _text_of(blocks, f"messages[{i}].content")})
+        elif m["role"] == "user":
             out.extend(_user(blocks, i))
         else:
             out.append(_assistant(blocks, i))
@@ -177,15 +204,38 @@ def parse_tool_choice(raw, tools) -> tuple[str | None, bool]:
 MIN_THINKING_BUDGET = 1024          # Anthropic's own minimum
 
 
-def parse_thinking(raw, max_tokens: int | None = None) -> tuple[bool | None, int | None]:
+def parse_effort(raw) -> str | None:
+    """`output_config.effort` -> a thinking effort (low / medium / high; Anthropic's xhigh and max are high). It
+    steers thinking under adaptive thinking; without thinking it is ignored (the reply's length is not bounded by
+    it on Anthropic's models either)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _bad("'output_config' must be an object", "output_config")
+    effort = raw.get("effort")
+    if effort is None:
+        return None
+    if not isinstance(effort, str) or effort not in EFFORTS:
+        raise _bad(f"'output_config.effort' must be one of {', '.join(EFFORTS)}, got {effort!r}",
+                   "output_config.effort")
+    return EFFORTS[effort]
+
+
+def parse_thinking(raw, max_tokens: int | None = None,
+                   effort: str | None = None) -> tuple[bool | str | None, int | None]:
     """-> (think, thinking budget in tokens). `enabled` needs `budget_tokens`, at least 1024 and below
-    max_tokens, as Anthropic requires; the runner ends the thinking block when the budget is spent."""
+    max_tokens, as Anthropic requires; the runner ends the thinking block when the budget is spent. `adaptive`
+    lets the model think as much as `output_config.effort` says (no budget). Either is a preference: a model that
+    cannot think answers without thinking (GenerationRequest.think_mode "prefer"), as Anthropic's API serves
+    thinking requests to its models without it."""
     if raw is None:
         return None, None
     if not isinstance(raw, dict) or raw.get("type") not in ("enabled", "disabled", "adaptive"):
-        raise _bad("'thinking.type' must be enabled, disabled or adaptive", "thinking")
-    if raw["type"] != "enabled":
-        return raw["type"] != "disabled", None
+        raise _bad("'thinking.type' must be enabled, disabled or adaptive", "thinking.type")
+    if raw["type"] == "disabled":
+        return False, None
+    if raw["type"] == "adaptive":
+        return effort or True, None
     budget = field(raw, "budget_tokens", int, required=True, name="thinking.budget_tokens")
     if budget < MIN_THINKING_BUDGET:
         raise _bad(f"'thinking.budget_tokens' must be at least {MIN_THINKING_BUDGET}, got {budget}",
@@ -217,26 +267,64 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 def parse_system(raw) -> str | None:
+    """The system prompt: a string or text blocks, without Claude Code's attribution block."""
     if raw is None:
         return None
     if isinstance(raw, list):
-        raw = [b for b in raw if not (isinstance(b, dict) and b.get("type") == "text" and
-                                      isinstance(b.get("text"), str) and b["text"].startswith(BILLING_HEADER))]
-    return _text_of(raw, "system")
+        raw = [b for b in raw if not (isinstance(b, dict) and isinstance(b.get("text"), str)
+                                      and b["text"].lstrip().startswith(BILLING_HEADER))]
+    elif isinstance(raw, str) and raw.lstrip().startswith(BILLING_HEADER):
+        raw = raw.lstrip().partition("\n")[2]
+    return _text_of(raw, "system", "system")
+
+
+def parse_output_format(body: dict) -> dict | None:
+    """Structured output: `output_config.format` (or the beta's top-level `output_format`),
+    {"type": "json_schema", "schema": {...}} -> the schema the reply must match."""
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    where = "output_config.format"
+    if fmt is None:
+        fmt, where = body.get("output_format"), "output_format"
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise _bad(f"'{where}' must be {{\"type\": \"json_schema\", \"schema\": {{...}}}}", where)
+    return fmt["schema"]
+
+
+def check_ignored(body: dict) -> None:
+    """Fields that only steer Anthropic's own servers: their shape is checked, their value is not used."""
+    for key in ("metadata", "context_management", "container"):
+        if body.get(key) is not None and not isinstance(body[key], dict) and not (
+                key == "container" and isinstance(body[key], str)):
+            raise _bad(f"{key!r} must be an object", key)
+    user = (body.get("metadata") or {}).get("user_id")
+    if user is not None and not isinstance(user, str):
+        raise _bad("'metadata.user_id' must be a string", "metadata.user_id")
+    edits = (body.get("context_management") or {}).get("edits")
+    if edits is not None and not (isinstance(edits, list) and all(isinstance(e, dict) for e in edits)):
+        raise _bad("'context_management.edits' must be an array of objects", "context_management.edits")
+    if body.get("service_tier") is not None and body["service_tier"] not in ("auto", "standard_only"):
+        raise _bad(f"'service_tier' must be auto or standard_only, got {body['service_tier']!r}", "service_tier")
 
 
 def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[GenerationRequest, WireChoices]:
-    """/v1/messages (and /v1/messages/count_tokens, which needs no max_tokens)."""
+    """/v1/messages (and /v1/messages/count_tokens, which takes the same body and needs no max_tokens)."""
     req = GenerationRequest(model=model_name(body), messages=parse_messages(body.get("messages")))
     system = parse_system(body.get("system"))
     if system:
         req.messages = [{"role": "system", "content": system}] + (req.messages or [])
     req.tools = parse_tools(body.get("tools"))
     req.tool_choice, req.parallel_tool_calls = parse_tool_choice(body.get("tool_choice"), req.tools)
+    check_ignored(body)
+    effort = parse_effort(body.get("output_config"))
+    req.json_schema = parse_output_format(body)
+    req.think_mode = "prefer"                  # a model that cannot think answers without thinking
     if count_only:
-        req.think, _ = parse_thinking(body.get("thinking"))
+        req.think, _ = parse_thinking(body.get("thinking"), effort=effort)
         return req, WireChoices()
     req.stream = field(body, "stream", bool, False)
-    req.options = {**ollama_options(body), **sampling_options(body)}     # max_tokens: the reply's reserve
-    req.think, req.think_budget = parse_thinking(body.get("thinking"), req.options["num_predict"])
+    req.options = {**ollama_options(body), **sampling_options(body)}     # max_tokens: the reply's limit
+    req.think, req.think_budget = parse_thinking(body.get("thinking"), req.options["num_predict"], effort)
     return req, WireChoices(tuple(req.options.get("stop", ())))
