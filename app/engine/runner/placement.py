@@ -189,7 +189,8 @@ class Placement:
 
     def save_all_to_disk(self, slot_seqs, deadline: float) -> int:
         """At shutdown (a reload, an unload, the app quitting): every slot's prefix that the disk does not hold
-        yet, running sequences' included, until `deadline` (time.monotonic). Returns how many were queued."""
+        yet, running sequences' included, then the host-RAM cache's entries (most recent first), until `deadline`
+        (time.monotonic). Returns how many were queued."""
         if self.disk is None:
             return 0
         saved = 0
@@ -203,6 +204,15 @@ class Placement:
             if time.monotonic() > deadline:
                 break
             if tokens and self.save_to_disk(slot, tokens):
+                saved += 1
+                self.disk.flush(max(0.0, deadline - time.monotonic()))
+        for e in sorted(self.host.entries, key=lambda e: -e.last_used):    # conversations that lost their slot
+            if time.monotonic() > deadline:
+                break
+            if len(e.tokens) < MIN_DISK_TOKENS or min(e.tokens) < 0 or \
+                    len(e.tokens) - self.disk.covered(e.tokens) < MIN_DISK_TOKENS:
+                continue
+            if self.disk.save(e.tokens, e.buf, e.size - sum(c.size for c in e.checkpoints)):
                 saved += 1
                 self.disk.flush(max(0.0, deadline - time.monotonic()))
         return saved

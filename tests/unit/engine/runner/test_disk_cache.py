@@ -148,3 +148,28 @@ def test_off_when_the_limit_is_zero_and_file_identity(tmp_path, dense_gguf):
     assert ident["size"] == os.path.getsize(dense_gguf) and "mtime_ns" in ident
     p = tmp_path / "f.pcache"
     assert write_file(p, FACTS, np.arange(5, dtype=np.int32), bytearray(7)) == p.stat().st_size
+
+
+def test_at_shutdown_the_slots_and_the_host_cache_go_to_disk(dense_gguf, tmp_path):
+    """Placement.save_all_to_disk (runner shutdown: a reload, the app quitting): a slot's kept prefix and a host-RAM
+    entry (a conversation that lost its slot) are written; one the disk holds already is not written again."""
+    from app.engine.runner.disk_cache import MIN_DISK_TOKENS
+    from app.engine.runner.placement import Placement
+
+    n = MIN_DISK_TOKENS + 40
+    with llama_context(dense_gguf, n_ctx=2 * 1536, n_batch=512, n_seq=2) as (model, ctx):
+        disk = DiskPromptCache(tmp_path, FACTS, 256 << 20)
+        pl = Placement(ctx, model, 2, host_cache_bytes=256 << 20, disk=disk)
+        a, b = prompt(n, salt=1), prompt(n, salt=2)
+        for i in range(0, n, 256):
+            decode(ctx, a[i:i + 256], 0, pos0=i)
+            decode(ctx, b[i:i + 256], 1, pos0=i)
+        assert pl.host.save(0, a)                      # a's conversation lost its slot ...
+        L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, -1, -1)
+        pl.slots.keep(1, b)                            # ... b's is kept in slot 1
+        assert pl.save_all_to_disk([None, None], time.monotonic() + 30) == 2
+        assert disk.flush(30)
+        assert pl.save_all_to_disk([None, None], time.monotonic() + 30) == 0   # both on disk already
+    again = DiskPromptCache(tmp_path, FACTS, 256 << 20)
+    assert sorted(len(e.tokens) for e in again.entries) == [n, n]
+    assert again.best(a)[1] == n and again.best(b)[1] == n
