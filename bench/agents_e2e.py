@@ -239,6 +239,11 @@ class ReplyReader:
 
 # ---- the logging proxy ------------------------------------------------------------------------------------------
 
+def ours(user_agent: str) -> bool:
+    """A request of `strata launch` itself (its look-ups before the agent starts), not of the agent."""
+    return user_agent.startswith("strata-launch/") or "aiohttp" in user_agent.lower()
+
+
 HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 
 
@@ -288,7 +293,7 @@ class Proxy:
             self._journal(ex)
 
     def _journal(self, ex: Exchange) -> None:
-        if "aiohttp" not in ex.user_agent.lower():
+        if not ours(ex.user_agent):
             ttft = "-" if ex.ttft is None else f"{ex.ttft:.1f}s"
             print(f"   [{self.name}] {ex.method} {ex.path} -> {ex.status} ttft {ttft} total {ex.elapsed:.1f}s prompt "
                   f"{ex.prompt_tokens} calls {[n for _, n in ex.tool_calls]} results {len(ex.results_sent)}"
@@ -483,8 +488,7 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
         res.wall = time.monotonic() - t0
         time.sleep(0.5)
         proxy.stop()
-    # strata launch's own look-ups (the API client's aiohttp user agent) are not the agent's
-    res.exchanges = [e for e in proxy.log if "aiohttp" not in e.user_agent.lower()]
+    res.exchanges = [e for e in proxy.log if not ours(e.user_agent)]
     target = project / FILE
     if target.exists():
         res.file_text = target.read_text(errors="replace")[:200]

@@ -19,7 +19,7 @@ import sys
 from dataclasses import replace
 
 from app import paths
-from app.api_client import ApiClient, ApiError
+from app.api_client import ApiClient, ApiError, user_agent_of
 from app.cli import configured
 from app.cli.agents import AGENTS, Agent, LaunchError, LaunchPlan, Target, plan
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME
@@ -181,7 +181,7 @@ def cmd_launch(args) -> int:
              f"    {agent.install_hint}\nthen run `strata launch {agent.name}` again.")
         return 1
     url, api_key = _connect_url()
-    loop, client = LoopThread(), ApiClient(url, api_key)
+    loop, client = LoopThread(), ApiClient(url, api_key, user_agent=user_agent_of("strata-launch"))
     try:
         if not loop.run(client.alive()):
             _say(_not_running_hint(url))
