@@ -195,7 +195,6 @@ def catalog_path(state_dir: Path, model: str) -> Path:
 def codex_plan(t: Target, extra: list[str], *, oss: bool, state_dir: Path) -> LaunchPlan:
     catalog = catalog_path(state_dir, t.model)
     common = {
-        "model": t.model,
         "model_catalog_json": str(catalog),
         "model_context_window": t.context,
         "analytics.enabled": False,
@@ -222,7 +221,7 @@ def codex_plan(t: Target, extra: list[str], *, oss: bool, state_dir: Path) -> La
             env["STRATA_API_KEY"] = t.api_key
         overrides = {**provider, **common}
         notes = [f"a 'strata' provider (Responses API) -> {t.base_url}/v1"]
-    argv = list(head)
+    argv = head + ["-m", t.model]     # -m, not `-c model=`: --oss takes its model from -m (else gpt-oss:20b)
     for key, value in overrides.items():
         argv += ["-c", f"{key}={_toml(value)}"]
     notes.append(f"model catalog for {t.model}: {catalog}")

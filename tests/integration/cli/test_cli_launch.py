@@ -150,7 +150,7 @@ def test_codex_gets_a_provider_and_a_catalog_in_stratas_folder(serve, stubs):
 def test_codex_oss_points_codexs_ollama_provider_here(serve, stubs):
     got, _ = run_stub(serve, stubs, "codex", "--oss", "--model", MODEL)
     url, _ = serve
-    assert got["argv"][:3] == ["--oss", "--local-provider", "ollama"]
+    assert got["argv"][:5] == ["--oss", "--local-provider", "ollama", "-m", MODEL]
     assert got["env"]["CODEX_OSS_BASE_URL"] == url + "/v1"
 
 

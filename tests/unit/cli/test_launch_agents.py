@@ -70,7 +70,7 @@ def test_codex_custom_provider_overrides_parse_as_toml(tmp_path):
     assert c["model_providers.strata.base_url"] == BASE + "/v1"
     assert c["model_providers.strata.wire_api"] == "responses"
     assert c["model_providers.strata.stream_idle_timeout_ms"] == 1_800_000
-    assert c["model"] == "coder:0.5b" and c["model_context_window"] == 32768
+    assert p.argv[1:3] == ["-m", "coder:0.5b"] and c["model_context_window"] == 32768
     assert c["analytics.enabled"] is False and c["check_for_update_on_startup"] is False
     assert "model_providers.strata.env_key" not in c and p.env == {}
     path = catalog_path(tmp_path, "coder:0.5b")
@@ -88,9 +88,9 @@ def test_codex_with_an_api_key_names_the_variable_that_carries_it(tmp_path):
 
 def test_codex_oss_points_its_builtin_provider_here(tmp_path):
     p = plan(CODEX, CODER, ["exec", "x"], oss=True, state_dir=tmp_path)
-    assert p.argv[:4] == ["codex", "--oss", "--local-provider", "ollama"]
+    assert p.argv[:6] == ["codex", "--oss", "--local-provider", "ollama", "-m", "coder:0.5b"]
     c = overrides(p.argv)
-    assert "model_provider" not in c and c["model"] == "coder:0.5b"
+    assert "model_provider" not in c and "model" not in c
     assert p.env["CODEX_OSS_BASE_URL"] == BASE + "/v1"
     with pytest.raises(LaunchError, match="API key"):
         plan(CODEX, THINKER, [], oss=True, state_dir=tmp_path)
