@@ -107,6 +107,8 @@ def _runner_process(*args) -> None:
     (docs/architecture.md, "Process model"); and libgomp reads its spin policy when llama.cpp loads it, below."""
     if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = RUNNER_GOMP_SPINCOUNT
+    for name, value in Layout.from_dict(args[1]).environment().items():   # read by llama.cpp when it loads
+        os.environ.setdefault(name, value)
     from app.engine.runner.main import runner_main
 
     runner_main(*args)

@@ -139,6 +139,7 @@ class Loaded:
     n_ctx_per_seq: int
     n_vocab: int
     load_seconds: float
+    op_offload_min_batch: int = 0           # GGML_OP_OFFLOAD_MIN_BATCH as llama.cpp read it at load (0: unset)
 
 
 @dataclass
@@ -212,6 +213,9 @@ class Stats:
     checkpoint_misses: int = 0              # prompts that shared a cached prefix no memory could continue from
     draft_tokens: int = 0                   # speculative decoding: tokens drafted since load
     draft_accepted: int = 0                 # ... and of those, accepted (emitted without a step of their own)
+    # seconds per phase of the context thread's batch steps since load, with "steps" and "rows"
+    # (runner/step_clock.HostPhases; bench/bench_host_step.py)
+    host_phases: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -19,3 +19,6 @@ class RunnerSettings:
     # and its bound in MiB over all models (STRATA_PROMPT_DISK_CACHE_MIB; -1 = automatic, 0 = off)
     disk_cache_dir: str = ""
     disk_cache_mib: int = -1
+    async_prep: str = "auto"                  # where the next step's host work overlaps the decode
+                                              # (runner/step_prepare.py): "auto", or "off"/"shadow"/"helper" to
+                                              # measure and test each (bench/bench_host_step.py)

@@ -118,6 +118,14 @@ class Layout:
     context: dict = field(default_factory=dict)   # how num_ctx was chosen: {"num_ctx", "limit", "reason"}
                                                   # (planner.options.ContextChoice; empty when not recorded)
     draft: DraftPlan | None = None           # speculative decoding's draft model (None: none)
+    # the smallest batch op_offload streams CPU-held weights to the GPU for (GGML_OP_OFFLOAD_MIN_BATCH, read by
+    # the GPU backends when they initialise: the runner sets it before llama.cpp loads); 0: llama.cpp's default
+    op_offload_min_batch: int = 0
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables llama.cpp reads that this plan sets (the runner child applies them before it
+        loads llama.cpp; a variable the user set wins)."""
+        return {"GGML_OP_OFFLOAD_MIN_BATCH": str(self.op_offload_min_batch)} if self.op_offload_min_batch else {}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -416,8 +416,11 @@ def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
     reasons += network.hop_reasons(gpus, c.order, c.counts, n - c.k, info.n_embd, info.n_vocab,
                                    o.num_ubatch) if c.k else []
     local_gpu = any(not gpus[g].endpoint for g in c.order) if c.k else False   # RPC devices take no offloaded ops
+    experts_on_cpu = moe and (c.k < n or c.m > 0)     # whole blocks, or the experts of some, on the CPU
+    min_batch, why = op_offload_min_batch(op_offload and local_gpu and bool(weights_on_cpu), experts_on_cpu)
     if op_offload and local_gpu and weights_on_cpu:
-        reasons.append("op_offload on: large batches stream CPU-held weights to the GPU")
+        reasons.append(f"op_offload on: batches of {min_batch} tokens or more stream CPU-held weights to the GPU "
+                       f"(GGML_OP_OFFLOAD_MIN_BATCH={min_batch}: {why})")
     elif op_offload and local_gpu:
         reasons.append("op_offload on (all layers on GPU; no effect)")
 
@@ -440,4 +443,27 @@ def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
         op_offload=op_offload, n_ctx=o.num_ctx * o.num_parallel, n_parallel=o.num_parallel,
         n_batch=o.num_batch, n_ubatch=o.num_ubatch, type_k=o.kv_type, type_v=o.kv_type,
         flash_attn=True if (kv_quant and o.flash_attn is None) else o.flash_attn,
-        fits=fits, reasons=tuple(reasons))
+        fits=fits, reasons=tuple(reasons), op_offload_min_batch=min_batch)
+
+
+# op_offload's minimum batch (llama.cpp's GGML_OP_OFFLOAD_MIN_BATCH, default 32), measured on an H100 with
+# llama-bench (docs/gpu-results.md, "op_offload"): a dense 3B model with 16 of 28 blocks on the CPU ran 32-token
+# batches at 0.80-0.86x with op_offload (copying a layer's weights over PCIe costs more than the CPU's matmul at
+# 32 rows) and at 1.07x with a minimum of 64, while 64 tokens and more gained 1.4-8x either way; a MoE model with
+# the experts of 24 of 48 blocks on the CPU gained 1.32x at 32 tokens (each expert sees a fraction of the rows,
+# so the CPU side is slower per row and offloading pays sooner): it keeps llama.cpp's 32.
+OP_OFFLOAD_MIN_BATCH_DENSE = 64
+OP_OFFLOAD_MIN_BATCH_MOE = 32
+
+
+def op_offload_min_batch(offloads: bool, experts_on_cpu: bool) -> tuple[int, str]:
+    """(the smallest batch op_offload streams CPU-held weights to the GPU for, why) for a plan that `offloads`
+    (op_offload on, a local GPU, weights on the CPU); (0, "") otherwise: nothing is streamed, llama.cpp's
+    default stays."""
+    if not offloads:
+        return 0, ""
+    if experts_on_cpu:
+        return OP_OFFLOAD_MIN_BATCH_MOE, ("llama.cpp's default; CPU-held MoE experts gained 1.32x from 32-token "
+                                          "batches on an H100")
+    return OP_OFFLOAD_MIN_BATCH_DENSE, ("a dense model's CPU-held layers lost at 32-token batches on an H100 "
+                                        "(0.80-0.86x) and gained 1.07x with 64")

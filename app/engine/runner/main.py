@@ -107,8 +107,17 @@ def load(layout, n_threads, send):
     media = _load_projector(model, ctx, layout, n_threads, actual, device_ids)
     vocab = L.llama_model_get_vocab(model)
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
-                      n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0)
+                      n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0,
+                      op_offload_min_batch=_env_int("GGML_OP_OFFLOAD_MIN_BATCH"))
     return model, ctx, loaded, warmup_s, media
+
+
+def _env_int(name: str) -> int:
+    """An integer environment variable as a C getenv + atoi would read it (0 when unset or not a number)."""
+    try:
+        return int(os.environ.get(name, "0"))
+    except ValueError:
+        return 0
 
 
 def _load_projector(model, ctx, layout, n_threads, actual: dict, device_ids):
@@ -260,7 +269,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                                                       settings.stream_interval_ms),
                     checkpoints=layout.options.ctx_checkpoints,
                     checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
-                    warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative)
+                    warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative,
+                    async_prep=settings.async_prep, gpu=bool(layout.n_gpu_layers and layout.gpu_devices))
     admission.media = media
     admission.mark_last_user = loop.placement.checkpoints.enabled
     heartbeat.state = loop.step_state

@@ -2,7 +2,8 @@
 
 The heartbeat thread (heartbeat.py) reads it without a lock (plain attribute reads: nothing the context thread
 could hold), and stats report its decode fraction. A "step" here is anything that runs the model for a while:
-a batch decode, an image's encode + decode, an embedding job.
+a batch decode, an image's encode + decode, an embedding job. `HostPhases` adds up where the context thread's
+time goes outside llama.cpp's compute, phase by phase (bench/bench_host_step.py prints it).
 Covered by tests/integration/engine/test_runner.py (stats) and tests/integration/service/test_runner_faults.py
 (the heartbeat's step limit).
 """
@@ -14,6 +15,39 @@ from collections import deque
 from app.engine.runner.heartbeat import expected_step_s
 
 
+# The context thread's phases of a batch step, in order. Host work: "loop" (between steps: reap, admission to
+# slots, waiting sequences), "schedule" (the plan and its batch rows, drafts excluded), "draft" (the proposer's
+# lookups), "launch" (the executor's work before llama_decode), "shadow" (work done after llama_decode returned and
+# before the first synchronizing call: hidden behind the GPU's compute on a GPU build), "sample" (the samplers,
+# after the logits are there), "update" (applying the result), "handoff" (tokens to the output thread). Not host
+# work: "decode" (inside llama_decode) and "sync" (llama_synchronize: the wait for the device's compute).
+# "helper": host work a helper thread did beside the decode (step_prepare.py), not on the context thread.
+# "host_cpu": the context thread's CPU time over the step less its CPU time inside llama_decode (the host phases'
+# work without the time it waited for a CPU or for the GIL: steadier on a busy machine).
+HOST_PHASES = ("loop", "schedule", "draft", "launch", "shadow", "sample", "update", "handoff")
+PHASES = HOST_PHASES + ("decode", "sync", "helper", "host_cpu")
+
+
+class HostPhases:
+    """Seconds per phase summed over the batch steps since `reset` (context thread writes; a reader takes
+    `snapshot`, a copy, and accepts a step in progress half counted)."""
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.steps = 0
+        self.rows = 0
+
+    def add(self, phase: str, dt: float) -> None:
+        self.seconds[phase] += dt
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.steps = self.rows = 0
+
+    def snapshot(self) -> dict:
+        return {"steps": self.steps, "rows": self.rows, **dict(self.seconds)}
+
+
 class StepClock:
     def __init__(self, warmup_s: float = 0.0):
         self.steps = 0                      # batch decodes that succeeded
@@ -21,6 +55,7 @@ class StepClock:
         self.warmup_s = warmup_s            # the load's one-token warm-up decode: the step estimate before any step
         self.t0 = 0.0                       # when the step in progress began (0: none)
         self.tokens = 0
+        self.phases = HostPhases()
 
     def begin(self, n_tokens: int, t0: float | None = None) -> float:
         self.tokens, self.t0 = n_tokens, t0 or time.perf_counter()

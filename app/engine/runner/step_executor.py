@@ -20,6 +20,7 @@ from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.sequence import Seq
 from app.engine.runner.step_clock import StepClock
 from app.engine.runner.step_plan import Sampled, Span, StepPlan, StepResult
+from app.engine.runner.step_prepare import StepPrepare
 from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
@@ -38,15 +39,21 @@ class StepExecutor:
         abort.install(ctx)
 
     # ---- one plan ------------------------------------------------------------------------------------------
-    def execute(self, plan: StepPlan) -> StepResult:
+    def execute(self, plan: StepPlan, prepare: StepPrepare | None = None) -> StepResult:
+        """Run `plan`. `prepare` (step_prepare.py): the next step's preparation, told when the decode starts and
+        when it returned (before anything synchronizes with the device)."""
         result = StepResult()
         if plan.image is not None:
             self._eval_image(plan.image, result)
         b = plan.batch
         if b.n == 0:
             return result
+        t_launch = time.perf_counter()
         self.clock.begin(b.n, plan.t_start)             # the heartbeat reports the step while it runs
-        result.rc, result.message, result.t_decode = self._decode(plan)
+        result.rc, result.message, result.t_decode, result.c_decode = self._decode(plan, prepare)
+        t_decoded = time.perf_counter()
+        if prepare is not None:
+            prepare.decoded(plan, result.rc)
         if result.rc != 0:
             for span in plan.spans:                      # processed ubatches may remain: roll every sequence back
                 if span.seq.slot is not None:
@@ -54,13 +61,23 @@ class StepExecutor:
             if result.rc != 2:                           # 2: aborted for a cancel, the others just retry
                 log.error("%s (batch of %d tokens)", result.message, b.n)
             return result
+        t_shadow = time.perf_counter()
+        L.llama_synchronize(self.ctx)                   # the first wait for the device (sampling would wait here)
+        t_synced = time.perf_counter()
         result.sampled = [self._sample(span, row) for span, row in plan.outs]
+        ph = self.clock.phases
+        ph.add("launch", t_decoded - t_launch - result.t_decode)
+        ph.add("decode", result.t_decode)
+        ph.add("shadow", t_shadow - t_decoded)
+        ph.add("sync", t_synced - t_shadow)
+        ph.add("sample", time.perf_counter() - t_synced)
         return result
 
-    def _decode(self, plan: StepPlan) -> tuple[int, str, float]:
-        """llama_decode on the plan's batch, unless a cancel arrived while it was built. (rc, message, seconds)."""
+    def _decode(self, plan: StepPlan, prepare: StepPrepare | None) -> tuple[int, str, float, float]:
+        """llama_decode on the plan's batch, unless a cancel arrived while it was built. (rc, message, seconds,
+        this thread's CPU seconds)."""
         self.abort.in_flight = {span.seq.id for span in plan.spans}
-        t_decode = 0.0
+        t_decode = c_decode = 0.0
         try:
             self.hooks.hit("step")
             if any(span.seq.cancelled for span in plan.spans):
@@ -68,14 +85,16 @@ class StepExecutor:
             else:
                 if self.hooks.hang_marker:
                     self.hooks.hang_if_marked(span.seq.req.prompt for span in plan.spans)
-                t0 = time.perf_counter()
+                if prepare is not None:
+                    prepare.launch(plan)
+                t0, c0 = time.perf_counter(), time.thread_time()
                 rc = L.llama_decode(self.ctx, plan.batch.struct)
-                t_decode = time.perf_counter() - t0
+                t_decode, c_decode = time.perf_counter() - t0, time.thread_time() - c0
         except Exception as e:
-            return -100, str(e), 0.0
+            return -100, str(e), 0.0, 0.0
         finally:
             self.abort.in_flight = set()
-        return rc, f"llama_decode failed with code {rc}", t_decode
+        return rc, f"llama_decode failed with code {rc}", t_decode, c_decode
 
     def _sample(self, span: Span, row: int) -> Sampled:
         """Sample one sequence's rows. Speculation: sample at each drafted position with the sequence's own chain

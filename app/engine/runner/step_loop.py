@@ -24,6 +24,7 @@ import time
 
 from llama_cpp import llama_cpp as L
 
+from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.embed_job import run_embed_job
@@ -34,6 +35,7 @@ from app.engine.runner.sequence import Seq
 from app.engine.runner.speculation import Drafting
 from app.engine.runner.step_clock import StepClock
 from app.engine.runner.step_executor import StepExecutor
+from app.engine.runner.step_prepare import StepPrepare, prepare_mode
 from app.engine.runner.step_scheduler import StepScheduler
 from app.engine.runner.step_update import StepUpdate
 from app.engine.runner.testhooks import Hooks
@@ -45,7 +47,8 @@ class StepLoop:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
                  prompt_cache_bytes: int = 0, disk_cache=None, stream_interval: float = 0.0, checkpoints: int = 0,
                  checkpoint_bytes: int = 0, warmup_s: float = 0.0,
-                 speculative: str | None = None, media=None, draft=None):
+                 speculative: str | None = None, media=None, draft=None, async_prep: str = "auto",
+                 gpu: bool = False):
         self.send = send
         self.embedder = embedder
         self.hooks = hooks or Hooks()
@@ -65,6 +68,9 @@ class StepLoop:
         self.executor = StepExecutor(model, ctx, vocab_out=vocab_out, clock=self.clock, abort=self.abort,
                                      hooks=self.hooks, media=media)
         self.update = StepUpdate(self.scheduler, self.placement, self.drafting, self.clock, self.out_q)
+        # async batch preparation (step_prepare.py): where the next step's token-free host work runs
+        self.prepare = StepPrepare(prepare_mode(async_prep, gpu, L.llama_n_threads(ctx), cpu_cores()),
+                                   self.update, self.scheduler, self.clock.phases)
         self.output = OutputThread(self.inbox, send=send, out_q=self.out_q, interval=stream_interval, admit=admit,
                                    hooks=self.hooks, n_ctx_seq=n_ctx_seq, vocab_out=vocab_out, embedder=embedder)
         self.threads = [threading.Thread(target=self._context_loop, name="strata-context", daemon=True),
@@ -100,7 +106,8 @@ class StepLoop:
                        slots_busy=sum(s is not None for s in self.scheduler.slots),
                        queued=len(self.inbox.ready_q), decode_fraction=self.clock.decode_fraction(),
                        id=req_id, steps=self.clock.steps, draft_tokens=d.drafted_total,
-                       draft_accepted=d.accepted_total, **self.placement.stats())
+                       draft_accepted=d.accepted_total, host_phases=self.clock.phases.snapshot(),
+                       **self.placement.stats())
 
     def step_state(self) -> tuple[int, float, int, float]:
         """For the heartbeat thread (heartbeat.py): (steps done, seconds the step in progress has run, its tokens,
@@ -109,6 +116,7 @@ class StepLoop:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.abort.close()
+        self.prepare.close()
         self.stopping = True
         self.inbox.wake()
         self.out_q.put(("quit", None))
@@ -120,6 +128,7 @@ class StepLoop:
     def _context_loop(self):
         try:
             while not self.stopping:
+                t_loop, c_loop = time.perf_counter(), time.thread_time()
                 self.inbox.event.clear()
                 self.abort.clear()
                 self.scheduler.reap()
@@ -130,22 +139,37 @@ class StepLoop:
                                           self.clock, self.send):
                     jobs.popleft()
                     continue
-                if not self._step():
+                if not self._step(t_loop, c_loop):
                     self.inbox.event.wait(0.5)
         except BaseException:  # an engine bug: end the process so the parent fails requests instead of hanging
             log.exception("context thread crashed")
             os._exit(70)
 
-    def _step(self) -> bool:
-        """One step; False when there was nothing to run."""
+    def _step(self, t_loop: float, c_loop: float) -> bool:
+        """One step; False when there was nothing to run. `t_loop`, `c_loop`: when this loop iteration began, by
+        the clock and by this thread's CPU time."""
         plan = self.scheduler.schedule()
         if plan.empty:
             return False
+        t_planned = time.perf_counter()
+        prepare = self.prepare if self.prepare.mode != "off" else None
         try:
-            result = self.executor.execute(plan)
+            result = self.executor.execute(plan, prepare)
+            t_executed = time.perf_counter()
+            if prepare is not None:
+                prepare.finish(plan, result.rc)
             self.update(plan, result)
         finally:
             self.clock.end()
         if plan.batch.n and result.rc == 0:
-            self.clock.record(result.t_decode, time.perf_counter() - plan.t_start, plan.batch.n)
+            t_end = time.perf_counter()
+            self.clock.record(result.t_decode, t_end - plan.t_start, plan.batch.n)
+            ph = self.clock.phases
+            ph.steps += 1
+            ph.rows += plan.batch.n
+            ph.add("loop", plan.t_start - t_loop)
+            ph.add("schedule", t_planned - plan.t_start - plan.t_draft)
+            ph.add("draft", plan.t_draft)
+            ph.add("update", t_end - t_executed - result.t_handoff)
+            ph.add("host_cpu", time.thread_time() - c_loop - result.c_decode)
         return True

@@ -32,6 +32,10 @@ class StepPlan:
     outs: list[tuple[Span, int]] = field(default_factory=list)   # (span, the batch row whose logits it samples first)
     image: Seq | None = None            # its next prompt item is an image (encoded and decoded on its own)
     gen_only: bool = False              # every span is a generating sequence (drafting's step costs time such steps)
+    t_draft: float = 0.0                # seconds of scheduling spent in the proposer's lookups
+    # set once the sequences were moved on for this plan's decode (step_update.StepUpdate.advance): what each was
+    # before, (seq, n_past, todo, state, history length), so a failed decode can put them back
+    advanced: list | None = None
 
     @property
     def empty(self) -> bool:
@@ -56,6 +60,8 @@ class StepResult:
     rc: int = 0                         # llama_decode's return code (0 ok, 2 aborted for a cancel)
     message: str = ""
     t_decode: float = 0.0               # seconds inside llama_decode
+    c_decode: float = 0.0               # the context thread's CPU seconds inside it (its share of a CPU decode)
+    t_handoff: float = 0.0              # seconds of the update spent handing tokens to the output thread
     sampled: list[Sampled] = field(default_factory=list)
     image_error: str | None = None      # the plan's image failed (that sequence ends, the others go on)
     image_n_past: int = 0               # after a good image: the sequence's KV position

@@ -38,6 +38,8 @@ class StepScheduler:
         self._k = 0
         self._rr = 0                        # round-robin start among prefilling sequences
         self._cache_reported = (0, 0, 0, 0, 0, 0)
+        # async batch preparation: (plan, [(generating seq, its row)], _key(), _k and _rr before) or None
+        self.prepared: tuple | None = None
 
     # ---- slots ---------------------------------------------------------------------------------------------
     def reap(self) -> None:
@@ -93,12 +95,69 @@ class StepScheduler:
     # ---- the next step -------------------------------------------------------------------------------------
     def schedule(self) -> StepPlan:
         """The next step's plan: its batch is filled here (vectorised numpy writes, tens of microseconds); a
-        generating sequence's row is the token sampled at the end of the previous step, so it cannot be written
-        earlier without speculation."""
+        generating sequence's row is the token sampled at the end of the previous step, so only that row's token
+        waits for it: the rest may have been built by `prepare` while the previous step decoded."""
+        t0 = time.perf_counter()
+        prepared, self.prepared = self.prepared, None
+        drafts, t_draft = None, 0.0
+        if prepared is not None:
+            plan, gen_rows, key, k, rr = prepared
+            if key == self._key():
+                gen = [seq for seq, _ in gen_rows]
+                drafts = self._drafts(plan, gen)
+                t_draft = plan.t_draft
+                if not any(drafts.values()):
+                    for seq in self.slots:
+                        if seq is not None:
+                            seq.draft = []
+                    for seq, row in gen_rows:
+                        plan.batch.token[row] = seq.pending
+                    plan.t_start = t0
+                    return plan
+            self._k, self._rr = k, rr                     # as if it had not been prepared
+        plan = self._build(drafts)
+        plan.t_start, plan.t_draft = t0, plan.t_draft + t_draft
+        return plan
+
+    def prepare(self) -> None:
+        """Async batch preparation (step_prepare.py): called once the sequences of the step in flight were moved on
+        (StepUpdate.advance) and before its logits are read, it builds what `schedule` would build next, except
+        the generating sequences' tokens (being sampled now). `schedule` uses it when nothing it depends on has
+        changed meanwhile (the slots, each sequence's state and positions) and no sequence drafts; otherwise it
+        builds the plan again, so the batch is the same either way. Nothing is prepared when building would change
+        a sequence (a context shift, an image's boundary) or when a sequence waits for another's prefix."""
+        self.prepared = None
+        active = [s for s in self.slots if s is not None]
+        if not active or any(s.media is not None or s.state not in (GEN, PREFILL) or
+                             (s.state == GEN and s.n_past >= self.n_ctx_seq) for s in active):
+            return
+        k, rr = self._k, self._rr
+        plan = self._new_plan()
+        gen = [s for s in active if s.state == GEN]
+        rows = [(seq, self._add_generation(plan, seq, [])) for seq in gen]
+        self._plan_prefill(plan, [s for s in active if s.state == PREFILL])
+        plan.gen_only = all(not s.prefill for s in plan.spans)
+        self.prepared = (plan, rows, self._key(), k, rr)
+
+    def discard_prepared(self) -> None:
+        """The step in flight failed: what was prepared for after it does not apply."""
+        if self.prepared is not None:
+            self._k, self._rr = self.prepared[3], self.prepared[4]
+            self.prepared = None
+
+    def _key(self) -> tuple:
+        """What a plan depends on besides the sampled tokens: who holds each slot, and where each one stands."""
+        return tuple(None if s is None else (s, s.state, s.n_past, s.todo, s.n_exact) for s in self.slots)
+
+    def _new_plan(self) -> StepPlan:
         b = self.batches[self._k]
         self._k ^= 1
         b.clear()
-        plan = StepPlan(b, t_start=time.perf_counter())
+        return StepPlan(b, t_start=time.perf_counter())
+
+    def _build(self, drafts: dict[str, list[int]] | None = None) -> StepPlan:
+        """The plan from scratch. `drafts`: the proposer's answer when `schedule` already asked it this step."""
+        plan = self._new_plan()
         active = [s for s in self.slots if s is not None]
         gen = []
         for seq in active:
@@ -108,21 +167,34 @@ class StepScheduler:
                     context_shift(seq, self.mem, self.can_shift, self.placement)
                 if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
                     gen.append(seq)
-        self._plan_generation(plan, gen)
+        if drafts is None:
+            drafts = self._drafts(plan, gen)
+        for seq in gen:
+            seq.draft = drafts.get(seq.id) or []
+            self._add_generation(plan, seq, seq.draft)
         self._plan_prefill(plan, [s for s in active if s.state == PREFILL])
         plan.gen_only = all(not s.prefill for s in plan.spans)
         return plan
 
-    def _plan_generation(self, plan: StepPlan, gen: list[Seq]) -> None:
+    def _drafts(self, plan: StepPlan, gen: list[Seq]) -> dict[str, list[int]]:
+        if not self.drafting.may_draft(len(gen)):
+            return {}
+        t0 = time.perf_counter()
+        drafts = self.drafting.drafts(gen, plan.batch.capacity)
+        plan.t_draft = time.perf_counter() - t0
+        return drafts
+
+    def _add_generation(self, plan: StepPlan, seq: Seq, draft: list[int]) -> int:
+        """A generating sequence's rows: its pending token, then its draft; returns the pending token's row.
+        (`seq.draft` is the caller's to set: `prepare` runs while the step in flight still reads it.)"""
         b = plan.batch
-        drafts = self.drafting.drafts(gen, b.capacity) if self.drafting.may_draft(len(gen)) else {}
-        for seq in gen:
-            seq.draft = drafts.get(seq.id) or []
-            span = Span(seq, seq.n_past, 1 + len(seq.draft), prefill=False, draft=seq.draft)
-            plan.outs.append((span, b.add(seq.pending, seq.n_past, seq.kv_slot, True)))
-            if seq.draft:
-                b.add_span(seq.draft, seq.n_past + 1, seq.kv_slot, logits_last=True, logits_all=True)
-            plan.spans.append(span)
+        span = Span(seq, seq.n_past, 1 + len(draft), prefill=False, draft=draft)
+        row = b.add(seq.pending, seq.n_past, seq.kv_slot, True)
+        plan.outs.append((span, row))
+        if draft:
+            b.add_span(draft, seq.n_past + 1, seq.kv_slot, logits_last=True, logits_all=True)
+        plan.spans.append(span)
+        return row
 
     def _plan_prefill(self, plan: StepPlan, prefill: list[Seq]) -> None:
         if not prefill:

@@ -7,6 +7,8 @@ test_speculative.py (a real runner process).
 """
 from __future__ import annotations
 
+import time
+
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, Seq
 from app.engine.runner.speculation import Drafting
@@ -26,11 +28,16 @@ class StepUpdate:
         if plan.batch.n == 0:
             return
         if result.rc != 0:
+            self.undo(plan)
             self._decode_failed(plan, result)
             return
         self.clock.steps += 1
         self.placement.pending_copy.clear()          # llama.cpp did the queued KV copies first
-        self._advance(plan)
+        if plan.advanced is None:
+            self.advance(plan)
+        for span in plan.spans:
+            if span.prefill:
+                self.placement.after_prefill(span.seq)   # a context checkpoint where one is due (reads the state)
         tokens, finished = [], []
         for s in result.sampled:
             tokens += self._apply(s)
@@ -39,7 +46,9 @@ class StepUpdate:
         if plan.gen_only:
             self.drafting.record_step(plan.batch.n, result.t_decode)
         if tokens:
+            t0 = time.perf_counter()
             self.out_q.put(("step", tokens))
+            result.t_handoff = time.perf_counter() - t0
         for seq, reason in finished:
             self.scheduler.release(seq, reason)
 
@@ -62,8 +71,13 @@ class StepUpdate:
             if span.seq.slot is not None:
                 self.scheduler.release(span.seq, "error")
 
-    def _advance(self, plan: StepPlan) -> None:
-        """What each sequence now holds in KV, and which prefills became generations."""
+    def advance(self, plan: StepPlan, reversible: bool = False) -> None:
+        """What each sequence holds in KV once the plan's decode succeeded, and which prefills became generations:
+        nothing here needs the step's logits, so async batch preparation runs it while the decode is in flight
+        (step_prepare.py). `reversible` (before the decode's return code is known): `plan.advanced` keeps what
+        `undo` needs if the decode fails after all."""
+        plan.advanced = [(span.seq, span.seq.n_past, span.seq.todo, span.seq.state, len(span.seq.history))
+                         for span in plan.spans] if reversible else []
         for span in plan.spans:
             seq = span.seq
             if not span.prefill:
@@ -75,7 +89,14 @@ class StepUpdate:
                 seq.todo += span.n
                 if seq.todo == len(seq.prompt):
                     seq.state = GEN
-                self.placement.after_prefill(seq)       # a context checkpoint where one is due
+
+    @staticmethod
+    def undo(plan: StepPlan) -> None:
+        """Back to before `advance`: the decode it anticipated failed (or was aborted for a cancel)."""
+        for seq, n_past, todo, state, n_history in plan.advanced or ():
+            seq.n_past, seq.todo, seq.state = n_past, todo, state
+            del seq.history[n_history:]
+        plan.advanced = None
 
     def _apply(self, s: Sampled) -> list[tuple]:
         """One sequence's sampled tokens: the last is its next pending token, those before it were drafted and

@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -67,6 +68,20 @@ async def wait_idle(client, timeout: float = 180.0):
             return st
         await asyncio.sleep(0.05)
     return await client.stats()
+
+
+def test_runner_environment_carries_the_plans_op_offload_min_batch(loop, smollm2_path, monkeypatch):
+    """The plan's GGML_OP_OFFLOAD_MIN_BATCH reaches the runner child's environment before llama.cpp loads (the GPU
+    backends read it when they initialise; a CPU build ignores it): the runner reports what it had at load."""
+    monkeypatch.delenv("GGML_OP_OFFLOAD_MIN_BATCH", raising=False)
+    layout = replace(cpu_layout(smollm2_path, num_ctx=256, num_parallel=1, n_batch=64), op_offload_min_batch=64)
+    c = RunnerClient(layout, n_threads=1, model_name="smollm2")
+    try:
+        loaded = run(loop, c.start())
+        assert loaded.op_offload_min_batch == 64
+        assert "GGML_OP_OFFLOAD_MIN_BATCH" not in os.environ      # set in the child only
+    finally:
+        run(loop, c.close())
 
 
 def test_load_reports_progress_and_actual_allocations(runner):

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from app.discovery.simulated import inventory_from_dict, load_simulated
+from app.engine.planner.placement import OP_OFFLOAD_MIN_BATCH_DENSE, OP_OFFLOAD_MIN_BATCH_MOE, op_offload_min_batch
 from app.engine.planner.search import plan
 from app.engine.layout.types import Layout, PlanOptions
 from app.engine.gguf.model_info import read_model_info
@@ -117,6 +118,31 @@ def test_qwen3_30b_a3b_experts_on_cpu(inv_name):
     assert cpu.expert_layers == tuple(range(info.n_layer - full)), "experts of the FIRST layers go to the CPU"
     assert cpu.weights["experts"] > 0 and lay.devices[1].weights["experts"] > 0
     assert lay.op_offload
+
+
+def test_op_offload_min_batch_follows_what_sits_on_the_cpu(smollm2_path):
+    """GGML_OP_OFFLOAD_MIN_BATCH from the plan (docs/gpu-results.md, "op_offload"): 64 when a dense model's layers
+    sit on the CPU (32-token batches lost there), llama.cpp's 32 when MoE experts do, unset when nothing is
+    streamed (all on the GPU, or no GPU); the value and its reason are in the Layout's reasons and environment."""
+    dense = plan(dense_8b(), sim("one_6gb"), PlanOptions(num_ctx=16384), COMPUTE)
+    assert 0 < dense.n_gpu_layers <= dense_8b().n_layer and dense.op_offload_min_batch == 64
+    assert dense.environment() == {"GGML_OP_OFFLOAD_MIN_BATCH": "64"}
+    assert any("GGML_OP_OFFLOAD_MIN_BATCH=64" in r and "0.80-0.86x" in r for r in dense.reasons)
+    moe = plan(qwen3_30b_a3b(), sim("one_8gb"), PlanOptions(num_ctx=8192), COMPUTE)
+    assert moe.op_offload_min_batch == 32 and moe.environment() == {"GGML_OP_OFFLOAD_MIN_BATCH": "32"}
+    assert any("GGML_OP_OFFLOAD_MIN_BATCH=32" in r for r in moe.reasons)
+    whole = plan(read_model_info(smollm2_path), sim("one_6gb"), PlanOptions(num_ctx=8192), COMPUTE)
+    assert whole.op_offload and whole.op_offload_min_batch == 0 and whole.environment() == {}
+    cpu = plan(read_model_info(smollm2_path), inventory_from_dict({"devices": [], "host_ram_total": "16 GiB",
+                                                                    "cpu_cores": 2}), PlanOptions(num_ctx=2048))
+    assert cpu.op_offload_min_batch == 0 and cpu.environment() == {}
+    assert Layout.from_dict(dense.to_dict()).op_offload_min_batch == 64
+
+
+def test_op_offload_min_batch_rule():
+    assert op_offload_min_batch(False, False) == (0, "") and op_offload_min_batch(False, True) == (0, "")
+    assert op_offload_min_batch(True, False)[0] == OP_OFFLOAD_MIN_BATCH_DENSE == 64
+    assert op_offload_min_batch(True, True)[0] == OP_OFFLOAD_MIN_BATCH_MOE == 32
 
 
 def test_qwen3_more_memory_more_full_layers():

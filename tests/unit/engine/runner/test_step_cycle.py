@@ -14,8 +14,11 @@ from app.engine import protocol as P
 from app.engine.runner.constrained import SeqSampler
 from app.engine.runner.output import Vocab
 from app.engine.runner.sampling import build_chain
+from app.engine.runner.prompt_cache import SlotCache
 from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.step_loop import StepLoop
+from app.engine.runner.step_plan import StepResult as StepResult
+from app.engine.runner.step_prepare import StepPrepare
 from engine_util import llama_context
 
 N_BATCH = 64
@@ -112,3 +115,88 @@ def test_a_cancel_while_the_batch_was_built_skips_the_decode_and_rolls_back(loop
     lp.scheduler.reap()
     assert seq.finish == "cancelled" and all(s is None for s in lp.scheduler.slots)
     assert [k for k, _ in drain(lp.out_q)] == ["done"]
+
+
+def _drive(lp, vocab, prepare) -> tuple[list, int]:
+    """Three requests through two slots (the third waits for a free one), every step's batch rows and sampled
+    tokens recorded; with `prepare` (step_prepare.StepPrepare) as the loop runs it. Returns (steps, how many plans
+    `prepare` built that `schedule` used)."""
+    reqs = [("long", 100, 6), ("short", 10, 3), ("late", 30, 4)]
+    seqs = {rid: admitted(vocab, rid, n, k) for rid, n, k in reqs}
+    for seq in seqs.values():
+        seq.req.cache_prompt = False                     # each run computes everything: the runs compare
+    # each run from the same start: the same cells (where cells sit changes the order of the attention's sums, and
+    # so a near-tie's greedy pick), the same slot choices and round-robin start
+    L.llama_memory_clear(lp.executor.mem, True)
+    lp.placement.slots = SlotCache(len(lp.scheduler.slots))
+    lp.scheduler._rr = lp.scheduler._k = 0
+    lp.inbox.ready(seqs["long"])
+    lp.inbox.ready(seqs["short"])
+    steps, used = [], 0
+    for _ in range(100):
+        lp.scheduler.reap()
+        lp.scheduler.admit_ready()
+        prepared = lp.scheduler.prepared
+        plan = lp.scheduler.schedule()
+        if plan.empty:
+            break
+        used += prepared is not None and plan is prepared[0]
+        b = plan.batch
+        rows = (b.token[:b.n].tolist(), b.pos[:b.n].tolist(), b.seq[:b.n].tolist(), b.logits[:b.n].tolist())
+        result = lp.executor.execute(plan, prepare)
+        if prepare is not None:
+            prepare.finish(plan, result.rc)
+        lp.update(plan, result)
+        steps.append((rows, [(s.seq.id, [t for t, _, _ in s.tokens]) for s in result.sampled]))
+        if seqs["short"].finish and not seqs["late"].t_admit and seqs["late"] not in lp.inbox.ready_q:
+            lp.inbox.ready(seqs["late"])                 # arrives while "long" still generates
+    drain(lp.out_q)
+    assert all(s.finish == "length" for s in seqs.values())
+    return steps, used
+
+
+@pytest.mark.parametrize("mode", ["shadow", "helper"])
+def test_prepared_plans_are_the_plans_schedule_builds(loop, mode):
+    """Async batch preparation (step_prepare.py) builds the next plan while the decode is in flight; whenever
+    `schedule` takes it, it is row for row the plan built after the step, so every sampled token is the same
+    (a new admission, a finished sequence and prefills completing make `schedule` build again)."""
+    lp, vocab = loop
+    plain, _ = _drive(lp, vocab, None)
+    plain2, _ = _drive(lp, vocab, None)
+    assert plain2 == plain
+    prepare = StepPrepare(mode, lp.update, lp.scheduler, lp.clock.phases)
+    try:
+        prepared, used = _drive(lp, vocab, prepare)
+    finally:
+        prepare.close()
+    assert prepared == plain
+    assert 0 < used < len(prepared) - 1                  # it was used, and not everywhere
+    assert lp.scheduler.prepared is None or all(s is None for s in lp.scheduler.slots)
+
+
+def test_a_failed_decode_undoes_what_was_prepared_for_after_it(loop):
+    """The helper moves sequences on before the decode's return code is known: a decode aborted for a cancel
+    puts them back, and what was prepared is dropped."""
+    lp, vocab = loop
+    a, b = admitted(vocab, "a", 12, 4), admitted(vocab, "b", 12, 4)
+    a.req.cache_prompt = b.req.cache_prompt = False
+    lp.inbox.ready(a)
+    lp.inbox.ready(b)
+    lp.scheduler.admit_ready()
+    prepare = StepPrepare("helper", lp.update, lp.scheduler, lp.clock.phases)
+    try:
+        plan = lp.scheduler.schedule()
+        k, rr = lp.scheduler._k, lp.scheduler._rr
+        prepare.launch(plan)                             # as the executor does just before llama_decode
+        result = StepResult(rc=2)                      # ... which a cancel aborted
+        prepare.finish(plan, result.rc)
+        assert (a.n_past, a.todo, a.state) != (0, 0, PREFILL)    # the helper had moved them on
+        lp.update(plan, result)
+        assert [(s.n_past, s.todo, s.state, s.history) for s in (a, b)] == [(0, 0, PREFILL, [])] * 2
+        assert lp.scheduler.prepared is None and (lp.scheduler._k, lp.scheduler._rr) == (k, rr)   # as if unprepared
+    finally:
+        prepare.close()
+    for seq in (a, b):
+        seq.cancelled = True
+    lp.scheduler.reap()
+    drain(lp.out_q)
