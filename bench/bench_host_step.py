@@ -49,7 +49,9 @@ SHOWN = HOST_PHASES + ("helper",)
 def models(names: list[str]) -> list[tuple[str, Path]]:
     out = []
     for name in names:
-        if name == "smollm2":
+        if Path(name).is_file():
+            out.append((Path(name).stem, Path(name)))
+        elif name == "smollm2":
             from app.engine.gguf.builtin_model import builtin_model_path
             out.append(("SmolLM2-135M", Path(builtin_model_path())))
         elif name == "qwen":
@@ -60,8 +62,22 @@ def models(names: list[str]) -> list[tuple[str, Path]]:
                 continue
             out.append(("Qwen2.5-Coder-0.5B", Path(p)))
         else:
-            out.append((Path(name).stem, Path(name)))
+            print(f"# {name}: not a file nor a known model: skipped", flush=True)
     return out
+
+
+def layout(path: Path, n_parallel: int, gpu: bool):
+    """512 tokens per slot, batch 512; on the CPU, or (--gpu) as the planner places it on this machine's devices
+    (everything on the GPU for these small models)."""
+    if not gpu:
+        return cpu_layout(path, num_ctx=512, num_parallel=n_parallel, n_batch=512)
+    from app.discovery import discover
+    from app.engine.gguf.model_info import read_model_info
+    from app.engine.layout.types import PlanOptions
+    from app.engine.planner.search import plan
+    lay = plan(read_model_info(str(path)), discover(), PlanOptions(num_ctx=512, num_parallel=n_parallel))
+    print(f"# layout: {lay.n_gpu_layers} layers on {lay.gpu_devices}; " + "; ".join(lay.reasons), flush=True)
+    return lay
 
 
 def prompt(rep: int, i: int) -> str:
@@ -111,8 +127,8 @@ async def run_model(name: str, path: Path, args) -> None:
     variants = args.variants
     clients = {}
     for v in variants:
-        c = RunnerClient(cpu_layout(path, num_ctx=512, num_parallel=max(args.streams), n_batch=512),
-                         n_threads=args.threads, model_name=f"{name}-{v}", settings=RunnerSettings(async_prep=v))
+        c = RunnerClient(layout(path, max(args.streams), args.gpu), n_threads=args.threads,
+                         model_name=f"{name}-{v}", settings=RunnerSettings(async_prep=v))
         await c.start()
         clients[v] = c
     try:
@@ -175,5 +191,6 @@ if __name__ == "__main__":
     ap.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16])
     ap.add_argument("--models", type=lambda s: s.split(","), default=["smollm2", "qwen"])
     ap.add_argument("--variants", type=lambda s: s.split(","), default=["off", "auto"])
-    ap.add_argument("--gpu", action="store_true", help="count the shadow phase as hidden (a GPU build)")
+    ap.add_argument("--gpu", action="store_true", help="plan for this machine's GPU (a CUDA build of llama.cpp) and "
+                    "count the shadow phase as hidden")
     asyncio.run(main(ap.parse_args()))

@@ -9,7 +9,7 @@
 #   .gpu/wt/             this checkout's app/, tests/, bench/, pyproject.toml
 #   .gpu/prebuilt/       optional: the build of an earlier call (bin.tar.xz.part-*), skips the compile
 # Usage (on the device, from the repository root): bash .gpu/wt/bench/gpu_session.sh STAGE...
-#   stages: build models bisect layoutcheck test moebench opoffload verify pack
+#   stages: build models bisect layoutcheck test moebench opoffload verify pack hoststep
 set -uo pipefail
 G=$(cd "$(dirname "$0")/../.." && pwd)
 WT=$G/wt
@@ -152,6 +152,13 @@ stage_genprobe() {
     --json "$R/genprobe.json" 2>&1 | grep -v "WARNING strata.llama" | tee "$R/genprobe.txt"
 }
 
+stage_hoststep() {   # async batch preparation: host time per step with all layers on the GPU (issue 37)
+  pyenv; el "host time per step, async prep off/auto"
+  [ -f "$M/smollm2-shape.gguf" ] || python3 "$WT/bench/gpu_models.py" "$M" host
+  timeout 500 python3 "$WT/bench/bench_host_step.py" --gpu --threads "$THREADS" --reps 3 --tokens 128 \
+    --models "$M/smollm2-shape.gguf,$M/qwen05-shape.gguf" 2>&1 | tee "$R/hoststep.txt"
+}
+
 stage_verify() {
   pyenv; el "predicted vs actual"
   cat > "$R/verify-cases.json" <<EOF
@@ -172,7 +179,7 @@ EOF
 # rough seconds per stage: with DEADLINE (seconds after start), a stage that would not finish in time is skipped,
 # so the call ends inside its limit and returns what it has
 declare -A EST=([build]=420 [pack]=60 [models]=60 [bisect]=100 [layoutcheck]=40 [test]=150 [moebench]=240
-                [opoffload]=300 [verify]=200 [facts]=5 [opodense]=120 [genprobe]=200)
+                [opoffload]=300 [verify]=200 [facts]=5 [opodense]=120 [genprobe]=200 [hoststep]=400)
 pyenv || el "python env FAILED"
 MODELS_PID=
 for s in "$@"; do
@@ -180,7 +187,7 @@ for s in "$@"; do
     el "skipping $s (not enough time left before the deadline $DEADLINE s)"; continue; fi
   case "$s" in
     facts) facts 2>&1 | tee -a "$R/facts.txt" ;;
-    build|pack|models|bisect|layoutcheck|test|moebench|opoffload|verify|opodense|genprobe)
+    build|pack|models|bisect|layoutcheck|test|moebench|opoffload|verify|opodense|genprobe|hoststep)
       "stage_$s" || el "stage $s FAILED"
       tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null ;;
     bg-models) stage_models > "$R/models.log" 2>&1 & MODELS_PID=$! ;;
