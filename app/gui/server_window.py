@@ -17,7 +17,7 @@ import os
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")      # pyqtgraph binds to the Qt this app uses
 
 import pyqtgraph as pg  # noqa: E402
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, QTimer, Signal  # noqa: E402
+from PySide6.QtCore import QAbstractTableModel, QEvent, QModelIndex, QRectF, Qt, QTimer, Signal  # noqa: E402
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
     QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMainWindow, QPlainTextEdit,
@@ -286,6 +286,11 @@ class ServerWindow(QMainWindow):
     def _style_plots(self) -> None:
         pal = self.palette()
         self.plots.setBackground(pal.color(QPalette.Base))
+
+    def changeEvent(self, ev) -> None:
+        super().changeEvent(ev)
+        if ev.type() == QEvent.PaletteChange:          # the system went light or dark: the plots follow
+            self._style_plots()
 
     # listening only while shown -----------------------------------------------------------------------------------
     def showEvent(self, ev) -> None:

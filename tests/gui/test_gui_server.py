@@ -214,6 +214,10 @@ def test_the_window_listens_only_while_open_and_exports_on_request(qtbot, desk, 
     qtbot.waitUntil(lambda: any(r["client"].startswith("strata-desktop") for r in win.model.rows), timeout=WAIT)
     path = win.export(str(tmp_path / "requests.json"))
     assert len(json.load(open(path))["requests"]) == len(win.model.rows)
+    desk.follow_system_theme(dark=True)                 # the plots follow the colour scheme
+    qtbot.waitUntil(lambda: win.plots.backgroundBrush().color().lightness() < 128, timeout=WAIT)
+    desk.follow_system_theme(dark=False)
+    qtbot.waitUntil(lambda: win.plots.backgroundBrush().color().lightness() > 128, timeout=WAIT)
     win.close()
     qtbot.waitUntil(lambda: not bus.wants("request"), timeout=WAIT)
     assert not win.listening
