@@ -270,10 +270,11 @@ class DiskPromptCache:
         self._changed()
 
     # ---- lookups (context thread) ----------------------------------------------------------------------------
-    def best(self, prompt, limit: int | None = None) -> tuple[DiskEntry | None, int]:
-        """The file whose tokens share the longest prefix with `prompt`: (entry, tokens reusable)."""
+    def best(self, prompt, limit: int | None = None, max_len: int | None = None) -> tuple[DiskEntry | None, int]:
+        """The file whose tokens share the longest prefix with `prompt`: (entry, tokens reusable). `max_len`: only
+        files of at most that many tokens (a state loads whole: it must fit the sequence's cells)."""
         with self.lock:
-            entries = list(self.entries)
+            entries = [e for e in self.entries if max_len is None or len(e.tokens) <= max_len]
         best, n_best = None, 0
         for e in entries:
             n = common_prefix(e.tokens, prompt)

@@ -153,7 +153,7 @@ class Placement:
         if self.disk is None or limit < MIN_DISK_TOKENS:
             return None, 0
         self.disk.rescan_if_changed()       # an earlier runner of this model may have written since (a reload)
-        return self.disk.best(prompt, limit)
+        return self.disk.best(prompt, limit, max_len=L.llama_n_ctx_seq(self.ctx))
 
     def _restore_disk(self, entry, slot: int, n: int) -> int:
         """Load a state from disk into the empty `slot` and keep its first n tokens. Returns the tokens kept."""

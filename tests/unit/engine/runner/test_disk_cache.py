@@ -69,6 +69,7 @@ def test_a_state_written_by_one_runner_continues_identically_in_the_next(llama, 
     entry, n = again.best(toks[:100] + [1, 2, 3])
     assert n == 100 and entry.tokens.tolist() == toks
     assert again.covered(toks) == 120 and again.bytes == entry.size > 120 * 4
+    assert again.best(toks, max_len=119) == (None, 0)               # longer than a sequence's cells: never loaded
     buf = again.load(entry)
     assert buf is not None and L.llama_state_seq_set_data(llama, buf, len(buf), 1) > 0
     got = decode(llama, [7, 8, 9], 1, pos0=120)
