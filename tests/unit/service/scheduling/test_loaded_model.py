@@ -25,7 +25,9 @@ def test_before_its_plan_it_reports_nothing_planned(dense_info):
     info = m.strata_info()
     assert info["layout"] is None and info["context"] == {} and info["draft"] is None and info["pid"] is None
     assert info["prompt_cache"] == {"bytes": 0, "limit": 0, "entries": 0, "checkpoint_bytes": 0, "checkpoints": 0,
-                                    "checkpoint_limit": 0, "checkpoint_hits": 0, "checkpoint_misses": 0}
+                                    "checkpoint_limit": 0, "checkpoint_hits": 0, "checkpoint_misses": 0,
+                                    "disk": {"bytes": 0, "entries": 0, "limit": 0, "hits": 0, "hit_tokens": 0,
+                                             "restore_seconds": 0.0, "writes": 0, "refused": 0}}
     json.dumps(info)
 
 
