@@ -4,7 +4,9 @@ result -> wire); see docs/architecture.md, "Adding an API dialect".
 Covered by tests/unit/service/dialects/test_dialect_frames.py (the Renderer contract as serve() drives it)."""
 from __future__ import annotations
 
-from typing import Iterable
+import asyncio
+from contextlib import aclosing
+from typing import AsyncGenerator, AsyncIterator, Iterable
 
 from aiohttp import web
 
@@ -53,6 +55,44 @@ class Renderer:
     def complete(self, result: GenerationResult) -> dict:
         raise NotImplementedError
 
+    def keepalive(self) -> Iterable[Frame]:
+        """Sent while a stream has had nothing to say for KEEPALIVE_S seconds (a long prompt being read): bytes
+        that keep an idle-timing client on the line (Bun's fetch, which Claude Code and OpenCode run on, drops
+        a connection after 5 minutes without a byte). Dialects whose wire has no such frame send nothing."""
+        return ()
+
+
+KEEPALIVE_S = 10.0          # Anthropic's API pings its streams on about this pace
+
+
+async def paced(events: AsyncIterator, interval: float | None) -> AsyncGenerator:
+    """`events` as they come, and None each time `interval` seconds pass without one (None: never). The pending
+    step of `events` is never cancelled by the wait (that would end the generator), only when the consumer stops."""
+    if interval is None:
+        async for ev in events:
+            yield ev
+        return
+    it = events.__aiter__()
+    step: asyncio.Future | None = None
+    try:
+        while True:
+            if step is None:
+                step = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({step}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            finished, step = step, None
+            try:
+                ev = finished.result()
+            except StopAsyncIteration:
+                return
+            yield ev
+    finally:
+        if step is not None:
+            step.cancel()
+            await asyncio.gather(step, return_exceptions=True)
+
 
 def context(request: web.Request):
     """(scheduler, store, metrics) of the app serving this request."""
@@ -74,15 +114,19 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
         w.resp.headers.update(gen.headers())
         try:
             await _send(w, renderer.opening())
-            async for ev in gen.events():
-                if isinstance(ev, TextDelta):
-                    await _send(w, renderer.delta(ev))
-                elif isinstance(ev, ThinkingDelta):
-                    await _send(w, renderer.thinking(ev))
-                elif isinstance(ev, ToolCallEvent):
-                    await _send(w, renderer.tool_call(ev))
-                elif isinstance(ev, Finished):
-                    await _send(w, renderer.finished(ev))
+            pings = type(renderer).keepalive is not Renderer.keepalive      # only a wire that has a keepalive
+            async with aclosing(paced(gen.events(), KEEPALIVE_S if pings else None)) as events:
+                async for ev in events:
+                    if ev is None:
+                        await _send(w, renderer.keepalive())
+                    elif isinstance(ev, TextDelta):
+                        await _send(w, renderer.delta(ev))
+                    elif isinstance(ev, ThinkingDelta):
+                        await _send(w, renderer.thinking(ev))
+                    elif isinstance(ev, ToolCallEvent):
+                        await _send(w, renderer.tool_call(ev))
+                    elif isinstance(ev, Finished):
+                        await _send(w, renderer.finished(ev))
         except ApiError as e:
             if not w.resp.prepared:
                 raise

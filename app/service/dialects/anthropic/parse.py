@@ -162,25 +162,43 @@ def parse_messages(raw) -> list[dict]:
     return out
 
 
-def parse_tools(raw) -> list[dict] | None:
+# Tools Anthropic defines (a dated `type`): those that run on Anthropic's side (web search and fetch, code
+# execution, tool search, MCP connectors) and those whose schema is built into Claude (bash, the text editor,
+# memory, computer use) cannot be offered here as they are; they are left out and named in the
+# X-Strata-Dropped-Tools response header, never a 400 (the model answers without them).
+ANTHROPIC_TOOLS = ("web_search", "web_fetch", "code_execution", "tool_search_tool", "mcp_toolset", "bash",
+                   "text_editor", "memory", "computer")
+
+
+def _anthropic_tool(kind) -> bool:
+    return isinstance(kind, str) and any(kind == a or kind.startswith(a + "_") for a in ANTHROPIC_TOOLS)
+
+
+def parse_tools(raw) -> tuple[list[dict] | None, list[str]]:
+    """-> (custom tools as function tools, the names of the Anthropic-defined tools left out)."""
     if raw is None:
-        return None
+        return None, []
     if not isinstance(raw, list):
         raise _bad("'tools' must be an array", "tools")
-    tools = []
+    tools, dropped = [], []
     for i, t in enumerate(raw):
         if not isinstance(t, dict):
             raise _bad(f"tools[{i}] must be an object", "tools")
         kind = t.get("type", "custom")
+        if _anthropic_tool(kind):
+            dropped.append(t["name"] if isinstance(t.get("name"), str) and t["name"] else kind)
+            continue
         if kind not in ("custom", None):
-            raise _bad(f"tools[{i}].type {kind!r}: server tools are not supported (only custom tools)", "tools")
+            raise _bad(f"tools[{i}].type {kind!r} is not a tool type (custom, or one of Anthropic's tools)",
+                       "tools")
         tools.append(function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools[{i}]",
                                    "tools"))
-    return tools or None
+    return tools or None, dropped
 
 
-def parse_tool_choice(raw, tools) -> tuple[str | None, bool]:
-    """-> (internal tool_choice, parallel calls allowed)."""
+def parse_tool_choice(raw, tools, dropped: list[str] | tuple[str, ...] = ()) -> tuple[str | None, bool]:
+    """-> (internal tool_choice, parallel calls allowed). Naming a tool that was left out (`dropped`) leaves the
+    choice to the model."""
     if raw is None:
         return None, True
     if not isinstance(raw, dict) or raw.get("type") not in ("auto", "any", "tool", "none"):
@@ -189,6 +207,8 @@ def parse_tool_choice(raw, tools) -> tuple[str | None, bool]:
     kind = raw["type"]
     if kind == "none":
         return "none", parallel
+    if not tools and dropped:
+        return None, parallel                # only Anthropic's own tools were given: none is left to choose
     if not tools:
         raise _bad(f"'tool_choice' is {kind!r} but no tools were given", "tool_choice")
     if kind == "auto":
@@ -196,6 +216,8 @@ def parse_tool_choice(raw, tools) -> tuple[str | None, bool]:
     if kind == "any":
         return "required", parallel
     name = raw.get("name")
+    if name in dropped:
+        return "auto", parallel
     if not isinstance(name, str) or name not in [t["function"]["name"] for t in tools]:
         raise _bad(f"'tool_choice.name' must name one of the tools, got {name!r}", "tool_choice")
     return name, parallel
@@ -315,8 +337,9 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[Gen
     system = parse_system(body.get("system"))
     if system:
         req.messages = [{"role": "system", "content": system}] + (req.messages or [])
-    req.tools = parse_tools(body.get("tools"))
-    req.tool_choice, req.parallel_tool_calls = parse_tool_choice(body.get("tool_choice"), req.tools)
+    req.tools, req.dropped_tools = parse_tools(body.get("tools"))
+    req.tool_choice, req.parallel_tool_calls = parse_tool_choice(body.get("tool_choice"), req.tools,
+                                                                 req.dropped_tools)
     check_ignored(body)
     effort = parse_effort(body.get("output_config"))
     req.json_schema = parse_output_format(body)

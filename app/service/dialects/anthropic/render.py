@@ -109,6 +109,9 @@ class MessagesRenderer(Renderer):
     def error(self, err: ApiError):
         return [SSEEvent("error", anthropic_error(err))]
 
+    def keepalive(self):
+        return [self._ev("ping", {})]
+
     # ---- whole ----------------------------------------------------------------------------------------------
     def complete(self, result: GenerationResult) -> dict:
         content: list[dict[str, Any]] = []

@@ -113,7 +113,24 @@ def test_tools_with_cache_control_and_tool_choice_forms():
         assert (req.tool_choice, req.parallel_tool_calls) == (internal, parallel), choice
     refused("tool_choice", tools=tools, tool_choice={"type": "tool", "name": "Bash"})
     refused("tool_choice", tools=tools, tool_choice="auto")
-    refused("tools[0]", tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    refused("tools[0].type", tools=[{"type": "function", "name": "f", "input_schema": {"type": "object"}}])
+
+
+def test_anthropic_defined_tools_are_left_out_and_named():
+    """Server tools (web search, code execution...) and tools whose schema is built into Claude (bash, the text
+    editor) cannot be offered to a local model: left out, named in X-Strata-Dropped-Tools, never a 400."""
+    write = {"name": "Write", "input_schema": {"type": "object"}}
+    req = parse(tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 8},
+                       {"type": "bash_20250124", "name": "bash"}, write,
+                       {"type": "code_execution_20250825", "name": "code_execution"}])
+    assert [t["function"]["name"] for t in req.tools] == ["Write"]
+    assert req.dropped_tools == ["web_search", "bash", "code_execution"]
+    only = parse(tools=[{"type": "web_search_20250305", "name": "web_search"}],
+                 tool_choice={"type": "tool", "name": "web_search"})
+    assert only.tools is None and only.tool_choice is None and only.dropped_tools == ["web_search"]
+    named = parse(tools=[{"type": "web_fetch_20250910", "name": "web_fetch"}, write],
+                  tool_choice={"type": "tool", "name": "web_fetch"})
+    assert named.tool_choice == "auto"
 
 
 def test_stream_max_tokens_and_count_tokens_body():

@@ -8,12 +8,15 @@ run the same dialects through ollama/openai/anthropic on a live service). After 
 format, rewrite them with STRATA_WRITE_GOLDEN=1 and read the diff."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from contextlib import aclosing
 
 import pytest
 
 from app.engine.protocol import TokenLogprob
+from app.service.dialects.base import paced
 from app.service.dialects.anthropic import parse as anthropic_parse
 from app.service.dialects.anthropic.render import MessagesRenderer
 from app.service.dialects.ollama import parse as ollama_parse
@@ -22,6 +25,7 @@ from app.service.dialects.openai import parse as openai_parse
 from app.service.dialects.openai.render import ChatRenderer, CompletionRenderer
 from app.service.dialects.responses import parse as responses_parse
 from app.service.dialects.responses.render import ResponsesRenderer
+from app.service.generation.request import GenerationRequest
 from app.service.generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
 from app.service.http.bodies import SSEEvent
 from app.service.http.errors import ApiError
@@ -181,3 +185,53 @@ def test_claude_codes_billing_block_is_left_out_of_the_system_prompt():
     req, _ = anthropic_parse.parse_messages_request({"model": "m", "max_tokens": 8, "system": "plain",
                                                      "messages": [{"role": "user", "content": "hi"}]})
     assert req.messages[0] == {"role": "system", "content": "plain"}
+
+
+def test_a_stream_waiting_for_its_first_token_is_kept_alive():
+    """serve() sends the renderer's keepalive while the generation has nothing to say (a long prompt being read):
+    Anthropic's wire has `ping` for it; the wait never cancels the generation, only the consumer stopping does.
+    Ordered by events, not by the clock: the token is released only after a keepalive was seen."""
+    assert list(MessagesRenderer(MODEL, anthropic_parse.WireChoices()).keepalive()) == [
+        SSEEvent("ping", {"type": "ping"})]
+    assert list(OllamaRenderer(MODEL, GenerationRequest(model=MODEL), chat=True).keepalive()) == []
+
+    async def released_after_a_keepalive():
+        release, got = asyncio.Event(), []
+
+        async def events():
+            await release.wait()
+            yield "token"
+        async with aclosing(paced(events(), 0.001)) as it:
+            async for ev in it:
+                got.append(ev)
+                release.set()
+        return got
+
+    got = asyncio.run(released_after_a_keepalive())
+    assert got[0] is None and got[-1] == "token" and set(got[:-1]) == {None}
+
+    async def stopped_by_the_consumer():
+        closed = asyncio.Event()
+
+        async def events():
+            try:
+                await asyncio.Event().wait()
+                yield "never"
+            finally:
+                closed.set()
+        async with aclosing(paced(events(), 0.001)) as it:
+            async for ev in it:
+                assert ev is None
+                break
+        return closed.is_set()
+
+    assert asyncio.run(stopped_by_the_consumer())
+
+    async def unpaced():
+        async def events():
+            yield 1
+            yield 2
+        async with aclosing(paced(events(), None)) as it:
+            return [ev async for ev in it]
+
+    assert asyncio.run(unpaced()) == [1, 2]

@@ -1,0 +1,177 @@
+"""Claude Code's own requests replayed on a live server: what Claude Code 2.1 sent to `strata serve` (recorded
+through tests/support/recording_proxy.py, kept under tests/support/fixtures/agents/claude-code/) goes back to
+`/v1/messages?beta=true` with its recorded headers and body, on the Qwen2.5-Coder-0.5B fixture imported under the
+name Claude Code asked for (`coder:0.5b`), and each answer must be a 200 and a well-formed Anthropic event stream:
+message_start first, message_stop last, every content block opened and closed in order, a tool_use block's input
+JSON that parses to an object and names an offered tool, a message_delta with a stop_reason and the whole usage.
+The recordings: `full-*` is Claude Code's first request as it comes by default (24 tools, 64 KB of schemas,
+~18,700 prompt tokens); `run-*` are requests of one whole run with `--tools Write,Read,Bash` (~2,800 prompt tokens
+and growing: tool results, and Claude Code's background-task notifications as system turns inside `messages`),
+streamed here in order, so each reuses the last one's prompt from the prompt cache. The full request goes to
+`/v1/messages/count_tokens` (the same body, as Claude Code counts), where its size costs no generation.
+
+One body change: `max_tokens` is lowered so a reply ends soon on 2 cores (the structure is what is checked, not
+the words of a sampled reply). Nothing here depends on timing or on what the model chooses to say.
+The model file comes from `make test-models`; without it these tests skip (CI sets STRATA_REQUIRE_TEST_MODELS)."""
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import pytest
+
+from repo_paths import FIXTURES
+
+MODEL = "coder:0.5b"
+REPLY_TOKENS = 96
+RECORDED = sorted((FIXTURES / "agents" / "claude-code").glob("*.json"))
+FULL = [p for p in RECORDED if p.name.startswith("full-")]
+MESSAGES = [p for p in RECORDED if p.name.startswith("run-")]
+# recorded headers that belong to the recorded connection, not to the request
+CONNECTION_HEADERS = {"host", "content-length", "connection", "accept-encoding", "x-api-key", "authorization"}
+
+
+def recorded(path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))["request"]
+
+
+@pytest.fixture(scope="module")
+def server(live_service, qwen_coder_path):
+    svc = live_service(num_ctx=32768, num_parallel=1, keep_alive="10m", max_body=8 * 1024 * 1024)
+    with httpx.Client(base_url=svc.url, timeout=300) as c:
+        r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False})
+        assert r.status_code == 200, r.text
+    yield svc
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=None) as c:
+        yield c
+
+
+def sse(text: str) -> list[tuple[str, dict]]:
+    """An event stream -> [(event name, data object)]; every event has both lines and its data is JSON."""
+    out = []
+    for chunk in text.replace("\r\n", "\n").split("\n\n"):
+        if not chunk.strip():
+            continue
+        lines = dict(line.split(": ", 1) for line in chunk.split("\n"))
+        assert set(lines) == {"event", "data"}, chunk
+        data = json.loads(lines["data"])
+        assert data["type"] == lines["event"], chunk
+        out.append((lines["event"], data))
+    return out
+
+
+def check_stream(events: list[tuple[str, dict]], tools: set[str]) -> dict:
+    """Anthropic's event grammar: message_start (ping)* (block)* message_delta message_stop, each block
+    content_block_start delta* content_block_stop with indices 0, 1, ...; -> the message as the client builds it."""
+    names = [n for n, _ in events]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"], names
+    message = events[0][1]["message"]
+    assert message["role"] == "assistant" and message["model"] == MODEL and message["content"] == []
+    blocks: list[dict] = []
+    open_block = None
+    for name, data in events[1:-2]:
+        if name == "ping":
+            continue
+        if name == "content_block_start":
+            assert open_block is None and data["index"] == len(blocks), data
+            open_block = dict(data["content_block"], _json="")
+            blocks.append(open_block)
+        elif name == "content_block_delta":
+            assert open_block is not None and data["index"] == len(blocks) - 1, data
+            delta = data["delta"]
+            if delta["type"] == "text_delta":
+                open_block["text"] += delta["text"]
+            elif delta["type"] == "input_json_delta":
+                open_block["_json"] += delta["partial_json"]
+            else:
+                assert delta["type"] == "thinking_delta", delta
+        elif name == "content_block_stop":
+            assert open_block is not None and data["index"] == len(blocks) - 1, data
+            open_block = None
+        else:
+            raise AssertionError(f"unexpected event {name}: {data}")
+    assert open_block is None, "a content block was left open"
+    final = events[-2][1]
+    for b in blocks:
+        if b["type"] == "tool_use":
+            b["input"] = json.loads(b["_json"])
+            assert isinstance(b["input"], dict) and b["name"] in tools and b["id"].startswith("toolu_"), b
+    reason = final["delta"]["stop_reason"]
+    assert reason in ("end_turn", "max_tokens", "tool_use", "stop_sequence"), final
+    assert (reason == "tool_use") == any(b["type"] == "tool_use" for b in blocks) or reason == "max_tokens"
+    usage = final["usage"]
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] > 0 and usage["output_tokens"] > 0, usage
+    return {"content": blocks, "stop_reason": reason, "usage": usage}
+
+
+def test_the_recordings_are_claude_codes_requests():
+    assert FULL and MESSAGES, "no recorded /v1/messages requests"
+    for p in RECORDED:
+        rec = recorded(p)
+        assert rec["headers"]["user-agent"].startswith("claude-cli/"), p.name
+        assert all(v == "<redacted>" for k, v in rec["headers"].items() if k in ("x-api-key", "authorization"))
+
+
+@pytest.mark.parametrize("path", MESSAGES, ids=[p.stem for p in MESSAGES])
+def test_recorded_request_streams_a_well_formed_message(http, path):
+    rec = recorded(path)
+    body = dict(rec["body"]["json"], max_tokens=REPLY_TOKENS)
+    headers = {k: v for k, v in rec["headers"].items() if k not in CONNECTION_HEADERS}
+    with http.stream("POST", rec["path"], params=rec["query"], headers=headers, json=body) as r:
+        text = r.read().decode()
+    assert r.status_code == 200, text[:2000]
+    assert r.headers["content-type"].startswith("text/event-stream")
+    tools = {t["name"] for t in body.get("tools") or ()}
+    message = check_stream(sse(text), tools)
+    assert message["content"], message
+
+
+@pytest.mark.parametrize("path", FULL + MESSAGES[:1], ids=[p.stem for p in FULL + MESSAGES[:1]])
+def test_recorded_body_counts_its_tokens(http, path):
+    """count_tokens takes the whole messages body (stream, max_tokens, thinking and all): 24 tools and a system
+    turn inside `messages` in the full request."""
+    body = recorded(path)["body"]["json"]
+    r = http.post("/v1/messages/count_tokens", params={"beta": "true"}, json=body)
+    assert r.status_code == 200, r.text
+    without_tools = http.post("/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "tools"})
+    assert r.json()["input_tokens"] > without_tools.json()["input_tokens"] > 0
+
+
+def test_first_recorded_request_through_the_anthropic_client(server):
+    """The official client (its beta namespace, as Claude Code calls it) streams the recorded body."""
+    body = dict(recorded(MESSAGES[0])["body"]["json"], max_tokens=REPLY_TOKENS)
+    body.pop("stream")
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=None)
+    with client.beta.messages.stream(**body, betas=["claude-code-20250219", "context-management-2025-06-27",
+                                                    "effort-2025-11-24"]) as s:
+        message = s.get_final_message()
+    assert message.stop_reason in ("end_turn", "max_tokens", "tool_use") and message.content
+    assert message.usage.output_tokens > 0
+
+
+def test_anthropics_own_tools_are_left_out_and_named(http):
+    """Claude Code's WebSearch asks with Anthropic's server tool `web_search_20250305`: it cannot run here, so the
+    request is served without it and the response says so."""
+    rec = recorded(MESSAGES[0])
+    body = dict(rec["body"]["json"], max_tokens=8, stream=False,
+                tools=rec["body"]["json"]["tools"] + [{"type": "web_search_20250305", "name": "web_search",
+                                                       "max_uses": 8}])
+    r = http.post("/v1/messages", params={"beta": "true"}, json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Strata-Dropped-Tools"] == "web_search"
+    assert r.json()["type"] == "message"
+
+
+def test_unknown_model_is_anthropics_404_naming_it(http):
+    body = dict(recorded(FULL[0])["body"]["json"], model="claude-haiku-4-5-20251001", max_tokens=8)
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = http.post(path, params={"beta": "true"}, json=body)
+        assert r.status_code == 404, r.text
+        err = r.json()
+        assert err["type"] == "error" and err["error"]["type"] == "not_found_error"
+        assert "claude-haiku-4-5-20251001" in err["error"]["message"]
