@@ -79,15 +79,26 @@ class Agent:
     title: str
     command: str       # the executable npm installs
     npm_package: str
+    first_prompt: int  # tokens of its first request as launched (system prompt, tools, a one-line task), measured
+
+    def context_warning(self, t: Target) -> str | None:
+        """A note when the context leaves this agent's first prompt too little room for a reply."""
+        if t.context >= self.first_prompt + t.max_output // 2:
+            return None
+        return (f"{self.title}'s first request is about {self.first_prompt:,} tokens and {t.model} gets "
+                f"{t.context:,} here: its requests may be refused. A larger context: STRATA_NUM_CTX, free memory, "
+                "or a model trained on a longer one")
 
     @property
     def install_hint(self) -> str:
         return f"npm install -g {self.npm_package}"
 
 
-CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code")
-CODEX = Agent("codex", "Codex", "codex", "@openai/codex")
-OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai")
+# first prompts measured by bench/agents_e2e.py on Qwen2.5-Coder's tokenizer (Claude Code 2.1, Codex 0.171,
+# OpenCode 1.18)
+CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code", 18_000)
+CODEX = Agent("codex", "Codex", "codex", "@openai/codex", 4_600)
+OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai", 7_500)
 AGENTS = {a.name: a for a in (CLAUDE, CODEX, OPENCODE)}
 
 # Arguments that would choose another model or provider behind launch's back: refused with a pointer to --model.

@@ -202,6 +202,9 @@ def cmd_launch(args) -> int:
          f"{target.max_output}; server {url}")
     for note in launch_plan.notes:
         _say(note)
+    warning = agent.context_warning(target)
+    if warning:
+        _say(warning)
     if args.print_only:
         print_plan(agent, launch_plan, api_key)
         if executable is None:

@@ -149,3 +149,10 @@ def test_install_hints_name_the_npm_packages():
     assert {a.name: a.install_hint for a in AGENTS.values()} == {
         "claude": "npm install -g @anthropic-ai/claude-code", "codex": "npm install -g @openai/codex",
         "opencode": "npm install -g opencode-ai"}
+
+
+def test_a_context_too_small_for_the_agents_first_prompt_is_said():
+    assert CLAUDE.context_warning(CODER) is None
+    small = Target(BASE, "coder:0.5b", 8192, CODER.capabilities)
+    assert "18,000 tokens" in CLAUDE.context_warning(small) and "8,192" in CLAUDE.context_warning(small)
+    assert CODEX.context_warning(small) is None
