@@ -17,7 +17,9 @@ before the first synchronizing call (hidden on a GPU build, where llama_decode r
 computed; not on a CPU build, where it has computed by then). "all" = host + helper; "hidden" = helper (+ shadow
 with --gpu), its share is of "all". "host_cpu": the context thread's CPU time per step outside llama_decode (the
 host phases without the time spent waiting for a CPU or for the GIL: the steadier figure on a busy machine). tok/s: the streams' tokens over the wall time of the measurement, through the
-runner's pipe (no HTTP). The texts of every variant are compared (greedy: they must be the same).
+runner's pipe (no HTTP). The texts of every variant are compared (greedy, speculation off by default: the same
+batches give the same tokens; requests that join a different step in two runners can change a near-tie's pick on
+models whose CPU kernels depend on the batch size, which `--variants off,off:b` shows without any change).
 The machine's load (/proc/loadavg) is printed before and after: on a shared machine, compare the two columns of
 one run, never numbers from different runs.
 """
@@ -128,7 +130,8 @@ async def run_model(name: str, path: Path, args) -> None:
     clients = {}
     for v in variants:
         c = RunnerClient(layout(path, max(args.streams), args.gpu), n_threads=args.threads,
-                         model_name=f"{name}-{v}", settings=RunnerSettings(async_prep=v))
+                         model_name=f"{name}-{v}",
+                         settings=RunnerSettings(async_prep=v.split(":")[0], speculative=args.speculative))
         await c.start()
         clients[v] = c
     try:
@@ -190,7 +193,11 @@ if __name__ == "__main__":
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16])
     ap.add_argument("--models", type=lambda s: s.split(","), default=["smollm2", "qwen"])
-    ap.add_argument("--variants", type=lambda s: s.split(","), default=["off", "auto"])
+    ap.add_argument("--variants", type=lambda s: s.split(","), default=["off", "auto"],
+                    help="async_prep settings to compare; NAME:x runs another runner of the same setting (off,off:b "
+                         "shows what varies without any change)")
+    ap.add_argument("--speculative", default="off", help="RunnerSettings.speculative (default off: the auto "
+                    "policy drafts by measured step times, so two runners may batch differently)")
     ap.add_argument("--gpu", action="store_true", help="plan for this machine's GPU (a CUDA build of llama.cpp) and "
                     "count the shadow phase as hidden")
     asyncio.run(main(ap.parse_args()))

@@ -1,7 +1,8 @@
 """Async batch preparation in a real runner process (runner/step_prepare.py): the same greedy tokens with the next
 step's host work done after the sampled tokens ("off", as before), on the context thread between the decode's
 return and the first synchronizing call ("shadow") and on a helper thread beside the decode ("helper"), at 1, 4 and
-16 streams on SmolLM2 (CPU, 1 thread). The in-process, step-by-step check of the same is
+16 streams on SmolLM2 (CPU, 1 thread). Speculation is off: its automatic policy drafts by measured step times,
+so two runners could batch differently (and a batch's shape may move a near-tie's greedy pick). The in-process, step-by-step check of the same is
 tests/unit/engine/runner/test_step_cycle.py::test_prepared_plans_are_the_plans_schedule_builds.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ SUBJECTS = ["a river", "the moon", "a lighthouse", "bread", "a violin", "snow", 
 
 async def _replies(path, mode: str) -> dict[int, list[str]]:
     c = RunnerClient(cpu_layout(path, num_ctx=256, num_parallel=16, n_batch=256), n_threads=1,
-                     model_name=f"smollm2-{mode}", settings=RunnerSettings(async_prep=mode))
+                     model_name=f"smollm2-{mode}", settings=RunnerSettings(async_prep=mode, speculative="off"))
     await c.start()
     try:
         async def one(streams: int, i: int) -> str:
