@@ -211,6 +211,11 @@ class Stats:
     checkpoints: int = 0                    # how many the slots hold
     checkpoint_hits: int = 0                # prompts continued from a checkpoint, since load
     checkpoint_misses: int = 0              # prompts that shared a cached prefix no memory could continue from
+    disk_cache_bytes: int = 0               # the prompt cache on disk (runner/disk_cache.py): its files' bytes,
+    disk_cache_limit: int = 0               # ... its bound (0 = off),
+    disk_cache_entries: int = 0             # ... its files,
+    disk_cache_hits: int = 0                # ... prompts continued from it since load,
+    disk_cache_hit_tokens: int = 0          # ... and the tokens they took from it
     draft_tokens: int = 0                   # speculative decoding: tokens drafted since load
     draft_accepted: int = 0                 # ... and of those, accepted (emitted without a step of their own)
     # seconds per phase of the context thread's batch steps since load, with "steps" and "rows"
