@@ -61,7 +61,7 @@ def live(config: ServiceConfig, store: AsyncStore) -> Collaborators:
     def new_runner(layout: Layout, name: str) -> RunnerClient:
         cache_mib = config.prompt_cache_mib                 # -1: the engine's default share of available RAM
         # the prompt cache on disk lives beside the store's database (its data dir), shared by every model
-        settings = replace(config.runner, disk_cache_dir=str(store.data_dir() / "prompt-cache"))
+        settings = replace(config.runner, disk_cache_dir=str(store.data_dir / "prompt-cache"))
         return RunnerClient(layout, model_name=name,       # threads: layout.options.n_threads
                             prompt_cache_bytes=None if cache_mib < 0 else cache_mib << 20,
                             watch=config.runner_watch, settings=settings)

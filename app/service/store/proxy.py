@@ -46,6 +46,7 @@ class AsyncStore:
         store = await loop.run_in_executor(self._executor, self._get)
         return await asyncio.to_thread(op, store)
 
+    @property
     def data_dir(self) -> Path:
         """The folder of the store's database: where data that belongs with this store lives (the prompt cache
         on disk). Read from the store once it exists (it does after the first lookup), else the app's data dir."""
