@@ -19,8 +19,8 @@ log = logging.getLogger("strata.engine.draft")
 
 # On where it pays: "auto" drafts only once a sequence's guesses have come true often enough to pay for their rows
 # at this machine's measured step costs (draft_policy.py), so free text, whose guesses rarely run long, drafts
-# nothing and loses nothing (bench/bench_speculative.py, Qwen2.5-Coder-0.5B, 1 CPU thread: free text drafted 0
-# tokens at 1 and 4 streams, edits ~1.5x the same engine without drafts). The previous policy lost 16% on free text.
+# nothing and loses nothing (bench/bench_speculative.py, Qwen2.5-Coder-0.5B, 1 CPU thread, 1 stream: free text
+# drafted 0 tokens, edits 1.66x the same engine without drafts). A policy that drafted freely lost 16% on free text.
 DEFAULT_SPECULATION = "auto"
 
 
