@@ -185,6 +185,8 @@ class ResponsesRenderer(Renderer):
 
     def closing(self, result: GenerationResult):
         out = self._close_open()
+        if not self.output:             # a reply of nothing is an empty message, as complete() gives it
+            out += self._open("message") + self._close_open()
         response = self._response("completed", self.output, result)
         # a reply cut by max_output_tokens ends with its own event, as OpenAI's does
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"

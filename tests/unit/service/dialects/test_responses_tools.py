@@ -212,3 +212,14 @@ def test_custom_input_from_what_a_model_wrote():
     assert custom_input({"input": "x"}) == "x"
     assert custom_input({"patch": "y"}) == "y"                     # one string under another name
     assert custom_input({"a": 1, "b": "z"}) == '{"a": 1, "b": "z"}'
+
+
+def test_an_empty_reply_is_an_empty_message_streamed_or_not():
+    _, wire = parse(stream=True)
+    end = Finished(reason="stop", prompt_tokens=10, completion_tokens=1, prompt_seconds=0.1, generation_seconds=0.1)
+    r = ResponsesRenderer(MODEL, wire)
+    frames = list(r.opening()) + list(r.closing(result_of(end)))
+    final = frames[-1].data["response"]
+    whole = ResponsesRenderer(MODEL, wire).complete(result_of(end))
+    assert [o["type"] for o in final["output"]] == [o["type"] for o in whole["output"]] == ["message"]
+    assert final["output"][0]["content"][0]["text"] == "" and final["output"][0]["status"] == "completed"
