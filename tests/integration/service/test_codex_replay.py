@@ -23,6 +23,9 @@ import pytest
 
 from repo_paths import FIXTURES
 
+# a Codex request is 5,000-9,000 tokens of prompt: its first reading takes minutes on a busy 2-core machine
+pytestmark = pytest.mark.timeout(1800)
+
 MODEL = "coder:0.5b"
 RECORDED = FIXTURES / "agents" / "codex"
 REPLY_TOKENS = 48          # enough for one exec_command call to close; the rest is cut (response.incomplete)

@@ -104,6 +104,11 @@ class ResponsesRenderer(Renderer):
         return [self._ev("response.created", response=self._response("in_progress", [])),
                 self._ev("response.in_progress", response=self._response("in_progress", []))]
 
+    def keepalive(self):
+        """While the prompt is read (minutes for an agent's first on a CPU): response.in_progress again, an event
+        Codex and the openai client accept, so their idle limits do not end the stream."""
+        return [self._ev("response.in_progress", response=self._response("in_progress", list(self.output)))]
+
     def _close_open(self) -> list:
         o, self.open = self.open, None
         if o is None:
