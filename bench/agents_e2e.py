@@ -310,7 +310,10 @@ class Proxy:
             self.session = aiohttp.ClientSession(auto_decompress=False)
             app = web.Application(client_max_size=64 << 20)
             app.router.add_route("*", "/{tail:.*}", self._handle)
-            self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=5, handle_signals=False)
+            # handler_cancellation: an agent that hangs up (its own timeout) cancels the handler, which closes the
+            # request to Strata, which then stops working on it, as it would with the agent connected directly
+            self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=5, handle_signals=False,
+                                        handler_cancellation=True)
             await self.runner.setup()
             await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
         asyncio.run_coroutine_threadsafe(up(), self.loop).result(30)
