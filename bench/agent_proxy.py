@@ -38,6 +38,7 @@ def make_app(upstream: str, log_path: str) -> web.Application:
             entry["body"] = json.loads(body) if body else None
         except ValueError:
             entry["body_text"] = body.decode("utf-8", "replace")
+        print(f"{entry['n']} {request.method} {request.path} {len(body)} bytes", flush=True)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
         t0 = time.monotonic()
         session: aiohttp.ClientSession = request.app["session"]
@@ -67,6 +68,9 @@ def make_app(upstream: str, log_path: str) -> web.Application:
                 elif "event-stream" in up.headers.get("content-type", ""):
                     entry["response"]["head"] = head.decode("utf-8", "replace")[:1500]
                 return resp
+        except asyncio.CancelledError:
+            entry["response"] = {**entry.get("response", {}), "cancelled_after_s": round(time.monotonic() - t0, 3)}
+            raise
         finally:
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
@@ -92,8 +96,9 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=18080)
     ap.add_argument("--log", required=True, help="JSONL file the requests are appended to")
     a = ap.parse_args()
+    # a client that gives up (an agent's request timeout) closes its upstream request too, as it would directly
     web.run_app(make_app(a.upstream.rstrip("/"), a.log), host=a.host, port=a.port, print=None,
-                loop=asyncio.new_event_loop())
+                loop=asyncio.new_event_loop(), handler_cancellation=True)
 
 
 if __name__ == "__main__":
