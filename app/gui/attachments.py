@@ -158,6 +158,22 @@ class AttachmentBar(QWidget):
         self.items.append(a)
         self._rebuild()
 
+    def add_files(self, paths: list[str]) -> list[str]:
+        """Read each file (in the GUI thread: at most 4 MiB each) and attach it; returns why each one that is not
+        text or an image was left out."""
+        refused = []
+        for path in paths:
+            try:
+                self.add(read_attachment(path))
+            except ValueError as e:
+                refused.append(str(e))
+        return refused
+
+    def add_pasted(self, image: QImage) -> None:
+        """Image data pasted (a screenshot): attached as a PNG."""
+        if image is not None and not image.isNull():
+            self.add(pasted_image(image, sum(1 for a in self.items if a.name.startswith("pasted-")) + 1))
+
     def remove(self, a: Attachment) -> None:
         self.items.remove(a)
         self._rebuild()

@@ -26,7 +26,6 @@ class ChatTools(QObject):
         self.bridge = bridge
         self.tools: dict[str, list[McpTool]] = {}        # by server, listed this session
         self.always: set[tuple[str, str]] = set()        # (server, tool) the user always allows
-        self.dialog = None
 
     def servers(self) -> dict[str, ServerSpec]:
         try:
@@ -78,12 +77,27 @@ class ChatTools(QObject):
     def find(self, names: list[str], tool_name: str) -> McpTool | None:
         return next((t for n in names for t in self.tools.get(n, []) if t.name == tool_name), None)
 
+    def fill_menu(self, menu, chosen: list[str], toggled) -> None:
+        """One checkable entry per configured MCP server, checked when in `chosen` (the servers a chat offers);
+        `toggled(server, on)`."""
+        menu.clear()
+        servers = self.servers()
+        if not servers:
+            menu.addAction("(no MCP servers: add them in Settings)").setEnabled(False)
+        for name in servers:
+            a = menu.addAction(name)
+            a.setObjectName(f"tool:{name}")
+            a.setCheckable(True)
+            a.setChecked(name in chosen)
+            a.toggled.connect(lambda checked, n=name: toggled(n, checked))
+
     # permission and calls ------------------------------------------------------------------------------------
-    def ask(self, parent, tool: McpTool, arguments: dict, answer) -> None:
-        """`answer(True/False)` once the user chose (at once when this tool is always allowed)."""
+    def ask(self, parent, tool: McpTool, arguments: dict, answer) -> QMessageBox | None:
+        """`answer(True/False)` once the user chose. Returns the question, not opened yet: its asker opens it
+        over `parent` (window-modal, not blocking); None when this tool is always allowed (answered at once)."""
         if (tool.server, tool.name) in self.always:
             answer(True)
-            return
+            return None
         box = QMessageBox(QMessageBox.Question, "Allow a tool call?",
                           f"The model wants to call <b>{tool.name}</b> from the MCP server <b>{tool.server}</b>.",
                           QMessageBox.NoButton, parent)
@@ -104,7 +118,7 @@ class ChatTools(QObject):
             answer(button in (once, always))
 
         box.buttonClicked.connect(chosen)
-        parent._open_dialog(box)
+        return box
 
     def run(self, tool: McpTool, arguments: dict, done) -> object:
         """Call the tool; `done(text, is_error)` in the GUI thread. Returns the Call."""

@@ -148,7 +148,7 @@ class Desktop(QObject):
             self.settings = SettingsDialog(self.chat)
             self.actions.install(self.settings)
             self.settings.saved.connect(lambda _p: self.chat.statusBar().showMessage(RESTART_NOTE, 15000))
-            self.settings.saved.connect(lambda _p: self.chat.tools.clear())      # MCP servers: list them again
+            self.settings.saved.connect(lambda _p: self.chat.session.tools.clear())      # MCP servers: list them again
         self.settings.reload()
         return _raise(self.settings)
 
@@ -173,7 +173,7 @@ class Desktop(QObject):
         if self._shut:
             return
         self._shut = True
-        self.chat.abandon_reply()
+        self.chat.session.abandon_reply()
         self.tray.hide()
         self.bridge.close()
         for w in (self.chat, self.memory, self.server, self.models, self.settings, self.agents):

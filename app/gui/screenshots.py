@@ -138,7 +138,7 @@ def shoot_branch(app, desk, out: Path) -> None:
     """The first message edited and sent again: the new version and its reply, with ‹ 2/2 › to go back."""
     chat = desk.chat
     first = chat.transcript.messages[0]
-    chat.resend_edited(first.message_id, EDITED)
+    chat.session.resend_edited(first.message_id, EDITED)
     wait(app, lambda: not chat.busy, 300, "the edited message's reply")
     settle(app)
     save(chat, out / "chat-branch.png")
@@ -390,7 +390,7 @@ def shoot_mcp(app, desk, out: Path, model_file: Path) -> None:
     script = Path(os.environ["STRATA_HOME"]) / "weather_server.py"
     script.write_text(MCP_SERVER)
     save_config(json.dumps({"mcpServers": {"weather": {"command": sys.executable, "args": [str(script)]}}}))
-    desk.chat.tools.clear()
+    desk.chat.session.tools.clear()
     desk.state.refresh()
     chat = desk.open_chat()
     wait(app, lambda: chat.models.row_of("qwen-coder:latest") >= 0, 60, "the tools model in the list")

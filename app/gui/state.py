@@ -19,6 +19,7 @@ class ServiceState(QObject):
     load_failed = Signal(str, str)         # model, error
     unloaded = Signal(str)
     error = Signal(str)                    # a request failed (service down, ...)
+    system_known = Signal(str)             # a model's default system prompt has come (`model_system`)
 
     def __init__(self, bridge: ServiceBridge, poll_ms: int = 5000, parent: QObject | None = None):
         super().__init__(parent)
@@ -28,6 +29,7 @@ class ServiceState(QObject):
         self.inventory: dict | None = None
         self.progress: dict[str, float] = {}       # model -> progress while loading
         self.connected = False
+        self.systems: dict[str, str] = {}          # each model's default system prompt (/api/show)
         self._refreshing = False
         self._dirty = False
         bridge.event.connect(self._on_event)
@@ -57,6 +59,31 @@ class ServiceState(QObject):
         if m is None:
             return ""
         return (m.get("strata") or {}).get("state", "loaded")
+
+    def model_system(self, name: str) -> str | None:
+        """The model's own default system prompt (/api/show "system"); None when this call asked for it (asked
+        once per model: `system_known(name)` when it has come)."""
+        if name in self.systems:
+            return self.systems[name]
+        self.systems[name] = ""
+        call = self.bridge.call(lambda c: c.show(name))
+        call.finished.connect(lambda r: (self.systems.__setitem__(name, (r or {}).get("system") or ""),
+                                         self.system_known.emit(name)))
+        return None
+
+    def only_builtin(self) -> bool:
+        """The model list has come (or the service answered) and the built-in model is all it holds."""
+        sources = {(m.get("strata") or {}).get("source", "store") for m in self.tags}
+        return (bool(self.tags) or self.connected) and sources <= {"builtin"}
+
+    def model_status(self, name: str) -> str:
+        """A word on `name` (the model picked, "" none) beside a model picker that already says "loaded"."""
+        if not name:
+            return "No models installed" if self.connected or self.tags else ""
+        st = self.model_state(name)
+        if st == "loading":
+            return f"loading {int(100 * self.progress.get(name, 0))}%"
+        return {"loaded": "", "failed": "failed to load"}.get(st, "loads on first message")
 
     def installed_names(self) -> list[str]:
         return [m.get("name") or m.get("model") for m in self.tags]
