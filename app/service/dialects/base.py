@@ -14,11 +14,11 @@ from .. import appkeys as keys
 from ..generation import pipeline
 from ..generation.request import GenerationRequest
 from ..generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
-from ..http.bodies import NDJSONWriter, SSEEvent
+from ..http.bodies import NDJSONWriter, SSEComment, SSEEvent
 from ..http import request_log
 from ..http.errors import ApiError
 
-Frame = dict | str | SSEEvent   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
+Frame = dict | str | SSEEvent | SSEComment   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
 
 
 class Renderer:

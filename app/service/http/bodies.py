@@ -64,6 +64,13 @@ class SSEEvent:
     data: dict
 
 
+@dataclass(frozen=True)
+class SSEComment:
+    """An SSE comment line (`: text`): bytes on the wire that every SSE parser skips, for wire formats that have no
+    event of their own to say "still working"."""
+    text: str
+
+
 class SSEWriter:
     """Server-sent events: `data: JSON\\n\\n` (OpenAI) or `event: T\\ndata: JSON\\n\\n` (SSEEvent, /api/events)."""
 
@@ -86,6 +93,8 @@ class SSEWriter:
         """A renderer's frame: a JSON object or a string as `data:`, an SSEEvent with its `event:` line."""
         if isinstance(frame, SSEEvent):
             await self.raw(f"event: {frame.name}\ndata: {dumps(frame.data)}\n\n".encode())
+        elif isinstance(frame, SSEComment):
+            await self.raw(f": {frame.text}\n\n".encode())
         else:
             await self.data(frame)
 

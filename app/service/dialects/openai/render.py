@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ...generation.result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
-from ...http.bodies import SSEWriter
+from ...http.bodies import SSEComment, SSEWriter
 from ...http.errors import ApiError
 from ..base import Renderer
 from .parse import WireChoices
@@ -97,6 +97,11 @@ class _OpenAIRenderer(Renderer):
 
     def error(self, err: ApiError):
         return [error_json(err), "[DONE]"]
+
+    def keepalive(self):
+        """While a long prompt is read: an SSE comment, which the openai client and the AI SDK (OpenCode) skip, so
+        a client that drops a silent stream (OpenCode's chunk timeout, Bun's 5-minute idle limit) stays on."""
+        return [SSEComment("keepalive")]
 
     def _usage_chunk(self, done: Finished | None) -> dict:
         return {"id": self.id, "object": self.object_name, "created": self.created, "model": self.model,
