@@ -63,7 +63,7 @@ def test_forced_call_through_the_family_parser(family_dir, name, family):
             with_tools = await c.count_prompt(P.GenerateRequest(id="b", messages=msgs, tools=[WEATHER]))
             req = P.GenerateRequest(id="c", messages=msgs, tools=[WEATHER],
                                     plan=plan_chat(family, [WEATHER], "required", False), sampling=P.SamplingParams(temperature=0),
-                                    num_predict=40)
+                                    num_predict=160)
             text = "".join([e.text async for e in c.generate(req) if isinstance(e, P.TokenEvent)])
             return plain, with_tools, text
         finally:
