@@ -26,7 +26,11 @@ CR_ACTION = ("<|START_ACTION|>", "<|END_ACTION|>")
 CR_THINK = ("<|START_THINKING|>", "<|END_THINKING|>")
 CR_RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
 FG_CALL = ("<start_function_call>", "<end_function_call>")
-HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
+H_START, H_CHANNEL, H_MESSAGE, H_END, H_CALL, H_RETURN, H_CONSTRAIN = (
+    "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
+HARMONY_TOKENS = (H_START, H_CHANNEL, H_MESSAGE, H_END, H_CALL, H_RETURN, H_CONSTRAIN)
+# gpt-oss thinks in the `analysis` channel and answers in `final`; a budget spent ends the one, opens the other
+HARMONY_THINK_BUDGET = (f"{H_CHANNEL}analysis", H_END, f"{H_END}{H_START}assistant{H_CHANNEL}final{H_MESSAGE}")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,17 @@ class ChatFormat:
     grammar: CallGrammar | None = CallGrammar()
     bare_pythonic: bool = False     # a reply that starts with `[name(` is a call list (Gemma 3)
     strip: tuple[str, ...] = ()     # markup around plain content, removed (Command R's <|START_RESPONSE|>)
+    # (the text that opens thinking, the text that ends it, the text written to end it when a thinking budget is
+    # spent); None: the thinking markers (`think`, else <think>), the end written as it is
+    budget_think: tuple[str, str, str] | None = None
+
+    @property
+    def think_budget(self) -> tuple[str, str, str]:
+        """(opens thinking, ends it, the text written to end it on a spent budget): runner/think_budget.py."""
+        if self.budget_think is not None:
+            return self.budget_think
+        opener, closer = self.think or THINK
+        return opener, closer, closer
 
 
 FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
@@ -73,7 +88,7 @@ FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
                grammar=None),
     ChatFormat("pythonic", (Section("```tool_code", "```", "pythonic"),), think=None, shown=(), grammar=None,
                bare_pythonic=True),
-    ChatFormat("harmony", think=None, shown=HARMONY_TOKENS, grammar=None),
+    ChatFormat("harmony", think=None, shown=HARMONY_TOKENS, grammar=None, budget_think=HARMONY_THINK_BUDGET),
 )}
 
 TOOLS_VAR = re.compile(r"\btools\b")

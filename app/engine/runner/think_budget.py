@@ -9,17 +9,13 @@ and is never touched. The close text per family: `</think>`, Mistral's `[/THINK]
 """
 from __future__ import annotations
 
-from app.engine.chat.formats import THINK, format_for
-
-HARMONY = ("<|channel|>analysis", "<|end|>", "<|end|><|start|>assistant<|channel|>final<|message|>")
+from app.engine.chat.formats import format_for
 
 
 def markers(family: str) -> tuple[str, str, str]:
-    """(the text that opens thinking, the text that ends it, the text written to end it) for `family`."""
-    if family == "harmony":
-        return HARMONY
-    opener, closer = format_for(family).think or THINK
-    return opener, closer, closer
+    """(the text that opens thinking, the text that ends it, the text written to end it) for `family`: its
+    record's (app/engine/chat/formats.py)."""
+    return format_for(family).think_budget
 
 
 class ThinkBudget:

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import re
 
+from app.engine.chat.formats import H_CALL, H_CHANNEL, H_CONSTRAIN, H_END, H_MESSAGE, H_RETURN, H_START
+
 from .jsonscan import calls_from_text, loads_lenient
 from .stream import held_suffix
 from .types import Delta, ToolCall
 
-START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>",
-                                                         "<|call|>", "<|return|>", "<|constrain|>")
-_BODY_ENDS = (END, CALL, RETURN, START)
-_STRAY = (CHANNEL, MESSAGE, CONSTRAIN)          # header markup inside a message body: removed
+_BODY_ENDS = (H_END, H_CALL, H_RETURN, H_START)
+_STRAY = (H_CHANNEL, H_MESSAGE, H_CONSTRAIN)    # header markup inside a message body: removed
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
-_CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
+_CHANNEL = re.compile(re.escape(H_CHANNEL) + r"\s*([A-Za-z_]+)")
 
 
 class HarmonyParser:
@@ -67,11 +67,11 @@ class HarmonyParser:
     def _run(self, out: Delta, final: bool) -> None:
         while self.buf:
             if self.mode == "header":
-                i = self.buf.find(MESSAGE)
+                i = self.buf.find(H_MESSAGE)
                 if i < 0:
                     return
                 self._open(self.header + self.buf[:i])
-                self.header, self.buf = "", self.buf[i + len(MESSAGE):]
+                self.header, self.buf = "", self.buf[i + len(H_MESSAGE):]
                 self.mode = "body"
                 continue
             first, hit = -1, None
