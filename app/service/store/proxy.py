@@ -1,8 +1,8 @@
 """The model store (SQLite) used from the event loop: `AsyncStore`, one awaitable method per `ModelStore`
 operation (`await store.get(name)`, `await store.list()`...). Every call runs on ONE dedicated thread, so a
 connection made there is never used from another thread and the loop never blocks on disk; an import (hashing
-gigabytes) runs on a thread of its own so listings go on meanwhile. Signatures are ModelStore's (model_store.py,
-blobs.py): see there for what each one checks and raises."""
+gigabytes) runs on a thread of its own so listings go on meanwhile. Signatures are ModelStore's (model_store.py):
+see there for what each one checks and raises."""
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +16,9 @@ from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.model_info import ModelInfo
 
 from ..http.errors import ApiError
-from .model_store import ModelNotFound, ModelRecord, ModelStore, Progress, StoreError
+from .blobs import Progress
+from .model_store import ModelStore
+from .records import ModelNotFound, ModelRecord, StoreError
 from .modelfile import ModelfileError
 from .names import InvalidName
 

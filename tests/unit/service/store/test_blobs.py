@@ -1,4 +1,4 @@
-"""The store's blobs by digest (app/service/store/blobs.py) on a real ModelStore in this test's STRATA_HOME with
+"""The store's blobs by digest (app/service/store/blobs.py, ModelStore's blob methods) on a real ModelStore in this test's STRATA_HOME with
 real files: finding a file by its sha256 (and not a truncated or missing one), adopting a blob under a name,
 LoRA adapters stored once by digest, and releasing only blobs that no model refers to."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from gguf_factory import write_dense_llama, write_lora_llama, write_minimal
 
 from app.engine.gguf.model_info import GGUFError
-from app.service.store.blobs import StoreBlobs
+from app.service.store.blobs import BlobFolder
 from app.service.store.model_store import ModelStore
 
 
@@ -26,7 +26,7 @@ def partials(store: ModelStore) -> list[str]:
 @pytest.fixture
 def store():
     s = ModelStore(discover_external=False)
-    assert isinstance(s, StoreBlobs) and s.blob_dir() == s.models_dir      # the mixin under test, its folder
+    assert isinstance(s.blobs, BlobFolder) and s.blob_dir() == s.models_dir == s.blobs.path    # its folder
     return s
 
 
