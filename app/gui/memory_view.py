@@ -317,7 +317,7 @@ class LayoutView(QWidget):
         text = (f"n_ctx {layout.get('n_ctx')} ({opts.get('num_ctx')} per sequence × {layout.get('n_parallel')}), "
                 f"KV {layout.get('type_k')}, {gpu} of {n} layers on GPU{on_workers}.")
         ctx = layout.get("context") or {}
-        if ctx.get("limit"):                 # what decided the context (planner.options.ContextChoice)
+        if ctx.get("limit"):                 # what decided the context (planner.context.ContextChoice)
             text += f" Context set by {ctx['limit']}: {ctx.get('reason', '')}."
         if not layout.get("fits", True):
             text = "Will not fit. " + text

@@ -11,7 +11,8 @@ from app.discovery import discover
 from app.discovery.inventory import Inventory
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
-from app.engine.planner.options import ContextChoice, context_for, plan_layout
+from app.engine.planner.context import ContextChoice, context_for
+from app.engine.planner.options import plan_layout
 from app.engine.layout.types import Layout, PlanOptions
 
 from .config import ServiceConfig
@@ -31,7 +32,7 @@ class Collaborators:
     new_runner: Callable[[Layout, str], Any]
     with_digest: Callable[[Any], Awaitable[Any]]      # the record with its sha256 (for /api/ps), best effort
     # (info, free inventory, options, STRATA_NUM_CTX, asked num_ctx or None, measured compute or None) -> the
-    # load's context and why (planner.options.context_for; a pure estimate, run in a thread)
+    # load's context and why (planner.context.context_for; a pure estimate, run in a thread)
     choose_context: Callable[..., ContextChoice] = context_for
 
 

@@ -10,7 +10,7 @@ Environment variables (all optional):
   STRATA_NUM_PARALLEL  parallel sequences (slots) per loaded model (default 4)
   STRATA_NUM_CTX       upper bound of the default context per sequence (default 32768): unless a request or
                        Modelfile sets num_ctx, a load gets the largest context that free memory holds, up to the
-                       model's training context and this bound (planner.options.context_for)
+                       model's training context and this bound (planner.context.context_for)
   STRATA_KEEP_ALIVE    default keep-alive ("5m", seconds, 0, negative = forever)
   STRATA_MAX_LOADED_MODELS  0 = as many as fit in memory
   STRATA_DEVICES       path of a simulated inventory JSON (what-if planning, tests)

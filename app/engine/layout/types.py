@@ -116,7 +116,7 @@ class Layout:
     lora_adapters: tuple[str, ...] = ()      # LoRA adapter GGUFs the runner applies (scale 1) after loading
     mmproj_path: str | None = None           # the vision projector GGUF the runner loads through mtmd
     context: dict = field(default_factory=dict)   # how num_ctx was chosen: {"num_ctx", "limit", "reason"}
-                                                  # (planner.options.ContextChoice; empty when not recorded)
+                                                  # (planner.context.ContextChoice; empty when not recorded)
     draft: DraftPlan | None = None           # speculative decoding's draft model (None: none)
     # the smallest batch op_offload streams CPU-held weights to the GPU for (GGML_OP_OFFLOAD_MIN_BATCH, read by
     # the GPU backends when they initialise: the runner sets it before llama.cpp loads); 0: llama.cpp's default

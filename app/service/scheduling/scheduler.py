@@ -9,7 +9,7 @@ its collaborators (collaborators.py), injected, so its rules are tested with fak
   loaded (their predicted bytes). If it does not fit, idle models are unloaded least recently used first and
   the plan is made again; a model with requests is never unloaded under them (the load waits for one to go idle).
 - Context: unless the request or Modelfile sets num_ctx, a load gets the largest context per sequence the free
-  memory holds, up to the model's training context and STRATA_NUM_CTX (planner.options.context_for); a request
+  memory holds, up to the model's training context and STRATA_NUM_CTX (planner.context.context_for); a request
   whose prompt outgrows it reloads the model with a larger one when that fits and nothing else runs on it
   (`grow_context`). Both are logged and published (docs/architecture.md, "Context").
 - keep_alive: after a model's last request ends, it stays loaded that long (None = forever, 0 = unload now).
@@ -33,7 +33,7 @@ from app.discovery.remote import reserve_workers
 from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.projector import read_projector
 from app.ggml import rpc
-from app.engine.planner.options import CTX_STEP
+from app.engine.planner.context import CTX_STEP
 from app.engine.planner.draft import with_draft
 from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 from app.engine.layout.types import Layout, PlanOptions

@@ -1,4 +1,4 @@
-"""The default context from memory (planner.options.context_for) on simulated machines of several sizes: the
+"""The default context from memory (planner.context.context_for) on simulated machines of several sizes: the
 largest multiple of 256 up to the training context and the STRATA_NUM_CTX bound whose plan fits, that keeps every
 weight the smallest context keeps on the GPUs, and the limit that decided it. Pure planning (estimates), no load."""
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 import model_shapes
 from app.discovery.simulated import inventory_from_dict, load_simulated
 from app.engine.gguf.model_info import read_model_info
-from app.engine.planner.options import (CTX_STEP, LIMIT_MEMORY, LIMIT_REQUEST, LIMIT_SETTING, LIMIT_TRAINING,
-                                        context_for, plan_options)
+from app.engine.planner.context import (CTX_STEP, LIMIT_MEMORY, LIMIT_REQUEST, LIMIT_SETTING, LIMIT_TRAINING,
+                                        context_for)
+from app.engine.planner.options import plan_options
 from app.engine.planner.placement import place
 from repo_paths import SIM_DEVICES
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.discovery.inventory import Inventory
-from app.engine.planner.options import ContextChoice
+from app.engine.planner.context import ContextChoice
 from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
