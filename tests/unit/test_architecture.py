@@ -8,7 +8,8 @@
 - The GUI imports only its API client and plain data modules (no service, no engine code that runs anything).
 - No import cycle between modules (late imports inside functions included).
 - The service's rooms (docs/architecture.md, "The service's rooms"): http/, store/, generation/ and scheduling/
-  import only what SERVICE_ROOMS lists; a dialect imports no other dialect; no room imports the composition root.
+  import only what SERVICE_ROOMS lists; no two rooms import each other; a dialect imports no other dialect; no
+  room imports the composition root.
 Each import is read with `ast`, so nothing is imported to check it.
 """
 from __future__ import annotations
@@ -36,9 +37,12 @@ SERVICE = "app.service"
 SERVICE_ROOMS = {
     "http": ("config", "appkeys"),
     "store": ("http.errors",),
-    "generation": ("http", "scheduling.keep_alive"),
-    "scheduling": ("http", "config", "collaborators", "generation.options"),
+    "generation": ("http",),
+    "scheduling": ("http", "config", "collaborators", "generation.options", "generation.keep_alive"),
 }
+# ^ generation and scheduling meet one way: the scheduler takes a request's options and keep_alive (generation's
+#   values); the pipeline is handed a scheduler and imports nothing of scheduling/.
+ROOMS = ("http", "store", "generation", "scheduling", "dialects")
 SERVICE_ROOT = {"app.service.app", "app.service.server"}       # the composition root that builds the app
 DIALECTS = "app.service.dialects"
 DIALECT_EXCEPTIONS = {("responses", "openai.parse")}   # OpenAI's Responses API reuses its response_format shape
@@ -201,18 +205,35 @@ def test_service_rooms_import_one_way():
     assert not bad, "imports across the service's rooms that docs/architecture.md rules out:\n" + "\n".join(bad)
 
 
+def room_pairs_both_ways(g: dict[str, set[str]]) -> list[str]:
+    """Pairs of rooms that import each other (any module of one, any of the other)."""
+    def room(mod: str) -> str | None:
+        return next((r for r in ROOMS if _under(mod, (r,))), None)
+    edges = {(room(m), room(d)) for m, deps in g.items() for d in deps}
+    return sorted(f"{a} <-> {b}" for a, b in edges if a and b and a < b and (b, a) in edges)
+
+
+def test_no_two_rooms_import_each_other():
+    both = room_pairs_both_ways(graph())
+    assert not both, "rooms that import each other (one must only be handed the other's objects):\n" + \
+        "\n".join(both)
+    assert room_pairs_both_ways({"app.service.generation.request": {"app.service.scheduling.keep_alive"},
+                                 "app.service.scheduling.scheduler": {"app.service.generation.options"}}) \
+        == ["generation <-> scheduling"]
+
+
 def test_the_room_rules_see_violations():
     g = {"app.service.http.errors": {"app.service.generation.request"},
          "app.service.store.names": {"app.service.scheduling.scheduler", "app.service.http.errors"},
-         "app.service.generation.pipeline": {"app.service.app", "app.service.scheduling.keep_alive"},
+         "app.service.generation.pipeline": {"app.service.app", "app.service.scheduling.scheduler"},
          "app.service.dialects.anthropic.parse": {"app.service.dialects.openai.parse", "app.service.dialects.base"},
          "app.service.dialects.responses.parse": {"app.service.dialects.openai.parse"}}
     assert service_room_violations(g) == sorted([
         "app.service.http.errors -> app.service.generation.request (http/ may import only config, appkeys)",
         "app.service.store.names -> app.service.scheduling.scheduler (store/ may import only http.errors)",
         "app.service.generation.pipeline -> app.service.app (the composition root)",
-        "app.service.generation.pipeline -> app.service.app (generation/ may import only http, "
-        "scheduling.keep_alive)",
+        "app.service.generation.pipeline -> app.service.app (generation/ may import only http)",
+        "app.service.generation.pipeline -> app.service.scheduling.scheduler (generation/ may import only http)",
         "app.service.dialects.anthropic.parse -> app.service.dialects.openai.parse (another dialect)"])
 
 

@@ -26,7 +26,7 @@ from app.engine.protocol import has_images
 
 from ..http import request_log
 from ..http.errors import ApiError, ContextLengthError
-from ..scheduling.keep_alive import DEFAULT, KeepAlive
+from .keep_alive import DEFAULT, KeepAlive
 from . import chat_features, images
 from .gotemplate import TemplateError, render as render_template
 from .options import RequestOptions, parse_ollama_options

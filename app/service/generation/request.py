@@ -16,7 +16,7 @@ from dataclasses import dataclass, field as dc_field
 from typing import Any
 
 from ..http.errors import ApiError
-from ..scheduling.keep_alive import DEFAULT, KeepAlive
+from .keep_alive import DEFAULT, KeepAlive
 
 INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1

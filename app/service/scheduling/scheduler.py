@@ -45,7 +45,7 @@ from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
 from .draft import check_draft
-from .keep_alive import DEFAULT, FOREVER, Default, KeepAlive, parse_keep_alive
+from ..generation.keep_alive import DEFAULT, FOREVER, Default, KeepAlive, parse_keep_alive
 from .loaded_model import Lease, LoadedModel
 
 log = logging.getLogger("strata.scheduler")

@@ -13,7 +13,7 @@ from app.service.dialects.openai.parse import parse_logit_bias, sampling_options
 from app.service.generation.pipeline import request_options
 from app.service.generation.options import parse_ollama_options, plan_options
 from app.service.generation.request import field
-from app.service.scheduling.keep_alive import parse_keep_alive
+from app.service.generation.keep_alive import parse_keep_alive
 from app.service.http.security import Guard
 
 

@@ -6,7 +6,7 @@ from ...generation import images as image_input
 from ...generation.request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
 from ...generation.tools import check_tool_results, parse_tool_calls, parse_tools
 from ...http.errors import ApiError
-from ...scheduling.keep_alive import request_keep_alive
+from ...generation.keep_alive import request_keep_alive
 
 ROLES = ("system", "user", "assistant", "tool")
 

@@ -16,7 +16,7 @@ from ...generation import pipeline
 from ...generation.request import field, model_name, ollama_options
 from ...http.bodies import read_json
 from ...http.errors import ApiError
-from ...scheduling.keep_alive import request_keep_alive
+from ...generation.keep_alive import request_keep_alive
 
 
 def _documents(body: dict) -> list[str]:

@@ -16,7 +16,7 @@ from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
 from app.service.http.errors import ApiError
-from app.service.scheduling.keep_alive import DEFAULT, FOREVER
+from app.service.generation.keep_alive import DEFAULT, FOREVER
 from app.service.scheduling import scheduler as scheduler_module
 from app.service.http.metrics import Metrics
 from app.service.scheduling.scheduler import Scheduler

@@ -1,5 +1,6 @@
-"""Ollama's keep_alive: how long a model stays loaded after its last request. Parsed ONCE per request, by the
-dialect's parser; the scheduler only ever sees the result (seconds, FOREVER, or DEFAULT for the server's own)."""
+"""Ollama's keep_alive: how long a model stays loaded after its last request. A request value like its options:
+parsed ONCE per request, by the dialect's parser, carried by the request (GenerationRequest.keep_alive); the
+scheduler, which applies it, only ever sees the result (seconds, FOREVER, or DEFAULT for the server's own)."""
 from __future__ import annotations
 
 import re
