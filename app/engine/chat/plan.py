@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.chat.formats import format_for
+from app.engine.chat.formats import ChatFormat, format_for
 
 # the tool-call grammar a plan names
 FORCED = "forced"          # the whole reply is a call (tool_choice required, or the one function named)
@@ -29,6 +29,11 @@ class ChatPlan:
     parallel: bool = True               # more than one call may come (parallel_tool_calls)
 
     @property
+    def format(self) -> ChatFormat:
+        """The family's record: everything the runner and the service read about its markup."""
+        return format_for(self.family)
+
+    @property
     def forced(self) -> bool:
         """tool_choice "required" or a function's name: the grammar makes the call, whatever the template."""
         return self.tools and self.tool_choice != "auto"
@@ -36,12 +41,12 @@ class ChatPlan:
     @property
     def parser(self) -> str:
         """The reply parser's name (app/service/toolcalls): the family record's, as the grammar's trigger."""
-        return format_for(self.family).name
+        return self.format.name
 
     @property
     def trigger(self) -> str | None:
         """The marker from which a LAZY grammar constrains the reply (None: only a bare call at the start)."""
-        shape = format_for(self.family).grammar
+        shape = self.format.grammar
         return shape.opener if shape is not None else None
 
 

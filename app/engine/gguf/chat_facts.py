@@ -3,17 +3,17 @@ the vocabulary when it has none), the family whose tool-call and thinking markup
 capabilities (`completion`, `tools`, `insert`, `thinking`, `embedding`) as Ollama's /api/show lists them.
 
 Pure functions over the template text and the vocabulary's tokens, read in the service process only (/api/show,
-the request's plan, and engine/client.py, which hands them to the runner at load for rendering and stops). The family's markup itself (markers, sections,
-thinking, the call grammar's shape) is app/engine/chat/formats.py. See docs/architecture.md, "Chat templates".
+the request's plan, and engine/client.py, which hands them to the runner at load for rendering and stops). The
+family's markup itself (markers, sections, thinking, the call grammar's shape) and how its templates show
+thinking are its record in app/engine/chat/formats.py. See docs/architecture.md, "Chat templates".
 """
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from app.engine.chat.formats import CR_THINK, MISTRAL_THINK, THINK, TOOLS_VAR, detect_family
+from app.engine.chat.formats import GENERIC, TOOLS_VAR, detect_family, format_for
 from app.engine.gguf.builtin_templates import BUILTIN, PLAIN, PLAIN_STOPS
 
 # The token texts llama.cpp recognises as fill-in-the-middle markers when the GGUF has no fim_*_token_id keys
@@ -44,22 +44,6 @@ class ChatFacts:
     def to_dict(self) -> dict:
         return {"template_source": self.template_source, "template_reason": self.template_reason,
                 "family": self.family, "capabilities": list(self.capabilities)}
-
-
-def thinking_markup(template: str | None, family: str) -> tuple[bool, str | None, str | None]:
-    """(supports thinking, the marker that opens it, the template variable that controls it)."""
-    t = template or ""
-    if family == "harmony":
-        return True, None, "reasoning_effort"
-    toggle = "enable_thinking" if "enable_thinking" in t else ("thinking" if re.search(r"\bthinking\b", t)
-                                                              and family == "mistral" else None)
-    if family == "mistral" and MISTRAL_THINK[0] in t:
-        return True, MISTRAL_THINK[0], toggle
-    if family == "command_r":
-        return (CR_THINK[0] in t), CR_THINK[0], toggle
-    if THINK[0] in t or "enable_thinking" in t or "reasoning_content" in t:
-        return True, THINK[0], toggle
-    return False, None, None
 
 
 def fim_markers(tokens: set[str], ids: dict[str, int], token_list=None) -> tuple[str, str, str] | None:
@@ -95,8 +79,8 @@ def chat_facts(architecture: str, template: str | None, tokens: set[str], *, is_
     else:
         name, template, reason, stops = choose_builtin(architecture, tokens)
         source = f"builtin:{name}"
-    family = detect_family(template) if source == "gguf" else "generic"
-    thinks, think_open, toggle = thinking_markup(template if source == "gguf" else None, family)
+    family = detect_family(template) if source == "gguf" else GENERIC.name
+    thinks, think_open, toggle = format_for(family).template_thinking(template if source == "gguf" else None)
     fim = fim_markers(tokens, fim_ids or {}, token_list)
     caps: list[str] = []
     if is_reranker:                       # pooling type rank: scores (query, document) pairs, nothing else

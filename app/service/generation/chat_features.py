@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from app.engine.chat.formats import GENERIC, format_for
 from app.engine.chat.plan import ChatPlan, plan_chat
 from app.engine.gguf.chat_facts import ChatFacts, cached_chat_facts, read_chat_facts
 
@@ -24,7 +25,7 @@ from ..http.errors import ApiError
 from .request import GenerationRequest
 from .result import TextDelta, ThinkingDelta, ToolCallEvent
 from .toolcalls import make_parser
-from .tools import mistral_ids, new_call_id, tool_names
+from .tools import new_call_id, tool_names
 
 EFFORTS = ("low", "medium", "high")
 
@@ -42,7 +43,7 @@ async def facts_for(path) -> ChatFacts | None:
 
 def plan(req: GenerationRequest, facts: ChatFacts | None, raw: bool) -> ChatPlan:
     """The request's chat plan (`raw`: the prompt goes to the model as it is, no template)."""
-    return plan_chat(facts.family if facts else "generic", req.tools, req.tool_choice, req.parallel_tool_calls,
+    return plan_chat(facts.family if facts else GENERIC.name, req.tools, req.tool_choice, req.parallel_tool_calls,
                      has_format=req.json_mode or req.json_schema is not None, raw=raw)
 
 
@@ -81,8 +82,9 @@ def template_kwargs(think, facts: ChatFacts | None) -> dict:
         return {}
     if isinstance(think, str):
         return {"enable_thinking": True, "reasoning_effort": think}
-    if facts is not None and facts.think_toggle == "reasoning_effort":
-        return {} if think else {"reasoning_effort": "low"}      # gpt-oss cannot turn it off: least effort
+    effort = format_for(facts.family).thinking.effort if facts is not None else None
+    if effort:                                   # a family that always thinks (gpt-oss) cannot turn it off
+        return {} if think else {effort: "low"}  # least effort
     return {"enable_thinking": bool(think)}
 
 
@@ -105,8 +107,9 @@ def runner_fields(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPla
     """The GenerateRequest fields for tools, thinking and insert, and the messages the template gets."""
     out: dict = {"template_kwargs": template_kwargs(req.think, facts), "suffix": req.suffix,
                  "think_budget": req.think_budget if req.think else None, "plan": plan}
-    if messages is not None and plan.family == "mistral":
-        messages = mistral_ids(messages)
+    prepare = plan.format.prepare_messages      # what the family's templates need of the messages (Mistral's ids)
+    if messages is not None and prepare is not None:
+        messages = prepare(messages)
     if plan.tools:
         renders = facts is not None and facts.renders_tools
         out["tools"], out["render_tools"] = req.tools, renders

@@ -11,7 +11,6 @@ Bad input is a 400 that names the field.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
@@ -169,21 +168,3 @@ def check_tool_results(messages: list[dict], param: str = "messages") -> None:
             m["tool_call_id"] = names[name]
         elif not calls:
             raise _bad(f"{param}[{i}] is a tool result, but no earlier assistant message made a tool call", param)
-
-
-def mistral_ids(messages: list[dict]) -> list[dict]:
-    """Mistral's templates refuse call ids that are not exactly 9 letters/digits: map each id to a stable one."""
-    def nine(cid: str) -> str:
-        if re.fullmatch(r"[A-Za-z0-9]{9}", cid):
-            return cid
-        return hashlib.sha256(cid.encode()).hexdigest()[:9]
-
-    out = []
-    for m in messages:
-        m = dict(m)
-        if m.get("tool_calls"):
-            m["tool_calls"] = [{**c, "id": nine(c["id"])} for c in m["tool_calls"]]
-        if m.get("tool_call_id"):
-            m["tool_call_id"] = nine(m["tool_call_id"])
-        out.append(m)
-    return out

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import re
 
-from app.engine.chat.formats import format_for
+from app.engine.chat.formats import Section, format_for
 
-from .families import FamilySpec, Section, spec_for
-from .formats import pythonic
+from .section_parsers import SECTION_PARSERS, pythonic
 from .jsonscan import calls_from_text, json_end, mend
 from .types import Delta, ToolCall
 
@@ -37,8 +36,8 @@ def held_suffix(buf: str, markers) -> int:
 
 
 class OutputParser:
-    def __init__(self, family: str | None = None, tool_names=(), *, spec: FamilySpec | None = None):
-        self.spec = spec or spec_for(family)
+    def __init__(self, family: str | None = None, tool_names=()):
+        self.fmt = format_for(family)
         self.tool_names = set(tool_names or ())
         self.mode = "text"                       # text | think | call | bare
         self.buf = ""
@@ -49,15 +48,15 @@ class OutputParser:
         self.ws = ""                             # leading whitespace held until real content follows
         self.n_calls = 0
         self.n_thinking = 0
-        markers: list[tuple[str, str, Section | None]] = [(s.start, "call", s) for s in self.spec.sections]
-        if self.spec.think:
-            markers += [(self.spec.think[0], "think", None), (self.spec.think[1], "drop", None)]
-        markers += [(m, "strip", None) for m in self.spec.strip]
+        markers: list[tuple[str, str, Section | None]] = [(s.start, "call", s) for s in self.fmt.sections]
+        if self.fmt.think:
+            markers += [(self.fmt.think[0], "think", None), (self.fmt.think[1], "drop", None)]
+        markers += [(m, "strip", None) for m in self.fmt.strip]
         # a section's end marker with no section open (the model wrote it twice, or alone), and the family's
         # other marker tokens (Mistral's [ARGS], DeepSeek's separators...) outside a section: removed
         known = {m for m, _, _ in markers}
-        extra = [sec.end for sec in self.spec.sections if sec.end and sec.end != "```"]
-        extra += [m for m in format_for(self.spec.name).shown if m not in known]
+        extra = [sec.end for sec in self.fmt.sections if sec.end and sec.end != "```"]
+        extra += [m for m in self.fmt.shown if m not in known]
         markers += [(m, "strip", None) for m in dict.fromkeys(extra) if m not in known]
         self.markers = markers
         self.scrub = tuple(sorted({m for m, _, _ in markers} - {"```"}, key=len, reverse=True))
@@ -108,8 +107,8 @@ class OutputParser:
             pass
 
     def _think(self, out: Delta, final: bool) -> bool:
-        assert self.spec.think is not None           # "think" mode is entered only at the spec's own marker
-        close = self.spec.think[1]
+        assert self.fmt.think is not None            # "think" mode is entered only at the family's own marker
+        close = self.fmt.think[1]
         i = self.buf.find(close)
         if i >= 0:
             piece, self.buf = self.buf[:i], self.buf[i + len(close):]
@@ -140,7 +139,7 @@ class OutputParser:
         body = self.buf[:i] if i >= 0 else self.buf
         self.buf = self.buf[i + len(end):] if i >= 0 else ""
         whole = body if i >= 0 else _mended(body)
-        calls = section.parse(whole)
+        calls = SECTION_PARSERS[section.parser](whole)
         if whole != body or (end and i < 0):     # cut short (its JSON mended, or no end marker): maybe in the
             calls = self._named(calls)           # name too, so it must name a supplied tool
         if calls:
@@ -170,7 +169,7 @@ class OutputParser:
                 return False
             value = s[:end] if end else mend(s)
             found = calls_from_text(value)
-            if found is None and self.spec.bare_pythonic:
+            if found is None and self.fmt.bare_pythonic:
                 found = pythonic(value)
             calls = self._named(found)
             rest = s[end:] if end else ""
@@ -197,7 +196,7 @@ class OutputParser:
         if s[0] == "{":
             return True
         if s[0] == "[":
-            if self.spec.bare_pythonic:
+            if self.fmt.bare_pythonic:
                 if _PY_LIST.match(s):
                     return True
                 if _PY_OPEN.match(s) and not final:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from app.engine.chat.formats import format_for
 from app.engine.gguf.chat_facts import chat_facts
 from app.engine.runner.chat_template import render_chat
-from app.service.generation.tools import call_message, mistral_ids
+from app.service.generation.tools import call_message
 from repo_paths import TEMPLATES
 
 TOOLS = [{"type": "function", "function": {
@@ -74,5 +75,5 @@ def test_unknown_template_kwargs_are_not_passed():
 
 
 def test_mistral_ids():
-    msgs = mistral_ids(CONVERSATION)
+    msgs = format_for("mistral").prepare_messages(CONVERSATION)
     assert len(msgs[2]["tool_calls"][0]["id"]) == 9 and msgs[3]["tool_call_id"] == msgs[2]["tool_calls"][0]["id"]

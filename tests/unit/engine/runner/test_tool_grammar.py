@@ -125,13 +125,12 @@ def test_grammar_trigger_and_parser_come_from_one_record(vocab):
     """For every family whose calls the `auto` grammar models, the text the grammar admits from the family's
     marker on is read back as that call by the family's own parser (both from app/engine/chat/formats.py)."""
     from app.engine.chat.formats import FORMATS
-    from app.service.generation.toolcalls.families import spec_for
 
     modelled = [f for f in FORMATS.values() if f.grammar is not None and f.grammar.opener]
     assert {f.name for f in modelled} >= {"hermes", "llama3", "mistral"}
     for f in modelled:
         shape = f.grammar
-        assert shape.opener in f.shown and shape.opener in {s.start for s in spec_for(f.name).sections}
+        assert shape.opener in f.shown and shape.opener in {s.start for s in f.sections}
         call = '{"name": "get_weather", "%s": {"city": "Paris"}}' % shape.args_key
         text = shape.opener + ("[" + call + "]" if shape.listed else call) + shape.closer
         s = lazy_sampler(vocab, f.name)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.engine.chat.formats import format_for
 from app.service.http.errors import ApiError
-from app.service.generation.tools import (check_tool_results, mistral_ids, parse_tool_calls, parse_tool_choice, parse_tools)
+from app.service.generation.tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "d",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
@@ -78,7 +79,7 @@ def test_tool_results_must_answer_a_call():
 
 def test_mistral_ids_are_nine_alnum_and_consistent():
     call = parse_tool_calls([{"id": "call_abcdef0123", "function": {"name": "f", "arguments": {}}}], "m", "messages")
-    out = mistral_ids([{"role": "assistant", "content": "", "tool_calls": call},
-                       {"role": "tool", "content": "r", "tool_call_id": "call_abcdef0123"}])
+    out = format_for("mistral").prepare_messages([{"role": "assistant", "content": "", "tool_calls": call},
+                                                  {"role": "tool", "content": "r", "tool_call_id": "call_abcdef0123"}])
     cid = out[0]["tool_calls"][0]["id"]
     assert len(cid) == 9 and cid.isalnum() and out[1]["tool_call_id"] == cid

@@ -1,4 +1,5 @@
-"""Per-family tool-call section parsers: the text between a family's call markers -> ToolCall objects.
+"""Tool-call section parsers: the text between a family's call markers -> ToolCall objects, by the name a
+family's record gives its sections (`Section.parser`, app/engine/chat/formats.py).
 
 Each function takes the section text (markers removed) and returns the calls, or None when the text is not a
 call in that format (the stream parser then keeps the text as content, never drops it). Formats, as the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from typing import Callable
 
 from app.engine.chat.formats import DS_CALL, DS_SEP, MISTRAL_CALLS
 
@@ -257,3 +259,12 @@ def functiongemma(body: str) -> list[ToolCall] | None:
     except (ValueError, IndexError):
         return None
     return [ToolCall(name, args)]
+
+
+SectionParser = Callable[[str], "list[ToolCall] | None"]
+
+SECTION_PARSERS: dict[str, SectionParser] = {
+    "hermes": hermes, "qwen3_coder": qwen3_coder, "llama3": llama3, "mistral": mistral, "deepseek": deepseek,
+    "functiongemma": functiongemma, "pythonic": pythonic,
+    "deepseek_call": lambda b: deepseek(DS_CALL_BEGIN + b),     # one call, its marker consumed
+}
