@@ -39,8 +39,9 @@ FG_CALL = ("<start_function_call>", "<end_function_call>")
 H_START, H_CHANNEL, H_MESSAGE, H_END, H_CALL, H_RETURN, H_CONSTRAIN = (
     "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
 HARMONY_TOKENS = (H_START, H_CHANNEL, H_MESSAGE, H_END, H_CALL, H_RETURN, H_CONSTRAIN)
-# gpt-oss thinks in the `analysis` channel and answers in `final`; a budget spent ends the one, opens the other
-HARMONY_THINK_BUDGET = (f"{H_CHANNEL}analysis", H_END, f"{H_END}{H_START}assistant{H_CHANNEL}final{H_MESSAGE}")
+H_ANALYSIS, H_FINAL = "analysis", "final"     # gpt-oss's channels: thinking, and the answer
+# a budget spent ends the analysis message and opens the final one
+HARMONY_THINK_BUDGET = (f"{H_CHANNEL}{H_ANALYSIS}", H_END, f"{H_END}{H_START}assistant{H_CHANNEL}{H_FINAL}{H_MESSAGE}")
 
 TOOLS_VAR = re.compile(r"\btools\b")
 THINK_HINTS = (THINK[0], "enable_thinking", "reasoning_content")   # a template of any family that can think

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 
-from app.engine.chat.formats import H_CALL, H_CHANNEL, H_CONSTRAIN, H_END, H_MESSAGE, H_RETURN, H_START
+from app.engine.chat.formats import (H_ANALYSIS, H_CALL, H_CHANNEL, H_CONSTRAIN, H_END, H_FINAL, H_MESSAGE, H_RETURN,
+                                     H_START)
 
 from .jsonscan import calls_from_text, loads_lenient
 from .stream import held_suffix
@@ -58,7 +59,7 @@ class HarmonyParser:
                 out.calls.extend(calls)
                 self.n_calls += len(calls)
             else:
-                self._route(text, "final", out)
+                self._route(text, H_FINAL, out)
         elif self.mode == "body":
             self._end_message(out)
         self.buf = self.header = ""
@@ -93,7 +94,7 @@ class HarmonyParser:
 
     def _open(self, header: str) -> None:
         m = _CHANNEL.search(header)
-        self.channel = m.group(1) if m else "final"
+        self.channel = m.group(1) if m else H_FINAL
         r = _RECIPIENT.search(header)
         self.recipient = r.group(1) if r else ""
         self.args = ""
@@ -106,7 +107,7 @@ class HarmonyParser:
             return
         if self.mode == "body" and self._is_call():
             self.args += text
-        elif channel == "analysis":
+        elif channel == H_ANALYSIS:
             out.thinking += text
         else:
             if not self.content_started:
@@ -125,7 +126,7 @@ class HarmonyParser:
                 self.n_calls += 1
             else:                            # arguments that are not JSON: keep them visible
                 self.recipient = ""
-                self._route(self.args, "final", out)
+                self._route(self.args, H_FINAL, out)
         self.recipient, self.args = "", ""
 
 
