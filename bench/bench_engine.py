@@ -123,7 +123,9 @@ class StrataApiEngine:
         self.model_path = model
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
         self.env.update(STRATA_HOME=self.home, STRATA_HOST=f"127.0.0.1:{self.port}", STRATA_NUM_PARALLEL=str(N_PAR),
-                        STRATA_NUM_CTX=str(NUM_CTX), STRATA_KEEP_ALIVE="-1", PYTHONPATH=str(ROOT))
+                        STRATA_NUM_CTX=str(NUM_CTX), STRATA_KEEP_ALIVE="-1",
+                        # the caller's path after ours: where llama_cpp's bindings come from a folder of their own
+                        PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
         if threads:
             self.env["STRATA_NUM_THREADS"] = str(threads)
         self.name_in_store = "bench"
@@ -321,6 +323,9 @@ async def run_pair(engines, metrics, reps: int):
 
 
 async def main(args):
+    global SERVER
+    if args.server:
+        SERVER = Path(args.server)
     model = builtin_or(args.model)
     if not SERVER.exists():
         sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
@@ -356,6 +361,8 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write raw results here")
+    ap.add_argument("--server", default=None, help="llama-server binary (default: STRATA_BENCH_LLAMA_SERVER or "
+                                                   "bench/_build/llama-server)")
     ap.add_argument("--metrics", default="gen,prompt,streams,ttft",
                     help="comma-separated subset of gen,prompt,streams,ttft (default: all)")
     ap.add_argument("--reps-table", action="store_true", help="also print every repetition's value")

@@ -5,6 +5,10 @@ turned into llama-bench's arguments (n_gpu_layers, tensor split, the same tensor
 measures prompt processing at several batch sizes and generation, with op_offload on (-nopo 0) and off (-nopo 1):
 
     python bench/gpu_op_offload.py --bench PATH/llama-bench MODEL:BUDGET_GIB [MODEL:BUDGET_GIB ...] [--json OUT]
+                                   [--prompts 32,64,128,512] [--n-gen 0] [--min-batch 64] [--reps 3]
+
+--min-batch runs op_offload on again with each GGML_OP_OFFLOAD_MIN_BATCH value; the summary then says which value
+won at each prompt size and whether it is the one Strata's plan sets (Layout.op_offload_min_batch).
 
 op_offload lets the CUDA backend run an op whose weights live in system RAM on the GPU (copying the weights over
 PCIe) when the op's batch is at least GGML_OP_OFFLOAD_MIN_BATCH (default 32) tokens; below that it stays on the CPU.
@@ -51,9 +55,10 @@ def bench_args(layout) -> list[str]:
     return args
 
 
-def run_bench(bench: str, model: str, layout, threads: int, reps: int, env_extra: dict | None = None) -> list[dict]:
+def run_bench(bench: str, model: str, layout, threads: int, reps: int, env_extra: dict | None = None,
+              prompts=PROMPTS, n_gen: int = N_GEN, nopo: str = "0,1") -> list[dict]:
     cmd = [bench, "-m", model, "-t", str(threads), "-b", str(layout.n_batch), "-ub", str(layout.n_ubatch),
-           "-fa", "auto", "-p", ",".join(map(str, PROMPTS)), "-n", str(N_GEN), "-nopo", "0,1", "-r", str(reps),
+           "-fa", "auto", "-p", ",".join(map(str, prompts)), "-n", str(n_gen), "-nopo", nopo, "-r", str(reps),
            "-o", "json", *bench_args(layout)]
     print("$", " ".join(cmd), flush=True)
     env = {**os.environ, **(env_extra or {})}
@@ -79,6 +84,26 @@ def table(name: str, results: list[dict]) -> str:
     return "\n".join(out)
 
 
+def by_prompt(results: list[dict], off: bool) -> dict[int, float]:
+    return {r["n_prompt"]: r["avg_ts"] for r in results if not r["n_gen"] and bool(r["no_op_offload"]) == off}
+
+
+def verdict(entry: dict, planned: int) -> str:
+    """Which minimum batch was fastest at each prompt size (op_offload off counted too), against the plan's."""
+    base = entry["results"]
+    cols = {"off": by_prompt(base, True), "32 (default)": by_prompt(base, False)}
+    for mb, res in entry["min_batch"].items():
+        cols[mb] = by_prompt(res, False)
+    lines = [f"op_offload min batch: plan sets {planned or 'nothing (llama.cpp default 32)'}",
+             "| prompt | " + " | ".join(f"{k} tok/s" for k in cols) + " | best |",
+             "| ---: |" + " ---: |" * (len(cols) + 1)]
+    for n in sorted(cols["off"]):
+        vals = {k: v.get(n) for k, v in cols.items()}
+        best = max((k for k in vals if vals[k]), key=lambda k: vals[k])
+        lines.append(f"| {n} | " + " | ".join(f"{vals[k]:.1f}" if vals[k] else "-" for k in cols) + f" | {best} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="+", help="MODEL.gguf:BUDGET_GIB")
@@ -88,8 +113,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--min-batch", default="", help="also run op_offload on with these GGML_OP_OFFLOAD_MIN_BATCH "
                                                    "values (comma-separated)")
+    ap.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="prompt sizes for llama-bench -p")
+    ap.add_argument("--n-gen", type=int, default=N_GEN, help="generated tokens for llama-bench -n (0: none)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    prompts = [int(x) for x in a.prompts.split(",") if x]
     everything = []
     for spec in a.models:
         model, budget_gib = spec.rsplit(":", 1)
@@ -98,16 +126,25 @@ def main() -> int:
         cpu_exp = [i for i, d in enumerate(lay.expert_device) if d == "CPU"]
         desc = (f"{Path(model).name} under {budget_gib} GiB: ngl {lay.n_gpu_layers}, {len(cpu_blocks)} of "
                 f"{info.n_layer} blocks on the CPU, experts of {len(cpu_exp)} blocks on the CPU, overrides "
-                f"{lay.tensor_buft_overrides}; planner op_offload={lay.op_offload}")
+                f"{lay.tensor_buft_overrides}; planner op_offload={lay.op_offload}, "
+                f"op_offload_min_batch={lay.op_offload_min_batch}")
         print(desc, flush=True)
-        res = run_bench(a.bench, model, lay, a.threads, a.reps)
+        res = run_bench(a.bench, model, lay, a.threads, a.reps, prompts=prompts, n_gen=a.n_gen)
         print(table(desc, res), flush=True)
         entry = {"model": model, "budget_gib": float(budget_gib), "desc": desc, "layout": lay.to_dict(),
                  "results": res, "min_batch": {}}
+        if a.json:
+            Path(a.json).write_text(json.dumps(everything + [entry], indent=1))
         for mb in [m for m in a.min_batch.split(",") if m]:
-            r2 = run_bench(a.bench, model, lay, a.threads, a.reps, {"GGML_OP_OFFLOAD_MIN_BATCH": mb})
+            r2 = run_bench(a.bench, model, lay, a.threads, a.reps, {"GGML_OP_OFFLOAD_MIN_BATCH": mb},
+                           prompts=prompts, n_gen=a.n_gen, nopo="0")
             entry["min_batch"][mb] = r2
-            print(table(f"{desc} | GGML_OP_OFFLOAD_MIN_BATCH={mb} (its 'on' column)", r2), flush=True)
+            print(f"\n{desc} | GGML_OP_OFFLOAD_MIN_BATCH={mb}, op_offload on: "
+                  + ", ".join(f"{'gen' if r['n_gen'] else 'prompt'} {r['n_gen'] or r['n_prompt']}: "
+                              f"{r['avg_ts']:.1f} ± {r['stddev_ts']:.1f}" for r in r2), flush=True)
+            if a.json:
+                Path(a.json).write_text(json.dumps(everything + [entry], indent=1))
+        print("\n" + verdict(entry, lay.op_offload_min_batch), flush=True)
         everything.append(entry)
         if a.json:
             Path(a.json).write_text(json.dumps(everything, indent=1))

@@ -9,6 +9,8 @@ PY=${PY:-/work/main/.venv/bin/python}
 STAGE=${STAGE:-/tmp/strata-gpu-stage}
 mkdir -p "$DEST" "$STAGE"
 if [ ! -f "$DEST/llama-src.tgz" ] || [ ! -d "$DEST/py/llama_cpp" ]; then
+  [ -f "$STAGE"/llama_cpp_python-0.3.36.tar.gz ] || [ ! -f "$HERE"/bench/_build/llama_cpp_python-0.3.36.tar.gz ] || \
+    cp "$HERE"/bench/_build/llama_cpp_python-0.3.36.tar.gz "$STAGE"/    # bench/build_llama_server.sh's download
   [ -f "$STAGE"/llama_cpp_python-0.3.36.tar.gz ] || \
     "$PY" -m pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d "$STAGE"
   rm -rf "$STAGE/src" && mkdir -p "$STAGE/src" && tar -xzf "$STAGE"/llama_cpp_python-0.3.36.tar.gz -C "$STAGE/src" --strip-components=1
@@ -22,7 +24,7 @@ if [ ! -d "$DEST/whl" ]; then
     --platform manylinux_2_28_x86_64 -d "$DEST/whl" gguf==0.19.0 diskcache==5.6.3 platformdirs==4.14.7
 fi
 if [ ! -f "$DEST/tok.gguf" ]; then
-  (cd "$HERE" && PYTHONPATH=$HERE:$HERE/tests "$PY" - "$DEST/tok.gguf" <<'PYEOF'
+  (cd "$HERE" && PYTHONPATH=$HERE:$HERE/tests/support "$PY" - "$DEST/tok.gguf" <<'PYEOF'
 import sys
 import numpy as np
 from gguf import GGUFWriter
@@ -38,4 +40,5 @@ PYEOF
 fi
 rm -rf "$DEST/wt" && mkdir -p "$DEST/wt"
 (cd "$HERE" && tar -cf - --exclude=__pycache__ --exclude=bench/_build app tests bench pyproject.toml) | tar -xf - -C "$DEST/wt"
-du -sh "$DEST" "$DEST"/*
+du -sh "$DEST"/* "$DEST"
+git -C "$HERE" check-ignore -q "$DEST" || echo "WARNING: $DEST is not ignored by git: it would travel twice (add it to .git/info/exclude)"
