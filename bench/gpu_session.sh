@@ -70,13 +70,15 @@ cap() {
 # run a stage's command under `timeout` (its own process group, signalled whole at the cap), then end whatever of
 # that group outlived it (a server or runner a failing script did not stop would hold the GPU and CPUs)
 limited() {   # $1: cap in seconds, rest: the command
-  local t p rc; t=$(cap "$1"); shift
+  local t p rc left; t=$(cap "$1"); shift
   timeout -k 5 "$t" "$@" &
   p=$!
   wait "$p"; rc=$?
   [ "$rc" -eq 124 ] && el "killed after $t s (cap or deadline)"
-  if kill -0 -- "-$p" 2>/dev/null; then
-    el "ending what the stage left running"; kill -TERM -- "-$p" 2>/dev/null; sleep 2; kill -KILL -- "-$p" 2>/dev/null
+  left=$(ps -eo pid=,pgid=,stat=,args= | awk -v g="$p" '$2 == g && $3 !~ /^Z/ {print $1, substr($0, index($0, $4), 100)}')
+  if [ -n "$left" ]; then
+    el "ending what the stage left running: $(echo "$left" | tr '\n' ';')"
+    kill -TERM -- "-$p" 2>/dev/null; sleep 2; kill -KILL -- "-$p" 2>/dev/null
   fi
   return "$rc"
 }
