@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
-from typing import AsyncGenerator, AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any, AsyncGenerator, AsyncIterator, Iterable
 
 from aiohttp import web
 
@@ -65,21 +66,28 @@ class Renderer:
 KEEPALIVE_S = 10.0          # Anthropic's API pings its streams on about this pace
 
 
-async def paced(events: AsyncIterator, interval: float | None) -> AsyncGenerator:
-    """`events` as they come, and None each time `interval` seconds pass without one (None: never). The pending
-    step of `events` is never cancelled by the wait (that would end the generator), only when the consumer stops."""
+async def paced(events: AsyncIterator, interval) -> AsyncGenerator:
+    """`events` as they come, and None each time `interval` seconds pass without one (None: never; a callable: asked
+    before each wait, so the pace can change as the stream goes; 0: one turn of the event loop, time enough for a
+    step that need not wait). The pending step of `events` is never cancelled by the wait (that would end the
+    generator), only when the consumer stops."""
     if interval is None:
         async for ev in events:
             yield ev
         return
+    pace = interval if callable(interval) else (lambda: interval)
     it = events.__aiter__()
     step: asyncio.Future | None = None
     try:
         while True:
             if step is None:
                 step = asyncio.ensure_future(it.__anext__())
-            done, _ = await asyncio.wait({step}, timeout=interval)
-            if not done:
+            timeout = pace()
+            if timeout == 0:
+                await asyncio.sleep(0)      # the step, queued before this task resumes, runs until it must wait
+            else:
+                await asyncio.wait({step}, timeout=timeout)
+            if not step.done():
                 yield None
                 continue
             finished, step = step, None
@@ -100,41 +108,98 @@ def context(request: web.Request):
     return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
 
 
+class _Leased:
+    """_generation's first item: the model is leased (loaded, a slot taken); the prompt is not fitted yet."""
+
+
+LEASED = _Leased()
+
+
+@dataclass(frozen=True)
+class _Started:
+    """_generation's second item: the generation, its prompt fitted (the response's headers are known)."""
+    gen: Any
+
+
+async def _generation(scheduler, metrics, job) -> AsyncGenerator:
+    """One streamed generation as a sequence: LEASED, then the started Generation (its prompt fitted), then its
+    events. Closing it early frees the slot (or leaves the queue)."""
+    async with pipeline.generate(scheduler, metrics, job) as gen:
+        yield LEASED
+        await gen.start()
+        yield _Started(gen)
+        async for ev in gen.events():
+            yield ev
+
+
 async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> web.StreamResponse:
     """Run `req` and answer in the renderer's format. `make_renderer(job)` builds the renderer once the model
-    is resolved (some wire formats name the resolved model)."""
+    is resolved (some wire formats name the resolved model).
+
+    A stream answers once its prompt is fitted (a prompt that does not fit is an HTTP 400, not a stream that
+    fails), unless it must wait for its model first: queued behind the model's busy slots or waiting for its load.
+    Then, on a wire that has a keepalive, the stream opens at once (headers and the renderer's opening) and sends
+    the keepalive every KEEPALIVE_S until the reply comes, so a client with an idle limit (Bun's fetch, under Claude
+    Code and OpenCode: 5 minutes; Codex: 5 minutes without a Responses event) does not give up in the queue; what
+    fails after that is the stream's error event. Ollama's NDJSON has no keepalive and Ollama itself sends nothing
+    before the model is scheduled: that wire waits, silent, as Ollama does."""
     scheduler, _, metrics = context(request)
     job = await pipeline.prepare(scheduler, req)
     renderer: Renderer = make_renderer(job)
-    async with pipeline.generate(scheduler, metrics, job) as gen:
-        await gen.start()               # the prompt fitted (or the context grown) before any byte: a 400 stays one
-        if not req.stream:
-            return web.json_response(renderer.complete(await gen.collect()), headers=gen.headers())
-        w = renderer.writer(request)
-        w.resp.headers.update(gen.headers())
-        try:
+    if not req.stream:
+        async with pipeline.generate(scheduler, metrics, job) as whole:
+            await whole.start()         # the prompt fitted (or the context grown) before any byte: a 400 stays one
+            return web.json_response(renderer.complete(await whole.collect()), headers=whole.headers())
+    w = renderer.writer(request)
+    pings = type(renderer).keepalive is not Renderer.keepalive      # only a wire that has a keepalive
+    leased, opened = False, False
+    gen: pipeline.Generation | None = None
+
+    def pace() -> float | None:
+        if not pings:
+            return None
+        if opened:
+            return KEEPALIVE_S
+        if not leased:
+            return 0                    # a free slot on a loaded model is taken without waiting
+        return None                     # fitting the prompt: its refusal is still the HTTP answer
+
+    async def open_stream(headers: dict[str, str]) -> None:
+        nonlocal opened
+        if not opened:
+            opened = True
+            w.resp.headers.update(headers)
             await _send(w, renderer.opening())
-            pings = type(renderer).keepalive is not Renderer.keepalive      # only a wire that has a keepalive
-            async with aclosing(paced(gen.events(), KEEPALIVE_S if pings else None)) as events:
-                async for ev in events:
-                    if ev is None:
-                        await _send(w, renderer.keepalive())
-                    elif isinstance(ev, TextDelta):
-                        await _send(w, renderer.delta(ev))
-                    elif isinstance(ev, ThinkingDelta):
-                        await _send(w, renderer.thinking(ev))
-                    elif isinstance(ev, ToolCallEvent):
-                        await _send(w, renderer.tool_call(ev))
-                    elif isinstance(ev, Finished):
-                        await _send(w, renderer.finished(ev))
-        except ApiError as e:
-            if not w.resp.prepared:
-                raise
-            request_log.note_error(e.message)
-            await _send(w, renderer.error(e))
-            return await w.finish()
-        await _send(w, renderer.closing(gen.result))
+
+    try:
+        async with aclosing(_generation(scheduler, metrics, job)) as run, aclosing(paced(run, pace)) as events:
+            async for ev in events:
+                if ev is None:
+                    if not opened:                  # waiting for the model: answer now
+                        await open_stream(pipeline.job_headers(job))
+                    await _send(w, renderer.keepalive())
+                elif ev is LEASED:
+                    leased = True
+                elif isinstance(ev, _Started):
+                    gen = ev.gen
+                    await open_stream(gen.headers())
+                elif isinstance(ev, TextDelta):
+                    await _send(w, renderer.delta(ev))
+                elif isinstance(ev, ThinkingDelta):
+                    await _send(w, renderer.thinking(ev))
+                elif isinstance(ev, ToolCallEvent):
+                    await _send(w, renderer.tool_call(ev))
+                elif isinstance(ev, Finished):
+                    await _send(w, renderer.finished(ev))
+    except ApiError as e:
+        if not w.resp.prepared:
+            raise
+        request_log.note_error(e.message)
+        await _send(w, renderer.error(e))
         return await w.finish()
+    assert gen is not None                      # the run ended normally: it was started
+    await _send(w, renderer.closing(gen.result))
+    return await w.finish()
 
 
 async def _send(w, frames: Iterable[Frame]) -> None:

@@ -124,6 +124,14 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
     return Job(req, record.name, ro, runner_request, facts, parse_reply, record)
 
 
+def job_headers(job: Job) -> dict[str, str]:
+    """What the request alone tells the response, known before the model is leased: the offered tools that cannot
+    run here (a stream that opens while it waits for its model has only these; Generation.headers() adds the rest)."""
+    if job.request.dropped_tools:
+        return {"X-Strata-Dropped-Tools": ", ".join(job.request.dropped_tools)}
+    return {}
+
+
 def runner_error(e: Exception, model: str) -> ApiError:
     """A RunnerError as an HTTP error: the engine marks client mistakes (prompt too long, bad schema) with
     `status` 400; anything else is the server's problem, said plainly: a runner that died or froze says so in
@@ -212,9 +220,7 @@ class Generation:
             h["X-Strata-Truncated-Tokens"] = str(r.truncated_tokens)
         if r.reply_room is not None:
             h["X-Strata-Reply-Room"] = str(r.reply_room)
-        if self.job.request.dropped_tools:
-            h["X-Strata-Dropped-Tools"] = ", ".join(self.job.request.dropped_tools)
-        return h
+        return h | job_headers(self.job)
 
     async def _runner_events(self):
         if self._first is not None:

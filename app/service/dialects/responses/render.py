@@ -198,7 +198,15 @@ class ResponsesRenderer(Renderer):
         return out + [self._ev(kind, response=response)]
 
     def error(self, err: ApiError):
-        return [self._ev("error", code=err.code or err.type, message=err.message, param=err.param)]
+        """A failure after the stream began: the `error` event, then `response.failed` (the response, its items so
+        far and its `error`), which ends a Responses stream as OpenAI's does: Codex and the openai client read the
+        end of the turn from it."""
+        code = err.code or err.type
+        out = self._close_open()
+        response = self._response("failed", list(self.output))
+        response["error"] = {"code": code, "message": err.message}
+        return out + [self._ev("error", code=code, message=err.message, param=err.param),
+                      self._ev("response.failed", response=response)]
 
     # ---- whole ----------------------------------------------------------------------------------------------
     def complete(self, result: GenerationResult) -> dict:

@@ -1,0 +1,115 @@
+"""A streamed request queued behind a busy model answers at once: its headers, its dialect's opening and a
+keepalive come while it waits for a slot (clients with an idle limit, Bun's fetch under Claude Code and OpenCode,
+Codex's stream timeout, would otherwise give up in the queue); the reply follows once the slot is free.
+
+A live server on loopback with SmolLM2 on one slot; the test holds the model's only slot itself (a lease taken on
+the server's loop), so the requests stay queued until the test lets go: every step waits on what the clients have
+received, never on the clock. The official anthropic and openai clients read the streams."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from service_util import wait_for
+
+MODEL = "smollm2:135m"
+
+
+@pytest.fixture(scope="module")
+def server(live_service, smollm2_path):
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m")
+    httpx.post(svc.url + "/api/generate", json={"model": MODEL}, timeout=120)      # loaded once for the module
+    return svc
+
+
+def _queued(url: str) -> int:
+    models = httpx.get(url + "/api/ps", timeout=30).json()["models"]
+    return next(m["strata"]["queued"] for m in models if m["name"] == MODEL)
+
+
+class HeldSlot:
+    """The model's one slot, held by the test (as a running request would) until `release()`."""
+
+    def __init__(self, svc):
+        from app.service import appkeys
+
+        self.held, self._release = threading.Event(), threading.Event()
+        scheduler = svc.app[appkeys.SCHEDULER]
+
+        async def hold():
+            async with scheduler.lease(MODEL):
+                self.held.set()
+                await asyncio.to_thread(self._release.wait)
+
+        self.done = asyncio.run_coroutine_threadsafe(hold(), svc.loop)
+        wait_for(self.held.is_set, what="the slot held")
+
+    def release(self):
+        self._release.set()
+        self.done.result(timeout=120)
+
+
+def _anthropic(url: str, seen: dict, out: dict):
+    client = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0, timeout=600)
+    with client.messages.stream(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "Hi"}]) as s:
+        for ev in s:
+            seen.setdefault("anthropic", []).append(ev.type)
+        out["anthropic"] = s.get_final_message()
+
+
+def _chat(url: str, seen: dict, out: dict):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
+    chunks = []
+    for chunk in client.chat.completions.create(model=MODEL, max_tokens=4, stream=True,
+                                                messages=[{"role": "user", "content": "Hi"}]):
+        seen.setdefault("chat", []).append("chunk")
+        chunks.append(chunk)
+    out["chat"] = chunks
+
+
+def _responses(url: str, seen: dict, out: dict):
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
+    for ev in client.responses.create(model=MODEL, max_output_tokens=4, stream=True, input="Hi"):
+        seen.setdefault("responses", []).append(ev.type)
+    out["responses"] = seen["responses"]
+
+
+def test_queued_streams_open_at_once_and_answer_when_the_slot_frees(server):
+    slot = HeldSlot(server)
+    seen: dict[str, list] = {}
+    out: dict = {}
+    errors: list[BaseException] = []
+
+    def run(fn):
+        try:
+            fn(server.url, seen, out)
+        except BaseException as e:          # noqa: BLE001 - reported by the test below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(fn,)) for fn in (_anthropic, _chat, _responses)]
+    try:
+        for t in threads:
+            t.start()
+        # each client has its stream's opening while the slot is still held: nothing could have been generated
+        wait_for(lambda: errors or {"anthropic", "chat", "responses"} <= seen.keys(), what="the queued streams open")
+        assert not errors, errors
+        assert _queued(server.url) == 3
+        assert seen["anthropic"][0] == "message_start"
+        assert seen["responses"][:2] == ["response.created", "response.in_progress"]
+        # the Responses keepalive is an event the client sees: it came while the request still waited
+        wait_for(lambda: seen["responses"].count("response.in_progress") >= 2, what="a Responses keepalive")
+    finally:
+        slot.release()
+        for t in threads:
+            t.join(timeout=300)
+    assert not errors, errors
+    assert out["anthropic"].stop_reason in ("end_turn", "max_tokens") and out["anthropic"].content
+    assert out["chat"][0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in out["chat"] if c.choices][-1] in ("stop", "length")
+    assert out["responses"][-1] in ("response.completed", "response.incomplete")
+    assert _queued(server.url) == 0
