@@ -7,12 +7,12 @@ files: each agent takes its settings from the environment or the command line, w
 for this run only. See docs/architecture.md, "Coding agents".
 
 - Claude Code: ANTHROPIC_BASE_URL / ANTHROPIC_AUTH_TOKEN, every model tier it asks for (ANTHROPIC_MODEL,
-  ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL, ANTHROPIC_SMALL_FAST_MODEL, CLAUDE_CODE_SUBAGENT_MODEL) set to
-  the chosen model, its context window (CLAUDE_CODE_MAX_CONTEXT_TOKENS, read for non-Claude model names) and
-  reply size (CLAUDE_CODE_MAX_OUTPUT_TOKENS), 30-minute waits for a reply (API_TIMEOUT_MS,
-  CLAUDE_STREAM_IDLE_TIMEOUT_MS: see WAIT_MS), telemetry, error reports, surveys and the auto-updater off, and no
-  per-request attribution header in the system prompt (it would change the prompt's start on every request
-  and defeat the prompt cache).
+  ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU,FABLE}_MODEL, ANTHROPIC_SMALL_FAST_MODEL, CLAUDE_CODE_SUBAGENT_MODEL,
+  CLAUDE_CODE_AUTO_MODE_MODEL, CLAUDE_CODE_BG_CLASSIFIER_MODEL) set to the chosen model, its context window
+  (CLAUDE_CODE_MAX_CONTEXT_TOKENS, read for non-Claude model names) and reply size (CLAUDE_CODE_MAX_OUTPUT_TOKENS),
+  30-minute waits for a reply (API_TIMEOUT_MS, CLAUDE_STREAM_IDLE_TIMEOUT_MS: see WAIT_MS), telemetry, error
+  reports, surveys and the auto-updater off, and no per-request attribution header in the system prompt (it would
+  change the prompt's start on every request and defeat the prompt cache).
 - Codex: `-c` overrides: a `strata` provider (base_url .../v1, wire_api "responses", stream_idle_timeout_ms), the
   model, a model catalog (model_catalog_json, Codex's own ModelInfo shape: context window, modalities, reasoning
   levels; without it Codex warns "Model metadata ... not found" and guesses), analytics and update checks off.
@@ -136,8 +136,11 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
         "ANTHROPIC_DEFAULT_OPUS_MODEL": t.model,
         "ANTHROPIC_DEFAULT_SONNET_MODEL": t.model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": t.model,
+        "ANTHROPIC_DEFAULT_FABLE_MODEL": t.model,
         "ANTHROPIC_SMALL_FAST_MODEL": t.model,           # older releases' name for the haiku tier
         "CLAUDE_CODE_SUBAGENT_MODEL": t.model,
+        "CLAUDE_CODE_AUTO_MODE_MODEL": t.model,          # auto mode's permission decisions
+        "CLAUDE_CODE_BG_CLASSIFIER_MODEL": t.model,      # ... and its background classifier
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(t.context),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(t.max_output),
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
@@ -149,7 +152,8 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     }
-    notes = [f"every model tier Claude Code asks for (opus, sonnet, haiku, subagents) -> {t.model}"]
+    notes = [f"every model tier Claude Code asks for (opus, sonnet, haiku, fable, subagents, auto mode) -> "
+             f"{t.model}"]
     if not t.thinking:
         env["CLAUDE_CODE_DISABLE_THINKING"] = "1"
         notes.append(f"{t.model} cannot think: Claude Code's thinking is off")

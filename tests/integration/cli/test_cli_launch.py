@@ -126,7 +126,9 @@ def test_claude_gets_the_server_and_the_model_for_every_tier(serve, stubs):
     e = got["env"]
     assert e["ANTHROPIC_BASE_URL"] == url
     assert {e[k] for k in ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
-                           "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")} == {MODEL}
+                           "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_DEFAULT_FABLE_MODEL",
+                           "CLAUDE_CODE_SUBAGENT_MODEL", "CLAUDE_CODE_AUTO_MODE_MODEL",
+                           "CLAUDE_CODE_BG_CLASSIFIER_MODEL")} == {MODEL}
     assert e["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "4096" and e["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "1024"
     assert e["DISABLE_TELEMETRY"] == "1" and e["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     assert MODEL in got["served"]
