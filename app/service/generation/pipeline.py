@@ -279,12 +279,21 @@ class Generation:
 
 
 @asynccontextmanager
+async def leased(scheduler, name: str, ro: RequestOptions, keep_alive: KeepAlive, record=None, result=None):
+    """The model's lease (loaded, a slot taken), noted in the request log: the Server window's record of the
+    request gets the model, its load and queue waits, and the generation's `result` (None for embeddings,
+    reranking, token counts)."""
+    async with scheduler.lease(name, ro, keep_alive, record=record) as lease:
+        request_log.leased(lease, result)
+        yield lease
+
+
+@asynccontextmanager
 async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
     """Lease the model (load it if needed, wait for a slot), then hand out the generation."""
     result = GenerationResult(model=job.model)
-    async with scheduler.lease(job.model, job.options, job.keep_alive, record=job.record) as lease:
+    async with leased(scheduler, job.model, job.options, job.keep_alive, job.record, result) as lease:
         result.load_wait = lease.load_wait
-        request_log.leased(lease, result)           # the Server window's record of this request
         gen = Generation(lease, job, metrics, result, scheduler)
         try:
             yield gen
@@ -312,7 +321,7 @@ async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
     record = await scheduler.resolve(req.model)
     ro = request_options(req.options, record.parameters)
     name = record.name
-    async with scheduler.lease(name, ro, req.keep_alive) as lease:
+    async with leased(scheduler, name, ro, req.keep_alive, record) as lease:
         if not req.inputs:
             return EmbeddingResult(name, [], 0, lease.load_wait, 0.0)
         try:
@@ -334,7 +343,7 @@ async def count_prompt(scheduler, req: GenerationRequest) -> int:
 async def render_prompt(scheduler, req: GenerationRequest):
     """The request's prompt as its runner renders it for a generation (protocol.TokenizeResult: text, tokens)."""
     job = await prepare(scheduler, req)
-    async with scheduler.lease(job.model, job.options, job.keep_alive) as lease:
+    async with leased(scheduler, job.model, job.options, job.keep_alive, job.record) as lease:
         try:
             return await lease.client.render_prompt(job.runner_request)
         except RunnerError as e:
@@ -378,7 +387,7 @@ async def rerank(scheduler, metrics, req: RerankRequest) -> RerankResult:
                             f"'rank', e.g. the BGE or Qwen3 reranker families)", param="model")
     ro = request_options(req.options or {}, record.parameters)
     rid = new_id("rerank")
-    async with scheduler.lease(name, ro, req.keep_alive) as lease:
+    async with leased(scheduler, name, ro, req.keep_alive, record) as lease:
         try:
             res = await lease.client.embed(protocol.EmbedRequest(id=rid, inputs=req.documents, truncate=req.truncate,
                                                                  normalize=False, query=req.query))

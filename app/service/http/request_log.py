@@ -324,7 +324,8 @@ def note_model(body: dict) -> None:
 
 
 def leased(lease, result) -> None:
-    """A generation got its model and slot: its waits, the model's name, and the result it fills in."""
+    """A request got its model and slot: its waits, the model's name, and the generation's result it fills in
+    (None for a request that is not a generation: embeddings, reranking, token counts)."""
     rec = _current.get()
     if rec is None:
         return

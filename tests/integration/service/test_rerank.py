@@ -70,6 +70,16 @@ def test_same_fields_on_rerank_and_api_rerank(server):
         assert s == sorted(s, reverse=True)
 
 
+def test_rerank_requests_are_in_the_request_log_with_their_lease(server):
+    """A rerank request's record (the Server window's request log) has its model's lease: the waits for the load
+    and the slot, not one undivided `answer`."""
+    assert _post(server, "/v1/rerank", query=QUERY, documents=DOCS[:2]).status_code == 200
+    recs = httpx.get(server.url + "/api/requests", timeout=60).json()["requests"]
+    rec = next(r for r in recs if r["path"] == "/v1/rerank")
+    assert rec["status"] == 200 and rec["model"] == "reranker:latest"        # the name it resolved to
+    assert [name for name, _ in rec["phases"]][:3] == ["prepare", "load", "queued"]
+
+
 def test_empty_and_over_long_documents(server):
     r = _post(server, "/v1/rerank", query=QUERY, documents=[])
     assert r.status_code == 400 and r.json()["error"]["param"] == "documents"

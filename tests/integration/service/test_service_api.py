@@ -205,6 +205,15 @@ def test_embed(oc):
     assert len(legacy.embedding) == 576
 
 
+def test_embeddings_are_in_the_request_log_with_their_lease(oc, http):
+    """An embedding request's record (the Server window's request log) has its model's lease: the waits for the
+    load and the slot, as a generation's has, not one undivided `answer`."""
+    oc.embed(model=MODEL, input="hello world")
+    rec = next(r for r in http.get("/api/requests").json()["requests"] if r["path"] == "/api/embed")
+    assert rec["status"] == 200 and rec["model"] == MODEL
+    assert [name for name, _ in rec["phases"]][:3] == ["prepare", "load", "queued"]
+
+
 def test_embed_truncates_to_num_ctx(oc):
     """Ollama's /api/embed with truncate cuts an input to the load's num_ctx (a generative model embeds on its
     own context), and refuses it with truncate=false."""

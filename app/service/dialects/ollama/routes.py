@@ -22,7 +22,7 @@ async def _load_or_unload(request, req, *, chat: bool) -> web.Response:
         scheduler.request_unload(record.name)
         reason = "unload"
     else:
-        async with scheduler.lease(record.name, ro, req.keep_alive):
+        async with pipeline.leased(scheduler, record.name, ro, req.keep_alive, record):
             pass
         reason = "load"
     return web.json_response(render.load_answer(req.model, chat=chat, reason=reason))
