@@ -177,7 +177,9 @@ stage_build() {
 }
 
 stage_pack() {   # bring the build back (<= 4 x 15 MiB) so a fresh machine can skip the compile
-  (cd "$B/bin" && tar -cf - ./*.so* llama-server llama-bench) | xz -T0 -6 > /tmp/bin.tar.xz
+  wait_build || return 1
+  limited 120 bash -c "cd '$B/bin' && tar -cf - ./*.so* llama-server llama-bench | xz -T0 -6 > /tmp/bin.tar.xz" || {
+    rm -f /tmp/bin.tar.xz; el "pack: not finished"; return 1; }
   ls -la /tmp/bin.tar.xz
   if [ "$(stat -c %s /tmp/bin.tar.xz)" -le $((60 * 1024 * 1024)) ]; then
     split -b 15m /tmp/bin.tar.xz "$OUT/bin.tar.xz.part-"; ls -la "$OUT"
