@@ -1,5 +1,7 @@
 """What the model scheduler needs from the rest of the program, injected (as Ollama's sched.go injects
-`loadFn`/`getGpuFn`): find a model, read its GGUF facts, see the devices, plan a layout, start a runner.
+`loadFn`/`getGpuFn`): find a model, read its GGUF and projector facts, see the devices, plan a layout and its
+context, start a runner. Everything of the scheduler that touches a file, a device or a process goes through here
+(scheduling/loader.py calls them); what it imports from the engine besides is pure (scheduling/fit.py).
 `live(config, store)` wires the real ones; the scheduler's unit tests pass fakes that answer in microseconds."""
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from app.discovery import discover
 from app.discovery.inventory import Inventory
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
+from app.engine.gguf.projector import ProjectorInfo, read_projector
 from app.engine.planner.context import ContextChoice, context_for
 from app.engine.planner.options import plan_layout
 from app.engine.layout.types import Layout, PlanOptions
@@ -18,6 +21,10 @@ from app.engine.layout.types import Layout, PlanOptions
 from .config import ServiceConfig
 from .http.errors import ApiError
 from .store.proxy import AsyncStore, store_error, with_digest
+
+
+async def read_projector_in_thread(path: str) -> ProjectorInfo:
+    return await asyncio.to_thread(read_projector, path)
 
 
 @dataclass
@@ -34,6 +41,8 @@ class Collaborators:
     # (info, free inventory, options, STRATA_NUM_CTX, asked num_ctx or None, measured compute or None) -> the
     # load's context and why (planner.context.context_for; a pure estimate, run in a thread)
     choose_context: Callable[..., ContextChoice] = context_for
+    # a vision projector GGUF's path -> its facts (GGUFError, OSError)
+    projector_info: Callable[[str], Awaitable[ProjectorInfo]] = read_projector_in_thread
 
 
 def live(config: ServiceConfig, store: AsyncStore) -> Collaborators:

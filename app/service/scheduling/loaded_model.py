@@ -57,6 +57,16 @@ class LoadedModel:
         self.projector: ProjectorInfo | None = None  # of its vision projector, when it has one
         self.draft = None                # (record, ModelInfo) of its draft model (the `draft` option), or None
 
+    def begin_reload(self, options: PlanOptions, layout: Layout) -> RunnerClient | None:
+        """Back to "loading" with new options and layout (a larger context): the same object, so leases on it stay
+        valid, with a fresh `ready` for newcomers to wait on. Returns the old runner, detached first so that its
+        exit is not taken for a crash; the caller closes it."""
+        old, self.client = self.client, None
+        self.state, self.progress, self.ready = "loading", 0.0, asyncio.get_running_loop().create_future()
+        self.load_started = time.monotonic()
+        self.options, self.layout, self.asked_ctx = options, layout, None
+        return old
+
     @property
     def predicted(self) -> dict[str, int]:
         if self.layout is None:
