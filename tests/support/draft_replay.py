@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from repo_paths import TESTS
 
 from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
+from app.engine.runner.proposer import DraftAsk
 
 FIXTURES = TESTS / "support" / "fixtures" / "speculation"
 
@@ -61,7 +62,7 @@ def replay(prompt: list[int], reply: list[int], proposer: NgramProposer, rng: ra
     seconds, drafted, accepted, steps = 0.0, 0, 0, 0
     while any(seq.done < len(reply) - 1 for seq in seqs):
         gen = [seq for seq in seqs if seq.done < len(reply) - 1]
-        asks = [(seq, n) for seq in gen if (n := min(max_draft, len(reply) - 2 - seq.done)) > 0]
+        asks = [DraftAsk(seq, n) for seq in gen if (n := min(max_draft, len(reply) - 2 - seq.done)) > 0]
         drafts = proposer.propose(asks, len(gen), 512) if asks else {}
         rows = len(gen)
         for seq in gen:
@@ -72,16 +73,14 @@ def replay(prompt: list[int], reply: list[int], proposer: NgramProposer, rng: ra
             emitted = reply[seq.done + 1:seq.done + 2 + ok]   # the accepted drafts, then the token sampled after
             seq.history.append(seq.pending)
             seq.history.extend(emitted[:ok])
-            for tok in emitted:
-                if seq.drafter is not None:
-                    seq.drafter.push(tok)
+            proposer.emitted(seq, emitted)
             seq.pending = emitted[-1]
             seq.done += len(emitted)
             seq.n_gen += len(emitted)
             if draft:
                 drafted += len(draft)
                 accepted += ok
-                proposer.verified(seq, len(draft), ok)
+                proposer.verified(seq, len(seq.history), len(draft), ok)
             rows += len(draft)
         t = unit * epyc_cost(rows) * math.exp(rng.gauss(0.0, noise))
         costs.record(rows, t)

@@ -1,11 +1,12 @@
 """Drafts from a second, small model with the target's vocabulary (speculative decoding's draft model).
 
 The draft model has its own llama_model and llama_context, with one sequence per target slot (seq id = slot).
-Before a step, each generating sequence that may draft gets its draft context caught up with the target's tokens
-(its history and the pending token), then up to k tokens are drafted greedily, one draft-model decode per token
+After a step's sampling (the step executor's execute phase), each sequence that goes on generating and may draft
+gets its draft context caught up with the target's tokens (what its cells hold and the token it decodes next),
+then up to k tokens are drafted greedily, one draft-model decode per token
 for all drafting sequences at once; a draft ends early where the draft model is unsure (top probability below
 p_min: there the target would likely disagree, and a near-tie could flip between batch shapes) or at an
-end-of-generation token. The step executor verifies the draft in the target's batch like any other proposer's
+end-of-generation token. The next step verifies the draft in the target's batch like any other proposer's
 (runner/proposer.py), so the reply is the target's own, token for token.
 
 The draft context's KV is kept equal to a prefix of the target's tokens: `cells[slot]` lists what it holds. After
@@ -27,6 +28,7 @@ from app.engine.gguf.vocab_match import MAX_SIZE_DIFFERENCE
 from app.engine.layout.llama_params import context_params, draft_layout, model_params
 from app.engine.layout.types import Layout
 from app.engine.runner.batch import NpBatch
+from app.engine.runner.proposer import DraftAsk
 from app.engine.runner.sequence import Seq
 
 log = logging.getLogger("strata.engine")
@@ -67,19 +69,20 @@ class DraftModel:
         self.batch = NpBatch(max(self.n_batch, n_slots))
 
     # ---- the proposer interface ------------------------------------------------------------------------------
-    def propose(self, asks, n_seqs: int, capacity: int) -> dict[str, list[int]]:
+    def propose(self, asks: list[DraftAsk], n_seqs: int, capacity: int) -> dict[str, list[int]]:
         spare = capacity - n_seqs
         catch_up = self.n_batch
         b = self.batch
         b.clear()
         live: list[tuple[Seq, int, int]] = []          # (sequence, its longest draft, batch row of its logits)
         fed: list[tuple[Seq, list[int]]] = []           # what each sequence's row(s) in `b` add to its cells
-        for seq, limit in asks:
-            limit = min(limit, self.max_tokens, spare)
+        for ask in asks:
+            seq = ask.seq
+            limit = min(ask.limit, self.max_tokens, spare)
             if seq.cancelled or seq.slot is None or seq.media is not None or limit <= 0:
                 continue                                # (an image's embeddings: the draft model has no projector)
-            target = seq.history + [seq.pending]
-            cells = self._sync(seq.slot, target, keep_last=False)
+            target = ask.tokens()
+            cells = self._sync(seq.slot, target)
             todo = target[len(cells):]
             if len(todo) > catch_up:                    # a long prompt: catch up over several steps, no draft yet
                 if catch_up > 0:
@@ -119,10 +122,20 @@ class DraftModel:
                 break                                   # the drafts so far stand; their cells were rolled back
         return drafts
 
-    def verified(self, seq: Seq, n_drafted: int, n_accepted: int) -> None:
-        """Cut the draft context back to what the target's sequence now holds (the accepted prefix)."""
-        if seq.slot is not None:
-            self._sync(seq.slot, seq.history, keep_last=True)
+    def emitted(self, seq: Seq, tokens: list[int]) -> None:
+        pass                                # (the next proposal catches the draft context up with them)
+
+    def verified(self, seq: Seq, n_held: int, n_drafted: int, n_accepted: int) -> None:
+        """Cut the draft context back to what the target's sequence now holds: its first `n_held` tokens (the
+        drafted cells past the accepted prefix were rejected)."""
+        if seq.slot is None:
+            return
+        cells = self.cells[seq.slot]
+        if n_held < len(cells):
+            if not L.llama_memory_seq_rm(self.mem, seq.slot, n_held, -1):
+                L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
+                n_held = 0
+            del cells[n_held:]
 
     def close(self) -> None:
         if self.ctx:
@@ -133,13 +146,11 @@ class DraftModel:
             self.model = None
 
     # ---- helpers -----------------------------------------------------------------------------------------------
-    def _sync(self, slot: int, target: list[int], keep_last: bool) -> list[int]:
-        """Drop the slot's draft cells past their common prefix with `target`. Unless `keep_last`, the last token
-        of `target` is always left to decode (its logits give the first draft token)."""
+    def _sync(self, slot: int, target: list[int]) -> list[int]:
+        """Drop the slot's draft cells past their common prefix with `target`, and always the last token of
+        `target` (it is decoded again: its logits give the first draft token)."""
         cells = self.cells[slot]
-        n = common_prefix(cells, target)
-        if not keep_last:
-            n = min(n, len(target) - 1)
+        n = min(common_prefix(cells, target), len(target) - 1)
         if n < len(cells):
             if not L.llama_memory_seq_rm(self.mem, slot, n, -1):
                 L.llama_memory_seq_rm(self.mem, slot, -1, -1)

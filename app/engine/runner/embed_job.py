@@ -7,16 +7,17 @@ from __future__ import annotations
 import logging
 
 from app.engine import protocol as P
+from app.engine.runner.output_port import EmbedJob
 from app.engine.runner.placement import Placement
 from app.engine.runner.step_clock import StepClock
 
 log = logging.getLogger("strata.engine")
 
 
-def run_embed_job(job, embedder, placement: Placement, free_slots: list[int], clock: StepClock, send) -> bool:
+def run_embed_job(job: EmbedJob, embedder, placement: Placement, free_slots: list[int], clock: StepClock, send) -> bool:
     """Run one embedding job to the end; False (job kept) while a generative model has no free slot for it
     (the service leases a slot per embedding request, so one frees up as running sequences finish)."""
-    req, token_lists, n_tokens = job
+    req, token_lists, n_tokens = job.req, job.token_lists, job.n_tokens
     seq_id = 0
     if embedder.is_embedding_model:
         placement.forget_all()     # it decodes on this context and clears its memory

@@ -17,6 +17,7 @@ import logging
 from bisect import bisect_left
 
 from app.engine.runner.draft_policy import GuessScore, StepCosts
+from app.engine.runner.proposer import DraftAsk
 
 log = logging.getLogger("strata.engine.draft")
 
@@ -110,15 +111,22 @@ class NgramProposer:
     def __init__(self, costs: StepCosts | None = None):
         self.costs = costs or StepCosts()
 
-    def propose(self, asks, n_seqs: int, capacity: int) -> dict[str, list[int]]:
+    def emitted(self, seq, tokens: list[int]) -> None:
+        drafter = seq.drafter
+        if drafter is not None:
+            for tok in tokens:
+                drafter.push(tok)
+
+    def propose(self, asks: list[DraftAsk], n_seqs: int, capacity: int) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         step = self.costs.step(n_seqs)
-        for seq, limit in asks:
-            limit = min(limit, capacity - step.rows)
+        for ask in asks:
+            seq = ask.seq
+            limit = min(ask.limit, capacity - step.rows)
             if limit <= 0:
                 continue
             if seq.drafter is None:
-                seq.drafter = NgramDrafter(seq.history + [seq.pending])
+                seq.drafter = NgramDrafter(ask.tokens())
             guess = seq.drafter.lookup(limit)
             chances = seq.drafter.score.chances(len(guess))
             n = step.take(chances)
@@ -131,8 +139,8 @@ class NgramProposer:
                 out[seq.id] = guess[:n]
         return out
 
-    def verified(self, seq, n_drafted: int, n_accepted: int) -> None:
-        pass                                # (its guess was scored token by token already: NgramDrafter.push)
+    def verified(self, seq, n_held: int, n_drafted: int, n_accepted: int) -> None:
+        pass                                # (its guess was scored token by token already: `emitted`)
 
     def close(self) -> None:
         pass

@@ -13,7 +13,8 @@ import time
 from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.output import logprobs_from_logits
-from app.engine.runner.output_port import LoopPort
+from app.engine.runner.output_port import (Admit, EmbedInputs, EmbedJob, LoopPort, OutputItem, Quit, Released,
+                                           StepTokens)
 from app.engine.runner.sequence import Seq
 from app.engine.runner.testhooks import Hooks
 
@@ -39,7 +40,7 @@ def stream_interval_s(gpu_devices, n_threads: int, setting_ms: float | None = No
 
 
 class OutputThread:
-    """Works the loop's `out_q`: ("admit", Seq), ("step", results), ("done", Seq), ("embed", req), ("quit", _).
+    """Works the loop's `out_q` (output_port.OutputItem: Admit, StepTokens, Released, EmbedInputs, Quit).
     It writes a request's admission record and output state (sequence.py) and reaches the loop only through its
     port (output_port.py)."""
 
@@ -56,23 +57,26 @@ class OutputThread:
 
     def run(self):
         while True:
-            kind, item = self.out_q.get()
-            if kind == "quit":
+            item: OutputItem = self.out_q.get()
+            kind = type(item)
+            if kind is Quit:
                 return
             try:
-                if kind == "step":
-                    for seq, tok, logits, eog in item:
-                        self.on_token(seq, tok, logits, eog)
-                elif kind == "done":
-                    self.on_done(item)
-                elif kind == "admit":
-                    self.on_admit(item)
-                elif kind == "embed":
-                    self.on_embed(item)
+                if kind is StepTokens:
+                    for s in item.sampled:
+                        seq = s.span.seq
+                        for tok, logits, eog in s.tokens:
+                            self.on_token(seq, tok, logits, eog)
+                elif kind is Released:
+                    self.on_done(item.seq)
+                elif kind is Admit:
+                    self.on_admit(item.seq)
+                elif kind is EmbedInputs:
+                    self.on_embed(item.req)
             except Exception:
-                log.exception("output thread: %s failed", kind)
-                if kind == "done":
-                    self.port.forget(item.id)
+                log.exception("output thread: %s failed", kind.__name__)
+                if kind is Released:
+                    self.port.forget(item.seq.id)
 
     def on_admit(self, seq: Seq):
         if seq.cancelled:
@@ -176,4 +180,4 @@ class OutputThread:
         except ValueError as e:
             self.send(P.EmbedResult(req.id, [], 0, error=str(e)))
             return
-        self.port.enqueue((req, token_lists, n_tokens))
+        self.port.enqueue(EmbedJob(req, token_lists, n_tokens))

@@ -72,7 +72,7 @@ class Placement:
         free = [i for i, s in enumerate(slot_seqs) if s is None]
         if not seq.req.cache_prompt:
             slot = self._take(self.slots.victim(free), 0)
-            self._start(seq, 0)
+            self._start(seq, slot, 0)
             return slot
         prompt = seq.prompt
         limit = max(0, len(prompt) - 1)
@@ -84,7 +84,7 @@ class Placement:
         disk, n_disk = self._best_on_disk(prompt, limit)
         if disk is not None and n_disk >= max(n_slot, n_host, n_src) + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
-            self._start(seq, self._restore_disk(disk, slot, n_disk))
+            self._start(seq, slot, self._restore_disk(disk, slot, n_disk))
             return slot
         if src is not None and n_src >= max(n_slot, n_host) + MIN_SHARE_TOKENS:
             slot = self._take(self.slots.victim(free), 0)
@@ -92,11 +92,10 @@ class Placement:
             return slot
         if entry is not None and n_host >= n_slot + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
-            n = self._restore_entry(entry, slot, n_host)
-            self._start(seq, n)
+            self._start(seq, slot, self._restore_entry(entry, slot, n_host))
             return slot
         self._take(slot, n_slot)
-        self._start(seq, self._resume(slot, n_slot))
+        self._start(seq, slot, self._resume(slot, n_slot))
         return slot
 
     # ---- how much of a common prefix a memory can continue from ----------------------------------------------
@@ -246,7 +245,16 @@ class Placement:
             return 0
         return n
 
-    def _start(self, seq: Seq, n: int) -> None:
+    def _start(self, seq: Seq, slot: int, n: int) -> None:
+        """`seq` starts in `slot`, whose cells hold the first n tokens of its prompt. A prefix must not end inside
+        an image (its embeddings come whole): then the cells go back to the image's start."""
+        if n > 0 and seq.media is not None:
+            start = seq.media.inside(n)
+            if start is not None:
+                if not L.llama_memory_seq_rm(self.mem, slot, start, -1):
+                    L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+                    start = 0
+                n = start
         seq.todo = seq.n_past = seq.n_cached = n
         seq.history = seq.prompt[:n].tolist()
         seq.state = PREFILL
@@ -283,7 +291,7 @@ class Placement:
                 self._copy(seq, src, n)
             elif src.slot is None or src.cancelled or not exact:
                 seq.wait_src = None
-                self._start(seq, 0)     # the source went away before reaching the prefix: compute it here
+                self._start(seq, seq.kv_slot, 0)    # the source went away before reaching the prefix: compute it here
 
     def _copy(self, seq: Seq, src: Seq, n: int) -> None:
         dst, src_slot = seq.slot, src.slot
@@ -296,7 +304,7 @@ class Placement:
             L.llama_memory_seq_cp(self.mem, src_slot, dst, -1, -1)
             self.pending_copy.update((src_slot, dst))
         seq.wait_src = None
-        self._start(seq, self._trim(dst, n))
+        self._start(seq, dst, self._trim(dst, n))
 
     # ---- a sequence leaves its slot ---------------------------------------------------------------------------
     def release(self, seq: Seq, keep: bool, slot_seqs) -> None:

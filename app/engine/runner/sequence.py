@@ -77,8 +77,10 @@ class Seq:
         self.wait_src = None            # state WAIT: the running Seq whose first `wait_n` cells this one copies
         self.wait_n = 0
         self.pending = -1               # sampled, not yet decoded
-        self.drafter = None             # ngram_draft.NgramDrafter, made at the first step that may draft
-        self.draft: list[int] = []      # this step's draft: decoded after `pending`, verified when sampling
+        self.drafter = None             # ngram_draft.NgramDrafter (the proposer's own), made when it first drafts
+        # the draft proposed for the next step (the update sets it after sampling); the next plan takes it into
+        # its span (step_plan.Span.draft), which verifies it
+        self.draft: list[int] = []
         self.n_drafted = self.n_accepted = 0
         self.n_gen = 0
         self.sampler = None             # from adm.sampler; freed (None) at release

@@ -1,7 +1,8 @@
 """Speculative decoding's per-step choices (docs/architecture.md, "Speculative decoding"): whether this runner
-drafts at all (`speculation`), which tokens each generating sequence drafts this step (`Drafting.drafts`, through
-the proposer), and the bookkeeping after verification (`Drafting.settle`). The scheduler asks; the executor
-verifies while sampling.
+drafts at all (`speculation`), and, in the step executor right after sampling (as vLLM v1's worker drafts), what
+the step's verification gave (the proposer learns it, the totals count it) and which tokens each sequence that
+goes on generating drafts for its next step (`Drafting.after_step`, through the proposer). The update hands the
+drafts to the sequences; the next plan verifies them.
 Covered by tests/integration/engine/test_speculative.py and test_draft_model.py.
 """
 from __future__ import annotations
@@ -13,7 +14,9 @@ from llama_cpp import llama_cpp as L
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.draft_policy import StepCosts
 from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
+from app.engine.runner.proposer import DraftAsk
 from app.engine.runner.sequence import Seq
+from app.engine.runner.step_plan import Proposal, Sampled, StepPlan
 
 log = logging.getLogger("strata.engine.draft")
 
@@ -54,47 +57,67 @@ class Drafting:
         if draft is not None:               # a cancel stops the draft model's decode the same way
             abort.install(draft.ctx)
 
-    def may_draft(self, n_gen: int) -> bool:
-        """Whether this step may draft at all."""
-        return self.on and n_gen > 0
-
-    def drafts(self, gen: list[Seq], capacity: int) -> dict[str, list[int]]:
-        """The tokens each generating sequence decodes after its pending token this step (request id -> draft):
-        the proposer's guess, within each sequence's limit and the batch's rows. A cancel arriving meanwhile
-        aborts a draft model's decode."""
-        asks = [(seq, n) for seq in gen if (n := self.limit(seq)) > 0]
+    def after_step(self, plan: StepPlan, sampled: list[Sampled], t_decode: float) -> list[Proposal]:
+        """Execute phase, after sampling a successful decode: the step's cost by rows (a generation-only step),
+        what each sequence emitted and how its draft fared (the proposer's and the totals' bookkeeping), then the
+        drafts of the next step for every sequence that goes on generating, in slot order. A cancel arriving
+        meanwhile aborts a draft model's decode (no drafts this time)."""
+        if not self.on:
+            return []
+        if plan.gen_only:
+            self.record_step(plan.batch.n, t_decode)
+        proposer = self.proposer
+        going_on = []
+        for s in sampled:
+            seq = s.span.seq
+            if s.tokens:
+                proposer.emitted(seq, [t.token for t in s.tokens])
+            if s.n_drafted:
+                self._verified(s)
+            if not s.reason and not seq.cancelled and not seq.out.reason:
+                going_on.append(s)
+        if not going_on:
+            return []
+        if len(going_on) > 1:
+            going_on.sort(key=lambda s: s.span.seq.slot or 0)
+        asks = []
+        for s in going_on:
+            n = self.limit(s)
+            if n > 0:
+                asks.append(DraftAsk(s.span.seq, n, [t.token for t in s.tokens], s.span))
         if not asks:
-            return {}
-        self.abort.in_flight = {seq.id for seq, _ in asks}
+            return []
+        self.abort.in_flight = {a.seq.id for a in asks}
         try:
-            return self.proposer.propose(asks, len(gen), capacity)
+            drafts = proposer.propose(asks, len(going_on), plan.batch.capacity)
         finally:
             self.abort.in_flight = set()
+        return [Proposal(a.seq, d) for a in asks if (d := drafts.get(a.seq.id))]
 
-    def limit(self, seq: Seq) -> int:
-        """The longest draft `seq` may decode this step: 0 when speculation is off (runner, request, or a model
-        whose memory cannot drop cells by position), else bounded by the context and the reply's token limit."""
+    def limit(self, s: Sampled) -> int:
+        """The longest draft `s`'s sequence may decode next step: 0 when speculation is off (runner, request, or a
+        model whose memory cannot drop cells by position), else bounded by the context and the reply's token
+        limit, as the sequence stands once this step is applied."""
+        span, seq = s.span, s.span.seq
         if not (self.on and seq.speculate) or seq.req.num_predict == 0:
             return 0
-        limit = min(self.max_draft, self.n_ctx_seq - seq.n_past - 1)
+        n_past = span.pos0 + (span.n if span.prefill else 1 + s.n_accepted)
+        limit = min(self.max_draft, self.n_ctx_seq - n_past - 1)
         if seq.req.num_predict > 0:
-            limit = min(limit, seq.req.num_predict - seq.n_gen - 1)
+            limit = min(limit, seq.req.num_predict - (seq.n_gen + len(s.tokens)) - 1)
         return max(0, limit)
 
-    def settle(self, seq: Seq, n_draft: int, n_ok: int) -> None:
-        """After verifying a draft (the executor removed the rejected cells from KV; seq.history and seq.pending
-        say what the sequence holds now): count it and tell the proposer."""
-        seq.n_drafted += n_draft
-        seq.n_accepted += n_ok
+    def _verified(self, s: Sampled) -> None:
+        """A verified draft: count it and tell the proposer (the executor removed the rejected cells from KV)."""
+        seq, n_draft, n_ok = s.span.seq, s.n_drafted, s.n_accepted
         self.drafted_total += n_draft
         self.accepted_total += n_ok
-        self.proposer.verified(seq, n_draft, n_ok)
+        self.proposer.verified(seq, s.span.pos0 + 1 + n_ok, n_draft, n_ok)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("verified %s drafted=%d accepted=%d", seq.id, n_draft, n_ok)
 
     def record_step(self, rows: int, t_decode: float) -> None:
         """A generation-only step's decode seconds by its rows (with or without drafts), for draft_policy.StepCosts."""
-        if self.on:
-            self.costs.record(rows, t_decode)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("step rows=%d ms=%.1f pace=%.1f ms", rows, t_decode * 1000, (self.costs.pace or 0.0) * 1000)
+        self.costs.record(rows, t_decode)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("step rows=%d ms=%.1f pace=%.1f ms", rows, t_decode * 1000, (self.costs.pace or 0.0) * 1000)

@@ -16,15 +16,16 @@ from app.engine.runner.heartbeat import expected_step_s
 
 
 # The context thread's phases of a batch step, in order. Host work: "loop" (between steps: reap, admission to
-# slots, waiting sequences), "schedule" (the plan and its batch rows, drafts excluded), "draft" (the proposer's
-# lookups), "launch" (the executor's work before llama_decode), "shadow" (work done after llama_decode returned and
-# before the first synchronizing call: hidden behind the GPU's compute on a GPU build), "sample" (the samplers,
-# after the logits are there), "update" (applying the result), "handoff" (tokens to the output thread). Not host
-# work: "decode" (inside llama_decode) and "sync" (llama_synchronize: the wait for the device's compute).
+# slots, waiting sequences), "schedule" (the plan and its batch rows), "launch" (the executor's work before
+# llama_decode), "shadow" (work done after llama_decode returned and before the first synchronizing call: hidden
+# behind the GPU's compute on a GPU build), "sample" (the samplers, after the logits are there), "draft" (the next
+# step's drafts: the proposer's lookups, a draft model's decodes), "update" (waiting for the step's preparation,
+# applying the result), "handoff" (tokens to the output thread). Not host work: "decode" (inside llama_decode) and
+# "sync" (llama_synchronize: the wait for the device's compute).
 # "helper": host work a helper thread did beside the decode (step_prepare.py), not on the context thread.
 # "host_cpu": the context thread's CPU time over the step less its CPU time inside llama_decode (the host phases'
 # work without the time it waited for a CPU or for the GIL: steadier on a busy machine).
-HOST_PHASES = ("loop", "schedule", "draft", "launch", "shadow", "sample", "update", "handoff")
+HOST_PHASES = ("loop", "schedule", "launch", "shadow", "sample", "draft", "update", "handoff")
 PHASES = HOST_PHASES + ("decode", "sync", "helper", "host_cpu")
 
 

@@ -1,10 +1,12 @@
 """The step executor (context thread): runs a `StepPlan` on the llama context and says what happened.
 
 It encodes the plan's image (runner/media.py), calls `llama_decode` on the batch (the GIL is released there; on
-SmolLM2, CPU, 1 thread, the context thread spends ~97-99% of its step time inside it: Stats.decode_fraction), and
-samples every row that has logits with the sequence's own chain, verifying drafts on the way. It writes no
-sequence state except what llama.cpp itself changed (rolled-back or rejected KV cells, the sampler chains);
-step_update.py applies the result. A cancel stops a running decode (decode_abort.py).
+SmolLM2, CPU, 1 thread, the context thread spends ~97-99% of its step time inside it: Stats.decode_fraction),
+samples every row that has logits with the sequence's own chain, verifying drafts on the way, and then, as vLLM
+v1's worker does, drafts the next step (speculation.Drafting.after_step: prompt lookup, or a draft model's
+decodes). It writes no sequence state except what llama.cpp itself changed (rolled-back or rejected KV cells, the
+sampler chains) and the proposer's own (its per-sequence lookup table, a draft model's context); step_update.py
+applies the result. A cancel stops a running decode (decode_abort.py).
 Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py and
 test_speculative.py (a real runner process).
 """
@@ -18,17 +20,18 @@ from llama_cpp import llama_cpp as L
 
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.sequence import Seq
+from app.engine.runner.speculation import Drafting
 from app.engine.runner.step_clock import StepClock
-from app.engine.runner.step_plan import Sampled, Span, StepPlan, StepResult
+from app.engine.runner.step_plan import Sampled, SampledToken, Span, StepPlan, StepResult
 from app.engine.runner.step_prepare import StepPrepare
 from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
 
 class StepExecutor:
-    def __init__(self, model, ctx, *, vocab_out, clock: StepClock, abort: DecodeAbort, hooks: Hooks | None = None,
-                 media=None):
-        self.ctx, self.vocab_out, self.clock, self.abort = ctx, vocab_out, clock, abort
+    def __init__(self, model, ctx, *, vocab_out, clock: StepClock, abort: DecodeAbort, drafting: Drafting,
+                 hooks: Hooks | None = None, media=None):
+        self.ctx, self.vocab_out, self.clock, self.abort, self.drafting = ctx, vocab_out, clock, abort, drafting
         self.hooks = hooks or Hooks()
         self.media = media                  # media.Media (the model's projector) or None
         self.vocab = L.llama_model_get_vocab(model)
@@ -40,14 +43,29 @@ class StepExecutor:
 
     # ---- one plan ------------------------------------------------------------------------------------------
     def execute(self, plan: StepPlan, prepare: StepPrepare | None = None) -> StepResult:
-        """Run `plan`. `prepare` (step_prepare.py): the next step's preparation, told when the decode starts and
-        when it returned (before anything synchronizes with the device)."""
+        """Run `plan`, then draft the next step. `prepare` (step_prepare.py): the next step's preparation, told
+        when the decode starts and when it returned (before anything synchronizes with the device), and waited
+        for before drafting (it moves the sequences on, which drafting reads)."""
         result = StepResult()
         if plan.image is not None:
             self._eval_image(plan.image, result)
-        b = plan.batch
-        if b.n == 0:
+        if plan.batch.n == 0:
             return result
+        try:
+            self._decode_and_sample(plan, prepare, result)
+        finally:
+            t_sampled = time.perf_counter()
+            if prepare is not None:
+                prepare.finish(plan, result.rc)
+        if result.rc == 0:
+            t0 = time.perf_counter()
+            result.drafts = self.drafting.after_step(plan, result.sampled, result.t_decode)
+            result.t_draft = time.perf_counter() - t0
+            self.clock.phases.add("update", t0 - t_sampled)
+        return result
+
+    def _decode_and_sample(self, plan: StepPlan, prepare: StepPrepare | None, result: StepResult) -> None:
+        b = plan.batch
         t_launch = time.perf_counter()
         self.clock.begin(b.n, plan.t_start)             # the heartbeat reports the step while it runs
         result.rc, result.message, result.t_decode, result.c_decode = self._decode(plan, prepare)
@@ -60,7 +78,7 @@ class StepExecutor:
                     L.llama_memory_seq_rm(self.mem, span.seq.slot, span.pos0, -1)
             if result.rc != 2:                           # 2: aborted for a cancel, the others just retry
                 log.error("%s (batch of %d tokens)", result.message, b.n)
-            return result
+            return
         t_shadow = time.perf_counter()
         L.llama_synchronize(self.ctx)                   # the first wait for the device (sampling would wait here)
         t_synced = time.perf_counter()
@@ -71,7 +89,6 @@ class StepExecutor:
         ph.add("shadow", t_shadow - t_decoded)
         ph.add("sync", t_synced - t_shadow)
         ph.add("sample", time.perf_counter() - t_synced)
-        return result
 
     def _decode(self, plan: StepPlan, prepare: StepPrepare | None) -> tuple[int, str, float, float]:
         """llama_decode on the plan's batch, unless a cancel arrived while it was built. (rc, message, seconds,
@@ -103,7 +120,7 @@ class StepExecutor:
         distribution. The rejected drafted cells leave KV here, so KV = history again (the prompt cache relies
         on it)."""
         seq, draft = span.seq, span.draft
-        out = Sampled(seq)
+        out = Sampled(span, n_drafted=len(draft))
         if seq.req.num_predict == 0:                 # prompt only (like llama-server's n_predict 0): no token
             out.reason = "length"
             return out
@@ -119,7 +136,7 @@ class StepExecutor:
                 out.t_first = time.perf_counter()
             n_gen += 1
             eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
-            out.tokens.append((tok, logits, eog))
+            out.tokens.append(SampledToken(tok, logits, eog))
             out.reason = self._end_reason(seq, tok, eog, n_gen, pos + out.n_accepted)
             if out.reason or out.n_accepted == len(draft) or tok != draft[out.n_accepted]:
                 break

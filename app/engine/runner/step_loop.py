@@ -3,10 +3,10 @@ update(plan, result)`, the output thread beside it, and the reader thread's entr
 
 Threads (docs/architecture.md, "Process model" and "Runner"):
 - the CONTEXT thread owns the llama context. Each iteration it reaps ended sequences, admits ready ones into free
-  slots, runs a waiting embedding job, then one step: the scheduler decides (step_scheduler.py: admission to
-  slots, context shift, drafts, prefill grants, the batch), the executor runs the plan (step_executor.py:
-  image, llama_decode, sampling, end reasons) and the update applies the result (step_update.py). Nothing else
-  touches the context.
+  slots, runs a waiting embedding job, then one step: the scheduler decides (step_scheduler.py: context shift,
+  which proposed drafts fit, prefill grants, the batch), the executor runs the plan (step_executor.py: image,
+  llama_decode, sampling with draft verification, end reasons, then the next step's drafts) and the update
+  applies the result (step_update.py). Nothing else touches the context.
 - the OUTPUT thread (output_thread.py) does everything else while the context thread decodes: admission
   (admission.py), and the outputs of the last step (detokenize, stop strings, logprobs, events to the parent).
   It reaches the loop only through its port (output_port.py: ready, enqueue, wake, forget).
@@ -28,7 +28,7 @@ from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.embed_job import run_embed_job
-from app.engine.runner.output_port import LoopInbox
+from app.engine.runner.output_port import Admit, EmbedInputs, LoopInbox, Quit
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import Seq
@@ -56,18 +56,18 @@ class StepLoop:
         mem = L.llama_get_memory(ctx)
         can_shift = bool(mem) and bool(L.llama_memory_can_shift(mem)) and not self.hooks.no_shift
         self.inbox = LoopInbox()
-        self.out_q: queue.SimpleQueue = queue.SimpleQueue()     # ("admit"|"step"|"done"|"embed"|"quit", item)
+        self.out_q: queue.SimpleQueue = queue.SimpleQueue()     # output_port.OutputItem
         self.stopping = False
         self.clock = StepClock(warmup_s)
         self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache)
         self.abort = DecodeAbort(model)
         self.drafting = Drafting(model, n_ctx_seq, self.abort, speculative, draft)   # draft: draft_model.DraftModel
         self.scheduler = StepScheduler(ctx, n_slots=n_slots, n_batch=L.llama_n_batch(ctx), n_ctx_seq=n_ctx_seq,
-                                       placement=self.placement, drafting=self.drafting, inbox=self.inbox,
-                                       out_q=self.out_q, send=send, hooks=self.hooks, can_shift=can_shift)
+                                       placement=self.placement, inbox=self.inbox, out_q=self.out_q, send=send,
+                                       hooks=self.hooks, can_shift=can_shift)
         self.executor = StepExecutor(model, ctx, vocab_out=vocab_out, clock=self.clock, abort=self.abort,
-                                     hooks=self.hooks, media=media)
-        self.update = StepUpdate(self.scheduler, self.placement, self.drafting, self.clock, self.out_q)
+                                     drafting=self.drafting, hooks=self.hooks, media=media)
+        self.update = StepUpdate(self.scheduler.release, self.placement, self.clock, self.out_q)
         # async batch preparation (step_prepare.py): where the next step's token-free host work runs
         self.prepare = StepPrepare(prepare_mode(async_prep, gpu, L.llama_n_threads(ctx), cpu_cores()),
                                    self.update, self.scheduler, self.clock.phases)
@@ -87,10 +87,10 @@ class StepLoop:
             self.send(P.ErrorEvent(req.id, f"duplicate request id {req.id!r}", kind="invalid"))
             return
         self.inbox.seqs[req.id] = seq
-        self.out_q.put(("admit", seq))
+        self.out_q.put(Admit(seq))
 
     def submit_embed(self, req: P.EmbedRequest) -> None:
-        self.out_q.put(("embed", req))
+        self.out_q.put(EmbedInputs(req))
 
     def cancel(self, req_id: str) -> None:
         seq = self.inbox.seqs.get(req_id)
@@ -119,7 +119,7 @@ class StepLoop:
         self.prepare.close()
         self.stopping = True
         self.inbox.wake()
-        self.out_q.put(("quit", None))
+        self.out_q.put(Quit())
         for t in self.threads:
             if t.is_alive():
                 t.join(timeout)
@@ -156,8 +156,6 @@ class StepLoop:
         try:
             result = self.executor.execute(plan, prepare)
             t_executed = time.perf_counter()
-            if prepare is not None:
-                prepare.finish(plan, result.rc)
             self.update(plan, result)
         finally:
             self.clock.end()
@@ -168,8 +166,8 @@ class StepLoop:
             ph.steps += 1
             ph.rows += plan.batch.n
             ph.add("loop", plan.t_start - t_loop)
-            ph.add("schedule", t_planned - plan.t_start - plan.t_draft)
-            ph.add("draft", plan.t_draft)
+            ph.add("schedule", t_planned - plan.t_start)
+            ph.add("draft", result.t_draft)
             ph.add("update", t_end - t_executed - result.t_handoff)
             ph.add("host_cpu", time.thread_time() - c_loop - result.c_decode)
         return True

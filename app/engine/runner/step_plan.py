@@ -7,12 +7,15 @@ Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
 
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.sequence import Seq
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     """`n` rows of one sequence in the batch, from KV position `pos0`: a generating sequence's pending token
     and its draft (`draft`, verified when sampling), or a chunk of a prompt."""
@@ -23,45 +26,81 @@ class Span:
     draft: list[int] = field(default_factory=list)
 
 
-@dataclass
+class SampleRow(NamedTuple):
+    """A span whose logits are sampled, from batch row `row` on (a draft's rows follow it)."""
+    span: Span
+    row: int
+
+
+class Moved(NamedTuple):
+    """Where a sequence stood before `StepUpdate.advance` moved it on for a decode not yet known to succeed."""
+    seq: Seq
+    n_past: int
+    todo: int
+    state: str
+    n_history: int
+
+
+@dataclass(slots=True)
 class StepPlan:
     """What one step decodes: the batch's spans, the rows whose logits are sampled, and at most one image."""
     batch: NpBatch
     t_start: float = 0.0                # when scheduling began (a step's time includes building its batch)
     spans: list[Span] = field(default_factory=list)
-    outs: list[tuple[Span, int]] = field(default_factory=list)   # (span, the batch row whose logits it samples first)
+    outs: list[SampleRow] = field(default_factory=list)
     image: Seq | None = None            # its next prompt item is an image (encoded and decoded on its own)
     gen_only: bool = False              # every span is a generating sequence (drafting's step costs time such steps)
-    t_draft: float = 0.0                # seconds of scheduling spent in the proposer's lookups
-    # set once the sequences were moved on for this plan's decode (step_update.StepUpdate.advance): what each was
-    # before, (seq, n_past, todo, state, history length), so a failed decode can put them back
-    advanced: list | None = None
+    # set once the sequences were moved on for this plan's decode (step_update.StepUpdate.advance): where each was
+    # before, so a failed decode can put them back
+    advanced: list[Moved] | None = None
 
     @property
     def empty(self) -> bool:
         return self.batch.n == 0 and self.image is None
 
 
-@dataclass
+class SampledToken(NamedTuple):
+    """One sampled token: its id, a copy of its row's logits (only when the request asks for logprobs), and
+    whether it ends generation."""
+    token: int
+    logits: np.ndarray | None
+    eog: bool
+
+
+@dataclass(slots=True)
 class Sampled:
-    """What sampling one sequence's rows gave: the tokens in order (each with its logits when logprobs are asked,
-    and whether it ends generation), how many drafted tokens were accepted, and the end reason if any."""
-    seq: Seq
-    tokens: list[tuple[int, object, bool]] = field(default_factory=list)   # (token, logits or None, eog)
+    """What sampling one span's rows gave: the tokens in order, how many of its drafted tokens were decoded and
+    accepted, and the end reason if any."""
+    span: Span
+    tokens: list[SampledToken] = field(default_factory=list)
+    n_drafted: int = 0                  # the draft it verified (its tokens followed the pending one in the batch)
     n_accepted: int = 0
     reason: str | None = None           # "stop" | "length" | "error" | None (goes on)
     error: str | None = None
     t_first: float = 0.0                # when the first of them was sampled (time to first token)
 
+    @property
+    def seq(self) -> Seq:
+        return self.span.seq
 
-@dataclass
+
+class Proposal(NamedTuple):
+    """A draft for a sequence's next step, made after this step's sampling (speculation.Drafting.after_step);
+    the update hands it to the sequence (`Seq.draft`) and the next plan verifies it."""
+    seq: Seq
+    tokens: list[int]
+
+
+@dataclass(slots=True)
 class StepResult:
     """What executing a plan did."""
     rc: int = 0                         # llama_decode's return code (0 ok, 2 aborted for a cancel)
     message: str = ""
     t_decode: float = 0.0               # seconds inside llama_decode
     c_decode: float = 0.0               # the context thread's CPU seconds inside it (its share of a CPU decode)
+    t_draft: float = 0.0                # seconds spent drafting the next step (the proposer, a draft model's decodes)
     t_handoff: float = 0.0              # seconds of the update spent handing tokens to the output thread
     sampled: list[Sampled] = field(default_factory=list)
+    drafts: list[Proposal] = field(default_factory=list)
     image_error: str | None = None      # the plan's image failed (that sequence ends, the others go on)
     image_n_past: int = 0               # after a good image: the sequence's KV position

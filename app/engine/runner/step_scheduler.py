@@ -1,35 +1,46 @@
 """The step scheduler (context thread): which sequences hold slots, and what the next batch decodes.
 
-It decides; it does not run the model. Each loop iteration it reaps sequences that ended (`reap`), gives free slots
-to admitted sequences in arrival order (`admit_ready`), and `schedule` builds the next `StepPlan`: one row per
-generating sequence (plus the draft it verifies), then prompt chunks shared by `prefill_grants`, cut where an image
-or a context checkpoint is due, and at most one image. A slot comes back on every path: every sequence that reaches
-a slot ends in `release`, which hands a 'done' item to the output thread, the only place a DoneEvent (or
-ErrorEvent) is sent, so a client sees "done" only after its slot is free again.
+It decides; it does not run the model (no `llama_decode`, no drafting: the executor drafts after sampling,
+tests/unit/engine/runner/test_step_cycle.py checks it). Each loop iteration it reaps sequences that ended (`reap`),
+gives free slots to admitted sequences in arrival order (`admit_ready`), and `schedule` builds the next
+`StepPlan`: one row per generating sequence (plus the draft proposed for it, within the batch), then prompt chunks
+shared by `prefill_grants`, cut where an image or a context checkpoint is due, and at most one image. A slot comes
+back on every path: every sequence that reaches a slot ends in `release`, which hands a `Released` item to the
+output thread, the only place a DoneEvent (or ErrorEvent) is sent, so a client sees "done" only after its slot is
+free again.
 """
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.context_shift import context_shift
-from app.engine.runner.output_port import LoopInbox
+from app.engine.runner.output_port import LoopInbox, Released
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
-from app.engine.runner.speculation import Drafting
-from app.engine.runner.step_plan import Span, StepPlan
+from app.engine.runner.step_plan import SampleRow, Span, StepPlan
 from app.engine.runner.testhooks import Hooks
+
+
+class Prepared(NamedTuple):
+    """A plan built ahead by `StepScheduler.prepare`, with what it was built from: the slots' state (`key`) and
+    the scheduler's batch and round-robin counters before it."""
+    plan: StepPlan
+    key: tuple
+    k: int
+    rr: int
 
 
 class StepScheduler:
     def __init__(self, ctx, *, n_slots: int, n_batch: int, n_ctx_seq: int, placement: Placement,
-                 drafting: Drafting, inbox: LoopInbox, out_q, send, hooks: Hooks, can_shift: bool):
+                 inbox: LoopInbox, out_q, send, hooks: Hooks, can_shift: bool):
         self.mem = L.llama_get_memory(ctx)
         self.n_ctx_seq = n_ctx_seq
-        self.placement, self.drafting, self.inbox = placement, drafting, inbox
+        self.placement, self.inbox = placement, inbox
         self.out_q, self.send, self.hooks = out_q, send, hooks
         self.can_shift = can_shift
         self.slots: list[Seq | None] = [None] * n_slots
@@ -38,8 +49,7 @@ class StepScheduler:
         self._k = 0
         self._rr = 0                        # round-robin start among prefilling sequences
         self._cache_reported = (0, 0, 0, 0, 0, 0)
-        # async batch preparation: (plan, [(generating seq, its row)], _key(), _k and _rr before) or None
-        self.prepared: tuple | None = None
+        self.prepared: Prepared | None = None     # async batch preparation (step_prepare.py)
 
     # ---- slots ---------------------------------------------------------------------------------------------
     def reap(self) -> None:
@@ -62,7 +72,7 @@ class StepScheduler:
         if seq.finish is None:
             seq.finish = reason
         seq.t_done = time.perf_counter()
-        self.out_q.put(("done", seq))
+        self.out_q.put(Released(seq))
 
     def admit_ready(self) -> None:
         ready = self.inbox.ready_q
@@ -99,33 +109,27 @@ class StepScheduler:
         waits for it: the rest may have been built by `prepare` while the previous step decoded."""
         t0 = time.perf_counter()
         prepared, self.prepared = self.prepared, None
-        drafts, t_draft = None, 0.0
         if prepared is not None:
-            plan, gen_rows, key, k, rr = prepared
-            if key == self._key():
-                gen = [seq for seq, _ in gen_rows]
-                drafts = self._drafts(plan, gen)
-                t_draft = plan.t_draft
-                if not any(drafts.values()):
-                    for seq in self.slots:
-                        if seq is not None:
-                            seq.draft = []
-                    for seq, row in gen_rows:
-                        plan.batch.token[row] = seq.pending
-                    plan.t_start = t0
-                    return plan
-            self._k, self._rr = k, rr                     # as if it had not been prepared
-        plan = self._build(drafts)
-        plan.t_start, plan.t_draft = t0, plan.t_draft + t_draft
+            if prepared.key == self._key() and not any(s is not None and s.draft for s in self.slots):
+                plan = prepared.plan
+                token = plan.batch.token
+                for span, row in plan.outs:
+                    if not span.prefill:
+                        token[row] = span.seq.pending
+                plan.t_start = t0
+                return plan
+            self._k, self._rr = prepared.k, prepared.rr      # as if it had not been prepared
+        plan = self._build()
+        plan.t_start = t0
         return plan
 
     def prepare(self) -> None:
         """Async batch preparation (step_prepare.py): called once the sequences of the step in flight were moved on
         (StepUpdate.advance) and before its logits are read, it builds what `schedule` would build next, except
         the generating sequences' tokens (being sampled now). `schedule` uses it when nothing it depends on has
-        changed meanwhile (the slots, each sequence's state and positions) and no sequence drafts; otherwise it
-        builds the plan again, so the batch is the same either way. Nothing is prepared when building would change
-        a sequence (a context shift, an image's boundary) or when a sequence waits for another's prefix."""
+        changed meanwhile (the slots, each sequence's state and positions) and no sequence was given a draft;
+        otherwise it builds the plan again, so the batch is the same either way. Nothing is prepared when building
+        would change a sequence (a context shift) or when a sequence has images or waits for another's prefix."""
         self.prepared = None
         active = [s for s in self.slots if s is not None]
         if not active or any(s.media is not None or s.state not in (GEN, PREFILL) or
@@ -133,16 +137,18 @@ class StepScheduler:
             return
         k, rr = self._k, self._rr
         plan = self._new_plan()
-        gen = [s for s in active if s.state == GEN]
-        rows = [(seq, self._add_generation(plan, seq, [])) for seq in gen]
+        room = plan.batch.capacity
+        for seq in active:
+            if seq.state == GEN:
+                self._add_generation(plan, seq, [], room)
         self._plan_prefill(plan, [s for s in active if s.state == PREFILL])
         plan.gen_only = all(not s.prefill for s in plan.spans)
-        self.prepared = (plan, rows, self._key(), k, rr)
+        self.prepared = Prepared(plan, self._key(), k, rr)
 
     def discard_prepared(self) -> None:
         """The step in flight failed: what was prepared for after it does not apply."""
         if self.prepared is not None:
-            self._k, self._rr = self.prepared[3], self.prepared[4]
+            self._k, self._rr = self.prepared.k, self.prepared.rr
             self.prepared = None
 
     def _key(self) -> tuple:
@@ -155,46 +161,42 @@ class StepScheduler:
         b.clear()
         return StepPlan(b, t_start=time.perf_counter())
 
-    def _build(self, drafts: dict[str, list[int]] | None = None) -> StepPlan:
-        """The plan from scratch. `drafts`: the proposer's answer when `schedule` already asked it this step."""
+    def _build(self) -> StepPlan:
+        """The plan from scratch. Each generating sequence verifies the draft proposed for it after the last step
+        (`Seq.draft`, taken here: the plan's span holds it from now on), as much of it as the batch holds once
+        every generating sequence has its row; none after a context shift (it was made for the old positions)."""
         plan = self._new_plan()
         active = [s for s in self.slots if s is not None]
         gen = []
         for seq in active:
-            seq.draft = []
-            if seq.state == GEN:
-                if seq.n_past >= self.n_ctx_seq:
-                    context_shift(seq, self.mem, self.can_shift, self.placement)
-                if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
-                    gen.append(seq)
-        if drafts is None:
-            drafts = self._drafts(plan, gen)
+            if seq.state == GEN and seq.n_past >= self.n_ctx_seq:
+                seq.draft = []
+                context_shift(seq, self.mem, self.can_shift, self.placement)
+            if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
+                gen.append(seq)
+            elif seq.draft:
+                seq.draft = []
+        room = plan.batch.capacity - len(gen)       # rows left for drafts
         for seq in gen:
-            seq.draft = drafts.get(seq.id) or []
-            self._add_generation(plan, seq, seq.draft)
+            draft, seq.draft = seq.draft, []
+            room -= self._add_generation(plan, seq, draft, room)
         self._plan_prefill(plan, [s for s in active if s.state == PREFILL])
         plan.gen_only = all(not s.prefill for s in plan.spans)
         return plan
 
-    def _drafts(self, plan: StepPlan, gen: list[Seq]) -> dict[str, list[int]]:
-        if not self.drafting.may_draft(len(gen)):
-            return {}
-        t0 = time.perf_counter()
-        drafts = self.drafting.drafts(gen, plan.batch.capacity)
-        plan.t_draft = time.perf_counter() - t0
-        return drafts
-
-    def _add_generation(self, plan: StepPlan, seq: Seq, draft: list[int]) -> int:
-        """A generating sequence's rows: its pending token, then its draft; returns the pending token's row.
-        (`seq.draft` is the caller's to set: `prepare` runs while the step in flight still reads it.)"""
+    @staticmethod
+    def _add_generation(plan: StepPlan, seq: Seq, draft: list[int], room: int) -> int:
+        """A generating sequence's rows: its pending token, then as much of `draft` as `room` rows hold. Returns
+        the draft's rows."""
+        if len(draft) > room:
+            draft = draft[:max(0, room)]
         b = plan.batch
-        span = Span(seq, seq.n_past, 1 + len(draft), prefill=False, draft=draft)
-        row = b.add(seq.pending, seq.n_past, seq.kv_slot, True)
-        plan.outs.append((span, row))
+        span = Span(seq, seq.n_past, 1 + len(draft), False, draft)
+        plan.outs.append(SampleRow(span, b.add(seq.pending, seq.n_past, seq.kv_slot, True)))
         if draft:
             b.add_span(draft, seq.n_past + 1, seq.kv_slot, logits_last=True, logits_all=True)
         plan.spans.append(span)
-        return row
+        return len(draft)
 
     def _plan_prefill(self, plan: StepPlan, prefill: list[Seq]) -> None:
         if not prefill:
@@ -206,7 +208,6 @@ class StepScheduler:
         for seq in prefill:
             k = grant[seq.id]
             if seq.media is not None:
-                self._image_boundary(seq)
                 nxt = seq.media.next_start(seq.todo)
                 if nxt == seq.todo:                          # an image starts here: one image per step
                     if plan.image is None:
@@ -221,23 +222,10 @@ class StepScheduler:
                 continue
             last = seq.todo + k == len(seq.prompt)
             row = b.add_span(seq.prompt[seq.todo:seq.todo + k], seq.n_past, seq.kv_slot, logits_last=last)
-            span = Span(seq, seq.n_past, k, prefill=True)
+            span = Span(seq, seq.n_past, k, True)
             plan.spans.append(span)
             if last:
-                plan.outs.append((span, row))
-
-    def _image_boundary(self, seq: Seq) -> None:
-        """A prefix found in the prompt cache must not end inside an image (its embeddings come whole): cut the
-        cells back to the image's start (here, because where the prefill resumes is this step's decision)."""
-        start = seq.media.inside(seq.todo)
-        if start is None:
-            return
-        if not L.llama_memory_seq_rm(self.mem, seq.slot, start, -1):
-            L.llama_memory_seq_rm(self.mem, seq.slot, -1, -1)
-            start = 0
-        seq.todo = seq.n_past = start
-        seq.n_cached = min(seq.n_cached, start)
-        seq.history = seq.history[:start]
+                plan.outs.append(SampleRow(span, row))
 
     def free_slots(self) -> list[int]:
         return [i for i, s in enumerate(self.slots) if s is None]

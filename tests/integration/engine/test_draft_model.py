@@ -16,6 +16,7 @@ from app.engine.client import RunnerClient
 from app.engine.layout.types import DraftPlan
 from app.engine.runner.draft_model import DraftModel, common_prefix
 from app.engine.runner.embeddings import tokenize
+from app.engine.runner.proposer import DraftAsk
 from app.engine.runner.sequence import Seq
 from engine_util import cancel_stream, cpu_layout
 
@@ -110,19 +111,19 @@ def test_rejection_cuts_the_draft_kv_back_to_the_accepted_prefix(smollm2_path):
         toks = tokenize(L.llama_model_get_vocab(dm.model), LIST, False, False)
         seq = Seq(P.GenerateRequest(id="a", prompt=LIST))
         seq.slot, seq.history, seq.pending = 0, toks[:-1], toks[-1]
-        first = dm.propose([(seq, 6)], 1, 128)["a"]
+        first = dm.propose([DraftAsk(seq, 6)], 1, 128)["a"]
         assert len(first) == 6
         assert L.llama_memory_seq_pos_max(dm.mem, 0) == len(toks) + 4          # the draft's own cells, but its last
         other = next(t for t in tokenize(L.llama_model_get_vocab(dm.model), " seven", False, False)
                      if t != first[2])
         seq.history, seq.pending = toks + first[:2], other                  # 2 accepted, then the target's own
-        dm.verified(seq, 6, 2)
+        dm.verified(seq, len(seq.history), 6, 2)
         assert dm.cells[0] == seq.history
         assert L.llama_memory_seq_pos_max(dm.mem, 0) == len(seq.history) - 1
-        warm = dm.propose([(seq, 6)], 1, 128)["a"]
+        warm = dm.propose([DraftAsk(seq, 6)], 1, 128)["a"]
         L.llama_memory_clear(dm.mem, True)
         dm.cells[0] = []
-        cold = dm.propose([(seq, 6)], 1, 128)["a"]
+        cold = dm.propose([DraftAsk(seq, 6)], 1, 128)["a"]
         assert warm == cold
     finally:
         dm.close()
@@ -144,10 +145,10 @@ def test_a_cancel_mid_draft_leaves_the_draft_context_as_it_was(smollm2_path):
         seq = Seq(P.GenerateRequest(id="c", prompt=LIST))
         seq.slot, seq.history, seq.pending = 0, toks[:-1], toks[-1]
         abort.request()                                  # what a cancel does while this request's decode runs
-        assert dm.propose([(seq, 6)], 1, 128) == {}
+        assert dm.propose([DraftAsk(seq, 6)], 1, 128) == {}
         assert dm.cells[0] == [] and L.llama_memory_seq_pos_max(dm.mem, 0) == -1
         abort.clear()                                    # the next step
-        draft = dm.propose([(seq, 6)], 1, 128)["c"]
+        draft = dm.propose([DraftAsk(seq, 6)], 1, 128)["c"]
         assert len(draft) == 6 and dm.cells[0] == toks + draft[:-1]
         assert L.llama_memory_seq_pos_max(dm.mem, 0) == len(dm.cells[0]) - 1
     finally:

@@ -1,7 +1,7 @@
 """The runner step in-process, one cycle at a time: `plan = schedule(); result = execute(plan); update(plan, result)`
 on real SmolLM2 (no runner process, no threads started: the test drives the context thread's work itself).
 The plan is a typed value that can be read before it runs; the update alone moves sequences on; the loop never
-touches the output thread's state."""
+touches the output thread's state; scheduling never runs a model (a draft model drafts in the execute phase)."""
 from __future__ import annotations
 
 import queue
@@ -12,7 +12,9 @@ from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
 from app.engine.runner.constrained import SeqSampler
+from app.engine.runner.draft_model import DraftModel
 from app.engine.runner.output import Vocab
+from app.engine.runner.output_port import Released, StepTokens
 from app.engine.runner.sampling import build_chain
 from app.engine.runner.prompt_cache import SlotCache
 from app.engine.runner.sequence import GEN, PREFILL, Seq
@@ -79,7 +81,9 @@ def test_a_step_is_schedule_execute_update(loop):
     lp.update(plan, result)
     assert short.state == GEN and short.n_past == 10 and short.pending == tok and short.n_gen == 1
     assert long.todo == N_BATCH - 10 and long.state == PREFILL
-    assert drain(lp.out_q) == [("step", [(short, tok, None, False)])]
+    items = drain(lp.out_q)
+    assert [type(i) for i in items] == [StepTokens]
+    assert [(s.seq, *t) for s in items[0].sampled for t in s.tokens] == [(short, tok, None, False)]
 
     plan = lp.scheduler.schedule()                       # generating rows first, then the rest of the prompt
     assert [(s.seq.id, s.prefill, s.pos0, s.n) for s in plan.spans] == [("short", False, 10, 1),
@@ -93,7 +97,7 @@ def test_a_step_is_schedule_execute_update(loop):
         plan = lp.scheduler.schedule()
         lp.update(plan, lp.executor.execute(plan))
     assert all(s is None for s in lp.scheduler.slots)
-    done = [item for kind, item in drain(lp.out_q) if kind == "done"]
+    done = [item.seq for item in drain(lp.out_q) if isinstance(item, Released)]
     assert sorted(s.id for s in done) == ["long", "short"]
     assert all(s.finish == "length" and s.n_gen == 3 and s.sampler is None for s in done)
     assert all(s.out.n_out == 0 and s.out.reason is None for s in done)     # the output thread's state: untouched
@@ -114,7 +118,7 @@ def test_a_cancel_while_the_batch_was_built_skips_the_decode_and_rolls_back(loop
     assert L.llama_memory_seq_pos_max(lp.executor.mem, seq.slot) == before[0] - 1     # KV = what it holds
     lp.scheduler.reap()
     assert seq.finish == "cancelled" and all(s is None for s in lp.scheduler.slots)
-    assert [k for k, _ in drain(lp.out_q)] == ["done"]
+    assert [type(i) for i in drain(lp.out_q)] == [Released]
 
 
 def _drive(lp, vocab, prepare) -> tuple[list, int]:
@@ -140,12 +144,10 @@ def _drive(lp, vocab, prepare) -> tuple[list, int]:
         plan = lp.scheduler.schedule()
         if plan.empty:
             break
-        used += prepared is not None and plan is prepared[0]
+        used += prepared is not None and plan is prepared.plan
         b = plan.batch
         rows = (b.token[:b.n].tolist(), b.pos[:b.n].tolist(), b.seq[:b.n].tolist(), b.logits[:b.n].tolist())
-        result = lp.executor.execute(plan, prepare)
-        if prepare is not None:
-            prepare.finish(plan, result.rc)
+        result = lp.executor.execute(plan, prepare)       # (it waits for `prepare`'s work before drafting)
         lp.update(plan, result)
         steps.append((rows, [(s.seq.id, [t for t, _, _ in s.tokens]) for s in result.sampled]))
         if seqs["short"].finish and not seqs["late"].t_admit and seqs["late"] not in lp.inbox.ready_q:
@@ -200,3 +202,55 @@ def test_a_failed_decode_undoes_what_was_prepared_for_after_it(loop):
         seq.cancelled = True
     lp.scheduler.reap()
     drain(lp.out_q)
+
+
+def test_scheduling_runs_no_model_the_draft_model_drafts_after_sampling(smollm2_path, monkeypatch):
+    """With a draft model (SmolLM2 drafting for itself), every llama_decode of a step runs in the execute phase:
+    the target's decode, then the draft model's after sampling; `schedule` (and `prepare`, which builds the next
+    plan ahead) only decides. The drafts made after one step are verified by the next, and being the target's
+    own greedy picks, mostly accepted."""
+    with llama_context(smollm2_path, n_ctx=512, n_batch=N_BATCH, n_seq=2) as (model, ctx), \
+            llama_context(smollm2_path, n_ctx=512, n_batch=N_BATCH, n_seq=2) as (dmodel, dctx):
+        vocab = L.llama_model_get_vocab(model)
+        draft = DraftModel(dmodel, dctx, 2, max_tokens=4, p_min=0.0)
+        lp = StepLoop(model, ctx, [].append, vocab_out=Vocab(vocab, L.llama_vocab_n_tokens(vocab)), draft=draft)
+        phase, decodes = ["between steps"], []
+        real_decode = L.llama_decode
+
+        def decode(c, batch):
+            decodes.append((phase[0], "draft" if c == dctx else "target"))
+            return real_decode(c, batch)
+
+        def during(name, fn):
+            def wrapped(*a, **kw):
+                outer, phase[0] = phase[0], name
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    phase[0] = outer
+            return wrapped
+
+        monkeypatch.setattr(L, "llama_decode", decode)
+        monkeypatch.setattr(lp.scheduler, "schedule", during("schedule", lp.scheduler.schedule))
+        monkeypatch.setattr(lp.scheduler, "prepare", during("schedule", lp.scheduler.prepare))
+        execute = during("execute", lp.executor.execute)
+        update = during("update", lp.update)
+        prepare = StepPrepare("shadow", lp.update, lp.scheduler, lp.clock.phases)
+        try:
+            seqs = [admitted(vocab, "d1", 12, 12), admitted(vocab, "d2", 20, 12)]
+            for seq in seqs:
+                lp.inbox.ready(seq)
+            for _ in range(40):
+                lp.scheduler.reap()
+                lp.scheduler.admit_ready()
+                plan = lp.scheduler.schedule()
+                if plan.empty:
+                    break
+                update(plan, execute(plan, prepare))
+        finally:
+            prepare.close()
+            lp.abort.close()                                # (the contexts are the with-blocks' to free)
+        assert all(s.finish == "length" for s in seqs)
+        assert ("execute", "draft") in decodes and ("execute", "target") in decodes
+        assert {p for p, _ in decodes} == {"execute"}         # never while scheduling, nor in the update
+        assert all(s.n_drafted > 0 for s in seqs) and sum(s.n_accepted for s in seqs) > 0
