@@ -13,7 +13,7 @@ when it is fed an end-of-generation token before the grammar is complete. So no 
   at the trigger an ordinary grammar starts whose root begins with the text already written
   (`ToolGrammar.triggered`) and is fed the tokens from there, each tested first. If one is rejected the
   grammar is dropped and the watch goes on after that point: the reply stays free text.
-Sequences without a grammar (or still waiting for a trigger) sample with `llama_sampler_sample`, as before.
+Sequences without a grammar (or still waiting for a trigger) sample with `llama_sampler_sample` alone.
 """
 from __future__ import annotations
 

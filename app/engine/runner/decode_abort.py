@@ -1,8 +1,8 @@
 """Stopping a running llama_decode for a cancel: the flag, the ids in flight, and the log levels of an abort.
 
 The reader thread's cancel sets the flag when the request is in the decode running now (the step's batch, or a
-draft model's decode while the scheduler drafts); the context thread clears it before each step, so the flag
-being set means 'an abort we asked for is in flight'. The abort callback is libc strlen on the flag: no GIL (a
+draft model's decode while the executor drafts the next step); the context thread clears it before each step, so
+the flag being set means 'an abort we asked for is in flight'. The abort callback is libc strlen on the flag: no GIL (a
 Python callback would take the GIL once per graph node and slow a decode by ~80% while another thread is busy;
 docs/architecture.md, "Runner"). CPU backends poll it per graph node.
 """

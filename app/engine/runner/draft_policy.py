@@ -1,14 +1,12 @@
 """Whether and how long to draft: how often this sequence's guesses come true, against what extra batch rows
 measurably cost on this machine. Context thread only.
 
-Why a fixed model loses: verifying a draft of d tokens makes the step's batch d rows longer, and what a row costs
-differs by machine by an order of magnitude. On a GPU it is nearly free; on the 2-core EPYC of issue 27
-(Qwen2.5-Coder-0.5B Q4_K_M, 1 thread) a 2-row decode took 2.3-2.5x a 1-row one, 4 rows 2.6-4.3x, 8 rows 4-6x,
-16 rows 6-7x. There a 1-token draft never pays, and a 16-token draft pays only when ~7 of its tokens come true:
-free text (29% of drafted tokens accepted) lost 16% to drafts that the old policy (rows assumed ~free, a
-measured veto after 24 drafted steps) sent, while edits (~90%) gained 1.4-1.9x.
-
-So both sides are measured, and nothing is spent to learn either:
+Why both sides are measured: verifying a draft of d tokens makes the step's batch d rows longer, and what a row
+costs differs by machine by an order of magnitude. On a GPU it is nearly free; on a 2-core CPU (Qwen2.5-Coder-0.5B
+Q4_K_M, 1 thread) a 2-row decode takes 2.3-2.5x a 1-row one, 4 rows 2.6-4.3x, 8 rows 4-6x, 16 rows 6-7x. There a
+1-token draft never pays and a 16-token draft pays only when ~7 of its tokens come true: drafting free text (29% of
+drafted tokens accepted) as if rows were free costs more than it gains, while edits (~90% accepted) gain 1.4-1.9x.
+Nothing is spent to learn either side:
 - `GuessScore`: every step the drafter guesses (ngram_draft.py), drafted or not, and the tokens the sequence
   then emits say how far that guess came true. A draft is accepted exactly while the sampled token equals it,
   so a guess that was never decoded measures the same thing as one that was ("shadow" drafts). Each guessed
@@ -17,16 +15,17 @@ So both sides are measured, and nothing is spent to learn either:
   is chance more often than not, a reply 40 tokens into copying its prompt goes on for long, so the draft
   length grows with the match. A sequence starts from a pessimistic prior and its own outcomes only, so the
   same request drafts the same way each time it is sent. Nothing scales the odds by how the drafts themselves
-  did: such a factor could only be raised again by drafting, so one early miss froze it, and an edit sent a
-  third time went on to copy 70 tokens in a row undrafted (39 drafted tokens after 213 and 236).
+  did: such a factor could only be raised again by drafting, so one early miss would freeze it and a reply
+  could go on copying its prompt for dozens of tokens undrafted.
 - `StepCosts`: the decode seconds of every generation step by its rows (recent medians, in buckets of row
   counts), each over the pace of the moment (what a 1-row step takes now), so the cost of d more rows is this
-  machine's and a shared machine's load changes cancel out (kept in seconds, a bucket measured while other work ran
-  was compared with 1-row steps measured when it was idle: an edit then went undrafted for ~80 tokens whose guesses
-  kept coming true); rows never measured are scaled from the nearest measured ones by a CPU-like prior shape
-  (rows ** PRIOR_EXP, a little dearer than measured).
+  machine's and a shared machine's load changes cancel out (in plain seconds, a bucket measured while other work
+  ran would be compared with 1-row steps measured when it was idle, and hold back drafts whose guesses keep coming
+  true); rows never measured are scaled from the nearest measured ones by a CPU-like prior shape (rows **
+  PRIOR_EXP, a little dearer than measured).
 A step drafts d tokens for a sequence when the batch's expected tokens per second with them beat those without
 by MIN_GAIN (`DraftStep`). Free text then drafts (almost) never: its guesses rarely run long enough to pay.
+Covered by tests/unit/engine/runner/test_draft_policy.py.
 """
 from __future__ import annotations
 
@@ -54,8 +53,8 @@ MAX_AGE = 256                # steps after which a sample no longer counts: the 
                              # not drafted for a while falls back to the prior from the fresh ones and is tried again
 PACE_RATE = 0.05             # weight of each step in the moving pace (a 1-row step's seconds now): load changes
                              # within seconds on a shared machine, a bucket ratio only with the batch's shape; a
-                             # faster pace (0.2) let single steps' noise (~15%) into the buckets, and drafts of the
-                             # same request came out 0.7-1.5x as long from one run to the next
+                             # faster pace (0.2) lets single steps' noise (~15%) into the buckets, and the same
+                             # request's drafts then come out 0.7-1.5x as long from one run to the next
 MIN_GAIN = 1.15              # draft only when the batch's expected tokens per second rise by at least this factor
 
 
@@ -166,8 +165,8 @@ class StepCosts:
         """What a step of `rows` rows costs in units of a 1-row step at the same moment: interpolated
         between the measured buckets in log-log, scaled by the prior shape outside them or before any. Between
         1 row and the first measured bucket, at least the prior shape (up to that bucket's cost): a CPU's first
-        extra rows are its dearest (2 rows 2.4x, 19 rows 7x), and a line from 1 to 19 rows put 3 rows at 2.1x,
-        where free text's chance repeats then looked worth a short draft."""
+        extra rows are its dearest (2 rows 2.4x, 19 rows 7x): a straight line from 1 to 19 rows would put 3 rows
+        at 2.1x, and free text's chance repeats would look worth a short draft."""
         pts = self.points()
         lo = next((p for p in reversed(pts) if p[0] <= rows), None)
         hi = next((p for p in pts if p[0] >= rows), None)

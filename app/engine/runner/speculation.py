@@ -20,10 +20,10 @@ from app.engine.runner.step_plan import Proposal, Sampled, StepPlan
 
 log = logging.getLogger("strata.engine.draft")
 
-# On where it pays: "auto" drafts only once a sequence's guesses have come true often enough to pay for their rows
-# at this machine's measured step costs (draft_policy.py), so free text, whose guesses rarely run long, drafts
-# nothing and loses nothing (bench/bench_speculative.py, Qwen2.5-Coder-0.5B, 1 CPU thread, 1 stream: free text
-# drafted 0 tokens, edits 1.66x the same engine without drafts). A policy that drafted freely lost 16% on free text.
+# On by default where it pays: "auto" drafts only once a sequence's guesses have come true often enough to pay for
+# their rows at this machine's measured step costs (draft_policy.py), so free text, whose guesses rarely run long,
+# drafts nothing and loses nothing, while a reply that copies its prompt (an edit) gains (bench/bench_speculative.py
+# measures both against the same engine without drafts).
 DEFAULT_SPECULATION = "auto"
 
 

@@ -8,7 +8,8 @@ with the same schema converter as `format` (grammar.py), over one combined schem
   starts with `{"name"`); from there the call must complete and parse. The runner watches for the trigger
   itself (`find_trigger`, constrained.py) and then starts an ordinary grammar (`triggered`) whose root begins
   with the exact text already written, so every token it is fed is one it accepts. llama.cpp's own lazy grammar
-  replays buffered tokens without checking them, and a rejected one throws inside libllama (issue 24: `{\n`).
+  replays buffered tokens without checking them, and a rejected one (such as `{\n` where the grammar wants `{"`)
+  throws inside libllama.
 """
 from __future__ import annotations
 
