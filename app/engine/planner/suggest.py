@@ -21,10 +21,10 @@ from app.engine.planner import placement as L
 from app.engine.layout.types import PlanOptions
 from app.engine.planner.validate import validate
 from app.engine.planner.memory import KV_BLOCKS
+from app.engine.planner.context import CTX_STEP
 from app.engine.gguf.model_info import ModelInfo
 from app.discovery.inventory import Inventory
 
-CTX_STEP = 256
 # lighter KV cache types, least lossy first, for each type a user may have asked for
 LIGHTER_KV = {"f16": ("q8_0", "q4_0"), "q8_0": ("q4_0",), "q4_0": ()}
 
