@@ -14,7 +14,8 @@ from app.engine.runner.step_clock import StepClock
 log = logging.getLogger("strata.engine")
 
 
-def run_embed_job(job: EmbedJob, embedder, placement: Placement, free_slots: list[int], clock: StepClock, send) -> bool:
+def run_embed_job(job: EmbedJob, embedder, placement: Placement, free_slots: list[int], clock: StepClock,
+                  send) -> bool:
     """Run one embedding job to the end; False (job kept) while a generative model has no free slot for it
     (the service leases a slot per embedding request, so one frees up as running sequences finish)."""
     req, token_lists, n_tokens = job.req, job.token_lists, job.n_tokens

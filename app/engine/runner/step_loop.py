@@ -2,9 +2,9 @@
 update(plan, result)`, the output thread beside it, and the reader thread's entry points (submit, cancel, stats).
 
 Threads (docs/architecture.md, "Process model" and "Runner"):
-- the CONTEXT thread owns the llama context. Each iteration it reaps ended sequences, admits ready ones into free
-  slots, runs a waiting embedding job, then one step: the scheduler decides (step_scheduler.py: context shift,
-  which proposed drafts fit, prefill grants, the batch), the executor runs the plan (step_executor.py: image,
+- the CONTEXT thread owns the llama context. Each iteration it reaps ended sequences and admits ready ones into
+  free slots (slots.py), runs a waiting embedding job, then one step: the scheduler decides (step_scheduler.py:
+  context shift, which proposed drafts fit, prefill grants, the batch), the executor runs the plan (step_executor.py: image,
   llama_decode, sampling with draft verification, end reasons, then the next step's drafts) and the update
   applies the result (step_update.py). Nothing else touches the context.
 - the OUTPUT thread (output_thread.py) does everything else while the context thread decodes: admission
@@ -32,6 +32,7 @@ from app.engine.runner.output_port import Admit, EmbedInputs, LoopInbox, Quit
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import Seq
+from app.engine.runner.slots import Slots
 from app.engine.runner.speculation import Drafting
 from app.engine.runner.step_clock import StepClock
 from app.engine.runner.step_executor import StepExecutor
@@ -62,12 +63,12 @@ class StepLoop:
         self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache)
         self.abort = DecodeAbort(model)
         self.drafting = Drafting(model, n_ctx_seq, self.abort, speculative, draft)   # draft: draft_model.DraftModel
-        self.scheduler = StepScheduler(ctx, n_slots=n_slots, n_batch=L.llama_n_batch(ctx), n_ctx_seq=n_ctx_seq,
-                                       placement=self.placement, inbox=self.inbox, out_q=self.out_q, send=send,
-                                       hooks=self.hooks, can_shift=can_shift)
+        self.slots = Slots(n_slots, self.placement, self.inbox, self.out_q, send, self.hooks)
+        self.scheduler = StepScheduler(ctx, slots=self.slots.seqs, n_batch=L.llama_n_batch(ctx),
+                                       n_ctx_seq=n_ctx_seq, placement=self.placement, can_shift=can_shift)
         self.executor = StepExecutor(model, ctx, vocab_out=vocab_out, clock=self.clock, abort=self.abort,
                                      drafting=self.drafting, hooks=self.hooks, media=media)
-        self.update = StepUpdate(self.scheduler.release, self.placement, self.clock, self.out_q)
+        self.update = StepUpdate(self.slots.release, self.placement, self.clock, self.out_q)
         # async batch preparation (step_prepare.py): where the next step's token-free host work runs
         self.prepare = StepPrepare(prepare_mode(async_prep, gpu, L.llama_n_threads(ctx), cpu_cores()),
                                    self.update, self.scheduler, self.clock.phases)
@@ -102,8 +103,8 @@ class StepLoop:
 
     def stats(self, req_id: str = "") -> P.Stats:
         d = self.drafting
-        return P.Stats(slots_total=len(self.scheduler.slots),
-                       slots_busy=sum(s is not None for s in self.scheduler.slots),
+        return P.Stats(slots_total=len(self.slots.seqs),
+                       slots_busy=sum(s is not None for s in self.slots.seqs),
                        queued=len(self.inbox.ready_q), decode_fraction=self.clock.decode_fraction(),
                        id=req_id, steps=self.clock.steps, draft_tokens=d.drafted_total,
                        draft_accepted=d.accepted_total, host_phases=self.clock.phases.snapshot(),
@@ -131,11 +132,11 @@ class StepLoop:
                 t_loop, c_loop = time.perf_counter(), time.thread_time()
                 self.inbox.event.clear()
                 self.abort.clear()
-                self.scheduler.reap()
-                self.scheduler.admit_ready()
-                self.placement.serve_waiting(self.scheduler.slots)
+                self.slots.reap()
+                self.slots.admit_ready()
+                self.placement.serve_waiting(self.slots.seqs)
                 jobs = self.inbox.embed_jobs
-                if jobs and run_embed_job(jobs[0], self.embedder, self.placement, self.scheduler.free_slots(),
+                if jobs and run_embed_job(jobs[0], self.embedder, self.placement, self.slots.free(),
                                           self.clock, self.send):
                     jobs.popleft()
                     continue

@@ -1,13 +1,10 @@
-"""The step scheduler (context thread): which sequences hold slots, and what the next batch decodes.
+"""The step scheduler (context thread): what the next batch decodes.
 
-It decides; it does not run the model (no `llama_decode`, no drafting: the executor drafts after sampling,
-tests/unit/engine/runner/test_step_cycle.py checks it). Each loop iteration it reaps sequences that ended (`reap`),
-gives free slots to admitted sequences in arrival order (`admit_ready`), and `schedule` builds the next
-`StepPlan`: one row per generating sequence (plus the draft proposed for it, within the batch), then prompt chunks
-shared by `prefill_grants`, cut where an image or a context checkpoint is due, and at most one image. A slot comes
-back on every path: every sequence that reaches a slot ends in `release`, which hands a `Released` item to the
-output thread, the only place a DoneEvent (or ErrorEvent) is sent, so a client sees "done" only after its slot is
-free again.
+It decides; it runs no model (no `llama_decode`, no drafting: the executor drafts after sampling;
+tests/unit/engine/runner/test_step_cycle.py checks it). `schedule` builds the next `StepPlan` from the sequences
+in the slots (slots.py fills them between steps): one row per generating sequence (plus the draft proposed for
+it, within the batch; a context shift first where its context is full), then prompt chunks shared by
+`prefill_grants`, cut where an image or a context checkpoint is due, and at most one image.
 """
 from __future__ import annotations
 
@@ -16,14 +13,11 @@ from typing import NamedTuple
 
 from llama_cpp import llama_cpp as L
 
-from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.context_shift import context_shift
-from app.engine.runner.output_port import LoopInbox, Released
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.step_plan import SampleRow, Span, StepPlan
-from app.engine.runner.testhooks import Hooks
 
 
 class Prepared(NamedTuple):
@@ -36,71 +30,20 @@ class Prepared(NamedTuple):
 
 
 class StepScheduler:
-    def __init__(self, ctx, *, n_slots: int, n_batch: int, n_ctx_seq: int, placement: Placement,
-                 inbox: LoopInbox, out_q, send, hooks: Hooks, can_shift: bool):
+    """`slots`: the slot table's list (slots.Slots.seqs), read here, changed only between steps."""
+
+    def __init__(self, ctx, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, placement: Placement,
+                 can_shift: bool):
         self.mem = L.llama_get_memory(ctx)
         self.n_ctx_seq = n_ctx_seq
-        self.placement, self.inbox = placement, inbox
-        self.out_q, self.send, self.hooks = out_q, send, hooks
+        self.placement = placement
         self.can_shift = can_shift
-        self.slots: list[Seq | None] = [None] * n_slots
+        self.slots = slots
         # two batches alternate, so a step's rows stay intact while the next one is built
         self.batches = (NpBatch(n_batch), NpBatch(n_batch))
         self._k = 0
         self._rr = 0                        # round-robin start among prefilling sequences
-        self._cache_reported = (0, 0, 0, 0, 0, 0)
         self.prepared: Prepared | None = None     # async batch preparation (step_prepare.py)
-
-    # ---- slots ---------------------------------------------------------------------------------------------
-    def reap(self) -> None:
-        """Release the sequences that ended between steps: cancelled, or ended by the output thread."""
-        for seq in self.slots:
-            if seq is not None and (seq.finish or seq.cancelled or seq.out.reason):
-                self.release(seq, seq.out.reason or seq.finish or "cancelled")
-
-    def release(self, seq: Seq, reason: str) -> None:
-        if seq.slot is not None:
-            # the slot keeps the sequence's cells for the next request (prompt cache); not after a failure
-            self.placement.release(seq, reason != "error", self.slots)
-            self.slots[seq.slot] = None
-            seq.slot = None
-            self.report_cache()
-        if seq.sampler is not None:
-            seq.sampler.free()
-            seq.sampler = None
-        seq.free_media()
-        if seq.finish is None:
-            seq.finish = reason
-        seq.t_done = time.perf_counter()
-        self.out_q.put(Released(seq))
-
-    def admit_ready(self) -> None:
-        ready = self.inbox.ready_q
-        while ready:
-            if ready[0].cancelled:
-                seq = ready.popleft()
-                seq.take_admitted()                 # so release frees its sampler and media
-                self.release(seq, "cancelled")
-                continue
-            if None not in self.slots:
-                return
-            seq = ready.popleft()
-            seq.take_admitted()
-            if self.hooks.abort_marker and seq.req.prompt == self.hooks.abort_marker:
-                self.hooks.abort()   # test hook: die like a GGML_ASSERT would, mid-request
-            i = self.placement.place(seq, self.slots)
-            seq.slot, self.slots[i] = i, seq
-            seq.t_admit = time.perf_counter()
-            self.report_cache()
-
-    def report_cache(self) -> None:
-        host, cps = self.placement.host, self.placement.checkpoints
-        state = (host.bytes, len(host.entries), cps.bytes, cps.count, cps.hits, cps.misses)
-        if state != self._cache_reported:
-            self._cache_reported = state
-            self.send(P.PromptCacheState(bytes=host.bytes, entries=len(host.entries), limit=host.limit,
-                                         checkpoint_bytes=cps.bytes, checkpoints=cps.count,
-                                         checkpoint_hits=cps.hits, checkpoint_misses=cps.misses))
 
     # ---- the next step -------------------------------------------------------------------------------------
     def schedule(self) -> StepPlan:
@@ -226,9 +169,6 @@ class StepScheduler:
             plan.spans.append(span)
             if last:
                 plan.outs.append(SampleRow(span, row))
-
-    def free_slots(self) -> list[int]:
-        return [i for i, s in enumerate(self.slots) if s is None]
 
 
 def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:

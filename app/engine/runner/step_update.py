@@ -20,7 +20,7 @@ from app.engine.runner.step_plan import Moved, Sampled, StepPlan, StepResult
 
 class StepUpdate:
     """`release(seq, reason)`: give a finished sequence's slot back and hand it to the output thread
-    (StepScheduler.release)."""
+    (slots.Slots.release)."""
 
     def __init__(self, release: Callable[[Seq, str], None], placement: Placement, clock: StepClock, out_q):
         self.release, self.placement, self.clock, self.out_q = release, placement, clock, out_q

@@ -61,8 +61,8 @@ def test_a_step_is_schedule_execute_update(loop):
     long, short = admitted(vocab, "long", 100, 3), admitted(vocab, "short", 10, 3)
     lp.inbox.ready(long)
     lp.inbox.ready(short)
-    lp.scheduler.admit_ready()
-    assert {s.id for s in lp.scheduler.slots if s is not None} == {"long", "short"}
+    lp.slots.admit_ready()
+    assert {s.id for s in lp.slots.seqs if s is not None} == {"long", "short"}
 
     plan = lp.scheduler.schedule()
     spans = {s.seq.id: s for s in plan.spans}
@@ -92,11 +92,11 @@ def test_a_step_is_schedule_execute_update(loop):
     assert long.state == GEN and long.n_past == 100 and short.n_past == 11 and short.history[-1] == tok
 
     for _ in range(10):                                  # both reach num_predict and give their slots back
-        if all(s is None for s in lp.scheduler.slots):
+        if all(s is None for s in lp.slots.seqs):
             break
         plan = lp.scheduler.schedule()
         lp.update(plan, lp.executor.execute(plan))
-    assert all(s is None for s in lp.scheduler.slots)
+    assert all(s is None for s in lp.slots.seqs)
     done = [item.seq for item in drain(lp.out_q) if isinstance(item, Released)]
     assert sorted(s.id for s in done) == ["long", "short"]
     assert all(s.finish == "length" and s.n_gen == 3 and s.sampler is None for s in done)
@@ -107,7 +107,7 @@ def test_a_cancel_while_the_batch_was_built_skips_the_decode_and_rolls_back(loop
     lp, vocab = loop
     seq = admitted(vocab, "c", 20, 5)
     lp.inbox.ready(seq)
-    lp.scheduler.admit_ready()
+    lp.slots.admit_ready()
     plan = lp.scheduler.schedule()
     before = (seq.n_past, seq.todo)                      # (the prompt cache may hold a prefix from the test above)
     seq.cancelled = True                                 # the reader thread's only write
@@ -116,8 +116,8 @@ def test_a_cancel_while_the_batch_was_built_skips_the_decode_and_rolls_back(loop
     lp.update(plan, result)
     assert (seq.n_past, seq.todo) == before and seq.state == PREFILL    # nothing advanced; the next reap releases it
     assert L.llama_memory_seq_pos_max(lp.executor.mem, seq.slot) == before[0] - 1     # KV = what it holds
-    lp.scheduler.reap()
-    assert seq.finish == "cancelled" and all(s is None for s in lp.scheduler.slots)
+    lp.slots.reap()
+    assert seq.finish == "cancelled" and all(s is None for s in lp.slots.seqs)
     assert [type(i) for i in drain(lp.out_q)] == [Released]
 
 
@@ -132,14 +132,14 @@ def _drive(lp, vocab, prepare) -> tuple[list, int]:
     # each run from the same start: the same cells (where cells sit changes the order of the attention's sums, and
     # so a near-tie's greedy pick), the same slot choices and round-robin start
     L.llama_memory_clear(lp.executor.mem, True)
-    lp.placement.slots = SlotCache(len(lp.scheduler.slots))
+    lp.placement.slots = SlotCache(len(lp.slots.seqs))
     lp.scheduler._rr = lp.scheduler._k = 0
     lp.inbox.ready(seqs["long"])
     lp.inbox.ready(seqs["short"])
     steps, used = [], 0
     for _ in range(100):
-        lp.scheduler.reap()
-        lp.scheduler.admit_ready()
+        lp.slots.reap()
+        lp.slots.admit_ready()
         prepared = lp.scheduler.prepared
         plan = lp.scheduler.schedule()
         if plan.empty:
@@ -173,7 +173,7 @@ def test_prepared_plans_are_the_plans_schedule_builds(loop, mode):
         prepare.close()
     assert prepared == plain
     assert 0 < used < len(prepared) - 1                  # it was used, and not everywhere
-    assert lp.scheduler.prepared is None or all(s is None for s in lp.scheduler.slots)
+    assert lp.scheduler.prepared is None or all(s is None for s in lp.slots.seqs)
 
 
 def test_a_failed_decode_undoes_what_was_prepared_for_after_it(loop):
@@ -184,7 +184,7 @@ def test_a_failed_decode_undoes_what_was_prepared_for_after_it(loop):
     a.req.cache_prompt = b.req.cache_prompt = False
     lp.inbox.ready(a)
     lp.inbox.ready(b)
-    lp.scheduler.admit_ready()
+    lp.slots.admit_ready()
     prepare = StepPrepare("helper", lp.update, lp.scheduler, lp.clock.phases)
     try:
         plan = lp.scheduler.schedule()
@@ -200,7 +200,7 @@ def test_a_failed_decode_undoes_what_was_prepared_for_after_it(loop):
         prepare.close()
     for seq in (a, b):
         seq.cancelled = True
-    lp.scheduler.reap()
+    lp.slots.reap()
     drain(lp.out_q)
 
 
@@ -241,8 +241,8 @@ def test_scheduling_runs_no_model_the_draft_model_drafts_after_sampling(smollm2_
             for seq in seqs:
                 lp.inbox.ready(seq)
             for _ in range(40):
-                lp.scheduler.reap()
-                lp.scheduler.admit_ready()
+                lp.slots.reap()
+                lp.slots.admit_ready()
                 plan = lp.scheduler.schedule()
                 if plan.empty:
                     break

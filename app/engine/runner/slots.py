@@ -1,0 +1,80 @@
+"""The slot table (context thread): which sequence holds each slot, and the slot lifecycle between steps.
+
+Each loop iteration, before the step is scheduled, it releases the sequences that ended (`reap`) and gives free
+slots to admitted sequences in arrival order (`admit_ready`: the prompt cache's placement finds their cached
+prefix). A slot comes back on every path: every sequence that reaches a slot ends in `release` (the update calls
+it too, for sequences a step finished), which hands a `Released` item to the output thread, the only place a
+DoneEvent (or ErrorEvent) is sent, so a client sees "done" only after its slot is free again. Placing a sequence
+and keeping a released one's cells may make llama.cpp carry out queued KV copies (a one-token decode:
+placement.Placement.flush_copies), which is why this runs between steps and not while a step is scheduled.
+Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py.
+"""
+from __future__ import annotations
+
+import time
+
+from app.engine import protocol as P
+from app.engine.runner.output_port import LoopInbox, Released
+from app.engine.runner.placement import Placement
+from app.engine.runner.sequence import Seq
+from app.engine.runner.testhooks import Hooks
+
+
+class Slots:
+    def __init__(self, n_slots: int, placement: Placement, inbox: LoopInbox, out_q, send, hooks: Hooks):
+        self.seqs: list[Seq | None] = [None] * n_slots
+        self.placement, self.inbox, self.out_q, self.send, self.hooks = placement, inbox, out_q, send, hooks
+        self._cache_reported = (0, 0, 0, 0, 0, 0)
+
+    def reap(self) -> None:
+        """Release the sequences that ended between steps: cancelled, or ended by the output thread."""
+        for seq in self.seqs:
+            if seq is not None and (seq.finish or seq.cancelled or seq.out.reason):
+                self.release(seq, seq.out.reason or seq.finish or "cancelled")
+
+    def release(self, seq: Seq, reason: str) -> None:
+        if seq.slot is not None:
+            # the slot keeps the sequence's cells for the next request (prompt cache); not after a failure
+            self.placement.release(seq, reason != "error", self.seqs)
+            self.seqs[seq.slot] = None
+            seq.slot = None
+            self.report_cache()
+        if seq.sampler is not None:
+            seq.sampler.free()
+            seq.sampler = None
+        seq.free_media()
+        if seq.finish is None:
+            seq.finish = reason
+        seq.t_done = time.perf_counter()
+        self.out_q.put(Released(seq))
+
+    def admit_ready(self) -> None:
+        ready = self.inbox.ready_q
+        while ready:
+            if ready[0].cancelled:
+                seq = ready.popleft()
+                seq.take_admitted()                 # so release frees its sampler and media
+                self.release(seq, "cancelled")
+                continue
+            if None not in self.seqs:
+                return
+            seq = ready.popleft()
+            seq.take_admitted()
+            if self.hooks.abort_marker and seq.req.prompt == self.hooks.abort_marker:
+                self.hooks.abort()   # test hook: die like a GGML_ASSERT would, mid-request
+            i = self.placement.place(seq, self.seqs)
+            seq.slot, self.seqs[i] = i, seq
+            seq.t_admit = time.perf_counter()
+            self.report_cache()
+
+    def report_cache(self) -> None:
+        host, cps = self.placement.host, self.placement.checkpoints
+        state = (host.bytes, len(host.entries), cps.bytes, cps.count, cps.hits, cps.misses)
+        if state != self._cache_reported:
+            self._cache_reported = state
+            self.send(P.PromptCacheState(bytes=host.bytes, entries=len(host.entries), limit=host.limit,
+                                         checkpoint_bytes=cps.bytes, checkpoints=cps.count,
+                                         checkpoint_hits=cps.hits, checkpoint_misses=cps.misses))
+
+    def free(self) -> list[int]:
+        return [i for i, s in enumerate(self.seqs) if s is None]
