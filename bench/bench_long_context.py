@@ -145,15 +145,30 @@ def llama_server(model: str, threads: int, ctx: int) -> Engine:
     return Engine("llama-server", cmd, port, "model", "/health")
 
 
-def strata(model: str, threads: int, ctx: int, home: str) -> Engine:
+def strata(model: str, threads: int, ctx: int, home: str, variant: str = "") -> Engine:
+    """Strata's service; `variant` "NAME:key=value,...": the model with those load parameters (a Modelfile's
+    PARAMETER lines, e.g. num_batch=2048; an upper-case key is an environment variable of the service, e.g.
+    STRATA_SPECULATIVE=off), reported as strata-NAME."""
     port = free_port()
+    items = [i for i in variant.partition(":")[2].split(",") if i]
+    params = ",".join(i for i in items if not i[:1].isupper())
     cmd = [sys.executable, __file__, "--serve-strata", str(port), "--threads", str(threads), "--ctx", str(ctx),
-           "--home", home, "--model", model]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), STRATA_HOME=home)
-    return Engine("strata", cmd, port, "bench-model", "/api/version", env=env)
+           "--home", home, "--model", model, "--params", params]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), STRATA_HOME=home,
+               **dict(i.split("=", 1) for i in items if i[:1].isupper()))
+    name = "strata-" + variant.partition(":")[0] if variant else "strata"
+    return Engine(name, cmd, port, "bench-model", "/api/version", env=env)
 
 
-def serve_strata(port: int, threads: int, ctx: int, home: str, model: str) -> None:
+def parse_params(spec: str) -> dict:
+    out: dict = {}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        out[key] = json.loads(value) if value[:1].isdigit() or value in ("true", "false") else value
+    return out
+
+
+def serve_strata(port: int, threads: int, ctx: int, home: str, model: str, params: dict) -> None:
     """Child mode: Strata's service over a store under `home` (the model imported as bench-model once); stops its
     runners on SIGTERM, as `strata serve` does."""
     import signal
@@ -167,7 +182,8 @@ def serve_strata(port: int, threads: int, ctx: int, home: str, model: str) -> No
     def store():
         return ModelStore(db_path=h / "strata.db", models_dir=h / "models", discover_external=False)
     if not (h / "imported").exists():
-        store().import_gguf(model, name="bench-model")
+        store().import_gguf(model, name="bench-gguf")
+        store().create("bench-model", "bench-gguf", parameters=params)
         (h / "imported").write_text("1")
     cfg = ServiceConfig(port=port, n_threads=threads, num_ctx=ctx, num_parallel=1, keep_alive=-1)
     svc = ServiceThread(cfg, store_factory=store).start()
@@ -195,8 +211,13 @@ async def run_sizes(engines: list[Engine], args) -> dict:
 
 
 def report_sizes(res: dict, args) -> None:
-    s, l = res["strata"], res["llama-server"]
-    print(f"\n## Long prompts: {Path(args.model).name}, threads {args.threads}, context {args.ctx}, one slot\n")
+    for name in res:
+        if name.startswith("strata"):
+            report_one(name, res[name], res["llama-server"], args)
+
+
+def report_one(name: str, s: dict, l: dict, args) -> None:
+    print(f"\n## Long prompts: {Path(args.model).name}, {name}, threads {args.threads}, context {args.ctx}, one slot\n")
     print("| prompt tokens | reps | Strata prefill tok/s | llama-server prefill tok/s | prefill ratio | "
           "Strata decode tok/s | llama-server decode tok/s | decode ratio | load (1/5/15 min) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
@@ -276,8 +297,8 @@ async def main(args) -> None:
     print(f"load at start: {load_text()}, cpus {os.cpu_count()}", file=sys.stderr)
     results: dict = {}
     if args.sizes:
-        engines = [strata(args.model, args.threads, args.ctx, tempfile.mkdtemp(prefix="strata-bench-long-")),
-                   llama_server(args.model, args.threads, args.ctx)]
+        engines = [strata(args.model, args.threads, args.ctx, tempfile.mkdtemp(prefix="strata-bench-long-"), v)
+                   for v in [""] + args.variants] + [llama_server(args.model, args.threads, args.ctx)]
         try:
             for e in engines:
                 await e.start()
@@ -308,13 +329,16 @@ if __name__ == "__main__":
     ap.add_argument("--only-strata", action="store_true", help="--restart without llama-server")
     ap.add_argument("--server", default=None, help="llama-server binary (default: bench/_build/llama-server)")
     ap.add_argument("--json", default=None, help="also write raw results here")
+    ap.add_argument("--variant", dest="variants", action="append", default=[],
+                    help="also Strata with load parameters, NAME:key=value,... (e.g. b2048:num_batch=2048)")
     ap.add_argument("--serve-strata", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--params", default="", help=argparse.SUPPRESS)
     ap.add_argument("--home", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.server:
         SERVER = Path(a.server)
     if a.serve_strata is not None:
-        serve_strata(a.serve_strata, a.threads, a.ctx, a.home, a.model)
+        serve_strata(a.serve_strata, a.threads, a.ctx, a.home, a.model, parse_params(a.params))
     else:
         a.sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
         asyncio.run(main(a))
