@@ -7,6 +7,7 @@ EmbedResult, Stats, TokenizeResult, Heartbeat, PromptCacheState.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from app.engine.chat.plan import ChatPlan
 
@@ -147,12 +148,19 @@ class LoadFailed:
     message: str
 
 
+class TopLogprob(NamedTuple):
+    """One of the most likely tokens at a position."""
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
 @dataclass
 class TokenLogprob:
     token: str
     logprob: float
     bytes: list[int]
-    top: list[tuple[str, float, list[int]]] = field(default_factory=list)   # (token, logprob, bytes)
+    top: list[TopLogprob] = field(default_factory=list)      # the most likely tokens, most likely first
 
 
 @dataclass

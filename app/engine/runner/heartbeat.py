@@ -6,7 +6,7 @@ say a step is running, and how long this model's measured steps say it should ta
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from app.engine import protocol as P
 
@@ -24,13 +24,24 @@ def expected_step_s(timing, n_tokens: int, fallback_s: float) -> float:
     return max(longest, per_token * n)
 
 
+class StepState(NamedTuple):
+    """What the step loop tells the heartbeat (step_clock.StepClock.state)."""
+    steps: int                  # steps done
+    step_s: float               # seconds the step in progress has run (0: none running)
+    tokens: int                 # its tokens
+    expected_s: float           # how long such a step should take
+
+
+NO_STEP = StepState(0, 0.0, 0, 0.0)
+
+
 class HeartbeatThread:
-    """`state()` -> (steps, step_s, step_tokens, expected_s); set it once the step loop exists (zeros until then)."""
+    """`state()` -> StepState; set it once the step loop exists (no step until then)."""
 
     def __init__(self, send: Callable[[object], None], interval_s: float = P.HEARTBEAT_INTERVAL_S):
         self.send = send
         self.interval_s = interval_s
-        self.state: Callable[[], tuple[int, float, int, float]] = lambda: (0, 0.0, 0, 0.0)
+        self.state: Callable[[], StepState] = lambda: NO_STEP
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="strata-heartbeat", daemon=True)
 
@@ -44,9 +55,9 @@ class HeartbeatThread:
     def _run(self) -> None:
         while True:
             try:
-                steps, step_s, tokens, expected = self.state()
+                st = self.state()
             except Exception:  # noqa: BLE001 - a heartbeat without step facts still says the process lives
-                steps, step_s, tokens, expected = 0, 0.0, 0, 0.0
-            self.send(P.Heartbeat(steps, step_s, tokens, expected))
+                st = NO_STEP
+            self.send(P.Heartbeat(st.steps, st.step_s, st.tokens, st.expected_s))
             if self._stop.wait(self.interval_s):
                 return

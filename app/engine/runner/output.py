@@ -18,7 +18,7 @@ import ctypes
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.protocol import TokenLogprob
+from app.engine.protocol import TokenLogprob, TopLogprob
 
 MAX_TOP_LOGPROBS = 20
 
@@ -154,12 +154,12 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def logprobs_from_logits(logits: np.ndarray, chosen: int, n_top: int, vocab: Vocab) -> TokenLogprob:
     lp = log_softmax(logits)
     n_top = max(0, min(int(n_top), MAX_TOP_LOGPROBS))
-    top = []
+    top: list[TopLogprob] = []
     if n_top:
         idx = np.argpartition(-lp, n_top - 1)[:n_top]
         idx = idx[np.argsort(-lp[idx], kind="stable")]
         for t in idx.tolist():
             b = vocab.piece(t)
-            top.append((b.decode("utf-8", "replace"), float(lp[t]), list(b)))
+            top.append(TopLogprob(b.decode("utf-8", "replace"), float(lp[t]), list(b)))
     b = vocab.piece(chosen)
     return TokenLogprob(token=b.decode("utf-8", "replace"), logprob=float(lp[chosen]), bytes=list(b), top=top)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from app.engine.runner.heartbeat import expected_step_s
+from app.engine.runner.heartbeat import StepState, expected_step_s
 
 
 # The context thread's phases of a batch step, in order. Host work: "loop" (between steps: reap, admission to
@@ -73,9 +73,10 @@ class StepClock:
         busy = sum(x[1] for x in t)
         return (sum(x[0] for x in t) / busy) if busy else 0.0
 
-    def state(self) -> tuple[int, float, int, float]:
-        """(steps done, seconds the step in progress has run, its tokens, how long such a step should take)."""
+    def state(self) -> StepState:
+        """Steps done, and the step in progress: how long it has run, its tokens, how long such a step should take."""
         t0, n = self.t0, self.tokens
         if not t0:
-            return self.steps, 0.0, 0, 0.0
-        return self.steps, time.perf_counter() - t0, n, expected_step_s(list(self.timing), n, self.warmup_s)
+            return StepState(self.steps, 0.0, 0, 0.0)
+        expected = expected_step_s(list(self.timing), n, self.warmup_s)
+        return StepState(self.steps, time.perf_counter() - t0, n, expected)

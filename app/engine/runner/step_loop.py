@@ -28,6 +28,7 @@ from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.embed_job import run_embed_job
+from app.engine.runner.heartbeat import StepState
 from app.engine.runner.output_port import Admit, EmbedInputs, LoopInbox, Quit
 from app.engine.runner.output_thread import OutputThread
 from app.engine.runner.placement import Placement
@@ -110,9 +111,8 @@ class StepLoop:
                        draft_accepted=d.accepted_total, host_phases=self.clock.phases.snapshot(),
                        **self.placement.stats())
 
-    def step_state(self) -> tuple[int, float, int, float]:
-        """For the heartbeat thread (heartbeat.py): (steps done, seconds the step in progress has run, its tokens,
-        how long such a step should take)."""
+    def step_state(self) -> StepState:
+        """For the heartbeat thread (heartbeat.py)."""
         return self.clock.state()
 
     def stop(self, timeout: float = 10.0) -> None:
