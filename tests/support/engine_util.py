@@ -1,11 +1,13 @@
-"""Helpers for the engine tests: a CPU Layout for a GGUF built directly (no planner), and for driving a runner
-client from a test's event loop (request ids, greedy sampling, a bounded run, a stream collected)."""
+"""Helpers for the engine tests: a CPU Layout for a GGUF built directly (no planner), for driving a runner
+client from a test's event loop (request ids, greedy sampling, a bounded run, a stream collected), and for
+driving a llama.cpp context in the test process (a context, its memory cleared, a prompt decoded into a sequence)."""
 from __future__ import annotations
 
 import asyncio
 import itertools
 from contextlib import contextmanager
 
+import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
@@ -31,6 +33,29 @@ def llama_context(path, *, n_ctx: int, n_batch: int, n_seq: int = 1, n_ubatch: i
     finally:
         L.llama_free(ctx)
         L.llama_model_free(model)
+
+
+def cleared_memory(ctx):
+    """The context's memory (KV cache) with every sequence cleared: each test starts from nothing."""
+    m = L.llama_get_memory(ctx)
+    L.llama_memory_clear(m, True)
+    return m
+
+
+def decode_logits(ctx, tokens, seq: int, pos0: int = 0) -> np.ndarray:
+    """Decode `tokens` into `seq` from pos0 in one batch; the last token's logits."""
+    from app.engine.runner.batch import NpBatch
+
+    b = NpBatch(256)
+    row = b.add_span(tokens, pos0, seq, logits_last=True)
+    assert L.llama_decode(ctx, b.struct) == 0
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(L.llama_get_model(ctx)))
+    return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy()
+
+
+def token_prompt(n: int, salt: int = 0) -> list[int]:
+    """`n` token ids that vary with `salt`, within any test vocabulary (a prompt without a tokenizer)."""
+    return [100 + (i * 37 + salt) % 5000 for i in range(n)]
 
 
 def request_id(prefix: str) -> str:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import stat
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 
 import httpx
 import pytest
+
+from serve_process import free_port, strata_serve
 
 MODEL = "coder:test"
 # the stand-in agent: records what it was given and checks the server answers at the URL it was given
@@ -54,40 +53,14 @@ STUB = textwrap.dedent('''\
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def serve(qwen_coder_path, tmp_path_factory):
     home = tmp_path_factory.mktemp("launch-home")
-    port = _free_port()
-    env = {**os.environ, "STRATA_HOME": str(home), "STRATA_HOST": f"127.0.0.1:{port}", "STRATA_NUM_THREADS": "1",
-           "STRATA_NUM_CTX": "4096", "STRATA_NUM_PARALLEL": "1", "STRATA_EXTERNAL_MODELS": "0"}
-    log = open(home / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            text=True)
-    url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 120
-    while time.monotonic() < end and proc.poll() is None:
-        try:
-            if httpx.get(url + "/api/version", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        log.seek(0)
-        pytest.fail("strata serve did not start: " + log.read())
-    r = httpx.post(url + "/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False},
-                   timeout=120)
-    assert r.status_code == 200, r.text
-    yield url, env
-    proc.send_signal(signal.SIGINT)
-    proc.wait(60)
-    log.close()
+    with strata_serve(home / "serve.log", STRATA_HOME=str(home), STRATA_NUM_CTX="4096") as (url, env, _):
+        r = httpx.post(url + "/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        yield url, env
 
 
 @pytest.fixture()
@@ -201,7 +174,7 @@ def test_an_agent_that_is_not_installed_gets_the_npm_command(serve, tmp_path):
 
 def test_no_service_says_how_to_start_one(stubs):
     bindir, _ = stubs
-    env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{_free_port()}"}
+    env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{free_port()}"}
     r = launch(env, "codex", path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     assert r.returncode == 1 and "strata serve" in r.stderr
 

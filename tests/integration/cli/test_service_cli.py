@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,9 @@ import httpx
 import pytest
 
 from app import settings
+from serve_process import free_port, strata_serve
 
 MODEL = "smollm2:135m"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _strata(*args, env, timeout=180, input=None):
@@ -33,29 +27,8 @@ def _strata(*args, env, timeout=180, input=None):
 
 @pytest.fixture()
 def serve(strata_home, smollm2_path, tmp_path):
-    port = _free_port()
-    env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{port}", "STRATA_NUM_THREADS": "1", "STRATA_NUM_CTX": "1024",
-           "STRATA_NUM_PARALLEL": "1", "STRATA_EXTERNAL_MODELS": "0"}
-    log = open(tmp_path / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            text=True)
-    url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 120
-    while time.monotonic() < end and proc.poll() is None:
-        try:
-            if httpx.get(url + "/api/version", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        log.seek(0)
-        pytest.fail("strata serve did not start: " + log.read())
-    yield url, env, proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
-    log.close()
+    with strata_serve(tmp_path / "serve.log", STRATA_NUM_CTX="1024") as running:
+        yield running
 
 
 def test_serve_run_ps_stop(serve):
@@ -97,7 +70,7 @@ def test_serve_stops_cleanly_on_sigint(serve):
 
 
 def test_strata_serve_listens_where_the_settings_file_says(strata_home, clean_env, tmp_path):
-    port = _free_port()
+    port = free_port()
     settings.save({"host": f"127.0.0.1:{port}", "api_key": "file-key", "num_threads": 1,
                    "external_sources": []})
     env = {k: v for k, v in os.environ.items() if k != "STRATA_HOST"}

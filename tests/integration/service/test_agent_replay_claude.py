@@ -21,6 +21,7 @@ import anthropic
 import httpx
 import pytest
 
+from agent_replay import serve_model, sse_blocks
 from repo_paths import FIXTURES
 
 MODEL = "coder:0.5b"
@@ -38,11 +39,8 @@ def recorded(path) -> dict:
 
 @pytest.fixture(scope="module")
 def server(live_service, qwen_coder_path):
-    svc = live_service(num_ctx=32768, num_parallel=1, keep_alive="10m", max_body=8 * 1024 * 1024)
-    with httpx.Client(base_url=svc.url, timeout=300) as c:
-        r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False})
-        assert r.status_code == 200, r.text
-    yield svc
+    return serve_model(live_service, qwen_coder_path, MODEL, num_ctx=32768, num_parallel=1, keep_alive="10m",
+                       max_body=8 * 1024 * 1024)
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +52,11 @@ def http(server):
 def sse(text: str) -> list[tuple[str, dict]]:
     """An event stream -> [(event name, data object)]; every event has both lines and its data is JSON."""
     out = []
-    for chunk in text.replace("\r\n", "\n").split("\n\n"):
-        if not chunk.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in chunk.split("\n"))
-        assert set(lines) == {"event", "data"}, chunk
+    for block in sse_blocks(text):
+        lines = dict(block)
+        assert set(lines) == {"event", "data"}, block
         data = json.loads(lines["data"])
-        assert data["type"] == lines["event"], chunk
+        assert data["type"] == lines["event"], block
         out.append((lines["event"], data))
     return out
 

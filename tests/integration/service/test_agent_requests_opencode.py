@@ -19,6 +19,7 @@ import json
 import httpx
 import pytest
 
+from agent_replay import serve_model, sse_blocks
 from repo_paths import FIXTURES
 
 # its first build request is a 7,500-token prompt: a minute on two quiet cores, over ten on a machine shared 8 ways
@@ -37,22 +38,19 @@ def recorded(path) -> dict:
 
 @pytest.fixture(scope="module")
 def server(live_service, qwen_coder_path):
-    svc = live_service(num_parallel=1, keep_alive="10m", max_body=4 * 1024 * 1024)
-    with httpx.Client(base_url=svc.url, timeout=300) as c:
-        r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False})
-        assert r.status_code == 200, r.text
-    yield svc
+    return serve_model(live_service, qwen_coder_path, MODEL, num_parallel=1, keep_alive="10m",
+                       max_body=4 * 1024 * 1024)
 
 
 def sse_events(text: str) -> list[str]:
     """The `data:` payloads of an SSE body, one per event (an event's data lines joined)."""
     events = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        lines = [ln for ln in block.split("\n") if ln and not ln.startswith(":")]
+    for block in sse_blocks(text):
+        lines = [(field, value) for field, value in block if field]        # comments (keepalives) left out
         if not lines:
             continue
-        assert all(ln.startswith("data:") or ln.startswith("event:") or ln.startswith("id:") for ln in lines), block
-        data = [ln[5:].lstrip() for ln in lines if ln.startswith("data:")]
+        assert all(field in ("data", "event", "id") for field, _ in lines), block
+        data = [value.lstrip() for field, value in lines if field == "data"]
         if data:
             events.append("\n".join(data))
     return events

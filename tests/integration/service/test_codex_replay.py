@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 
+from agent_replay import serve_model, sse_blocks
 from repo_paths import FIXTURES
 
 # a Codex request is 5,000-9,000 tokens of prompt: its first reading takes minutes on a busy 2-core machine
@@ -54,12 +55,12 @@ def offered(body: dict) -> dict:
 def events_of(text: str) -> list[dict]:
     """An SSE body -> its events' data; each event's `event:` name must equal its data's `type`."""
     events = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+    for block in sse_blocks(text):
+        lines = [(field, value) for field, value in block if field]        # comments (keepalives) left out
         if not lines:
             continue
-        name = next(line[6:].strip() for line in lines if line.startswith("event:"))
-        data = json.loads("\n".join(line[5:].strip() for line in lines if line.startswith("data:")))
+        name = next(value.strip() for field, value in lines if field == "event")
+        data = json.loads("\n".join(value.strip() for field, value in lines if field == "data"))
         assert data["type"] == name, (name, data["type"])
         events.append(data)
     return events
@@ -97,11 +98,8 @@ def check_stream(events: list[dict], body: dict) -> dict:
 @pytest.fixture(scope="module")
 def server(live_service, qwen_coder_path):
     # Codex's first request is about 10k tokens (instructions and tool schemas): one sequence of 16k
-    svc = live_service(num_ctx=16384, num_parallel=1, keep_alive="10m", max_body=4 * 1024 * 1024)
-    with httpx.Client(base_url=svc.url, timeout=300) as c:
-        r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "stream": False})
-        assert r.status_code == 200, r.text
-    yield svc
+    return serve_model(live_service, qwen_coder_path, MODEL, num_ctx=16384, num_parallel=1, keep_alive="10m",
+                       max_body=4 * 1024 * 1024)
 
 
 @pytest.fixture(scope="module")

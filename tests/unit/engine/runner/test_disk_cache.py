@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as L
 
-from app.engine.runner.batch import NpBatch
 from app.engine.runner.disk_cache import SUFFIX, DiskPromptCache, file_identity, key_of, read_header, write_file
-from engine_util import llama_context
+from engine_util import cleared_memory, llama_context
+from engine_util import decode_logits as decode, token_prompt as prompt
 
 FACTS = {"model": {"sha256": "ab" * 32}, "build": {"x": 1}, "type_k": "f16", "type_v": "f16", "n_seq": 2}
 
@@ -27,21 +27,7 @@ def llama(dense_gguf):
 
 @pytest.fixture
 def mem(llama):
-    m = L.llama_get_memory(llama)
-    L.llama_memory_clear(m, True)
-    return m
-
-
-def decode(ctx, tokens, seq: int, pos0: int = 0) -> np.ndarray:
-    b = NpBatch(256)
-    row = b.add_span(tokens, pos0, seq, logits_last=True)
-    assert L.llama_decode(ctx, b.struct) == 0
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(L.llama_get_model(ctx)))
-    return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy()
-
-
-def prompt(n: int, salt: int = 0) -> list[int]:
-    return [100 + (i * 37 + salt) % 5000 for i in range(n)]
+    return cleared_memory(llama)
 
 
 def state_of(ctx, seq: int) -> bytearray:

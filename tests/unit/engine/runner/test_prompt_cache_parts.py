@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as L
 
-from app.engine.runner.batch import NpBatch
-from engine_util import llama_context
+from engine_util import cleared_memory, llama_context
+from engine_util import decode_logits as decode, token_prompt as prompt
 from app.engine.runner.prompt_cache import (MIN_SAVE_TOKENS, Checkpoint, Checkpoints, HostPromptCache, SlotCache,
                                             common_prefix)
 
@@ -119,24 +119,9 @@ def llama(dense_gguf):
         yield ctx
 
 
-def decode(ctx, tokens, seq: int, pos0: int = 0) -> np.ndarray:
-    """Decode `tokens` into `seq` from pos0; the last token's logits."""
-    b = NpBatch(256)
-    row = b.add_span(tokens, pos0, seq, logits_last=True)
-    assert L.llama_decode(ctx, b.struct) == 0
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(L.llama_get_model(ctx)))
-    return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy()
-
-
-def prompt(n: int, salt: int = 0) -> list[int]:
-    return [100 + (i * 37 + salt) % 5000 for i in range(n)]
-
-
 @pytest.fixture
 def mem(llama):
-    m = L.llama_get_memory(llama)
-    L.llama_memory_clear(m, True)
-    return m
+    return cleared_memory(llama)
 
 
 def test_a_saved_state_restored_into_another_slot_continues_identically(llama, mem):

@@ -1,0 +1,31 @@
+"""What the agents' replay tests share (tests/integration/service/test_agent_replay_claude.py, test_codex_replay.py,
+test_agent_requests_opencode.py): a live server with the Qwen2.5-Coder fixture imported under the agent's model
+name, and an SSE body cut into its events' lines, which each test then checks against its own wire's rules."""
+from __future__ import annotations
+
+import httpx
+
+
+def serve_model(live_service, gguf, name: str, **fields):
+    """A live service (`live_service` fixture; ServiceConfig `fields`) with `gguf` imported as `name`."""
+    svc = live_service(**fields)
+    with httpx.Client(base_url=svc.url, timeout=300) as c:
+        r = c.post("/api/create", json={"model": name, "from": str(gguf), "stream": False})
+        assert r.status_code == 200, r.text
+    return svc
+
+
+def sse_blocks(text: str) -> list[list[tuple[str, str]]]:
+    """An SSE body -> its events, each the (field, value) of its lines in order (one space after the colon
+    dropped, as the SSE spec reads it); a comment line is ("", text). Blank events are left out."""
+    blocks = []
+    for chunk in text.replace("\r\n", "\n").split("\n\n"):
+        lines = []
+        for line in chunk.split("\n"):
+            if not line:
+                continue
+            field, _, value = line.partition(":")
+            lines.append((field, value[1:] if value.startswith(" ") else value))
+        if lines:
+            blocks.append(lines)
+    return blocks
