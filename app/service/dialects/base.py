@@ -141,7 +141,8 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     Then, on a wire that has a keepalive, the stream opens at once (headers and the renderer's opening) and sends
     the keepalive every KEEPALIVE_S until the reply comes, so a client with an idle limit (Bun's fetch, under Claude
     Code and OpenCode: 5 minutes; Codex: 5 minutes without a Responses event) does not give up in the queue; what
-    fails after that is the stream's error event. Ollama's NDJSON has no keepalive and Ollama itself sends nothing
+    fails after that is the stream's error event, and the headers are those the request alone gives (the
+    context's, X-Strata-Num-Ctx and the fit's, are not known yet). Ollama's NDJSON has no keepalive and Ollama itself sends nothing
     before the model is scheduled: that wire waits, silent, as Ollama does."""
     scheduler, _, metrics = context(request)
     job = await pipeline.prepare(scheduler, req)

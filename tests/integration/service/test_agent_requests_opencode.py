@@ -38,8 +38,12 @@ def recorded(path) -> dict:
 
 @pytest.fixture(scope="module")
 def server(live_service, qwen_coder_path):
-    return serve_model(live_service, qwen_coder_path, MODEL, num_parallel=1, keep_alive="10m",
-                       max_body=4 * 1024 * 1024)
+    svc = serve_model(live_service, qwen_coder_path, MODEL, num_parallel=1, keep_alive="10m",
+                      max_body=4 * 1024 * 1024)
+    # loaded before the replays: a stream that waits for its model's load opens (and sends its headers) before
+    # the context is known, and each replay checks its usage against X-Strata-Num-Ctx
+    httpx.post(svc.url + "/api/generate", json={"model": MODEL}, timeout=300).raise_for_status()
+    return svc
 
 
 def sse_events(text: str) -> list[str]:
