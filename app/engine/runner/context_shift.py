@@ -1,7 +1,7 @@
 """Context shift: a generating sequence filled its context, so the oldest half after the kept prefix goes.
 
-Decided and done by the step scheduler before it writes the sequence's row, because the row's position depends on
-it (Ollama's and llama-server's rule: keep `n_keep` tokens, drop half of the rest).
+Done between steps by the slot table (slots.py), before the step scheduler writes the sequence's row, whose
+position depends on it (Ollama's and llama-server's rule: keep `n_keep` tokens, drop half of the rest).
 Covered by tests/integration/engine/test_runner.py (context shift on a real runner, with and without
 can_shift).
 """

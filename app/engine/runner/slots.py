@@ -1,12 +1,13 @@
 """The slot table (context thread): which sequence holds each slot, and the slot lifecycle between steps.
 
-Each loop iteration, before the step is scheduled, it releases the sequences that ended (`reap`) and gives free
+Each loop iteration, before the step is scheduled, it releases the sequences that ended (`reap`), gives free
 slots to admitted sequences in arrival order (`admit_ready`: the prompt cache's placement finds their cached
-prefix). A slot comes back on every path: every sequence that reaches a slot ends in `release` (the update calls
+prefix) and shifts the context of generating sequences that filled theirs (`shift_full`, context_shift.py: the
+rows the scheduler gives them depend on it). A slot comes back on every path: every sequence that reaches a slot ends in `release` (the update calls
 it too, for sequences a step finished), which hands a `Released` item to the output thread, the only place a
 DoneEvent (or ErrorEvent) is sent, so a client sees "done" only after its slot is free again. Placing a sequence
 and keeping a released one's cells may make llama.cpp carry out queued KV copies (a one-token decode:
-placement.Placement.flush_copies), which is why this runs between steps and not while a step is scheduled.
+placement.Placement.flush_copies); this KV work runs between steps, so scheduling a step touches no cell.
 Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py.
 """
 from __future__ import annotations
@@ -15,15 +16,20 @@ import time
 
 from app.engine import protocol as P
 from app.engine.runner.output_port import LoopInbox, Released
+from app.engine.runner.context_shift import context_shift
 from app.engine.runner.placement import Placement
-from app.engine.runner.sequence import Seq
+from app.engine.runner.sequence import GEN, Seq
 from app.engine.runner.testhooks import Hooks
 
 
 class Slots:
-    def __init__(self, n_slots: int, placement: Placement, inbox: LoopInbox, out_q, send, hooks: Hooks):
+    """`can_shift`: the memory can move cells (else a full context is processed again from its kept window)."""
+
+    def __init__(self, n_slots: int, placement: Placement, inbox: LoopInbox, out_q, send, hooks: Hooks, *,
+                 n_ctx_seq: int, can_shift: bool):
         self.seqs: list[Seq | None] = [None] * n_slots
         self.placement, self.inbox, self.out_q, self.send, self.hooks = placement, inbox, out_q, send, hooks
+        self.n_ctx_seq, self.can_shift = n_ctx_seq, can_shift
         self._cache_reported = (0, 0, 0, 0, 0, 0)
 
     def reap(self) -> None:
@@ -66,6 +72,14 @@ class Slots:
             seq.slot, self.seqs[i] = i, seq
             seq.t_admit = time.perf_counter()
             self.report_cache()
+
+    def shift_full(self) -> None:
+        """A context shift for each generating sequence whose context is full (its draft, made for the positions
+        before, is dropped)."""
+        for seq in self.seqs:
+            if seq is not None and seq.state == GEN and seq.n_past >= self.n_ctx_seq:
+                seq.draft = []
+                context_shift(seq, self.placement.mem, self.can_shift, self.placement)
 
     def report_cache(self) -> None:
         host, cps = self.placement.host, self.placement.checkpoints

@@ -2,9 +2,9 @@
 update(plan, result)`, the output thread beside it, and the reader thread's entry points (submit, cancel, stats).
 
 Threads (docs/architecture.md, "Process model" and "Runner"):
-- the CONTEXT thread owns the llama context. Each iteration it reaps ended sequences and admits ready ones into
-  free slots (slots.py), runs a waiting embedding job, then one step: the scheduler decides (step_scheduler.py:
-  context shift, which proposed drafts fit, prefill grants, the batch), the executor runs the plan (step_executor.py: image,
+- the CONTEXT thread owns the llama context. Each iteration it reaps ended sequences, admits ready ones into free
+  slots and shifts full contexts (slots.py), runs a waiting embedding job, then one step: the scheduler decides
+  (step_scheduler.py: which proposed drafts fit, prefill grants, the batch), the executor runs the plan (step_executor.py: image,
   llama_decode, sampling with draft verification, end reasons, then the next step's drafts) and the update
   applies the result (step_update.py). Nothing else touches the context.
 - the OUTPUT thread (output_thread.py) does everything else while the context thread decodes: admission
@@ -64,9 +64,10 @@ class StepLoop:
         self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache)
         self.abort = DecodeAbort(model)
         self.drafting = Drafting(model, n_ctx_seq, self.abort, speculative, draft)   # draft: draft_model.DraftModel
-        self.slots = Slots(n_slots, self.placement, self.inbox, self.out_q, send, self.hooks)
-        self.scheduler = StepScheduler(ctx, slots=self.slots.seqs, n_batch=L.llama_n_batch(ctx),
-                                       n_ctx_seq=n_ctx_seq, placement=self.placement, can_shift=can_shift)
+        self.slots = Slots(n_slots, self.placement, self.inbox, self.out_q, send, self.hooks, n_ctx_seq=n_ctx_seq,
+                           can_shift=can_shift)
+        self.scheduler = StepScheduler(slots=self.slots.seqs, n_batch=L.llama_n_batch(ctx), n_ctx_seq=n_ctx_seq,
+                                       placement=self.placement)
         self.executor = StepExecutor(model, ctx, vocab_out=vocab_out, clock=self.clock, abort=self.abort,
                                      drafting=self.drafting, hooks=self.hooks, media=media)
         self.update = StepUpdate(self.slots.release, self.placement, self.clock, self.out_q)
@@ -135,6 +136,7 @@ class StepLoop:
                 self.slots.reap()
                 self.slots.admit_ready()
                 self.placement.serve_waiting(self.slots.seqs)
+                self.slots.shift_full()
                 jobs = self.inbox.embed_jobs
                 if jobs and run_embed_job(jobs[0], self.embedder, self.placement, self.slots.free(),
                                           self.clock, self.send):

@@ -1,9 +1,9 @@
 """The step scheduler (context thread): what the next batch decodes.
 
-It decides; it runs no model (no `llama_decode`, no drafting: the executor drafts after sampling;
-tests/unit/engine/runner/test_step_cycle.py checks it). `schedule` builds the next `StepPlan` from the sequences
-in the slots (slots.py fills them between steps): one row per generating sequence (plus the draft proposed for
-it, within the batch; a context shift first where its context is full), then prompt chunks shared by
+It decides; it runs no model and touches no KV cell (no llama.cpp call at all; no drafting: the executor drafts
+after sampling; tests/unit/engine/runner/test_step_cycle.py checks it at run time). `schedule` builds the next
+`StepPlan` from the sequences in the slots (slots.py fills them between steps, and shifts a full context): one
+row per generating sequence (plus the draft proposed for it, within the batch), then prompt chunks shared by
 `prefill_grants`, cut where an image or a context checkpoint is due, and at most one image.
 """
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from llama_cpp import llama_cpp as L
-
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.context_shift import context_shift
 from app.engine.runner.placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.step_plan import SampleRow, Span, StepPlan
@@ -32,12 +29,9 @@ class Prepared(NamedTuple):
 class StepScheduler:
     """`slots`: the slot table's list (slots.Slots.seqs), read here, changed only between steps."""
 
-    def __init__(self, ctx, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, placement: Placement,
-                 can_shift: bool):
-        self.mem = L.llama_get_memory(ctx)
+    def __init__(self, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, placement: Placement):
         self.n_ctx_seq = n_ctx_seq
         self.placement = placement
-        self.can_shift = can_shift
         self.slots = slots
         # two batches alternate, so a step's rows stay intact while the next one is built
         self.batches = (NpBatch(n_batch), NpBatch(n_batch))
@@ -71,8 +65,8 @@ class StepScheduler:
         (StepUpdate.advance) and before its logits are read, it builds what `schedule` would build next, except
         the generating sequences' tokens (being sampled now). `schedule` uses it when nothing it depends on has
         changed meanwhile (the slots, each sequence's state and positions) and no sequence was given a draft;
-        otherwise it builds the plan again, so the batch is the same either way. Nothing is prepared when building
-        would change a sequence (a context shift) or when a sequence has images or waits for another's prefix."""
+        otherwise it builds the plan again, so the batch is the same either way. Nothing is prepared when a
+        sequence's context is full (the slot table shifts it first), has images or waits for another's prefix."""
         self.prepared = None
         active = [s for s in self.slots if s is not None]
         if not active or any(s.media is not None or s.state not in (GEN, PREFILL) or
@@ -107,17 +101,14 @@ class StepScheduler:
     def _build(self) -> StepPlan:
         """The plan from scratch. Each generating sequence verifies the draft proposed for it after the last step
         (`Seq.draft`, taken here: the plan's span holds it from now on), as much of it as the batch holds once
-        every generating sequence has its row; none after a context shift (it was made for the old positions)."""
+        every generating sequence has its row."""
         plan = self._new_plan()
         active = [s for s in self.slots if s is not None]
         gen = []
         for seq in active:
-            if seq.state == GEN and seq.n_past >= self.n_ctx_seq:
-                seq.draft = []
-                context_shift(seq, self.mem, self.can_shift, self.placement)
-            if seq.state == GEN:            # a shift without can_shift turns it back into a prefill
+            if seq.state == GEN:
                 gen.append(seq)
-            elif seq.draft:
+            elif seq.draft:                 # (a context shift without can_shift made it a prefill again)
                 seq.draft = []
         room = plan.batch.capacity - len(gen)       # rows left for drafts
         for seq in gen:
