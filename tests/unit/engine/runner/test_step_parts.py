@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.engine import protocol as P
-from app.engine.runner.output_port import LoopInbox
+from app.engine.runner.output_port import EmbedJob, LoopInbox
 from app.engine.runner.sequence import Seq
 from app.engine.runner.step_scheduler import prefill_grants
 
@@ -41,8 +41,9 @@ def test_the_port_is_all_the_output_thread_changes_in_the_loop():
     inbox.ready(seq)
     assert list(inbox.ready_q) == [seq] and inbox.event.is_set()
     inbox.event.clear()
-    inbox.enqueue(("job",))
-    assert list(inbox.embed_jobs) == [("job",)] and inbox.event.is_set()
+    job = EmbedJob(P.EmbedRequest(id="e1", inputs=["x"]), [[1]], 1)
+    inbox.enqueue(job)
+    assert list(inbox.embed_jobs) == [job] and inbox.event.is_set()
     inbox.event.clear()
     inbox.wake()
     assert inbox.event.is_set()
