@@ -63,11 +63,16 @@ class Placement:
         self.disk = disk if disk is not None and disk.enabled and not self.partial_memory else None
         # slots of a cross-stream copy that llama.cpp has queued but not done yet (it copies at the next decode)
         self.pending_copy: set[int] = set()
+        # free slots whose kept prefix is due on disk: copied when the runner is idle or before the slot is reused,
+        # not when the sequence ends (a 30k-token state is ~0.3 s to copy, which would hold back the reply's end and
+        # every other sequence's next step)
+        self.disk_due: set[int] = set()
         self._flush_batch = NpBatch(1)
 
     # ---- a new sequence ---------------------------------------------------------------------------------------
     def place(self, seq: Seq, slot_seqs: list[Seq | None]) -> int:
         """Pick a free slot for `seq` (there must be one), prepare its cells, set seq.todo/n_past/history."""
+        self.save_due()
         self.flush_copies()
         free = [i for i, s in enumerate(slot_seqs) if s is None]
         if not seq.req.cache_prompt:
@@ -186,6 +191,16 @@ class Placement:
         n = L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, slot)
         return n > 0 and self.disk.save(tokens, buf, int(n))
 
+    def save_due(self) -> int:
+        """Copy the kept prefixes that are due on disk (`release`) now; returns how many were queued."""
+        saved = 0
+        while self.disk_due:
+            slot = self.disk_due.pop()
+            tokens = self.slots.tokens[slot]
+            if tokens and self.save_to_disk(slot, tokens):
+                saved += 1
+        return saved
+
     def save_all_to_disk(self, slot_seqs, deadline: float) -> int:
         """At shutdown (a reload, an unload, the app quitting): every slot's prefix that the disk does not hold
         yet, running sequences' included, then the host-RAM cache's entries (most recent first), until `deadline`
@@ -219,6 +234,7 @@ class Placement:
     def borrow(self, free: list[int]) -> int:
         """A free slot emptied for work that is not a sequence (a generative model's embedding, which clears its
         cells when done): the one whose cached prefix is worth least, saved to the host cache when worth it."""
+        self.save_due()
         return self._take(self.slots.victim(free), 0)
 
     def _take(self, slot: int, keep: int) -> int:
@@ -325,8 +341,8 @@ class Placement:
             return
         self.slots.keep(slot, seq.history[:n])
         self.checkpoints.cut(slot, n)
-        if n - seq.n_cached >= MIN_DISK_TOKENS:      # it computed a long prefix: worth keeping past this runner
-            self.save_to_disk(slot, self.slots.tokens[slot])
+        if n - seq.n_cached >= MIN_DISK_TOKENS and self.disk is not None:   # a long prefix computed: worth
+            self.disk_due.add(slot)                                           # keeping past this runner
 
     def flush_copies(self) -> None:
         """Make llama.cpp do the queued cross-stream copies now. Until then the data is only promised: saving
@@ -350,6 +366,7 @@ class Placement:
 
     def forget_all(self) -> None:
         """Every slot's cells were cleared behind our back (an embedding model decoding on the main context)."""
+        self.disk_due.clear()
         self.slots.forget_all()
         self.checkpoints.clear_all()
 

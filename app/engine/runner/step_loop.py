@@ -143,6 +143,8 @@ class StepLoop:
                     jobs.popleft()
                     continue
                 if not self._step(t_loop, c_loop):
+                    if self.placement.save_due():          # idle: the prefixes due on disk, then wait
+                        continue
                     self.inbox.event.wait(0.5)
         except BaseException:  # an engine bug: end the process so the parent fails requests instead of hanging
             log.exception("context thread crashed")

@@ -160,3 +160,38 @@ def test_at_shutdown_the_slots_and_the_host_cache_go_to_disk(dense_gguf, tmp_pat
     again = DiskPromptCache(tmp_path, FACTS, 256 << 20)
     assert sorted(len(e.tokens) for e in again.entries) == [n, n]
     assert again.best(a)[1] == n and again.best(b)[1] == n
+
+
+def test_a_finished_prefix_goes_to_disk_when_idle_or_before_its_slot_is_reused(dense_gguf, tmp_path):
+    """A sequence that computed a long prefix leaves its slot without waiting for the state's copy (it would hold
+    back the reply's end and every other sequence's next step); the copy is made when the runner is idle
+    (`save_due`, the step loop's idle branch) or, at the latest, before a new sequence takes the slot."""
+    from app.engine import protocol as P
+    from app.engine.runner.disk_cache import MIN_DISK_TOKENS
+    from app.engine.runner.placement import Placement
+    from app.engine.runner.sequence import GEN, Seq
+
+    n = MIN_DISK_TOKENS + 40
+    with llama_context(dense_gguf, n_ctx=2 * 1536, n_batch=512, n_seq=2) as (model, ctx):
+        disk = DiskPromptCache(tmp_path, FACTS, 256 << 20)
+        pl = Placement(ctx, model, 2, disk=disk)
+
+        def finished(slot: int, salt: int) -> list[int]:
+            tokens = prompt(n, salt=salt)
+            for i in range(0, n, 256):
+                decode(ctx, tokens[i:i + 256], slot, pos0=i)
+            seq = Seq(P.GenerateRequest(id=f"s{salt}"))
+            seq.slot, seq.state, seq.n_past, seq.history = slot, GEN, n, list(tokens)
+            pl.release(seq, True, [None, None])
+            return tokens
+
+        a = finished(0, salt=1)
+        assert disk.flush(30) and disk.entries == [] and pl.disk_due == {0}     # nothing copied at release
+        assert pl.save_due() == 1 and disk.flush(30)                             # idle: copied
+        assert [len(e.tokens) for e in disk.entries] == [n] and disk.best(a)[1] == n
+        assert pl.save_due() == 0
+
+        b = finished(1, salt=2)
+        assert pl.disk_due == {1}
+        pl.place(Seq(P.GenerateRequest(id="next", cache_prompt=False)), [None, None])   # takes a slot: b first
+        assert pl.disk_due == set() and disk.flush(30) and disk.best(b)[1] == n
