@@ -231,7 +231,7 @@ def report_one(name: str, s: dict, l: dict, args) -> None:
             return f"{statistics.median(xs):.1f}" + (f" ({min(xs):.1f}-{max(xs):.1f})" if len(xs) > 1 else "")
         ratios_p = [x / y for x, y in zip(pa, pb)]
         ratios_d = [x / y for x, y in zip(da, db) if y]
-        print(f"| {a[0]['prompt']} | {len(a)} | {spread(pa)} | {spread(pb)} | {spread(ratios_p)[:4]}"
+        print(f"| {a[0]['prompt']} | {len(a)} | {spread(pa)} | {spread(pb)} | {statistics.median(ratios_p):.2f}"
               + (f" ({min(ratios_p):.2f}-{max(ratios_p):.2f})" if len(ratios_p) > 1 else "")
               + f" | {spread(da)} | {spread(db)} | "
               + (f"{statistics.median(ratios_d):.2f}" if ratios_d else "-")
