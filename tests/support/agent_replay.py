@@ -15,17 +15,17 @@ def serve_model(live_service, gguf, name: str, **fields):
     return svc
 
 
-def sse_blocks(text: str) -> list[list[tuple[str, str]]]:
+def sse_blocks(text: str, comments: bool = True) -> list[list[tuple[str, str]]]:
     """An SSE body -> its events, each the (field, value) of its lines in order (one space after the colon
-    dropped, as the SSE spec reads it); a comment line is ("", text). Blank events are left out."""
+    dropped, as the SSE spec reads it); a comment line (a keepalive) is ("", text), or left out with
+    `comments=False`. Blank events are left out."""
     blocks = []
     for chunk in text.replace("\r\n", "\n").split("\n\n"):
         lines = []
         for line in chunk.split("\n"):
-            if not line:
-                continue
             field, _, value = line.partition(":")
-            lines.append((field, value[1:] if value.startswith(" ") else value))
+            if line and (field or comments):
+                lines.append((field, value[1:] if value.startswith(" ") else value))
         if lines:
             blocks.append(lines)
     return blocks

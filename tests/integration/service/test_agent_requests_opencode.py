@@ -49,11 +49,8 @@ def server(live_service, qwen_coder_path):
 def sse_events(text: str) -> list[str]:
     """The `data:` payloads of an SSE body, one per event (an event's data lines joined)."""
     events = []
-    for block in sse_blocks(text):
-        lines = [(field, value) for field, value in block if field]        # comments (keepalives) left out
-        if not lines:
-            continue
-        assert all(field in ("data", "event", "id") for field, _ in lines), block
+    for lines in sse_blocks(text, comments=False):
+        assert all(field in ("data", "event", "id") for field, _ in lines), lines
         data = [value.lstrip() for field, value in lines if field == "data"]
         if data:
             events.append("\n".join(data))

@@ -55,10 +55,7 @@ def offered(body: dict) -> dict:
 def events_of(text: str) -> list[dict]:
     """An SSE body -> its events' data; each event's `event:` name must equal its data's `type`."""
     events = []
-    for block in sse_blocks(text):
-        lines = [(field, value) for field, value in block if field]        # comments (keepalives) left out
-        if not lines:
-            continue
+    for lines in sse_blocks(text, comments=False):
         name = next(value.strip() for field, value in lines if field == "event")
         data = json.loads("\n".join(value.strip() for field, value in lines if field == "data"))
         assert data["type"] == name, (name, data["type"])
