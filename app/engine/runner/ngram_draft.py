@@ -37,9 +37,8 @@ class NgramDrafter:
 
     `tokens` are the sequence's tokens in order (the prompt, then every token sampled, ending with the one about
     to be decoded); `packed` holds the same tokens as 4-byte integers, so finding an n-gram is one C-speed
-    `bytearray.rfind` over the sequence (about 0.1 ms for 30k tokens) rather than a Python index built token by
-    token (a 30k-token prompt cost ~15 ms per step for its first 30 steps, and garbage-collector pauses, which at a
-    GPU's 1-2 ms steps made decode 5x slower). Of the places an n-gram occurred with at least one token after it,
+    `bytearray.rfind` over the sequence (about 0.1 ms for 30k tokens): a per-token Python index of a long agent
+    prompt would cost more than a GPU's whole 1-2 ms step. Of the places an n-gram occurred with at least one token after it,
     a lookup takes the one where the copy the sequence was last making would be by now (`_place`), else the most
     recent."""
 

@@ -72,7 +72,6 @@ class Placement:
     # ---- a new sequence ---------------------------------------------------------------------------------------
     def place(self, seq: Seq, slot_seqs: list[Seq | None]) -> int:
         """Pick a free slot for `seq` (there must be one), prepare its cells, set seq.todo/n_past/history."""
-        self.save_due()
         self.flush_copies()
         free = [i for i, s in enumerate(slot_seqs) if s is None]
         if not seq.req.cache_prompt:
@@ -191,11 +190,13 @@ class Placement:
         n = L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, slot)
         return n > 0 and self.disk.save(tokens, buf, int(n))
 
-    def save_due(self) -> int:
-        """Copy the kept prefixes that are due on disk (`release`) now; returns how many were queued."""
+    def save_due(self, limit: int = 1 << 30) -> int:
+        """Copy up to `limit` kept prefixes that are due on disk (`release`) now; returns how many were copied. The
+        idle loop copies one at a time, so a request that arrives meanwhile waits for one copy at most."""
         saved = 0
-        while self.disk_due:
-            slot = self.disk_due.pop()
+        while self.disk_due and saved < limit:
+            slot = min(self.disk_due)
+            self.disk_due.discard(slot)
             tokens = self.slots.tokens[slot]
             if tokens and self.save_to_disk(slot, tokens):
                 saved += 1
@@ -234,12 +235,16 @@ class Placement:
     def borrow(self, free: list[int]) -> int:
         """A free slot emptied for work that is not a sequence (a generative model's embedding, which clears its
         cells when done): the one whose cached prefix is worth least, saved to the host cache when worth it."""
-        self.save_due()
         return self._take(self.slots.victim(free), 0)
 
     def _take(self, slot: int, keep: int) -> int:
         """Make `slot` ready for a new sequence keeping its first `keep` cached tokens; what it held beyond
-        that goes to the host cache first when it is worth keeping. Returns the slot."""
+        that goes to the host cache first when it is worth keeping; a prefix due on disk is copied there first (the
+        one path by which a free slot's cells are reused). Returns the slot."""
+        if slot in self.disk_due:
+            self.disk_due.discard(slot)
+            if self.slots.tokens[slot]:
+                self.save_to_disk(slot, self.slots.tokens[slot])
         tokens = self.slots.tokens[slot]
         if len(tokens) - keep >= MIN_SAVE_TOKENS:
             self.host.save(slot, tokens, self.checkpoints.of(slot), L.llama_memory_seq_pos_min(self.mem, slot))

@@ -143,7 +143,7 @@ class StepLoop:
                     jobs.popleft()
                     continue
                 if not self._step(t_loop, c_loop):
-                    if self.placement.save_due():          # idle: the prefixes due on disk, then wait
+                    if self.placement.save_due(limit=1):   # idle: a prefix due on disk, then look for work again
                         continue
                     self.inbox.event.wait(0.5)
         except BaseException:  # an engine bug: end the process so the parent fails requests instead of hanging

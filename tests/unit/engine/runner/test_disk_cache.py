@@ -178,6 +178,7 @@ def test_a_finished_prefix_goes_to_disk_when_idle_or_before_its_slot_is_reused(d
 
         def finished(slot: int, salt: int) -> list[int]:
             tokens = prompt(n, salt=salt)
+            L.llama_memory_seq_rm(L.llama_get_memory(ctx), slot, -1, -1)
             for i in range(0, n, 256):
                 decode(ctx, tokens[i:i + 256], slot, pos0=i)
             seq = Seq(P.GenerateRequest(id=f"s{salt}"))
@@ -192,6 +193,10 @@ def test_a_finished_prefix_goes_to_disk_when_idle_or_before_its_slot_is_reused(d
         assert pl.save_due() == 0
 
         b = finished(1, salt=2)
-        assert pl.disk_due == {1}
-        pl.place(Seq(P.GenerateRequest(id="next", cache_prompt=False)), [None, None])   # takes a slot: b first
-        assert pl.disk_due == set() and disk.flush(30) and disk.best(b)[1] == n
+        c = finished(0, salt=3)
+        assert pl.disk_due == {0, 1}
+        assert pl.save_due(limit=1) == 1 and pl.disk_due == {1}                  # idle: one copy per pass
+        running = Seq(P.GenerateRequest(id="running"))
+        pl.place(Seq(P.GenerateRequest(id="next", cache_prompt=False)), [running, None])  # reuses slot 1: b first
+        assert pl.disk_due == set() and disk.flush(30)
+        assert disk.best(b)[1] == n and disk.best(c)[1] == n
