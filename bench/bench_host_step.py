@@ -5,10 +5,10 @@
 
 Real runner processes (RunnerClient: admission, the output thread and the step loop as the service runs them), one
 per variant of `RunnerSettings.async_prep` ("off": the next step's host work after the sampled tokens, as before
-async batch preparation; "auto": where runner/step_prepare.py puts it; "shadow"/"helper": forced), loaded side by
+async batch preparation; "auto": where runner/step/step_prepare.py puts it; "shadow"/"helper": forced), loaded side by
 side and otherwise identical, measured in turn (the order reversed every repetition). One measurement: `streams`
 greedy generations of --tokens tokens at once (ignore_eos, raw prompts that differ from their first word, so no
-prompt cache helps), the runner's `Stats.host_phases` read before and after (runner/step_clock.py names the
+prompt cache helps), the runner's `Stats.host_phases` read before and after (runner/step/step_clock.py names the
 phases). The table gives microseconds per batch step for each phase: the median over repetitions and, in
 brackets, the range. "host" is the context thread's time outside llama_decode and llama_synchronize (the
 sampler's wait for the device); "helper" is host work a helper thread did while the context thread was inside
@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from app.engine import protocol as P  # noqa: E402
 from app.engine.client import RunnerClient  # noqa: E402
+from app.engine.runner.step.step_clock import HOST_PHASES  # noqa: E402
 from app.engine.runner_settings import RunnerSettings  # noqa: E402
-from app.engine.runner.step_clock import HOST_PHASES  # noqa: E402
 from engine_util import cpu_layout  # noqa: E402
 
 WORDS = ["quiet", "wide", "cold", "slow", "bright", "deep", "long", "green", "clear", "grey", "warm", "dark",

@@ -31,11 +31,11 @@ from llama_cpp import llama_cpp as L  # noqa: E402
 
 from app.engine import protocol as P  # noqa: E402
 from app.engine.chat.plan import plan_chat  # noqa: E402
-from app.engine.runner import constrained, tool_grammar  # noqa: E402
-from app.engine.runner.admission import Admission  # noqa: E402
-from app.engine.runner.constrained import SeqSampler  # noqa: E402
-from app.engine.runner.output import Vocab  # noqa: E402
-from app.engine.runner.sampling import free_grammar, grammar_sampler  # noqa: E402
+from app.engine.runner.output.text import Vocab  # noqa: E402
+from app.engine.runner.prompt.admission import Admission  # noqa: E402
+from app.engine.runner.sampling import constrained, tool_grammar  # noqa: E402
+from app.engine.runner.sampling.chain import free_grammar, grammar_sampler  # noqa: E402
+from app.engine.runner.sampling.constrained import SeqSampler  # noqa: E402
 from model_cache import QWEN_CODER, cached  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "support" / "fixtures" / "agents"
@@ -85,7 +85,7 @@ def summary(xs: list[tuple[float, float]]) -> str:
 
 
 def clear_caches() -> None:
-    """Forget the grammars built and parsed (runner/tool_grammar.py, constrained.py): a first request's cost."""
+    """Forget the grammars built and parsed (runner/sampling/tool_grammar.py, constrained.py): a first request's cost."""
     tool_grammar.clear_cache()
     constrained._parsed.clear()
 

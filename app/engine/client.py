@@ -52,7 +52,7 @@ class RequestError(RunnerError):
 
 
 class ContextOverflowError(RequestError):
-    """The prompt does not fit the loaded context (runner/context_fit.py); `data` has prompt_tokens, reserve and
+    """The prompt does not fit the loaded context (runner/prompt/context_fit.py); `data` has prompt_tokens, reserve and
     limit, for the service's answer (a larger context, or the dialect's own error)."""
 
     def __init__(self, message: str, data: dict | None = None):

@@ -37,7 +37,7 @@ class GenerateRequest:
     id: str
     prompt: str | None = None               # completion prompt (raw text when raw=True)
     messages: list[dict] | None = None      # chat: [{"role","content"}], rendered with the GGUF chat template;
-                                            # a message may carry "images": [encoded image bytes] (runner/media.py)
+                                            # a message may carry "images": [encoded image bytes] (runner/prompt/media.py)
     images: list[bytes] | None = None       # images of a generate-style prompt (before its text)
     system: str | None = None               # system prompt for generate-style requests
     raw: bool = False                       # bypass the chat template
@@ -60,7 +60,7 @@ class GenerateRequest:
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)
     speculate: bool = True                  # False: no speculative drafts for this request (same tokens either way)
-    # a prompt longer than the context (runner/context_fit.py): "error" | "drop_messages" | "truncate" (the engine's
+    # a prompt longer than the context (runner/prompt/context_fit.py): "error" | "drop_messages" | "truncate" (the engine's
     # token rule, logged; the service always says which, from its request's dialect: GenerationRequest.overflow)
     overflow: str = "truncate"
     reserve: int = 0                        # tokens the prompt must leave free for the reply (the service asks for
@@ -219,7 +219,7 @@ class Stats:
     checkpoints: int = 0                    # how many the slots hold
     checkpoint_hits: int = 0                # prompts continued from a checkpoint, since load
     checkpoint_misses: int = 0              # prompts that shared a cached prefix no memory could continue from
-    disk_cache_bytes: int = 0               # the prompt cache on disk (runner/disk_cache.py): its files' bytes,
+    disk_cache_bytes: int = 0               # the prompt cache on disk (runner/cache/disk_cache.py): its files' bytes,
     disk_cache_limit: int = 0               # ... its bound (0 = off),
     disk_cache_entries: int = 0             # ... its files,
     disk_cache_hits: int = 0                # ... prompts continued from it since load,
@@ -246,7 +246,7 @@ class PromptCacheState:
 
 @dataclass
 class DiskCacheState:
-    """Sent by the runner when its prompt cache on disk changes (runner/disk_cache.py): the files this model's runner
+    """Sent by the runner when its prompt cache on disk changes (runner/cache/disk_cache.py): the files this model's runner
     can load (`bytes`, `entries`), the bound over the whole cache folder (`limit`, 0 = off), restores since load
     (`hits`, `hit_tokens`) and how long the last one took, files refused (damaged or foreign: deleted)."""
     bytes: int

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    speculative: str = ""                     # STRATA_SPECULATIVE: "" = the runner's default (runner/speculation.py)
+    speculative: str = ""                     # STRATA_SPECULATIVE: "" = the runner's default (runner/speculation/drafting.py)
     stream_interval_ms: float | None = None   # STRATA_STREAM_INTERVAL_MS: None = from the devices (output_thread)
     log_level: str = "WARNING"                # STRATA_RUNNER_LOG: the runner's Python log level
-    # the prompt cache on disk (runner/disk_cache.py): its folder ("" = none: runners started outside a service),
+    # the prompt cache on disk (runner/cache/disk_cache.py): its folder ("" = none: runners started outside a service),
     # and its bound in MiB over all models (STRATA_PROMPT_DISK_CACHE_MIB; -1 = automatic, 0 = off)
     disk_cache_dir: str = ""
     disk_cache_mib: int = -1
     async_prep: str = "auto"                  # where the next step's host work overlaps the decode
-                                              # (runner/step_prepare.py): "auto", or "off"/"shadow"/"helper" to
+                                              # (runner/step/step_prepare.py): "auto", or "off"/"shadow"/"helper" to
                                               # measure and test each (bench/bench_host_step.py)

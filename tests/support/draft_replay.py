@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 from repo_paths import TESTS
 
-from app.engine.runner.ngram_draft import MAX_DRAFT, NgramProposer
-from app.engine.runner.proposer import DraftAsk
+from app.engine.runner.speculation.ngram_draft import MAX_DRAFT, NgramProposer
+from app.engine.runner.speculation.proposer import DraftAsk
 
 FIXTURES = TESTS / "support" / "fixtures" / "speculation"
 

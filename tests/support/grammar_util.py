@@ -1,12 +1,12 @@
 """Driving llama.cpp's grammar sampler token by token on a real vocabulary, for the grammar tests
-(tests/unit/engine/runner/test_tool_grammar.py, test_tool_options.py): which tokens it still admits, feeding
+(tests/unit/engine/runner/sampling/test_tool_grammar.py, test_tool_options.py): which tokens it still admits, feeding
 text as tokens, and a reply watched until a lazy grammar triggers."""
 from __future__ import annotations
 
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.runner.embeddings import tokenize
+from app.engine.runner.embedding.embeddings import tokenize
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "weather for a city",

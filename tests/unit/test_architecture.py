@@ -10,6 +10,8 @@
 - The service's rooms (docs/architecture.md, "The service's rooms"): http/, store/, generation/ and scheduling/
   import only what SERVICE_ROOMS lists; no two rooms import each other; a dialect imports no other dialect; no
   room imports the composition root.
+- The runner's rooms (docs/architecture.md, "Runner"): its shared top imports no room, no room imports step/
+  (the loop composes them), no two rooms import each other; the step scheduler imports nothing that drafts.
 Each import is read with `ast`, so nothing is imported to check it.
 """
 from __future__ import annotations
@@ -241,10 +243,78 @@ def test_the_checker_sees_violations(tmp_path):
     """The checks above would fail on a violation: the parser finds relative, aliased and late imports."""
     src = tmp_path / "mod.py"
     src.write_text("from app.service import store\nimport app.gui.tray\n"
-                   "def f():\n    from ..engine.runner import step_loop\n")
-    known = {"app.service.store", "app.gui.tray", "app.engine.runner.step_loop", "app.engine.runner"}
+                   "def f():\n    from ..engine.runner.step import step_loop\n")
+    known = {"app.service.store", "app.gui.tray", "app.engine.runner.step.step_loop", "app.engine.runner"}
     name = "app.discovery.mod"
     # pretend the file lives in app/discovery/
     found = imports_of(src, name, known)
-    assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.step_loop"}
+    assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.step.step_loop"}
     assert layer_of("app.service.store") > layer_of(name)
+
+
+# ---- the runner's rooms -------------------------------------------------------------------------------------------
+# app/engine/runner/ is split by job (docs/architecture.md, "Layers and folders" and "Runner"). Its top holds the
+# process entry (`main`, which builds everything) and what every room shares (the per-request state, the step's
+# typed records, the batch, the abort flag, the heartbeat, test hooks), which imports no room. `step/` (the
+# context thread's loop) composes the other rooms, and no room imports it back; no two rooms import each other.
+RUNNER_ROOMS = ("step", "speculation", "cache", "sampling", "output", "prompt", "embedding")
+RUNNER_ROOT = {"app.engine.runner.main"}
+SCHEDULE_PHASE = "app.engine.runner.step.step_scheduler"
+
+
+def runner_room_of(mod: str) -> str | None:
+    """The runner room `mod` is in; "" for the runner's top (its shared modules); None outside the runner."""
+    if not mod.startswith(RUNNER + "."):
+        return None
+    first = mod[len(RUNNER) + 1:].split(".")[0]
+    return first if first in RUNNER_ROOMS else ""
+
+
+def runner_room_violations(g: dict[str, set[str]]) -> list[str]:
+    bad, edges = [], set()
+    for mod, deps in g.items():
+        own = runner_room_of(mod)
+        if own is None or mod in RUNNER_ROOT:
+            continue
+        for dep in deps:
+            other = runner_room_of(dep)
+            if not other or other == own:
+                continue
+            if own == "":
+                bad.append(f"{mod} -> {dep} (the runner's shared modules import no room)")
+            elif other == "step":
+                bad.append(f"{mod} -> {dep} (only the process entry builds on the loop)")
+            edges.add((own, other))
+    bad += [f"{a} <-> {b} (runner rooms that import each other)" for a, b in sorted(edges) if a < b and (b, a) in edges]
+    return sorted(bad)
+
+
+def test_runner_rooms_import_one_way():
+    bad = runner_room_violations(graph())
+    assert not bad, "imports across the runner's rooms that docs/architecture.md rules out:\n" + "\n".join(bad)
+    assert sorted(p.name for p in (APP / "engine" / "runner").iterdir() if p.is_dir() and p.name != "__pycache__") \
+        == sorted(RUNNER_ROOMS)
+
+
+def test_the_runner_room_rules_see_violations():
+    g = {"app.engine.runner.sequence": {"app.engine.runner.cache.prompt_cache"},
+         "app.engine.runner.speculation.drafting": {"app.engine.runner.step.step_clock"},
+         "app.engine.runner.cache.slot_placement": {"app.engine.runner.output.text"},
+         "app.engine.runner.output.text": {"app.engine.runner.cache.prompt_cache"},
+         "app.engine.runner.main": {"app.engine.runner.step.step_loop"}}
+    assert runner_room_violations(g) == sorted([
+        "app.engine.runner.sequence -> app.engine.runner.cache.prompt_cache "
+        "(the runner's shared modules import no room)",
+        "app.engine.runner.speculation.drafting -> app.engine.runner.step.step_clock (only the process entry builds on "
+        "the loop)",
+        "cache <-> output (runner rooms that import each other)"])
+
+
+def test_the_schedule_phase_runs_no_model():
+    """The step scheduler decides: it imports no llama.cpp (KV edits, a context shift included, run between steps
+    in the slot table) and nothing that drafts (drafting, a draft model's decodes included, runs in the execute
+    phase after sampling: tests/unit/engine/runner/step/test_step_cycle.py checks it at run time)."""
+    deps = graph()[SCHEDULE_PHASE]
+    assert not [d for d in deps if runner_room_of(d) in ("speculation", "embedding", "prompt", "output")]
+    src = (APP / "engine" / "runner" / "step" / "step_scheduler.py").read_text()
+    assert "llama_cpp" not in src and "llama_decode(" not in src

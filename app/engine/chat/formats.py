@@ -108,7 +108,7 @@ class ChatFormat:
 
     @property
     def think_budget(self) -> tuple[str, str, str]:
-        """(opens thinking, ends it, the text written to end it on a spent budget): runner/think_budget.py."""
+        """(opens thinking, ends it, the text written to end it on a spent budget): runner/sampling/think_budget.py."""
         if self.budget_think is not None:
             return self.budget_think
         opener, closer = self.think or THINK

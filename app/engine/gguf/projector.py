@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from app.engine.gguf.errors import GGUFError
 from app.engine.gguf.parser import parse_gguf
 
-# Projectors whose image positions advance one per embedding (runner/media.py feeds them); the M-RoPE ones
+# Projectors whose image positions advance one per embedding (runner/prompt/media.py feeds them); the M-RoPE ones
 # (Qwen2-VL family) are refused by the runner at load.
 MROPE_TYPES = ("qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "qwen2.5o", "glm4v", "youtuvl")
 

@@ -19,7 +19,7 @@ EMBED_OUTPUT_BUDGET = 32 * MiB   # host output growth allowed for a generative m
 
 
 def embed_chunk_tokens(n_vocab: int, n_embd: int, n_batch: int) -> int:
-    """Tokens per llama_decode when a generative model embeds on its own context (app.engine.runner.embeddings):
+    """Tokens per llama_decode when a generative model embeds on its own context (app.engine.runner.embedding.embeddings):
     every token is an output then, so llama.cpp grows the host output buffer to chunk x (n_vocab + n_embd) f32;
     the chunk keeps that near EMBED_OUTPUT_BUDGET (168 tokens for SmolLM2's 49152-token vocabulary)."""
     return max(1, min(n_batch, EMBED_OUTPUT_BUDGET // max(1, (n_vocab + n_embd) * 4)))

@@ -19,24 +19,24 @@ import time
 
 from llama_cpp import llama_cpp as L
 
-from app.ggml import alloc_report, llama_log
 from app.engine import protocol as P
-from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
-from app.engine.layout.llama_params import context_params, model_params
 from app.engine.layout.context_rules import SWA_FULL, embed_chunk_tokens
+from app.engine.layout.llama_params import context_params, model_params
 from app.engine.layout.types import Layout
-from app.engine.runner.admission import Admission
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.disk_cache import DiskPromptCache, build_identity, default_limit, file_identity
-from app.engine.runner.draft_model import load_draft
-from app.engine.runner.embeddings import Embedder, tokenize
+from app.engine.runner.cache.disk_cache import DiskPromptCache, build_identity, default_limit, file_identity
+from app.engine.runner.embedding.embeddings import Embedder, tokenize
 from app.engine.runner.heartbeat import HeartbeatThread
-from app.engine.runner.media import Media
-from app.engine.runner.output import Vocab
-from app.engine.runner.output_thread import stream_interval_s
-from app.engine.runner.step_loop import StepLoop
+from app.engine.runner.output.output_thread import stream_interval_s
+from app.engine.runner.output.text import Vocab
+from app.engine.runner.prompt.admission import Admission
+from app.engine.runner.prompt.media import Media
+from app.engine.runner.speculation.draft_model import load_draft
+from app.engine.runner.step.step_loop import StepLoop
 from app.engine.runner.testhooks import Hooks
 from app.engine.runner_settings import RunnerSettings
+from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
+from app.ggml import alloc_report, llama_log
 
 log = logging.getLogger("strata.runner")
 
@@ -121,7 +121,7 @@ def _env_int(name: str) -> int:
 
 
 def _load_projector(model, ctx, layout, n_threads, actual: dict, device_ids):
-    """The model's vision projector through mtmd (runner/media.py), or None when it has none. What clip allocates
+    """The model's vision projector through mtmd (runner/prompt/media.py), or None when it has none. What clip allocates
     (weights, image compute buffer) goes into `actual` as the kind "projector". Loaded in a thread that then ends:
     its warm-up encode starts an OpenMP team that must not outlive it (see _warm_up)."""
     if not layout.mmproj_path:
@@ -196,7 +196,7 @@ SHUTDOWN_SAVE_S = 6.0       # at shutdown, prefixes go to the disk cache for at 
 
 
 def disk_cache(layout, ctx, settings: RunnerSettings, send) -> DiskPromptCache | None:
-    """The prompt cache on disk for this model and context (runner/disk_cache.py), or None when off. Its key is
+    """The prompt cache on disk for this model and context (runner/cache/disk_cache.py), or None when off. Its key is
     everything a sequence's state depends on: the model file and adapters, the llama.cpp build, the KV types,
     flash attention (V stored transposed or not) and the KV streams (a state names its stream count)."""
     if not settings.disk_cache_dir or settings.disk_cache_mib == 0:

@@ -29,7 +29,7 @@ class Admitted:
         self.checkpoint_at: list[int] = []   # prompt positions to take a context checkpoint at
         self.media = None               # media.MediaPrompt: the prompt's image chunks
         self.sampler = None             # constrained.SeqSampler (chain + grammar)
-        self.stop_bytes = None          # output.StopBytes: the loop checks sampled pieces against the stop strings
+        self.stop_bytes = None          # text.StopBytes: the loop checks sampled pieces against the stop strings
         self.dropped_messages = 0       # oldest messages left out to fit the context (context_fit.py)
         self.truncated_tokens = 0       # prompt tokens cut by the raw prompt's token rule
         self.error: str | None = None   # why admission refused the request (it never reaches the loop)
@@ -41,8 +41,8 @@ class OutputState:
     """What the OUTPUT thread keeps per request while it turns sampled tokens into events (output_thread.py)."""
 
     def __init__(self):
-        self.detok = None               # output.Detokenizer (made by admission, on this thread)
-        self.stop = None                # output.StopMatcher
+        self.detok = None               # text.Detokenizer (made by admission, on this thread)
+        self.stop = None                # text.StopMatcher
         self.reason: str | None = None  # an end the output thread saw first (a stop string, a failure); the loop reaps
         self.error: str | None = None
         self.n_out = 0                  # tokens shown

@@ -1,7 +1,7 @@
 """The typed hand-offs of one step of the context thread: what the scheduler decided (`StepPlan`) and what the
 executor got (`StepResult`), like vLLM v1's SchedulerOutput and ModelRunnerOutput. The loop (step_loop.py) runs
 `plan = scheduler.schedule(); result = executor.execute(plan); update(plan, result)`.
-Covered by tests/unit/engine/runner/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py
+Covered by tests/unit/engine/runner/step/test_step_cycle.py (in-process) and tests/integration/engine/test_runner.py
 (every step of a real runner builds one).
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Sampled:
 
 
 class Proposal(NamedTuple):
-    """A draft for a sequence's next step, made after this step's sampling (speculation.Drafting.after_step);
+    """A draft for a sequence's next step, made after this step's sampling (drafting.Drafting.after_step);
     the update hands it to the sequence (`Seq.draft`) and the next plan verifies it."""
     seq: Seq
     tokens: list[int]

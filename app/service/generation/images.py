@@ -4,7 +4,7 @@
 Checked here (docs/architecture.md, "Images"): at most MAX_IMAGE_BYTES encoded and IMAGE_MAX_PIXELS pixels (read
 from the header, before any pixel is decoded: a decompression bomb is refused by its stated size), a format Pillow
 knows, and a file whose structure holds (`verify`: a truncated or corrupt file is a 400 here). The runner decodes
-the pixels (runner/media.py) and refuses what still fails there with a 400 of its own, never a crash. An http(s)
+the pixels (runner/prompt/media.py) and refuses what still fails there with a 400 of its own, never a crash. An http(s)
 image URL is refused: nothing touches the network unasked.
 """
 from __future__ import annotations

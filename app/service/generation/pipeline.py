@@ -377,7 +377,7 @@ class RerankResult:
 
 async def rerank(scheduler, metrics, req: RerankRequest) -> RerankResult:
     """Score each document against the query with a reranker GGUF (400 for any other model), through the runner's
-    embedding batch (runner/embeddings.py: the pair layout and the truncation rule)."""
+    embedding batch (runner/embedding/embeddings.py: the pair layout and the truncation rule)."""
     record = await scheduler.resolve(req.model)
     name = record.name
     info = await scheduler.model_info(record.path)

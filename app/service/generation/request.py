@@ -65,7 +65,7 @@ class GenerationRequest:
     # tools the request offered that cannot run on this server (the Responses API's hosted web_search,
     # file_search...): left out of `tools`, named in the X-Strata-Dropped-Tools response header
     dropped_tools: list[str] = dc_field(default_factory=list)
-    # a prompt longer than the context (runner/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
+    # a prompt longer than the context (runner/prompt/context_fit.py): "error" (OpenAI, Anthropic, truncate=false),
     # "drop_messages" (Ollama's chat: oldest messages go), "truncate" (Ollama's prompt: the token rule)
     overflow: str = "error"
     # a reply that fills the context: True shifts it (Ollama's `shift`, its default), False ends it with "length"

@@ -1,9 +1,9 @@
-"""Async batch preparation in a real runner process (runner/step_prepare.py): the same greedy tokens with the next
+"""Async batch preparation in a real runner process (runner/step/step_prepare.py): the same greedy tokens with the next
 step's host work done after the sampled tokens ("off", as before), on the context thread between the decode's
 return and the first synchronizing call ("shadow") and on a helper thread beside the decode ("helper"), at 1, 4 and
 16 streams on SmolLM2 (CPU, 1 thread). Speculation is off: its automatic policy drafts by measured step times,
 so two runners could batch differently (and a batch's shape may move a near-tie's greedy pick). The in-process, step-by-step check of the same is
-tests/unit/engine/runner/test_step_cycle.py::test_prepared_plans_are_the_plans_schedule_builds.
+tests/unit/engine/runner/step/test_step_cycle.py::test_prepared_plans_are_the_plans_schedule_builds.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Speculative decoding with a draft model (runner/draft_model.py) in a real runner (llama.cpp, CPU, 1 thread): a
+"""Speculative decoding with a draft model (runner/speculation/draft_model.py) in a real runner (llama.cpp, CPU, 1 thread): a
 second model with the same vocabulary drafts, the target verifies in its batch, and the reply is the target's own
 token for token. SmolLM2 drafting for itself must have every greedy draft accepted; a synthetic pair with one
 vocabulary (different weights) drafts mostly wrong and must still give the same reply; rejected drafts leave the
@@ -14,10 +14,10 @@ import pytest
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.layout.types import DraftPlan
-from app.engine.runner.draft_model import DraftModel, common_prefix
-from app.engine.runner.embeddings import tokenize
-from app.engine.runner.proposer import DraftAsk
+from app.engine.runner.embedding.embeddings import tokenize
 from app.engine.runner.sequence import Seq
+from app.engine.runner.speculation.draft_model import DraftModel, common_prefix
+from app.engine.runner.speculation.proposer import DraftAsk
 from engine_util import cancel_stream, cpu_layout
 
 _ids = itertools.count()

@@ -13,7 +13,7 @@ from llama_cpp import llama_cpp as L
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.placement import Placement
+from app.engine.runner.cache.slot_placement import Placement
 from app.engine.runner.sequence import Seq
 from engine_util import cancel_stream, collect, cpu_layout, greedy, request_id, run
 from gguf_families import write_gemma2, write_mamba

@@ -407,7 +407,7 @@ import json, sys
 import numpy as np
 from llama_cpp import llama_cpp as L
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.embeddings import tokenize
+from app.engine.runner.embedding.embeddings import tokenize
 quiet = L.llama_log_callback(lambda *a: None)       # kept referenced: llama.cpp calls it later
 L.llama_log_set(quiet, None)
 L.llama_backend_init()
@@ -606,7 +606,7 @@ def test_new_text_is_held_for_the_stream_interval(loop, smollm2_path, monkeypatc
 
 
 def test_stream_interval_by_default_only_when_every_cpu_computes():
-    from app.engine.runner.output_thread import BUSY_STREAM_INTERVAL_S, stream_interval_s
+    from app.engine.runner.output.output_thread import BUSY_STREAM_INTERVAL_S, stream_interval_s
 
     assert stream_interval_s((), n_threads=2, cpus=2) == BUSY_STREAM_INTERVAL_S
     assert stream_interval_s((), n_threads=1, cpus=2) == 0.0            # a spare CPU absorbs the per-token work

@@ -12,8 +12,8 @@ import pytest
 from app.engine import protocol as P
 from app.engine.chat.plan import plan_chat
 from app.engine.client import RequestError, RunnerClient
-from app.engine.runner.chat_template import render_chat
 from app.engine.gguf.builtin_templates import CHATML
+from app.engine.runner.prompt.chat_template import render_chat
 from app.service.generation.toolcalls import parse_all
 from engine_util import cpu_layout
 from gguf_variants import write_llama

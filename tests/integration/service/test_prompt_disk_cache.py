@@ -3,7 +3,7 @@ openai client): a long prompt's state is written under the store's data dir; a n
 serves the next request that shares the prefix from it, and so does the runner that replaces one reloaded for a
 larger context (cached tokens from `usage`, never from timing); /api/ps and /metrics show it; a damaged or foreign
 file is refused and deleted, and the runner answers as if there were none.
-app/engine/runner/disk_cache.py, docs/prompt-cache.md "On disk"."""
+app/engine/runner/cache/disk_cache.py, docs/prompt-cache.md "On disk"."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import json
 import httpx
 import openai
 
-from app.engine.runner.disk_cache import MAGIC, MIN_DISK_TOKENS, SUFFIX, read_header, write_file
+from app.engine.runner.cache.disk_cache import MAGIC, MIN_DISK_TOKENS, SUFFIX, read_header, write_file
 
 MODEL = "smollm2:135m"
 CONFIG = dict(n_threads=1, num_ctx=2048, num_parallel=1, keep_alive="10m")

@@ -15,11 +15,11 @@ import pytest
 from llama_cpp import llama_cpp as L
 
 from app.engine.json_schema_grammar import SchemaError, json_schema_to_grammar
-from app.engine.runner.constrained import SeqSampler
-from app.engine.runner.embeddings import tokenize
-from app.engine.runner.grammar import GrammarError, grammar_for
-from app.engine.runner.output import Vocab
-from app.engine.runner.sampling import free_grammar, grammar_sampler
+from app.engine.runner.embedding.embeddings import tokenize
+from app.engine.runner.output.text import Vocab
+from app.engine.runner.sampling.chain import free_grammar, grammar_sampler
+from app.engine.runner.sampling.constrained import SeqSampler
+from app.engine.runner.sampling.grammar import GrammarError, grammar_for
 from app.service.generation.toolcalls import parse_all
 from repo_paths import FIXTURES
 
@@ -93,7 +93,7 @@ def test_no_raw_control_characters_in_strings(vocab):
 
 
 def test_tool_arguments_use_the_same_rules(vocab):
-    from app.engine.runner import tool_grammar as tg
+    from app.engine.runner.sampling import tool_grammar as tg
     tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
     g = tg.for_request(tools, "required", "hermes", parallel=False).gbnf
     assert matches(vocab, g, '{"name": "f", "arguments": {\n    "city": "Paris",\n    "days": 3\n  }}')

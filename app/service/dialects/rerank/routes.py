@@ -1,7 +1,7 @@
 """Reranking: POST /v1/rerank and /rerank in the shape llama-server, Jina and Cohere use (`query`, `documents`,
 `top_n`, `return_documents`; `results` of `index` and `relevance_score`, best first), and /api/rerank with the
 same fields. For GGUF rerankers (pooling type rank: the BGE and Qwen3 reranker families); any other model is a 400
-that says so. The pairs go through the runner's embedding batch (pipeline.rerank; runner/embeddings.py) with
+that says so. The pairs go through the runner's embedding batch (pipeline.rerank; runner/embedding/embeddings.py) with
 the embeddings' truncation rule: a pair longer than the context is cut at its end, or refused with
 `truncate: false`.
 Covered by tests/integration/service/test_rerank.py."""

@@ -5,7 +5,7 @@ import pytest
 
 from app.engine.gguf.builtin_templates import BUILTIN, PLAIN
 from app.engine.gguf.chat_facts import cached_chat_facts, chat_facts, choose_builtin, detect_family, read_chat_facts
-from app.engine.runner.chat_template import render_chat
+from app.engine.runner.prompt.chat_template import render_chat
 
 # the distinguishing lines of each family's real template
 SNIPPETS = {

@@ -8,7 +8,7 @@ import llama_cpp
 
 ROOT = Path(__file__).resolve().parents[4]
 LIB = str(Path(llama_cpp.__file__).parent / "lib")
-PROBE = "import os, app.engine.runner.media; print(os.environ.get('MTMD_CPP_LIB'))"
+PROBE = "import os, app.engine.runner.prompt.media; print(os.environ.get('MTMD_CPP_LIB'))"
 
 
 def run(env_extra: dict) -> str:

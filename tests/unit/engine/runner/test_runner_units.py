@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as L
 
-from app.ggml import llama_log
 from app.engine import protocol as P
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.chat_template import TemplateError, render_chat
-from app.engine.runner.embeddings import InputTooLong, fit_tokens, tokenize
-from app.engine.runner.grammar import GrammarError, grammar_for
-from app.engine.runner.output import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
 from app.engine.runner.decode_abort import DecodeAbort
-from app.engine.runner.constrained import SeqSampler
-from app.engine.runner.sampling import (SamplingError, accept_prompt, build_chain, free_grammar, grammar_sampler,
+from app.engine.runner.embedding.embeddings import InputTooLong, fit_tokens, tokenize
+from app.engine.runner.output.text import Detokenizer, StopBytes, StopMatcher, Vocab, log_softmax, logprobs_from_logits
+from app.engine.runner.prompt.chat_template import TemplateError, render_chat
+from app.engine.runner.sampling.constrained import SeqSampler
+from app.engine.runner.sampling.grammar import GrammarError, grammar_for
+from app.ggml import llama_log
+from app.engine.runner.sampling.chain import (SamplingError, accept_prompt, build_chain, free_grammar, grammar_sampler,
                                           penalty_window, validate)
 from engine_util import llama_context
 

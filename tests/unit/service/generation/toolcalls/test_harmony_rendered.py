@@ -18,7 +18,7 @@ from pathlib import Path
 import openai_harmony as H
 import pytest
 
-from app.engine.runner.chat_template import render_chat
+from app.engine.runner.prompt.chat_template import render_chat
 from app.service.generation.toolcalls import make_parser, parse_all
 from app.service.generation.tools import call_message
 from repo_paths import TEMPLATES

@@ -1,0 +1,56 @@
+"""The thinking budget (Anthropic `thinking.budget_tokens`, runner/sampling/think_budget.py) on token streams: when it
+ends thinking, with what, and that a reply which is not thinking is never touched."""
+from __future__ import annotations
+
+from app.engine.runner.sampling.think_budget import ThinkBudget, markers
+
+CLOSE = [901, 902]                      # stand-ins for the close text's token ids
+
+
+def run(budget: ThinkBudget, pieces: list[str], steps: int) -> list:
+    """Feed sampled pieces (by index); forced tokens take a step when due. -> what the reply got, in order."""
+    out, it = [], iter(pieces)
+    for _ in range(steps):
+        tok = budget.next_forced()
+        if tok is None:
+            try:
+                tok = next(it)
+            except StopIteration:
+                break
+        budget.seen(tok)
+        out.append(tok)
+    return out
+
+
+def piece(tok, special=True):
+    return (tok if isinstance(tok, str) else f"<{tok}>").encode()
+
+
+def test_open_in_prompt_closed_when_spent():
+    b = ThinkBudget(3, "hermes", CLOSE, piece, open_in_prompt=True)
+    assert run(b, ["a", "b", "c", "d", "e"], 7) == ["a", "b", "c", 901, 902, "d", "e"]
+
+
+def test_opened_by_the_reply():
+    b = ThinkBudget(2, "hermes", CLOSE, piece, open_in_prompt=False)
+    assert run(b, ["\n", "<think>", "x", "y", "z"], 8) == ["\n", "<think>", "x", 901, 902, "y", "z"]
+
+
+def test_closed_by_the_model_in_time():
+    b = ThinkBudget(3, "hermes", CLOSE, piece, open_in_prompt=True)
+    assert run(b, ["a", "</think>", "c", "d", "e"], 5) == ["a", "</think>", "c", "d", "e"]
+
+
+def test_a_reply_that_does_not_think_is_untouched():
+    b = ThinkBudget(1, "hermes", CLOSE, piece, open_in_prompt=False)
+    assert run(b, ["Hello", "there", "friend"], 5) == ["Hello", "there", "friend"]
+
+
+def test_family_markers():
+    assert markers("mistral") == ("[THINK]", "[/THINK]", "[/THINK]")
+    assert markers("command_r")[1] == "<|END_THINKING|>"
+    opener, ends, written = markers("harmony")
+    assert opener == "<|channel|>analysis" and ends == "<|end|>" and written.endswith("<|channel|>final<|message|>")
+    b = ThinkBudget(2, "harmony", CLOSE, piece, open_in_prompt=False)
+    assert run(b, ["<|channel|>", "analysis", "<|message|>", "t", "u"], 6) == [
+        "<|channel|>", "analysis", "<|message|>", 901, 902, "t"]
