@@ -125,10 +125,10 @@ class ServiceThread:
 
 def _bind(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    address_family, type_, proto, _, addr = infos[0]
-    sock = socket.socket(address_family, type_, proto)
+    domain, type_, proto, _, addr = infos[0]
+    sock = socket.socket(domain, type_, proto)
     try:
-        if address_family == socket.AF_INET6:
+        if domain == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         # SO_REUSEADDR on POSIX only skips TIME_WAIT leftovers: a port another process listens on still fails.
         # (On Windows it would allow stealing a live port, so it is not set there.)
