@@ -268,8 +268,8 @@ async def one_request(session, url: str, kind: str, rng: random.Random, tally: T
             finished = False
             async for raw in resp.content:
                 line = raw.decode(errors="replace").strip()
-                if not line:
-                    continue
+                if not line or line.startswith(":"):   # an SSE comment (a queued or long-prompt stream's keepalive),
+                    continue                           # which every SSE client skips
                 if line.startswith("data: "):
                     line = line[6:]
                     if line == "[DONE]":
