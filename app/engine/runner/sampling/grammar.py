@@ -1,6 +1,6 @@
 """Structured output: `format: "json"` and JSON schemas turned into GBNF for llama.cpp's grammar sampler.
 
-The converter is ours (app/engine/json_schema_grammar.py, a port of llama.cpp's C++ one, the rules llama-server
+The converter is ours (app/engine/json_schema_grammar/, a port of llama.cpp's C++ one, the rules llama-server
 uses); here we bound the schema's size (an upper bound past what a reply reaches is left out, `fit_bounds`) and
 give clear errors, since a grammar llama.cpp cannot parse makes its sampler constructor return NULL. `format: "json"` is the schema {"type": "object"}: any JSON object.
 """
