@@ -99,17 +99,17 @@ class NgramDrafter:
         would be by now, within RESUME tokens: a reply that changes what it copies (renames a function in a module
         it prints) goes on copying from there, while the most recent occurrence of a short n-gram is often another
         line (`remove_item(self, name` after `put_item(self, name`). Else the most recent; -1 where none."""
-        latest = self._latest(n, end)
-        if latest < 0 or self.copied is None:
-            return latest
-        toks = self.tokens
-        tail = toks[end - n:end]
-        expect = self.copied[0] + end - self.copied[1]
-        best = -1
-        for e in range(max(n, expect - RESUME), min(end - 1, expect + RESUME) + 1):
-            if (best < 0 or abs(e - expect) < abs(best - expect)) and toks[e - n:e] == tail:
-                best = e
-        return best if best >= 0 else latest
+        if self.copied is not None:              # a copy going on is checked first: no search of the sequence
+            toks = self.tokens
+            tail = toks[end - n:end]
+            expect = self.copied[0] + end - self.copied[1]
+            best = -1
+            for e in range(max(n, expect - RESUME), min(end - 1, expect + RESUME) + 1):
+                if (best < 0 or abs(e - expect) < abs(best - expect)) and toks[e - n:e] == tail:
+                    best = e
+            if best >= 0:
+                return best
+        return self._latest(n, end)
 
 
 class NgramProposer:
