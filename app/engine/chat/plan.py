@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.chat.formats import ChatFormat, format_for
+from app.engine.chat.formats import GENERIC, ChatFormat, format_for
 
 # the tool-call grammar a plan names
 FORCED = "forced"          # the whole reply is a call (tool_choice required, or the one function named)
@@ -21,7 +21,7 @@ EITHER = "either"          # auto beside a format: content in that format, or ca
 
 @dataclass(frozen=True)
 class ChatPlan:
-    family: str = "generic"             # the record in chat/formats.py: shown tokens, grammar shape, think tags
+    family: str = GENERIC.name          # the record in chat/formats.py: shown tokens, grammar shape, think tags
     tools: bool = False                 # tools are in use (given, and tool_choice is not "none")
     tool_choice: str | None = None      # "auto" | "required" | a function's name (None: no tools)
     grammar: str | None = None          # FORCED | LAZY | EITHER | None (no tool-call grammar)

@@ -77,15 +77,19 @@ def check(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPlan, model
 
 def template_kwargs(think, facts: ChatFacts | None) -> dict:
     """`think` as the template variables thinking templates read (Qwen3's enable_thinking, gpt-oss's
-    reasoning_effort)."""
+    reasoning_effort, and the switch the model's own template names, ChatFacts.think_toggle: Mistral's
+    `thinking`)."""
     if think is None:
         return {}
-    if isinstance(think, str):
-        return {"enable_thinking": True, "reasoning_effort": think}
     effort = format_for(facts.family).thinking.effort if facts is not None else None
+    switch = facts.think_toggle if facts is not None and facts.think_toggle != effort else None
+    on = think if isinstance(think, bool) else True
+    own = {switch: on} if switch else {}
+    if isinstance(think, str):
+        return {"enable_thinking": True, "reasoning_effort": think} | own
     if effort:                                   # a family that always thinks (gpt-oss) cannot turn it off
         return {} if think else {effort: "low"}  # least effort
-    return {"enable_thinking": bool(think)}
+    return {"enable_thinking": bool(think)} | own
 
 
 def tool_prompt(tools: list[dict]) -> str:

@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.chat.formats import format_for
+from app.engine.chat.formats import GENERIC, format_for
 from app.engine.chat.plan import ChatPlan
 from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.protocol import has_images
@@ -56,7 +56,7 @@ class Admission:
         own = raw_tpl.decode("utf-8", "replace") if raw_tpl else None
         self.facts = facts
         self.template = own or (facts.template if facts else None)
-        self.family = facts.family if facts else "generic"
+        self.family = facts.family if facts else GENERIC.name
         self.turn_stops = list(facts.stops) if facts and not own else []
         self.bos_id, eos_id = L.llama_vocab_bos(self.vocab), L.llama_vocab_eos(self.vocab)
         self.bos = self._special(self.bos_id)

@@ -48,3 +48,23 @@ def test_a_requirement_on_a_model_that_cannot_think_is_a_400():
     with pytest.raises(ApiError) as e:
         chat_features.check(req, PLAIN, plan_chat("hermes", None, None, True), "m")
     assert e.value.status == 400 and e.value.param == "think" and "does not support thinking" in e.value.message
+
+
+# a Mistral reasoning template: its own `thinking` switch, not Qwen3's enable_thinking
+MISTRAL_THINKING = ("{%- if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+                    "{% for m in messages %}[INST]{{ m.content }}[/INST]{% endfor %}"
+                    "{% if thinking is not defined or thinking %}[THINK]{% endif %}[TOOL_CALLS]")
+
+
+@pytest.mark.parametrize("think, thinks", [(False, False), (True, True), ("high", True)])
+def test_the_switch_the_template_names_is_the_one_set(think, thinks):
+    """The family's own switch (ChatFacts.think_toggle, read from the template) is what `think` sets, so a Mistral
+    template that reads `thinking` is turned off by think: false as Qwen3's is by enable_thinking."""
+    from app.engine.gguf.chat_facts import chat_facts
+    from app.engine.runner.prompt.chat_template import render_chat
+
+    facts = chat_facts("llama", MISTRAL_THINKING, {"[INST]", "[TOOL_CALLS]"})
+    assert facts.family == "mistral" and facts.think_toggle == "thinking"
+    kwargs = chat_features.template_kwargs(think, facts)
+    rendered = render_chat(facts.template, [{"role": "user", "content": "hi"}], template_kwargs=kwargs)
+    assert ("[THINK]" in rendered) is thinks
