@@ -1,6 +1,6 @@
 """What the model scheduler needs from the rest of the program, injected (as Ollama's sched.go injects
-`loadFn`/`getGpuFn`): find a model, read its GGUF and projector facts, see the devices, plan a layout and its
-context, start a runner. Everything of the scheduler that touches a file, a device or a process goes through here
+`loadFn`/`getGpuFn`): find a model, read its GGUF and projector facts, compare a draft model's vocabulary with its
+target's, see the devices, plan a layout and its context, start a runner. Everything of the scheduler that touches a file, a device or a process goes through here
 (scheduling/loader.py calls them); what it imports from the engine besides is pure (scheduling/fit.py).
 `live(config, store)` wires the real ones; the scheduler's unit tests pass fakes that answer in microseconds."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ from app.discovery.inventory import Inventory
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
 from app.engine.gguf.projector import ProjectorInfo, read_projector
+from app.engine.gguf.vocab_match import vocab_mismatch
 from app.engine.planner.context import ContextChoice, context_for
 from app.engine.planner.options import plan_layout
 from app.engine.layout.types import Layout, PlanOptions
@@ -25,6 +26,10 @@ from .store.proxy import AsyncStore, store_error, with_digest
 
 async def read_projector_in_thread(path: str) -> ProjectorInfo:
     return await asyncio.to_thread(read_projector, path)
+
+
+async def vocab_mismatch_in_thread(target_path, draft_path) -> str | None:
+    return await asyncio.to_thread(vocab_mismatch, target_path, draft_path)
 
 
 @dataclass
@@ -43,6 +48,9 @@ class Collaborators:
     choose_context: Callable[..., ContextChoice] = context_for
     # a vision projector GGUF's path -> its facts (GGUFError, OSError)
     projector_info: Callable[[str], Awaitable[ProjectorInfo]] = read_projector_in_thread
+    # (target GGUF path, draft GGUF path) -> what differs between their vocabularies in words, None when the draft
+    # model can draft for the target (engine/gguf/vocab_match.py; GGUFError, OSError)
+    vocab_mismatch: Callable[[Any, Any], Awaitable[str | None]] = vocab_mismatch_in_thread
 
 
 def live(config: ServiceConfig, store: AsyncStore) -> Collaborators:

@@ -93,7 +93,13 @@ class Loader:
         `draft` when it is unknown or has another vocabulary (scheduling/draft.py)."""
         if not draft:
             return None
-        return await check_draft(self.resolve, self.model_info, record.path, record.name, draft)
+        return await self.draft_for(record.path, record.name, draft)
+
+    async def draft_for(self, target_path, target_name: str, draft: str):
+        """(record, ModelInfo) of the model `draft` as the draft model of the GGUF `target_path` (a model being
+        created need not be in the store yet); a 400 naming `draft` when it cannot draft for it."""
+        return await check_draft(self.resolve, self.model_info, self.deps.vocab_mismatch, target_path, target_name,
+                                 draft)
 
     # ---- planning --------------------------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from ...generation.model_card import model_card
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
-from ...scheduling.draft import check_draft
 from ...store.modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
 from ...store.proxy import store_error, with_digest
 from . import transfer_routes as model_routes
@@ -176,7 +175,7 @@ async def _check_draft(scheduler, from_: str, name: str, draft: str) -> None:
         target = Path(from_).expanduser()
         if not target.is_file():
             return
-    await check_draft(scheduler.resolve, scheduler.model_info, target, name, draft)
+    await scheduler.loader.draft_for(target, name, draft)
 
 
 def _license(body: dict) -> str | None:

@@ -413,6 +413,30 @@ def test_unknown_model_is_404_before_any_load():
     run(main())
 
 
+def test_a_draft_model_is_checked_through_the_injected_vocabulary_comparison():
+    """The draft option's check reads no GGUF itself: the collaborators' `vocab_mismatch` compares the two models'
+    vocabularies (here a fake that names a difference), and its answer is the 400 naming `draft`, before any
+    runner starts."""
+    from app.service.generation.options import parse_ollama_options
+
+    async def main():
+        w = World({"big": 10 * MiB, "small": 1 * MiB})
+        compared = []
+
+        async def mismatch(target, draft):
+            compared.append((target, draft))
+            return "token 5 differs"
+
+        w.scheduler.loader.deps.vocab_mismatch = mismatch
+        with pytest.raises(ApiError) as e:
+            async with w.scheduler.lease("big", parse_ollama_options({"draft": "small"})):
+                pass
+        assert e.value.status == 400 and e.value.param == "draft" and "token 5 differs" in e.value.message
+        assert compared == [("/models/big.gguf", "/models/small.gguf")] and w.runners == []
+        await w.scheduler.close()
+    run(main())
+
+
 class GrowingWorld(World):
     """Models whose plan grows with the context: `size` plus `per_token` bytes per token of context."""
 
