@@ -1,15 +1,23 @@
 """Stopping a running llama_decode for a cancel: the flag, the ids in flight, and the log levels of an abort.
 
-The reader thread's cancel sets the flag when the request is in the decode running now (the step's batch, or a
-draft model's decode while the executor drafts the next step); the context thread clears it before each step, so
-the flag being set means 'an abort we asked for is in flight'. The abort callback is libc strlen on the flag: no GIL (a
+The reader thread's cancel sets the flag when the request is in the decode running now (the step's batch, or one
+of a draft model's decodes while the executor drafts the next step). The flag belongs to one decode: the context
+thread runs each abortable decode inside `running(ids)`, which lowers the flag before the decode and after it, under
+the same lock as the cancel's check, so a cancel that lands as one decode ends (after llama.cpp's last poll of the
+flag, or between the cancel's check and its write) never stops the next decode, which may not hold that request
+at all (the other sequences' drafts would be lost for the step). The flag being set means 'an abort we asked for
+is in flight'. The abort callback is libc strlen on the flag: no GIL (a
 Python callback would take the GIL once per graph node and slow a decode by ~80% while another thread is busy;
 docs/architecture.md, "Runner"). CPU backends poll it per graph node.
+Covered by tests/unit/engine/runner/step/test_step_cycle.py and tests/integration/engine/test_draft_model.py.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from llama_cpp import llama_cpp as L
 
@@ -29,7 +37,8 @@ class DecodeAbort:
         # sequence of the batch with a state that matches no position (it cannot be rolled back), so a cancel
         # on such a model waits for the running decode instead of aborting it
         self.abortable = not (L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
-        self.in_flight: set[str] = set()    # ids in the running decode (context thread writes, reader reads)
+        self.in_flight: frozenset[str] = frozenset()    # ids in the running decode (written under _lock)
+        self._lock = threading.Lock()       # the cancel's check-and-set against a decode's start and end
         self.flag = ctypes.create_string_buffer(2)
         self.callback = ctypes.cast(ctypes.CDLL(None).strlen, L.ggml_abort_callback)
         llama_log.add_level_rule(self._relevel_abort_lines)
@@ -38,16 +47,29 @@ class DecodeAbort:
         """Let the flag stop decodes on `ctx` (the target's context, and a draft model's)."""
         L.llama_set_abort_callback(ctx, self.callback, ctypes.cast(self.flag, ctypes.c_void_p))
 
+    @contextmanager
+    def running(self, ids: Iterable[str]) -> Iterator[None]:
+        """Context thread: the decode of the requests `ids` runs inside this block; a cancel of one of them
+        meanwhile stops it. The flag is down when the block starts and when it ends, whatever a cancel did
+        around the previous decode."""
+        with self._lock:
+            self.in_flight = frozenset(ids)
+            self.flag[0] = b"\x00"
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight = frozenset()
+                self.flag[0] = b"\x00"
+
     def cancel(self, req_id: str) -> None:
         """Reader thread: stop the running decode now if `req_id` is in it and the model allows it."""
-        if req_id in self.in_flight and self.abortable:
-            self.request()
+        with self._lock:
+            if req_id in self.in_flight and self.abortable:
+                self.request()
 
     def request(self) -> None:
         self.flag[0] = b"\x01"
-
-    def clear(self) -> None:
-        self.flag[0] = b"\x00"
 
     def close(self) -> None:
         llama_log.remove_level_rule(self._relevel_abort_lines)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import nullcontext
 
 import numpy as np
 from llama_cpp import llama_cpp as L
@@ -28,6 +29,7 @@ from app.engine.gguf.vocab_match import MAX_SIZE_DIFFERENCE
 from app.engine.layout.llama_params import context_params, draft_layout, model_params
 from app.engine.layout.types import Layout
 from app.engine.runner.batch import NpBatch
+from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.sequence import Seq
 from app.engine.runner.speculation.proposer import DraftAsk
 
@@ -67,6 +69,12 @@ class DraftModel:
         self.max_tokens, self.p_min = max(1, int(max_tokens)), float(p_min)
         self.cells: list[list[int]] = [[] for _ in range(n_slots)]
         self.batch = NpBatch(max(self.n_batch, n_slots))
+        self.abort: DecodeAbort | None = None
+
+    def attach_abort(self, abort: DecodeAbort) -> None:
+        """Let a cancel stop this model's decodes: each runs inside `abort.running` with the requests it holds."""
+        self.abort = abort
+        abort.install(self.ctx)
 
     # ---- the proposer interface ------------------------------------------------------------------------------
     def propose(self, asks: list[DraftAsk], n_seqs: int, capacity: int) -> dict[str, list[int]]:
@@ -115,10 +123,12 @@ class DraftModel:
             b.clear()
             fed, live = [], []
             for seq, limit in nxt:
+                if seq.cancelled:                       # cancelled since: its draft no longer matters
+                    continue
                 tok = drafts[seq.id][-1]
                 live.append((seq, limit, b.add(tok, len(self.cells[seq.kv_slot]), seq.kv_slot, True)))
                 fed.append((seq, [tok]))
-            if not self._decode(fed):
+            if not fed or not self._decode(fed):
                 break                                   # the drafts so far stand; their cells were rolled back
         return drafts
 
@@ -160,8 +170,11 @@ class DraftModel:
 
     def _decode(self, fed) -> bool:
         """Decode the batch; on success each sequence's cells grow by what it fed. On failure (a cancel's abort,
-        no KV slot) every fed row is removed again and False comes back."""
-        rc = L.llama_decode(self.ctx, self.batch.struct)
+        no KV slot) every fed row is removed again and False comes back. A cancel stops it only when one of the
+        requests it holds is cancelled while it runs (decode_abort.DecodeAbort.running)."""
+        scope = self.abort.running(seq.id for seq, _ in fed) if self.abort is not None else nullcontext()
+        with scope:
+            rc = L.llama_decode(self.ctx, self.batch.struct)
         if rc != 0:
             for seq, _ in fed:
                 L.llama_memory_seq_rm(self.mem, seq.slot, len(self.cells[seq.slot]), -1)

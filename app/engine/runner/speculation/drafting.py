@@ -54,14 +54,15 @@ class Drafting:
         self.costs = StepCosts(measured)     # decode seconds by rows (draft_policy.py): what a draft's rows cost
         self.proposer = draft if draft is not None else NgramProposer(self.costs)
         self.drafted_total = self.accepted_total = 0
-        if draft is not None:               # a cancel stops the draft model's decode the same way
-            abort.install(draft.ctx)
+        if draft is not None:               # a cancel stops the draft model's decodes the same way
+            draft.attach_abort(abort)
 
     def after_step(self, plan: StepPlan, sampled: list[Sampled], t_decode: float) -> list[Proposal]:
         """Execute phase, after sampling a successful decode: the step's cost by rows (a generation-only step),
         what each sequence emitted and how its draft fared (the proposer's and the totals' bookkeeping), then the
         drafts of the next step for every sequence that goes on generating, in slot order. A cancel arriving
-        meanwhile aborts a draft model's decode (no drafts this time)."""
+        meanwhile aborts the draft model's decode that holds its sequence (no drafts from that decode on; a
+        cancel that landed as the step's own decode ended stops nothing here: decode_abort.py)."""
         if not self.on:
             return []
         if plan.gen_only:
@@ -87,11 +88,7 @@ class Drafting:
                 asks.append(DraftAsk(s.span.seq, n, [t.token for t in s.tokens], s.span))
         if not asks:
             return []
-        self.abort.in_flight = {a.seq.id for a in asks}
-        try:
-            drafts = proposer.propose(asks, len(going_on), plan.batch.capacity)
-        finally:
-            self.abort.in_flight = set()
+        drafts = proposer.propose(asks, len(going_on), plan.batch.capacity)
         return [Proposal(a.seq, d) for a in asks if (d := drafts.get(a.seq.id))]
 
     def limit(self, s: Sampled) -> int:

@@ -93,24 +93,22 @@ class StepExecutor:
     def _decode(self, plan: StepPlan, prepare: StepPrepare | None) -> tuple[int, str, float, float]:
         """llama_decode on the plan's batch, unless a cancel arrived while it was built. (rc, message, seconds,
         this thread's CPU seconds)."""
-        self.abort.in_flight = {span.seq.id for span in plan.spans}
         t_decode = c_decode = 0.0
         try:
-            self.hooks.hit("step")
-            if any(span.seq.cancelled for span in plan.spans):
-                rc = 2                               # a cancel arrived while building: skip straight to rollback
-            else:
-                if self.hooks.hang_marker:
-                    self.hooks.hang_if_marked(span.seq.req.prompt for span in plan.spans)
-                if prepare is not None:
-                    prepare.launch(plan)
-                t0, c0 = time.perf_counter(), time.thread_time()
-                rc = L.llama_decode(self.ctx, plan.batch.struct)
-                t_decode, c_decode = time.perf_counter() - t0, time.thread_time() - c0
+            with self.abort.running(span.seq.id for span in plan.spans):
+                self.hooks.hit("step")
+                if any(span.seq.cancelled for span in plan.spans):
+                    rc = 2                           # a cancel arrived while building: skip straight to rollback
+                else:
+                    if self.hooks.hang_marker:
+                        self.hooks.hang_if_marked(span.seq.req.prompt for span in plan.spans)
+                    if prepare is not None:
+                        prepare.launch(plan)
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    rc = L.llama_decode(self.ctx, plan.batch.struct)
+                    t_decode, c_decode = time.perf_counter() - t0, time.thread_time() - c0
         except Exception as e:
             return -100, str(e), 0.0, 0.0
-        finally:
-            self.abort.in_flight = set()
         return rc, f"llama_decode failed with code {rc}", t_decode, c_decode
 
     def _sample(self, span: Span, row: int) -> Sampled:

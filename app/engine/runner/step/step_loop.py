@@ -132,7 +132,6 @@ class StepLoop:
             while not self.stopping:
                 t_loop, c_loop = time.perf_counter(), time.thread_time()
                 self.inbox.event.clear()
-                self.abort.clear()
                 self.slots.reap()
                 self.slots.admit_ready()
                 self.placement.serve_waiting(self.slots.seqs)

@@ -284,16 +284,18 @@ def test_an_abort_we_asked_for_is_not_an_error_but_real_failures_are(llama, capl
         return rc, [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "strata.llama"]
 
     try:
-        eng.in_flight = {"r"}
-        eng.cancel("r")                              # the request is in the running batch
-        rc, lines = decode(range(100, 164))
-        assert rc == 2
-        assert any("ret = 2" in m for _, m in lines), lines              # llama.cpp did report the abort ...
-        assert [m for lvl, m in lines if lvl > logging.DEBUG] == []      # ... at DEBUG only
-        rc, lines = decode([v.n_vocab + 5])          # a real failure while the abort flag is still up
-        assert rc == -1
-        assert any(lvl == logging.ERROR and "ret = -1" in m for lvl, m in lines), lines
-        eng.clear()                                  # what the context thread does before its next step
+        with eng.running({"r"}):
+            eng.cancel("r")                          # the request is in the running batch
+            rc, lines = decode(range(100, 164))
+            assert rc == 2
+            assert any("ret = 2" in m for _, m in lines), lines          # llama.cpp did report the abort ...
+            assert [m for lvl, m in lines if lvl > logging.DEBUG] == []  # ... at DEBUG only
+            rc, lines = decode([v.n_vocab + 5])      # a real failure while the abort flag is still up
+            assert rc == -1
+            assert any(lvl == logging.ERROR and "ret = -1" in m for lvl, m in lines), lines
+        assert not eng.flag.raw[0]                   # the flag belonged to that decode
+        eng.cancel("r")                              # no decode holds it now: nothing to stop
+        assert not eng.flag.raw[0]
         eng.close()                                  # unregisters the rule: llama.cpp's own levels come back
         eng.install(ctx)
         eng.request()

@@ -254,3 +254,60 @@ def test_scheduling_runs_no_model_the_draft_model_drafts_after_sampling(smollm2_
         assert ("execute", "draft") in decodes and ("execute", "target") in decodes
         assert {p for p, _ in decodes} == {"execute"}         # never while scheduling, nor in the update
         assert all(s.n_drafted > 0 for s in seqs) and sum(s.n_accepted for s in seqs) > 0
+
+
+def _two_drafting(smollm2_path, monkeypatch, cancel_at: int | None):
+    """d1 and d2 through a step loop whose draft model is SmolLM2 drafting for itself; with `cancel_at`, d1 is
+    cancelled by the reader thread's call (`StepLoop.cancel`) as that step's target decode ends: llama_decode
+    has made its last poll of the abort flag and not returned yet, so d1 is still in flight. Returns (d2's draft
+    after each step, d2's emitted tokens, the return code of every draft-model decode after the cancel)."""
+    with llama_context(smollm2_path, n_ctx=512, n_batch=N_BATCH, n_seq=2) as (model, ctx), \
+            llama_context(smollm2_path, n_ctx=512, n_batch=N_BATCH, n_seq=2) as (dmodel, dctx):
+        vocab = L.llama_model_get_vocab(model)
+        draft = DraftModel(dmodel, dctx, 2, max_tokens=4, p_min=0.0)
+        lp = StepLoop(model, ctx, [].append, vocab_out=Vocab(vocab, L.llama_vocab_n_tokens(vocab)), draft=draft)
+        step, draft_rcs = [0], []
+        real_decode = L.llama_decode
+
+        def decode(c, batch):
+            rc = real_decode(c, batch)
+            if c == ctx and step[0] == cancel_at:
+                lp.cancel("d1")                         # lands as the decode ends
+            elif c == dctx and cancel_at is not None and step[0] >= cancel_at:
+                draft_rcs.append(rc)
+            return rc
+
+        monkeypatch.setattr(L, "llama_decode", decode)
+        d1, d2 = admitted(vocab, "d1", 12, 10), admitted(vocab, "d2", 20, 10)
+        drafts, emitted = [], []
+        try:
+            for seq in (d1, d2):
+                lp.inbox.seqs[seq.id] = seq             # (what submit does: the reader's cancel finds it there)
+                lp.inbox.ready(seq)
+            for step[0] in range(40):
+                lp.slots.reap()
+                lp.slots.admit_ready()
+                plan = lp.scheduler.schedule()
+                if plan.empty:
+                    break
+                result = lp.executor.execute(plan)
+                drafts.append(next((p.tokens for p in result.drafts if p.seq is d2), None))
+                emitted += [t.token for s in result.sampled if s.span.seq is d2 for t in s.tokens]
+                lp.update(plan, result)
+        finally:
+            lp.abort.close()
+        assert d2.finish == "length" and d1.finish == ("cancelled" if cancel_at is not None else "length")
+        return drafts, emitted, draft_rcs
+
+
+def test_a_cancel_landing_as_the_step_decode_ends_does_not_stop_the_next_draft(smollm2_path, monkeypatch):
+    """The abort flag belongs to one decode (decode_abort.DecodeAbort.running): a cancel of d1 that lands as the
+    step's target decode ends, too late to stop it, must not stop the draft model's decode that follows in the same
+    step, which holds d2 alone. d2 drafts that step what it drafts without the cancel, and every later draft
+    decode runs."""
+    plain, plain_tokens, _ = _two_drafting(smollm2_path, monkeypatch, None)
+    k = next(i for i, d in enumerate(plain) if d)       # the first step after which d2 drafts
+    cancelled, tokens, draft_rcs = _two_drafting(smollm2_path, monkeypatch, k)
+    assert cancelled[k] == plain[k]                     # the draft was not lost to the cancel's leftover flag
+    assert draft_rcs and set(draft_rcs) == {0}
+    assert tokens == plain_tokens                        # d2's reply is the target's own either way
