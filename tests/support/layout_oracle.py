@@ -57,7 +57,7 @@ def realise(info, layout) -> tuple[dict[str, str], dict[str, int], dict[str, int
     if info.output_bytes == 0 and devs[n] != "CPU":      # tied output: llama.cpp copies token_embd to the GPU
         wbytes[devs[n]] = wbytes.get(devs[n], 0) + info.token_embd_bytes
     o = layout.options
-    kv = kv_bytes_per_layer(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch)
+    kv = kv_bytes_per_layer(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch or 512, o.num_ubatch)
     kvb = {}
     for i in range(n):
         kvb[devs[i]] = kvb.get(devs[i], 0) + kv[i]
@@ -101,7 +101,7 @@ class BruteForce:
             else:
                 self.A[i] += t.n_bytes
         self.kv = kv_bytes_per_layer(info, options.num_ctx, options.num_parallel, options.kv_type,
-                                     options.num_batch, options.num_ubatch)
+                                     options.num_batch or 512, options.num_ubatch)
         self.out_gpu = (info.output_bytes or info.token_embd_bytes) + info.other_bytes
         self.moe = info.n_expert > 0
 

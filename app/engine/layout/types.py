@@ -17,7 +17,7 @@ class PlanOptions:
     """What the user may set; None means "planner decides"."""
     num_ctx: int = 4096              # context PER SEQUENCE (Ollama semantics); llama.cpp n_ctx = num_ctx * num_parallel
     num_parallel: int = 1            # parallel sequences (slots)
-    num_batch: int = 512             # n_batch
+    num_batch: int | None = None     # n_batch; None = the planner decides (2048 all on GPUs, else 512: placement.py)
     num_ubatch: int = 512            # n_ubatch
     num_gpu: int | None = None       # layers on GPU (llama.cpp n_gpu_layers semantics); None = as many as fit
     main_gpu: int | None = None

@@ -28,6 +28,8 @@ def plan_options(overrides: dict, *, num_ctx_default: int = 4096, num_parallel: 
     o = replace(o, **{k: v for k, v in overrides.items() if k in names and v is not None})
     for name in ("num_ctx", "num_parallel", "num_batch", "num_ubatch"):    # nonsense is refused, not clamped
         v = getattr(o, name)
+        if name == "num_batch" and v is None:       # the planner decides (placement.BATCH_ALL_GPU)
+            continue
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name}: must be a positive integer, got {v!r}")
     num_ctx = o.num_ctx
@@ -36,6 +38,8 @@ def plan_options(overrides: dict, *, num_ctx_default: int = 4096, num_parallel: 
     num_ctx = max(num_ctx, MIN_CTX)
     # llama.cpp reserves a decode step with one output per sequence: a batch smaller than num_parallel aborts the
     # load (GGML_ASSERT n_outputs_max <= cparams.n_outputs_max), so the batch is at least num_parallel
+    if o.num_batch is None:
+        return replace(o, num_ctx=num_ctx, num_ubatch=max(o.num_ubatch, o.num_parallel))
     batch = max(o.num_batch, o.num_parallel)
     return replace(o, num_ctx=num_ctx, num_batch=batch, num_ubatch=max(min(o.num_ubatch, batch), o.num_parallel))
 

@@ -73,8 +73,8 @@ class Costs:
         # on the CPU the output layer is only with no GPU in `devices`: a tied one then gets a repacked copy
         self.out_cpu = mm.output_bytes(on_gpu=False) + mm.output_repack
         compute = compute or {}
-        est_out = estimate_compute(info, o.num_ctx, o.num_parallel, o.num_batch, o.num_ubatch, o.flash_attn, True)
-        est_mid = estimate_compute(info, o.num_ctx, o.num_parallel, o.num_batch, o.num_ubatch, o.flash_attn, False)
+        est_out = estimate_compute(info, o.num_ctx, o.num_parallel, batch_of(o), o.num_ubatch, o.flash_attn, True)
+        est_mid = estimate_compute(info, o.num_ctx, o.num_parallel, batch_of(o), o.num_ubatch, o.flash_attn, False)
         any_gpu = compute.get("*")
         self.compute_out = [compute.get(d.id, any_gpu if any_gpu is not None else est_out) for d in gpus]
         self.compute_mid = [compute.get(d.id, any_gpu if any_gpu is not None else est_mid) for d in gpus]
@@ -372,15 +372,64 @@ def _overrides(c: Config, n: int, moe: bool) -> tuple[tuple[str, str], ...]:
     return tuple(ov)
 
 
+# The logical batch (llama.cpp's n_batch: the tokens of one llama_decode call; the physical ubatch stays 512) when
+# nobody sets num_batch. With every layer on a GPU, llama-server's 2048: in 512-token steps the GPU waits on the host
+# between steps, and a 16k-30k prompt on an H200 ran at 0.81-0.88x llama-server's speed against 0.96-0.97x with 2048
+# (docs/gpu-results.md, "Long prompts"). With any weights on the CPU, 512: the CPU computes the prompt there, a
+# 2048-token step takes ~4x as long, and every other stream's next token waits for the whole step. Embedding
+# contexts keep 512 too (their batch bounds the output buffer, planned in memory.output_reserve_bytes).
+BATCH_ALL_GPU = 2048
+BATCH_WITH_CPU = 512
+
+
 def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[str, int] | None,
           kv_measured: tuple[int, int] | None = None) -> Layout:
-    """The best placement for valid options (`validate` first), without suggestions. The search's reasons are
-    recorded in the Layout."""
+    """The best placement for valid options (`validate` first), without suggestions; num_batch None is decided
+    here (BATCH_ALL_GPU when the placement puts every layer on a GPU and still fits with it, else BATCH_WITH_CPU),
+    and the Layout's options hold the value chosen. The search's reasons are recorded in the Layout."""
+    if o.num_batch is not None:
+        return _place(info, inventory, o, compute, kv_measured)
+    lay = _place(info, inventory, _with_batch(o, BATCH_WITH_CPU), compute, kv_measured)
+    why = f"num_batch {lay.n_batch}: "
+    if _all_on_gpu(info, lay) and not o.embedding:
+        wide = _place(info, inventory, _with_batch(o, BATCH_ALL_GPU), compute, kv_measured)
+        if wide.fits and _all_on_gpu(info, wide):
+            lay = wide
+            why = f"num_batch {lay.n_batch}: every layer on a GPU, prompts go in {lay.n_batch}-token steps " \
+                  f"(llama-server's default)"
+        else:
+            why += f"{BATCH_ALL_GPU} would not fit with every layer on a GPU"
+    elif o.embedding:
+        why += "an embedding context"
+    else:
+        why += "weights on the CPU: long prompt steps would hold up the other streams' tokens"
+    return replace(lay, reasons=lay.reasons + (why,))
+
+
+def batch_of(o: PlanOptions) -> int:
+    """The logical batch of options `place` has decided (num_batch set)."""
+    if o.num_batch is None:
+        raise ValueError("num_batch: not decided yet (placement.place decides it)")
+    return o.num_batch
+
+
+def _with_batch(o: PlanOptions, batch: int) -> PlanOptions:
+    b = max(batch, o.num_parallel)           # llama.cpp needs one output per sequence in a batch (options.py)
+    return replace(o, num_batch=b, num_ubatch=min(o.num_ubatch, b))
+
+
+def _all_on_gpu(info: ModelInfo, lay: Layout) -> bool:
+    """Every block and the output layer on GPUs, and no tensor of theirs overridden to the CPU."""
+    return lay.n_gpu_layers > info.n_layer and not lay.tensor_buft_overrides
+
+
+def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[str, int] | None,
+           kv_measured: tuple[int, int] | None = None) -> Layout:
     # Long (~65 lines) because it is the one place that turns the search's Config into llama.cpp's parameters and
     # the Layout's reasons, in the order a reader checks them: KV, search, fit, op_offload, devices, repack.
     n = info.n_layer
     moe = info.is_moe
-    mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, o.num_batch, o.num_ubatch, o.embedding,
+    mm = memory_model(info, o.num_ctx, o.num_parallel, o.kv_type, batch_of(o), o.num_ubatch, o.embedding,
                       cpu_features=tuple(getattr(inventory, "cpu_features", ()) or ()), flash_attn=o.flash_attn,
                       ctx_checkpoints=o.ctx_checkpoints, checkpoint_mib=o.checkpoint_mib)
     reasons: list[str] = []
@@ -441,7 +490,7 @@ def place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[s
         n_gpu_layers=ngl, split_mode=SPLIT_MODE_LAYER, main_gpu=max(0, len(gpu_ids) - 1),
         tensor_split=split, gpu_devices=gpu_ids, tensor_buft_overrides=_overrides(c, n, moe),
         op_offload=op_offload, n_ctx=o.num_ctx * o.num_parallel, n_parallel=o.num_parallel,
-        n_batch=o.num_batch, n_ubatch=o.num_ubatch, type_k=o.kv_type, type_v=o.kv_type,
+        n_batch=batch_of(o), n_ubatch=o.num_ubatch, type_k=o.kv_type, type_v=o.kv_type,
         flash_attn=True if (kv_quant and o.flash_attn is None) else o.flash_attn,
         fits=fits, reasons=tuple(reasons), op_offload_min_batch=min_batch)
 

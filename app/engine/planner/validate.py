@@ -16,6 +16,8 @@ def validate(info: ModelInfo, inventory: Inventory, o: PlanOptions) -> None:
 
     for name in ("num_ctx", "num_parallel", "num_batch", "num_ubatch"):
         v = getattr(o, name)
+        if name == "num_batch" and v is None:       # the planner decides
+            continue
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             bad(name, f"must be a positive integer, got {v!r}")
     if o.num_ctx > 1 << 24:

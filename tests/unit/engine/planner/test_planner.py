@@ -139,6 +139,35 @@ def test_op_offload_min_batch_follows_what_sits_on_the_cpu(smollm2_path):
     assert Layout.from_dict(dense.to_dict()).op_offload_min_batch == 64
 
 
+def test_logical_batch_follows_where_the_layers_are(smollm2_path):
+    """num_batch left to the planner: 2048 (llama-server's) when every layer is on a GPU, 512 when weights sit on
+    the CPU or the context is for embeddings; a value the user sets is kept. The chosen value is in the Layout's
+    options, its n_batch (what the runner and the dry run load) and its reasons."""
+    small = read_model_info(smollm2_path)
+    whole = plan(small, sim("one_6gb"), PlanOptions(num_ctx=8192), COMPUTE)
+    assert whole.n_gpu_layers == small.n_layer + 1 and not whole.tensor_buft_overrides
+    assert whole.n_batch == whole.options.num_batch == 2048 and whole.n_ubatch == 512
+    assert any(r.startswith("num_batch 2048: every layer on a GPU") for r in whole.reasons)
+    assert Layout.from_dict(whole.to_dict()).n_batch == 2048
+
+    partial = plan(dense_8b(), sim("one_6gb"), PlanOptions(num_ctx=16384), COMPUTE)
+    assert 0 < partial.n_gpu_layers <= dense_8b().n_layer
+    assert partial.n_batch == 512 and any(r.startswith("num_batch 512: weights on the CPU") for r in partial.reasons)
+    moe = plan(qwen3_30b_a3b(), sim("one_8gb"), PlanOptions(num_ctx=8192), COMPUTE)
+    assert moe.tensor_buft_overrides and moe.n_batch == 512
+    cpu = plan(small, inventory_from_dict({"devices": [], "host_ram_total": "16 GiB", "cpu_cores": 2}),
+               PlanOptions(num_ctx=2048))
+    assert cpu.n_batch == 512
+    emb = plan(small, sim("one_6gb"), PlanOptions(num_ctx=2048, embedding=True), COMPUTE)
+    assert emb.n_gpu_layers == small.n_layer + 1 and emb.n_batch == 512
+    assert any(r == "num_batch 512: an embedding context" for r in emb.reasons)
+
+    asked = plan(small, sim("one_6gb"), PlanOptions(num_ctx=8192, num_batch=1024), COMPUTE)
+    assert asked.n_batch == 1024 and not any(r.startswith("num_batch") for r in asked.reasons)
+    many = plan(small, sim("one_6gb"), PlanOptions(num_ctx=1024, num_parallel=4, num_ubatch=4096), COMPUTE)
+    assert many.n_batch == 2048 and many.n_ubatch == 2048     # the physical batch never exceeds the logical one
+
+
 def test_op_offload_min_batch_rule():
     assert op_offload_min_batch(False, False) == (0, "") and op_offload_min_batch(False, True) == (0, "")
     assert op_offload_min_batch(True, False)[0] == OP_OFFLOAD_MIN_BATCH_DENSE == 64
