@@ -30,10 +30,12 @@ from ..http.errors import ApiError
 from .loaded_model import LoadedModel
 
 
-def plan_options_for(config: ServiceConfig, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
-    """A load's PlanOptions: the request's load options over the server's settings, clamped by the planner."""
+def plan_options_for(config: ServiceConfig, info, ro: RequestOptions, embedding: bool = False,
+                     num_parallel: int | None = None) -> PlanOptions:
+    """A load's PlanOptions: the request's load options over the server's settings, clamped by the planner
+    (`num_parallel`: another slot count than STRATA_NUM_PARALLEL, for a what-if plan)."""
     overrides = {**config.plan_defaults(), **ro.plan, "n_threads": ro.n_threads or config.n_threads}
-    return plan_options(overrides, num_ctx_default=config.num_ctx, num_parallel=config.num_parallel,
+    return plan_options(overrides, num_ctx_default=config.num_ctx, num_parallel=num_parallel or config.num_parallel,
                         n_ctx_train=getattr(info, "context_length", 0), embedding=embedding,
                         margin_mib=config.gpu_margin_mib)
 

@@ -3,9 +3,10 @@ devices (discovered once, again after a model on RPC workers ends), the model's 
 projector and draft model, its plan and context, its runner started, and the model marked loaded or failed. The
 ONE path that starts a runner (`start_runner`) serves a first load and a context growth alike. Which models are
 loaded, who waits for them and when one is unloaded to make room is the scheduler's (scheduler.py); this module
-keeps no state but the inventory.
-Covered by tests/unit/service/scheduling/test_scheduler_units.py (fakes) and
-tests/integration/service/test_service_scheduler.py (real runners).
+keeps no state but the inventory. The ONE plan (`plan_load`) serves a load, a context growth and /api/layout's
+what-if alike, so a what-if layout is the layout a load would use.
+Covered by tests/unit/service/scheduling/test_scheduler_units.py (fakes),
+tests/integration/service/test_service_scheduler.py (real runners) and test_service_api.py (/api/layout).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from ..config import ServiceConfig
 from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
+from ..generation.options import RequestOptions
 from .draft import check_draft
-from .fit import with_draft
+from .fit import free_memory, plan_options_for, with_draft, with_projector, with_projector_room
 from .loaded_model import LoadedModel
 
 log = logging.getLogger("strata.scheduler")
@@ -101,7 +103,33 @@ class Loader:
         return await check_draft(self.resolve, self.model_info, self.deps.vocab_mismatch, target_path, target_name,
                                  draft)
 
+    def new_model(self, record, info, ro: RequestOptions, num_parallel: int | None = None) -> LoadedModel:
+        """The state of a load of `record` with the request options `ro` (its PlanOptions, its asked num_ctx),
+        before anything is planned: a load's, and /api/layout's what-if (`num_parallel`: another slot count)."""
+        model = LoadedModel(record.name, record, info, plan_options_for(self.config, info, ro,
+                                                                        num_parallel=num_parallel))
+        model.asked_ctx = ro.plan.get("num_ctx")
+        return model
+
+    async def read_companions(self, model: LoadedModel) -> None:
+        """`model`'s vision projector and draft model facts (None when it has none), which its plan includes."""
+        model.projector = await self.projector_info(model)
+        model.draft = await self.draft_info(model.record, model.options.draft)
+
     # ---- planning --------------------------------------------------------------------------------------------
+
+    async def plan_load(self, model: LoadedModel, options: PlanOptions, asked: int | None, inventory: Inventory,
+                        used: dict[str, int]) -> tuple[PlanOptions, Layout]:
+        """THE plan of a load, a context growth and /api/layout alike: `model` (its companions read) with `options`
+        and the `asked` num_ctx (None: the default from memory) on `inventory` less `used` (the other models'
+        bytes, room kept for the projector where mtmd puts it, the RPC workers they hold left out): the context
+        chosen, the measured layout, the draft model and the projector planned, the record's LoRA adapters (applied
+        by the runner after the load, not planned: small). Whether it fits is the layout's `fits`."""
+        room = free_memory(inventory, with_projector_room(used, inventory, model))
+        options, layout = await self.plan_context(model.info, options, room, asked)
+        layout = replace(with_draft(model, layout), lora_adapters=tuple(getattr(model.record, "adapters", ()) or ()))
+        return options, with_projector(model, layout)
+
 
     async def plan(self, info, options: PlanOptions, inventory: Inventory) -> Layout:
         """The planner's layout (measured by a dry run where it can be)."""
@@ -137,13 +165,12 @@ class Loader:
             compute = measured
         return options, replace(layout, context=choice.to_dict())
 
-    async def first_fit(self, model: LoadedModel, sizes: list[int], free: Inventory
+    async def first_fit(self, model: LoadedModel, sizes: list[int], inventory: Inventory, used: dict[str, int]
                         ) -> tuple[PlanOptions, Layout] | None:
-        """`model`'s options and layout (its draft model planned too) at the first of the contexts `sizes` whose
-        plan fits `free`; None when none does."""
+        """`model`'s options and layout (plan_load) at the first of the contexts `sizes` whose plan fits
+        `inventory` less `used`; None when none does."""
         for n in sizes:
-            options, layout = await self.plan_context(model.info, replace(model.options, num_ctx=n), free, n)
-            layout = with_draft(model, layout)
+            options, layout = await self.plan_load(model, replace(model.options, num_ctx=n), n, inventory, used)
             if layout.fits:
                 return options, layout
         return None

@@ -218,9 +218,7 @@ class Scheduler:
         info = await self.loader.read_info(record)
         model = self.models.get(name)      # another request may have started the load during the await
         if model is None:
-            opts = self.plan_options_for(info, ro)
-            model = LoadedModel(name, record, info, opts)
-            model.asked_ctx = ro.plan.get("num_ctx")
+            model = self.loader.new_model(record, info, ro)
             self.models[name] = model
             self.failed.pop(name, None)
             self._background(self._load(model), f"load {name}")
@@ -234,13 +232,9 @@ class Scheduler:
             async with self._load_lock:
                 if self._closed:
                     raise ApiError(503, "the service is shutting down")
-                # the vision projector's weights and image compute go into the plan (planner/projector.py)
-                model.projector = await self.loader.projector_info(model)
-                # (record, info) of its draft model, or None
-                model.draft = await self.loader.draft_info(model.record, model.options.draft)
-                # LoRA adapters are the record's, applied by the runner after the load (not planned: small)
-                model.layout = fit.with_projector(model, replace(
-                    await self._place(model), lora_adapters=tuple(getattr(model.record, "adapters", ()) or ())))
+                # the vision projector and the draft model go into the plan (planner/projector.py, draft.py)
+                await self.loader.read_companions(model)
+                model.layout = await self._place(model)
                 if model.closing or self._closed:
                     # unloaded (deleted, keep_alive 0, shutdown) while it was being planned: unload() found no
                     # runner to close, so a runner started now would belong to nobody and hold the memory
@@ -285,11 +279,8 @@ class Scheduler:
             too_many = self.config.max_loaded_models and len(others) >= self.config.max_loaded_models
             layout = None
             if not too_many:
-                used = fit.with_projector_room(self.used_bytes(model.name), inventory, model)
-                model.options, layout = await self.loader.plan_context(model.info, model.options,
-                                                                       fit.free_memory(inventory, used),
-                                                                       model.asked_ctx)
-                layout = fit.with_draft(model, layout)
+                model.options, layout = await self.loader.plan_load(model, model.options, model.asked_ctx,
+                                                                    inventory, self.used_bytes(model.name))
                 if layout.fits:
                     log.info("loading %s with %s", model.name, layout.context.get("reason"))
                     return layout
@@ -331,9 +322,8 @@ class Scheduler:
         async with self._load_lock:
             if model.pending != 1 or self.models.get(name) is not model or model.closing:
                 return False
-            inventory = await self.get_inventory()
-            used = self.used_bytes(name)
-            planned = await self.loader.first_fit(model, candidates, fit.free_memory(inventory, used))
+            planned = await self.loader.first_fit(model, candidates, await self.loader.get_inventory(),
+                                                  self.used_bytes(name))
             if planned is None:
                 log.info("%s: a context of %d tokens per sequence does not fit the free memory; staying at %d",
                          name, want, cur)
@@ -341,8 +331,7 @@ class Scheduler:
                 return False
             options, layout = planned
             context = fit.grown_context(options.num_ctx, cur, needed)
-            layout = fit.with_projector(model, replace(
-                layout, context=context, lora_adapters=model.layout.lora_adapters if model.layout else ()))
+            layout = replace(layout, context=context)
             log.info("reloading %s: %s", name, context["reason"])
             self.events.publish("context_grow", {"model": name, "from": cur, "to": options.num_ctx,
                                                  "needed": needed})

@@ -266,3 +266,22 @@ def test_unload_request_on_a_busy_model_waits_for_its_requests(roomy):
     t.join(120)
     assert parts[-1].done and parts[-1].eval_count == 80                 # the running request finished
     _wait_for(lambda: MODEL not in _loaded(roomy), what="unload once idle")
+
+
+def test_the_what_if_layout_is_the_plan_its_load_uses(roomy):
+    """/api/layout plans by the load's own path: for a model whose Modelfile sets a load option, the what-if layout
+    (nothing loaded) equals, field for field, the layout its load then uses (/api/ps)."""
+    with httpx.Client(base_url=roomy.url, timeout=300) as c:
+        r = c.post("/api/create", json={"model": "planned", "stream": False,
+                                        "modelfile": f"FROM {MODEL}\nPARAMETER num_ctx 768\n"})
+        assert r.status_code == 200, r.text
+        what_if = c.post("/api/layout", json={"model": "planned"})
+        assert what_if.status_code == 200, what_if.text
+        assert "planned:latest" not in _loaded(roomy)
+        c.post("/api/generate", json={"model": "planned", "keep_alive": "10m"}).raise_for_status()
+        try:
+            used = _loaded(roomy)["planned:latest"]["strata"]["layout"]
+            assert used["n_ctx"] == 768 and used["options"]["n_threads"] == 1
+            assert what_if.json()["layout"] == used
+        finally:
+            c.post("/api/generate", json={"model": "planned", "keep_alive": 0}).raise_for_status()

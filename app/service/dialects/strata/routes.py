@@ -10,13 +10,10 @@ from aiohttp import web
 
 from app.discovery.inventory import subtract
 from app.discovery.simulated import inventory_from_dict
-from app.engine.gguf.projector import read_projector
-from app.engine.planner.draft import with_draft
-from app.engine.planner.projector import projector_bytes, projector_device, with_projector
 
 from ... import appkeys as keys
 
-from ...generation.options import parse_ollama_options, plan_options
+from ...generation.options import parse_ollama_options
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, SSEWriter, read_json
 from ...http.errors import ApiError
@@ -41,7 +38,11 @@ async def devices(request):
 
 
 async def layout(request):
+    """POST /api/layout: the plan a load of the model would use now (on what the loaded models leave free) or on a
+    simulated inventory (`devices`), loading nothing. Planned by the load's own path (Loader.plan_load: options,
+    context, the measured plan, projector, draft model, adapters), so it cannot differ from what a load does."""
     scheduler = request.app[keys.SCHEDULER]
+    loader = scheduler.loader
     body = await read_json(request)
     name = model_name(body)
     opts = field(body, "options", dict) or {}
@@ -49,17 +50,13 @@ async def layout(request):
     if unknown:
         raise ApiError(400, f"unknown layout option(s) {', '.join(unknown)}; known: {', '.join(LAYOUT_OPTION_KEYS)}",
                        param="options")
-    num_parallel = scheduler.config.num_parallel
+    num_parallel = None
     if "num_parallel" in opts:
         num_parallel = opts.pop("num_parallel")
         if isinstance(num_parallel, bool) or not isinstance(num_parallel, int) or not 1 <= num_parallel <= 256:
             raise ApiError(400, "option 'num_parallel' must be an integer between 1 and 256", param="options")
-    ro = parse_ollama_options(opts)
-    record = await scheduler.resolve(name)
-    try:
-        info = await scheduler.model_info(record.path)
-    except Exception as e:  # noqa: BLE001
-        raise ApiError(400, f"cannot read model {name!r}: {e}", param="model") from None
+    record = await loader.resolve(name)
+    ro = parse_ollama_options(opts, record.parameters)      # over the Modelfile's PARAMETERs, as a request's are
     devices_json = body.get("devices")
     if devices_json is not None:
         if not isinstance(devices_json, dict):
@@ -69,33 +66,19 @@ async def layout(request):
             inventory = await asyncio.to_thread(inventory_from_dict, devices_json)
         except Exception as e:  # noqa: BLE001 - a malformed simulated inventory is the client's mistake
             raise ApiError(400, f"'devices': {e}", param="devices") from None
+        used: dict[str, int] = {}
     else:
-        inventory = subtract(await scheduler.get_inventory(), scheduler.used_bytes(exclude=record.name))
-    options = plan_options({**scheduler.config.plan_defaults(), **ro.plan}, num_ctx_default=scheduler.config.num_ctx,
-                           num_parallel=num_parallel,
-                           n_ctx_train=info.context_length, margin_mib=scheduler.config.gpu_margin_mib)
-    # a vision model's projector as a load places it: its room taken where mtmd puts it, its bytes in the plan
-    path = getattr(record, "projector", None)
+        inventory = await loader.get_inventory()
+        used = scheduler.used_bytes(exclude=record.name)
+    info = await loader.read_info(record)
     try:
-        projector = await asyncio.to_thread(read_projector, path) if path else None
-    except Exception as e:  # noqa: BLE001 - GGUFError, a file gone: as a load would say it
-        raise ApiError(500, f"model {name!r}: its vision projector {path} cannot be read: {e}") from None
-    room = inventory
-    if projector is not None:
-        room = subtract(inventory, {projector_device([g.id for g in inventory.gpus]):
-                                    projector_bytes(projector, info.n_embd)})
-    try:
-        options, lay = await scheduler.plan_context(info, options, room, ro.plan.get("num_ctx"))
+        model = loader.new_model(record, info, ro, num_parallel)
+        await loader.read_companions(model)
+        _, lay = await loader.plan_load(model, model.options, model.asked_ctx, inventory, used)
     except ValueError as e:
         raise ApiError(400, f"cannot plan {name!r}: {e}") from None
-    if projector is not None:
-        lay = with_projector(lay, projector, info.n_embd)
-    # the draft model (the request's or the Modelfile's `draft`) as a load plans it
-    draft = await scheduler.draft_info(record, ro.plan.get("draft", (record.parameters or {}).get("draft", "")))
-    if draft is not None:
-        lay = with_draft(lay, draft[1], draft[0].name)
     return web.json_response({"model": record.name, "fits": bool(lay.fits), "layout": lay.to_dict(),
-                              "inventory": inventory.to_dict(), "suggestions": list(lay.suggestions)})
+                              "inventory": subtract(inventory, used).to_dict(), "suggestions": list(lay.suggestions)})
 
 
 class ImportCancelled(Exception):
