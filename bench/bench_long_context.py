@@ -10,8 +10,10 @@ Both servers run as their own processes with the same model, threads, one slot o
 default batch sizes (llama-server: -b 2048 -ub 512; Strata: its plan's) and flash attention on auto; both keep
 their prompt caches on (every prompt starts with a new random line, so nothing of it is cached).
 - prefill  time to first token of an N-token raw prompt (the whole prompt is computed): N / TTFT tokens/s.
-- decode   the 32 tokens after it (greedy): (completion tokens - 1) / (time of the last - time of the first),
-           each token attending to the N of the prompt.
+- decode   the 32 tokens after it (greedy): (completion tokens - 1) / (end of the stream - time of the first),
+           each token attending to the N of the prompt. Each repetition's line also gives the gap after the first
+           token, the median gap and the time from the last text chunk to the end of the stream (where a fixed cost
+           per reply would show).
 Sizes up to 4k are measured --reps times, the longer ones --long-reps times (a 30k-token prefill of a 0.5B model on
 one thread takes minutes); engines alternate, the order swapped each repetition, so the machine's load hits both.
 Ratios are Strata / llama-server speeds: >= 1.0 means Strata is at least as fast.
@@ -112,6 +114,7 @@ class Engine:
             body["prompt"] = prompt
         t0 = time.perf_counter()
         first = last = None
+        stamps: list[float] = []        # arrival of each text chunk: where in the reply the time goes
         usage: dict = {}
         assert self.session is not None
         async with self.session.post(self.url + path, json=body) as r:
@@ -130,11 +133,16 @@ class Engine:
                         now = time.perf_counter()
                         first = first if first is not None else now
                         last = now
+                        stamps.append(now)
         t_end = time.perf_counter()
         n_out = usage.get("completion_tokens", 0)
         ttft = (first if first is not None else t_end) - t0
         dec = (n_out - 1) / (t_end - first) if first is not None and n_out > 1 and t_end > first else 0.0
+        gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
         return {"ttft": ttft, "decode": dec, "prompt": usage.get("prompt_tokens", 0), "out": n_out,
+                "gaps_ms": [round(1e3 * (stamps[1] - stamps[0]), 2) if len(stamps) > 1 else 0.0,
+                            round(1e3 * gaps[len(gaps) // 2], 2) if gaps else 0.0,
+                            round(1e3 * (t_end - last), 2) if last is not None else 0.0],
                 "cached": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)}
 
 
@@ -206,7 +214,8 @@ async def run_sizes(engines: list[Engine], args) -> dict:
                 res[e.name].setdefault(size, []).append(r)
                 print(f"{size} rep {rep + 1} {e.name}: prompt {r['prompt']} ({r['cached']} cached), TTFT "
                       f"{r['ttft']:.2f} s = {r['prompt'] / r['ttft']:.1f} tok/s, decode {r['decode']:.2f} tok/s "
-                      f"({r['out']} tokens), load {r['load']}", file=sys.stderr, flush=True)
+                      f"({r['out']} tokens; ms: 1st gap {r['gaps_ms'][0]}, median gap {r['gaps_ms'][1]}, last chunk "
+                      f"to end {r['gaps_ms'][2]}), load {r['load']}", file=sys.stderr, flush=True)
     return res
 
 
