@@ -141,6 +141,7 @@ class Loaded:
     n_vocab: int
     load_seconds: float
     op_offload_min_batch: int = 0           # GGML_OP_OFFLOAD_MIN_BATCH as llama.cpp read it at load (0: unset)
+    vision_missing: str = ""                # why the layout's projector was not loaded (no libmtmd in the build)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from app.ggml import cxx_runtime
+from app.ggml import cxx_runtime, mtmd_lib
 
 logger = logging.getLogger("strata.llama")
 
@@ -79,10 +79,10 @@ def install() -> None:
 
 def route_mtmd() -> None:
     """Send mtmd's and clip's log (the vision projector's library) through the same callback, so its buffer lines
-    can be captured like llama.cpp's. Child processes only (maps libmtmd)."""
+    can be captured like llama.cpp's. Child processes only (maps libmtmd); mtmd_lib.VisionUnavailable when the
+    llama.cpp build has no libmtmd."""
+    M = mtmd_lib.load()
     install()
-    from llama_cpp import mtmd_cpp as M   # late: maps libmtmd (child processes only)
-
     M.mtmd_helper_log_set(_callback, ctypes.c_void_p(0))
 
 

@@ -36,7 +36,7 @@ from app.engine.runner.step.step_loop import StepLoop
 from app.engine.runner.testhooks import Hooks
 from app.engine.runner_settings import RunnerSettings
 from app.engine.stderr_tail import InheritedFd, adopt_as_stderr
-from app.ggml import alloc_report, llama_log
+from app.ggml import alloc_report, llama_log, mtmd_lib
 
 log = logging.getLogger("strata.runner")
 
@@ -108,7 +108,8 @@ def load(layout, n_threads, send):
     vocab = L.llama_model_get_vocab(model)
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
                       n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0,
-                      op_offload_min_batch=_env_int("GGML_OP_OFFLOAD_MIN_BATCH"))
+                      op_offload_min_batch=_env_int("GGML_OP_OFFLOAD_MIN_BATCH"),
+                      vision_missing=_vision_missing(layout, media))
     return model, ctx, loaded, warmup_s, media
 
 
@@ -120,13 +121,29 @@ def _env_int(name: str) -> int:
         return 0
 
 
+def _vision_missing(layout, media) -> str:
+    """Why the layout's projector was not loaded (its llama.cpp build has no vision library), or ""."""
+    if not layout.mmproj_path or media is not None:
+        return ""
+    try:
+        mtmd_lib.load()
+    except mtmd_lib.VisionUnavailable as e:
+        return str(e)
+    return ""
+
+
 def _load_projector(model, ctx, layout, n_threads, actual: dict, device_ids):
-    """The model's vision projector through mtmd (runner/prompt/media.py), or None when it has none. What clip allocates
+    """The model's vision projector through mtmd (runner/prompt/media.py), or None when it has none or the llama.cpp
+    build has no vision library (the model then serves text; images are refused with the reason). What clip allocates
     (weights, image compute buffer) goes into `actual` as the kind "projector". Loaded in a thread that then ends:
     its warm-up encode starts an OpenMP team that must not outlive it (see _warm_up)."""
     if not layout.mmproj_path:
         return None
-    llama_log.route_mtmd()
+    try:
+        llama_log.route_mtmd()
+    except mtmd_lib.VisionUnavailable as e:   # a llama.cpp build without libmtmd: the model serves text
+        log.warning("no vision projector loaded: %s", e)
+        return None
     result: list = []
 
     def load_it():
@@ -272,6 +289,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                     warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative,
                     async_prep=settings.async_prep, gpu=bool(layout.n_gpu_layers and layout.gpu_devices))
     admission.media = media
+    admission.vision_missing = loaded.vision_missing
     admission.mark_last_user = loop.placement.checkpoints.enabled
     heartbeat.state = loop.step_state
     loop.start()

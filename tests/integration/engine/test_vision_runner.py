@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -120,3 +121,39 @@ def test_images_and_text_in_parallel_sequences(loop, runner):
     assert img_done.reason in ("stop", "length") and txt_done.reason in ("stop", "length")
     assert img_done.prompt_tokens == alone.prompt_tokens
     assert img_text == img_alone and txt == text_alone
+
+
+def test_a_llama_cpp_build_without_the_vision_library_serves_text_and_refuses_images(loop, smollm2_path,
+                                                                                   tmp_path, monkeypatch):
+    """LLAMA_CPP_LIB_PATH names a llama.cpp folder with libllama and libggml* but no libmtmd (a build without its
+    multimodal target: here links to the wheel's own libraries): the runner of a model with a projector loads,
+    says why it has no vision (Loaded.vision_missing), serves text, and refuses an image with that reason."""
+    import llama_cpp
+
+    from mmproj_factory import write_mlp_projector
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    build = tmp_path / "llama-no-mtmd"
+    build.mkdir()
+    for f in lib.iterdir():
+        if f.name.startswith(("libllama", "libggml")):
+            (build / f.name).symlink_to(f)
+    assert not list(build.glob("libmtmd*"))
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))      # the spawned runner reads it
+    monkeypatch.delenv("MTMD_CPP_LIB", raising=False)
+    mmproj = write_mlp_projector(tmp_path / "mmproj.gguf")
+    layout = replace(cpu_layout(smollm2_path, num_ctx=512, num_parallel=1, n_batch=128), mmproj_path=str(mmproj))
+    c = RunnerClient(layout, n_threads=1, model_name="smollm2-no-mtmd")
+    loaded = run(loop, c.start())
+    try:
+        assert "libmtmd" in loaded.vision_missing and str(build) in loaded.vision_missing
+        assert not any("projector" in kinds and kinds["projector"] for kinds in loaded.actual.values())
+        _, done = run(loop, collect(c, ask(None)))
+        assert done.reason in ("stop", "length") and done.completion_tokens > 0
+        with pytest.raises(RequestError, match="libmtmd is missing"):
+            run(loop, collect(c, ask([png()])))
+        assert c.alive
+        _, done = run(loop, collect(c, ask(None, "Say hello.")))
+        assert done.completion_tokens > 0
+    finally:
+        run(loop, c.close())

@@ -66,6 +66,7 @@ class Admission:
         self.fim = fim if all(t >= 0 for t in fim) else None
         self.mark_last_user = False     # set when the model takes context checkpoints (slot_placement.Placement)
         self.media = None               # media.Media when the model has a projector (runner main)
+        self.vision_missing = ""        # why it has none though its layout names one (mtmd_lib.VisionUnavailable)
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
@@ -246,6 +247,8 @@ class Admission:
     def media_prompt(self, req):
         """A prompt with images (media.py): mtmd's marker where each image goes, tokenized by mtmd. The caller
         frees the MediaPrompt (Seq.free_media)."""
+        if self.media is None and self.vision_missing:
+            raise ValueError(f"this runner cannot read images: {self.vision_missing}")
         if self.media is None:
             raise ValueError("this model has no vision projector: it cannot read images (missing capability: vision)")
         if req.context:

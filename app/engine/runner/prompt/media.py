@@ -15,6 +15,8 @@ long prompt chunk.
 Handled: projectors whose image positions advance one per embedding (no M-RoPE): LLaVA-style `mlp`/`ldp`,
 Gemma 3, SmolVLM/Idefics3, Pixtral, InternVL, MiniCPM-V, LFM2... (llama.cpp's clip decides the graph). Models
 with M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) are refused at load: their positions are not the token count.
+The bindings come from `mtmd_lib.load()`, not an import at the top: a llama.cpp build without libmtmd still loads
+this module and serves text (a Media cannot be made there: mtmd_lib.VisionUnavailable).
 Covered by tests/integration/engine/test_vision_runner.py (images through a real runner).
 """
 from __future__ import annotations
@@ -25,10 +27,10 @@ import io
 import logging
 
 from llama_cpp import llama_cpp as L
-from llama_cpp import mtmd_cpp as M
 from PIL import Image
 
 from app.engine.protocol import IMAGE_MAX_PIXELS
+from app.ggml import mtmd_lib
 
 log = logging.getLogger("strata.engine")
 
@@ -45,6 +47,7 @@ class Media:
     """The runner's mtmd context for one loaded model (the context thread evaluates, admission tokenizes)."""
 
     def __init__(self, model, mmproj_path: str, n_threads: int, use_gpu: bool):
+        M = mtmd_lib.load()
         params = M.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = max(1, n_threads)
@@ -62,12 +65,14 @@ class Media:
         self.marker = (M.mtmd_default_marker() or b"<__media__>").decode()
 
     def close(self) -> None:
+        M = mtmd_lib.load()
         if self.ctx:
             M.mtmd_free(self.ctx)
             self.ctx = None
 
     def tokenize(self, text: str, images: list[bytes], add_special: bool) -> "MediaPrompt":
         """`text` (with one marker per image, in order) and the images as one prompt; MediaError when bad."""
+        M = mtmd_lib.load()
         bitmaps = [bitmap(data) for data in images]
         try:
             arr = (M.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
@@ -88,6 +93,7 @@ class Media:
     def eval_image(self, lctx, chunk, n_past: int, seq_id: int, n_batch: int) -> int:
         """Encode one image chunk and decode its embeddings into `seq_id`'s cells from n_past (context thread).
         Returns the new n_past; RuntimeError when llama.cpp fails."""
+        M = mtmd_lib.load()
         new_past = L.llama_pos(0)
         rc = M.mtmd_helper_eval_chunk_single(self.ctx, lctx, chunk, n_past, seq_id, n_batch, False,
                                              ctypes.byref(new_past))
@@ -100,6 +106,7 @@ class MediaPrompt:
     """A tokenized prompt with images: its token array (images as pseudo-tokens) and the image chunks by start."""
 
     def __init__(self, chunks):
+        M = mtmd_lib.load()
         self.chunks = chunks
         self.images: dict[int, tuple[object, int]] = {}    # prompt position -> (chunk, n tokens)
         toks: list[int] = []
@@ -121,6 +128,7 @@ class MediaPrompt:
         self.starts = sorted(self.images)
 
     def free(self) -> None:
+        M = mtmd_lib.load()
         if self.chunks:
             M.mtmd_input_chunks_free(self.chunks)
             self.chunks = None
@@ -149,6 +157,7 @@ def pseudo_tokens(image_id: str, n: int) -> list[int]:
 
 def bitmap(data: bytes):
     """An mtmd bitmap of the image in `data` (RGB), with the image's sha256 as its id; MediaError when bad."""
+    M = mtmd_lib.load()
     try:
         with Image.open(io.BytesIO(data)) as im:
             if im.width * im.height > IMAGE_MAX_PIXELS:
