@@ -86,7 +86,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
 
         async def discover():
             try:
-                await scheduler.get_inventory()
+                await scheduler.loader.get_inventory()
             except Exception as e:  # noqa: BLE001 - planning will try again and report it
                 log.warning("%s", e)
 

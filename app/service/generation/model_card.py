@@ -36,7 +36,7 @@ class ModelCard:
 async def info_or_none(scheduler, record) -> ModelInfo | None:
     """The GGUF's ModelInfo, None when it cannot be read (a listing must not fail for one bad file)."""
     try:
-        return await scheduler.model_info(record.path)
+        return await scheduler.loader.model_info(record.path)
     except Exception:  # noqa: BLE001 - an unreadable file is listed without its facts
         return None
 
@@ -61,11 +61,18 @@ def capabilities_of(info, facts, projector) -> tuple[str, ...]:
     return tuple(caps)
 
 
+async def context_preview(scheduler, record, info) -> dict:
+    """How `record`'s context is (loaded) or would be chosen now, on what the other loaded models leave free
+    (Loader.context_preview), for /api/show and the listings."""
+    return await scheduler.loader.context_preview(record, info, scheduler.models.get(record.name),
+                                                  scheduler.used_bytes(record.name))
+
+
 async def context_of(scheduler, record, info) -> int:
     if info is None:
         return 0
     try:
-        preview = await scheduler.context_preview(record, info)
+        preview = await context_preview(scheduler, record, info)
     except Exception:  # noqa: BLE001 - a model that cannot be planned here lists no context
         return 0
     return int(preview.get("num_ctx") or 0)

@@ -88,7 +88,7 @@ class Job:
 
 async def prepare(scheduler, req: GenerationRequest) -> Job:
     """Find the model (404), check the options over its defaults (400), apply its SYSTEM and TEMPLATE."""
-    record = await scheduler.resolve(req.model)
+    record = await scheduler.loader.resolve(req.model)
     ro = request_options(req.options, record.parameters, req.logit_bias)
     facts = await chat_features.facts_for(record.path)
     prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
@@ -318,7 +318,7 @@ def fit_dimensions(vectors: list[list[float]], dims: int | None) -> list[list[fl
 async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
     """Embeddings of req.inputs; no inputs: only load the model (Ollama's way of preloading)."""
     t0 = time.monotonic()
-    record = await scheduler.resolve(req.model)
+    record = await scheduler.loader.resolve(req.model)
     ro = request_options(req.options, record.parameters)
     name = record.name
     async with leased(scheduler, name, ro, req.keep_alive, record) as lease:
@@ -378,9 +378,9 @@ class RerankResult:
 async def rerank(scheduler, metrics, req: RerankRequest) -> RerankResult:
     """Score each document against the query with a reranker GGUF (400 for any other model), through the runner's
     embedding batch (runner/embedding/embeddings.py: the pair layout and the truncation rule)."""
-    record = await scheduler.resolve(req.model)
+    record = await scheduler.loader.resolve(req.model)
     name = record.name
-    info = await scheduler.model_info(record.path)
+    info = await scheduler.loader.model_info(record.path)
     if getattr(info, "pooling_type", None) != RANK_POOLING:
         kind = "an embedding model" if getattr(info, "is_embedding", False) else "a generative model"
         raise ApiError(400, f"model {name!r} is not a reranker: it is {kind} (a reranker GGUF has pooling type "

@@ -1,10 +1,12 @@
-"""What a load asks of the rest of the program, through the injected collaborators (collaborators.py): the
-devices (discovered once, again after a model on RPC workers ends), the model's record and GGUF facts, its vision
-projector and draft model, its plan and context, its runner started, and the model marked loaded or failed. The
-ONE path that starts a runner (`start_runner`) serves a first load and a context growth alike. Which models are
-loaded, who waits for them and when one is unloaded to make room is the scheduler's (scheduler.py); this module
-keeps no state but the inventory. The ONE plan (`plan_load`) serves a load, a context growth and /api/layout's
-what-if alike, so a what-if layout is the layout a load would use.
+"""What a load asks of the rest of the program, through the injected collaborators (collaborators.py): the devices
+(discovered once, again after a model on RPC workers ends), the model's record and GGUF facts, its vision projector
+and draft model, its plan and context, its runner started, and the model marked loaded or failed. The ONE path that
+starts a runner (`start_runner`) serves a first load and a context growth alike; the ONE plan (`plan_load`) serves a
+load, a context growth and /api/layout's what-if alike, so a what-if layout is the layout a load would use. Routes
+that ask about models without leasing one (find a model, read its GGUF, the devices, a what-if plan, the context
+preview, a draft model's check) ask the loader (`scheduler.loader`) too. Which models are loaded, who waits for them
+and when one is unloaded to make room is the scheduler's (scheduler.py); this module keeps no state but the
+inventory.
 Covered by tests/unit/service/scheduling/test_scheduler_units.py (fakes),
 tests/integration/service/test_service_scheduler.py (real runners) and test_service_api.py (/api/layout).
 """
@@ -25,9 +27,9 @@ from ..config import ServiceConfig
 from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
-from ..generation.options import RequestOptions
+from ..generation.options import RequestOptions, parse_ollama_options
 from .draft import check_draft
-from .fit import free_memory, plan_options_for, with_draft, with_projector, with_projector_room
+from .fit import free_memory, plan_options_for, remaining, with_draft, with_projector, with_projector_room
 from .loaded_model import LoadedModel
 
 log = logging.getLogger("strata.scheduler")
@@ -164,6 +166,20 @@ class Loader:
                 break
             compute = measured
         return options, replace(layout, context=choice.to_dict())
+
+    async def context_preview(self, record, info, loaded: LoadedModel | None, used: dict[str, int]) -> dict:
+        """How `record`'s context is chosen: the `loaded` model's (its layout's record), else the one a load would
+        choose now (an estimated plan on the devices less `used`, the other models' bytes), with `loaded` saying
+        which: for /api/show and the model listings."""
+        if loaded is not None and loaded.layout is not None and loaded.layout.context:
+            return {**loaded.layout.context, "loaded": True}
+        model = self.new_model(record, info, parse_ollama_options({}, getattr(record, "parameters", None)))
+        free = remaining(await self.get_inventory(), used)
+        try:
+            choice = await self.choose_context(info, free, model.options, model.asked_ctx)
+        except ValueError as e:
+            return {"error": str(e), "loaded": False}
+        return {**choice.to_dict(), "loaded": False}
 
     async def first_fit(self, model: LoadedModel, sizes: list[int], inventory: Inventory, used: dict[str, int]
                         ) -> tuple[PlanOptions, Layout] | None:

@@ -30,12 +30,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from app.discovery.inventory import Inventory
-from app.engine.layout.types import Layout, PlanOptions
+from app.engine.layout.types import Layout
 
 from ..collaborators import Collaborators
 from ..config import ServiceConfig
 from ..generation.keep_alive import DEFAULT, FOREVER, Default, KeepAlive, parse_keep_alive
-from ..generation.options import RequestOptions, parse_ollama_options
+from ..generation.options import RequestOptions
 from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
@@ -70,7 +70,7 @@ class Scheduler:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # ---- memory in use, and what the routes ask of planning (the loader's, on the memory left) ----------------
+    # ---- memory in use (the routes ask the loader for models, devices and plans: scheduler.loader) -----------
 
     def used_bytes(self, exclude: str | None = None) -> dict[str, int]:
         return fit.used_bytes(self.models.values(), exclude)
@@ -78,46 +78,6 @@ class Scheduler:
     def effective_inventory(self) -> Inventory | None:
         inventory = self.loader.inventory
         return fit.remaining(inventory, self.used_bytes()) if inventory else None
-
-    async def get_inventory(self) -> Inventory:
-        return await self.loader.get_inventory()
-
-    async def refresh_inventory(self) -> Inventory:
-        return await self.loader.refresh_inventory()
-
-    async def resolve(self, name: str):
-        """ModelRecord for a name; 404/400 ApiErrors for unknown or malformed names."""
-        return await self.loader.resolve(name)
-
-    async def model_info(self, path):
-        return await self.loader.model_info(path)
-
-    async def plan_context(self, info, options: PlanOptions, inventory: Inventory, asked: int | None
-                           ) -> tuple[PlanOptions, Layout]:
-        """Options with their context chosen and their measured layout (Loader.plan_context)."""
-        return await self.loader.plan_context(info, options, inventory, asked)
-
-    async def draft_info(self, record, draft: str):
-        """(record, ModelInfo) of the model `draft` as the draft model of `record` (Loader.draft_info)."""
-        return await self.loader.draft_info(record, draft)
-
-    async def context_preview(self, record, info) -> dict:
-        """How `record`'s context is (loaded) or would be chosen now (not loaded: an estimated plan on what the
-        loaded models leave free), with `loaded` saying which: for /api/show."""
-        m = self.models.get(record.name)
-        if m is not None and m.layout is not None and m.layout.context:
-            return {**m.layout.context, "loaded": True}
-        ro = parse_ollama_options({}, getattr(record, "parameters", None))
-        free = fit.remaining(await self.get_inventory(), self.used_bytes(record.name))
-        try:
-            choice = await self.loader.choose_context(info, free, self.plan_options_for(info, ro),
-                                                      ro.plan.get("num_ctx"))
-        except ValueError as e:
-            return {"error": str(e), "loaded": False}
-        return {**choice.to_dict(), "loaded": False}
-
-    def plan_options_for(self, info, ro: RequestOptions, embedding: bool = False) -> PlanOptions:
-        return fit.plan_options_for(self.config, info, ro, embedding)
 
     def keep_alive_for(self, keep_alive: KeepAlive) -> float | None:
         """A request's parsed keep_alive, or the server's (STRATA_KEEP_ALIVE) for DEFAULT."""
@@ -189,12 +149,12 @@ class Scheduler:
 
     async def _admit(self, name: str, ro: RequestOptions, record=None) -> LoadedModel:
         """Count the request against the model (starting its load if needed) or refuse it with 503."""
-        record = record or await self.resolve(name)
+        record = record or await self.loader.resolve(name)
         name = record.name
         model = self.models.get(name)
         if model is not None and model.state == "loaded" and ro.plan and model.pending == 0:
             # different load-time options (num_ctx, num_gpu, ...) on an idle model: load it again with them
-            want = self.plan_options_for(model.info, ro, model.options.embedding)
+            want = fit.plan_options_for(self.config, model.info, ro, model.options.embedding)
             if "num_ctx" not in ro.plan:          # the default context is the loaded one (chosen, maybe grown)
                 want = replace(want, num_ctx=model.options.num_ctx)
             if want != model.options:
@@ -272,7 +232,7 @@ class Scheduler:
 
     async def _place(self, model: LoadedModel) -> Layout:
         """Plan on what the other models leave free; unload idle ones (LRU) until the plan fits."""
-        inventory = await self.get_inventory()
+        inventory = await self.loader.get_inventory()
         deadline = time.monotonic() + self.config.load_timeout_s
         while True:
             others = [m for m in self.models.values() if m is not model and m.state == "loaded"]
@@ -301,7 +261,8 @@ class Scheduler:
     # ---- a larger context for a request that needs it -------------------------------------------------------
 
     def growth_ceiling(self, model: LoadedModel) -> int:
-        """The largest context per sequence `model` may grow to (fit.growth_ceiling; 0: cannot grow)."""
+        """The largest context per sequence `model` may grow to (fit.growth_ceiling; 0: cannot grow): part of the
+        growth decision the pipeline asks for, which imports nothing of scheduling/."""
         return fit.growth_ceiling(model)
 
     async def grow_context(self, model: LoadedModel, needed: int, at_least: int = 0) -> bool:

@@ -13,7 +13,7 @@ from aiohttp import web
 from app import __version__
 
 from ... import appkeys as keys
-from ...generation.model_card import model_card
+from ...generation.model_card import context_preview, model_card
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
@@ -67,7 +67,7 @@ async def show(request):
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     verbose = field(body, "verbose", bool, False)
-    record = await with_digest(store, await scheduler.resolve(name))
+    record = await with_digest(store, await scheduler.loader.resolve(name))
     card = await model_card(scheduler, record, with_context=False)
     info, facts, projector = card.info, card.facts, card.projector
     template = record.template or (facts.template if facts else None) or ""
@@ -78,7 +78,7 @@ async def show(request):
         strata["projector"] = {"path": projector.path, "projector_type": projector.projector_type,
                                "size": projector.file_size, "weight_bytes": projector.weight_bytes}
     if info is not None:      # the context a load gets (or got) and what decided it
-        strata["context"] = await scheduler.context_preview(record, info)
+        strata["context"] = await context_preview(scheduler, record, info)
     if facts is not None:     # which chat template is used and why (a GGUF without one gets a built-in)
         strata["chat"] = {**facts.to_dict(), "template_source": "modelfile" if record.template
                           else facts.template_source}
@@ -170,7 +170,7 @@ async def _check_draft(scheduler, from_: str, name: str, draft: str) -> None:
     """A 400 naming `draft` when the model `draft` is unknown or has another vocabulary than `from_` (a model name
     or a GGUF path; an unknown `from_` is left to the store's own 404)."""
     try:
-        target = (await scheduler.resolve(from_)).path
+        target = (await scheduler.loader.resolve(from_)).path
     except ApiError:
         target = Path(from_).expanduser()
         if not target.is_file():

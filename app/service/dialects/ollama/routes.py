@@ -15,7 +15,7 @@ from . import parse, render
 async def _load_or_unload(request, req, *, chat: bool) -> web.Response:
     """Empty prompt / no messages: load the model (or unload it with keep_alive 0), like Ollama."""
     scheduler, _, _ = context(request)
-    record = await scheduler.resolve(req.model)
+    record = await scheduler.loader.resolve(req.model)
     ro = pipeline.request_options(req.options, record.parameters)   # load-time options (num_ctx...) apply
     ka = scheduler.keep_alive_for(req.keep_alive)
     if ka == 0:

@@ -78,7 +78,7 @@ async def get_model(request):
     scheduler, _, _ = context(request)
     name = request.match_info["model"]
     try:
-        record = await scheduler.resolve(name)
+        record = await scheduler.loader.resolve(name)
     except ApiError as e:
         if e.status == 404:
             raise ApiError(404, f"The model {name!r} does not exist", param="model", code="model_not_found") from None

@@ -29,11 +29,11 @@ LAYOUT_OPTION_KEYS = ("draft", "num_ctx", "num_parallel", "num_gpu", "main_gpu",
 
 
 async def devices(request):
-    scheduler = request.app[keys.SCHEDULER]
+    loader = request.app[keys.SCHEDULER].loader
     if request.query.get("refresh") in ("1", "true"):
-        inv = await scheduler.refresh_inventory()
+        inv = await loader.refresh_inventory()
     else:
-        inv = await scheduler.get_inventory()
+        inv = await loader.get_inventory()
     return web.json_response(inv.to_dict())
 
 

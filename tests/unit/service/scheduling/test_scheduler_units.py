@@ -489,3 +489,21 @@ def test_growth_takes_what_memory_holds_and_remembers_what_did_not_fit():
         assert s.models["a"].growth_refused == 0 and s.growth_ceiling(s.models["a"]) == 2048
         await s.close()
     run(main())
+
+
+def test_the_scheduler_forwards_nothing_to_its_loader():
+    """Routes ask the loader (`scheduler.loader`) for models, devices and plans: no Scheduler method is a bare
+    hand-over to it, so scheduler.py holds leases, queues, eviction, expiry and growth's decision only."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(scheduler_module))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Scheduler")
+    forwards = []
+    for fn in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            call = body[0].value.value if isinstance(body[0].value, ast.Await) else body[0].value
+            if isinstance(call, ast.Call) and "self.loader." in ast.unparse(call.func):
+                forwards.append(fn.name)
+    assert forwards == []
