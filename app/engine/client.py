@@ -27,7 +27,7 @@ from app.engine import stderr_tail
 from app.engine.gguf.chat_facts import read_chat_facts
 from app.engine.layout.types import Layout
 from app.engine.runner_settings import RunnerSettings
-from app.engine.runner_watch import WatchLimits, judge, process_state
+from app.engine.runner_watch import WatchLimits, judge, process_state, progress_between, scheduled_ns
 from app.ggml import rpc
 
 log = logging.getLogger("strata.engine")
@@ -141,6 +141,8 @@ class RunnerClient:
         self._work_since = time.monotonic()     # when requests started waiting, after a time without any
         self._beat: P.Heartbeat | None = None   # the runner's last heartbeat
         self._stalled: str | None = None        # why the watchdog killed it
+        # a late heartbeat's silence: (its start, when first measured, runner_watch.scheduled_ns then)
+        self._quiet: tuple[float, float, dict[int, int] | None] | None = None
         self._stderr: stderr_tail.StderrTail | None = None
         self.exit_error: RunnerExited | None = None     # what every request got when the process ended
         self._watchdog_task: asyncio.Task | None = None
@@ -348,12 +350,35 @@ class RunnerClient:
             return
 
     def _verdict(self) -> str | None:
-        """runner_watch.judge on what is known now; None while no request waits or the runner is going away."""
+        """runner_watch.judge on what is known now; None while no request waits or the runner is going away.
+        Once a heartbeat is late, what the kernel says the runner's threads did is measured from then on
+        (runner_watch.scheduled_ns), so a runner that a busy machine keeps waiting for a CPU is told from a
+        frozen one; a message waiting unread in the pipe means the runner spoke and this process is behind."""
         if not (self._streams or self._futures) or not self.alive or self._closing:
             return None
-        silent = time.monotonic() - max(self._last_sign, self._work_since)
+        now = time.monotonic()
+        since = max(self._last_sign, self._work_since)
+        silent = now - since
+        progress = None
+        if silent <= min(2 * P.HEARTBEAT_INTERVAL_S, self.watch.heartbeat_s / 2):
+            self._quiet = None
+        else:
+            if self._unread():
+                return None
+            sched = scheduled_ns(self.pid)
+            if self._quiet is None or self._quiet[0] != since:
+                self._quiet = (since, now, sched)       # this silence's start as the kernel saw it
+            else:
+                progress = progress_between(self._quiet[2], sched, now - self._quiet[1])
         state = process_state(self.pid) if silent > self.watch.heartbeat_s else ""
-        return judge(self.watch, silent, self._beat, state)
+        return judge(self.watch, silent, self._beat, state, progress)
+
+    def _unread(self) -> bool:
+        """Whether a message from the runner waits in the pipe (the reader thread has not taken it yet)."""
+        try:
+            return self._conn is not None and self._conn.poll(0)
+        except (OSError, ValueError, EOFError):
+            return False
 
     def _send(self, msg) -> None:
         if self._conn is None:

@@ -38,8 +38,10 @@ NO_STEP = StepState(0, 0.0, 0, 0.0)
 class HeartbeatThread:
     """`state()` -> StepState; set it once the step loop exists (no step until then)."""
 
-    def __init__(self, send: Callable[[object], None], interval_s: float = P.HEARTBEAT_INTERVAL_S):
+    def __init__(self, send: Callable[[object], None], interval_s: float = P.HEARTBEAT_INTERVAL_S,
+                 muted: bool = False):
         self.send = send
+        self.muted = muted              # testhooks' STRATA_TEST_MUTE_HEARTBEAT: the thread runs, sends nothing
         self.interval_s = interval_s
         self.state: Callable[[], StepState] = lambda: NO_STEP
         self._stop = threading.Event()
@@ -58,6 +60,7 @@ class HeartbeatThread:
                 st = self.state()
             except Exception:  # noqa: BLE001 - a heartbeat without step facts still says the process lives
                 st = NO_STEP
-            self.send(P.Heartbeat(st.steps, st.step_s, st.tokens, st.expected_s))
+            if not self.muted:
+                self.send(P.Heartbeat(st.steps, st.step_s, st.tokens, st.expected_s))
             if self._stop.wait(self.interval_s):
                 return

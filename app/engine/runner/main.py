@@ -255,7 +255,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                         format=f"runner[{model_name or os.getpid()}] %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(0.0005)   # the context thread must get the GIL back quickly after llama_decode
     send = _Sender(conn)
-    heartbeat = HeartbeatThread(send).start()
+    hooks = Hooks()
+    heartbeat = HeartbeatThread(send, muted=hooks.mute_heartbeat).start()
     llama_log.install()
     L.llama_backend_init()
     try:
@@ -280,7 +281,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
         loaded.n_vocab, L.llama_model_n_embd(model), L.llama_n_batch(ctx)))
     admission = Admission(model, loaded.n_ctx_per_seq, vocab_out, chat_facts)
     disk = None if layout.options.embedding else disk_cache(layout, ctx, settings, send)
-    loop = StepLoop(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=Hooks(),
+    loop = StepLoop(model, ctx, send, vocab_out=vocab_out, embedder=embedder, admit=admission, hooks=hooks,
                     prompt_cache_bytes=prompt_cache_bytes, disk_cache=disk,
                     stream_interval=stream_interval_s(layout.gpu_devices, L.llama_n_threads(ctx),
                                                       settings.stream_interval_ms),

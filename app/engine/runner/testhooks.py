@@ -9,6 +9,9 @@ STRATA_TEST_HANG_MARKER="..."                         a prompt equal to this str
                                                       inside its decode step for ever (the heartbeat goes on), like
                                                       a driver call that never returns.
 STRATA_TEST_NO_SHIFT=1                                pretend the KV cache cannot shift (tests the re-process path).
+STRATA_TEST_MUTE_HEARTBEAT=1                          the heartbeat thread sends nothing (the process otherwise
+                                                      serves as usual), like a runner that a busy machine keeps
+                                                      from running its heartbeat: the watchdog must ask the kernel.
 Nothing here is active unless a test sets these variables. They stay environment variables on purpose, the only
 ones the runner reads itself: they are for tests alone (no user setting belongs here), so they skip the service's
 config (app/service/config.py) and the RunnerSettings it passes down (app/engine/runner_settings.py).
@@ -39,6 +42,7 @@ class Hooks:
         self.abort_marker = env.get("STRATA_TEST_ABORT_MARKER") or None
         self.hang_marker = env.get("STRATA_TEST_HANG_MARKER") or None
         self.no_shift = env.get("STRATA_TEST_NO_SHIFT") == "1"
+        self.mute_heartbeat = env.get("STRATA_TEST_MUTE_HEARTBEAT") == "1"
 
     def abort(self) -> None:
         """Print to stderr and abort, as a GGML_ASSERT does (its message is what the parent keeps of stderr)."""

@@ -12,7 +12,8 @@ import pytest
 
 from app.engine import protocol as P
 from app.engine.runner.heartbeat import expected_step_s
-from app.engine.runner_watch import WatchLimits, judge, process_state
+from app.engine.runner_watch import (PROGRESS_SHARE, WatchLimits, judge, process_state, progress_between,
+                                     scheduled_ns)
 from app.engine.stderr_tail import StderrTail
 from app.service.config import ConfigError, ServiceConfig
 
@@ -24,6 +25,47 @@ def test_silence_past_the_heartbeat_limit_is_a_freeze_and_says_what_the_kernel_s
     assert why.startswith("froze: no heartbeat for 12 s") and "SIGSTOP" in why
     assert judge(lim, 12.0, None).startswith("froze")          # loaded, but no heartbeat arrived yet
     assert judge(WatchLimits(heartbeat_s=0), 1e6, None) is None  # 0 = no watchdog
+
+
+def test_a_silent_runner_that_the_kernel_says_ran_is_slow_not_frozen():
+    lim = WatchLimits(heartbeat_s=8, slow_limit_s=120)
+    assert judge(lim, 30.0, P.Heartbeat(5), progress=0.9) is None             # ran or waited for a CPU: a busy machine
+    assert judge(lim, 30.0, P.Heartbeat(5), progress=PROGRESS_SHARE) is None
+    assert judge(lim, 9.0, P.Heartbeat(5), progress=0.0).startswith("froze: no heartbeat for 9 s")   # asleep
+    assert judge(lim, 9.0, P.Heartbeat(5), progress=None).startswith("froze")   # the kernel does not say
+    why = judge(lim, 9.0, P.Heartbeat(5), "the process is stopped (SIGSTOP or a job-control stop)", progress=2.0)
+    assert why and "SIGSTOP" in why                                          # stopped: whatever was counted
+    why = judge(lim, 121.0, P.Heartbeat(5), progress=1.0)
+    assert why and why.startswith("froze: no heartbeat for 121 s though its threads were scheduled") and "120" in why
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc/<pid>/task/*/schedstat")
+def test_the_kernel_tells_a_busy_process_from_a_sleeping_or_stopped_one():
+    """A process that is always runnable gains about a second of run plus run-queue time per second (however busy
+    the machine); a sleeping one and a stopped one gain nothing."""
+    code = "import time\nprint('ready', flush=True)\n{}"
+    busy = subprocess.Popen([sys.executable, "-c", code.format("while True: pass")], stdout=subprocess.PIPE)
+    idle = subprocess.Popen([sys.executable, "-c", code.format("time.sleep(600)")], stdout=subprocess.PIPE)
+    try:
+        for p in (busy, idle):
+            assert p.stdout.readline().strip() == b"ready"
+
+        def gained(p, seconds=1.0):
+            before, t0 = scheduled_ns(p.pid), time.monotonic()
+            time.sleep(seconds)
+            return progress_between(before, scheduled_ns(p.pid), time.monotonic() - t0)
+
+        assert gained(busy) >= 0.5
+        assert gained(idle) < PROGRESS_SHARE
+        os.kill(busy.pid, 19)                               # SIGSTOP
+        while "stopped" not in process_state(busy.pid):
+            time.sleep(0.01)
+        assert gained(busy) < PROGRESS_SHARE
+    finally:
+        for p in (busy, idle):
+            p.kill()
+            p.wait()
+    assert scheduled_ns(None) is None and progress_between(None, {1: 5}, 1.0) is None
 
 
 def test_a_step_is_stuck_only_past_its_measured_prediction_and_the_floor():
