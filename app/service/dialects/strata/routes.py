@@ -147,10 +147,12 @@ async def events(request):
     include = {t.strip() for t in request.query.get("include", "").split(",") if t.strip()}
     stats = "stats" in include
     w = SSEWriter(request)
-    await w.raw(b": connected\n\n")
     loop = asyncio.get_running_loop()
     next_stats = loop.time()
     with bus.subscribe(include) as q:
+        # subscribed before anything is sent: a client that has the headers or ": connected" misses no event
+        # published after them (the desktop reads the request log once connected, tests trigger loads)
+        await w.raw(b": connected\n\n")
         while True:
             if stats and loop.time() >= next_stats:
                 next_stats = loop.time() + STATS_SECONDS
