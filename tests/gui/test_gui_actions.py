@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
 from gui_util import (
-    SHORT, WAIT, answer_box, answer_text, click_menu, dialog_of, open_menu_bar, open_popup, press,
+    ENDLESS, SHORT, WAIT, answer_box, answer_text, click_menu, dialog_of, open_menu_bar, open_popup, press,
 )
 
 
@@ -59,7 +59,8 @@ def make_desk(qtbot, url, service=None, use_tray=False):
     d = Desktop(url, service=service, use_tray=use_tray, poll_ms=300)
     qtbot.addWidget(d.chat)
     d.open_chat()
-    qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
+    # the model listed, and the event stream connected: the loads the tests trigger are announced to the app
+    qtbot.waitUntil(lambda: MODEL in d.state.installed_names() and d.state.connected, timeout=WAIT)
     return d
 
 
@@ -140,7 +141,7 @@ def test_chat_menu_keys(qtbot, desk):
     """The chat's own keys: Ctrl+L puts the cursor in the message box, Esc stops a reply (and only then is
     bound), Ctrl+R asks again, Del on the chat list deletes the chat after asking; Rename from the menu."""
     chat = desk.chat
-    chat.extra_options = {"num_predict": 400}
+    chat.extra_options = ENDLESS            # Esc must find the reply still running
     chat.new_chat()
     chat.conv_view.setFocus()
     press(qtbot, chat, Qt.Key_L, Qt.ControlModifier)

@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
+from gui_util import ENDLESS
 
 WAIT = 180_000     # ms: generous bounds for a loaded CI machine; tests finish far sooner
 
@@ -40,7 +41,8 @@ def desk(qtbot, service):
     qtbot.addWidget(d.chat)
     d.chat.extra_options = {"num_predict": 24, "seed": 7}
     d.chat.num_ctx.setValue(2048)          # the service's default: no reload between tests
-    qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
+    # the model listed, and the event stream connected: the loads the tests trigger are announced to the app
+    qtbot.waitUntil(lambda: MODEL in d.state.installed_names() and d.state.connected, timeout=WAIT)
     yield d
     d.shutdown()
 
@@ -89,7 +91,7 @@ def test_stop_cancels_the_request(qtbot, desk, service):
     from PySide6.QtCore import Qt
 
     chat = desk.chat
-    chat.extra_options = {"num_predict": 4000}
+    chat.extra_options = ENDLESS
     chat.send("Write a very long story about a lighthouse keeper, in many chapters.")
     call = chat.call
     cancelled = []
@@ -105,9 +107,9 @@ def test_stop_cancels_the_request(qtbot, desk, service):
     # a stopped stream has no final totals: the count is the tokens received (one logprob entry each), not the
     # chunks (the runner merges tokens into a chunk every 50 ms on a busy CPU, so chunks <= tokens)
     n = reply.stats["tokens"]
-    assert n == len(reply.logprobs) and 3 <= n < 4000
+    assert n == len(reply.logprobs) and n >= 3
     assert "".join(lp["token"] for lp in reply.logprobs) == reply.content
-    # The service saw the stream close: the slot is freed well before 4000 tokens could have been generated.
+    # The service saw the stream close: the slot is freed, which an endless reply does only when it is stopped.
     qtbot.waitUntil(lambda: all((m.get("strata") or {}).get("slots_busy", 0) == 0 for m in running(service)),
                     timeout=WAIT)
     saved = desk.history.messages(desk.history.conversations()[0].id)
@@ -123,7 +125,7 @@ def test_stop_cancels_the_request(qtbot, desk, service):
 
 def test_switching_or_deleting_a_chat_while_it_streams(qtbot, desk):
     chat = desk.chat
-    chat.extra_options = {"num_predict": 4000}
+    chat.extra_options = ENDLESS
     chat.send("Tell me a long story about the sea.")
     first = chat.conversation.id
     qtbot.waitUntil(lambda: len(chat.pending.parts if chat.pending else []) >= 2, timeout=WAIT)
@@ -359,7 +361,7 @@ def test_quitting_while_a_reply_streams_keeps_what_arrived(qtbot, service, strat
     qtbot.addWidget(d.chat)
     qtbot.waitUntil(lambda: MODEL in d.state.installed_names(), timeout=WAIT)
     d.chat.num_ctx.setValue(2048)
-    d.chat.extra_options = {"num_predict": 4000}
+    d.chat.extra_options = ENDLESS
     d.chat.send("Tell me a long story about mountains.")
     qtbot.waitUntil(lambda: len(d.chat.pending.parts if d.chat.pending else []) >= 2, timeout=WAIT)
     d.shutdown()

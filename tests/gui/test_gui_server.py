@@ -190,20 +190,29 @@ def test_a_selected_request_shows_its_timeline_to_scale_and_no_credentials(qtbot
 
 
 def test_a_request_that_waited_for_a_slot_says_so(qtbot, desk, win, service):
-    """Three replies at once on two slots: one waits, and its row and timeline say how long."""
+    """A reply asked for while both slots are taken waits, and its row and timeline say how long. The test holds the
+    two slots itself (as two running replies would) until the request is seen waiting in the queue: how long the
+    wait is does not depend on how fast anything runs."""
     import threading
 
+    from app.service.http.request_log import QUEUED_AFTER
+    from service_util import HeldSlots
+
     oc = ollama.Client(host=service.url)
-    prompts = [f"Write a long story about a {w}." for w in ("cat", "ship", "tree")]
-    threads = [threading.Thread(target=oc.generate, kwargs=dict(model=MODEL, prompt=p,
-                                                                options={"num_predict": 48, "seed": 1}))
-               for p in prompts]
-    for t in threads:
-        t.start()
-    qtbot.waitUntil(lambda: not any(t.is_alive() for t in threads), timeout=WAIT)
+    slots = HeldSlots(service, MODEL, 2)
+    waiting = threading.Thread(target=oc.generate, kwargs=dict(model=MODEL, prompt="Write a story about a cat.",
+                                                               options={"num_predict": 8, "seed": 1}))
+    try:
+        waiting.start()
+        scheduler = service.app[appkeys.SCHEDULER]
+        qtbot.waitUntil(lambda: MODEL in scheduler.models and scheduler.models[MODEL].queued == 1, timeout=WAIT)
+        time.sleep(2 * QUEUED_AFTER)          # at least the wait that counts as "queued" (a floor, not a bound)
+    finally:
+        slots.release()
+    qtbot.waitUntil(lambda: not waiting.is_alive(), timeout=WAIT)
     rec = record(qtbot, win, lambda r: r["path"] == "/api/generate" and r["queued"], "a queued request")
     queued = dict((n, s) for n, s in rec["phases"])["queued"]
-    assert queued == pytest.approx(rec["queue_wait"]) and queued > 0
+    assert queued == pytest.approx(rec["queue_wait"]) and queued >= QUEUED_AFTER
     assert row_cells(win, rec["id"])["Queued"].startswith("yes, ")
 
 

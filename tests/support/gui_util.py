@@ -8,6 +8,9 @@ from PySide6.QtWidgets import QCheckBox, QDialogButtonBox, QLineEdit, QMenu, QMe
 
 WAIT = 180_000     # ms: generous bounds for a loaded 2-core CI machine; tests finish far sooner
 SHORT = 10_000     # ms: for what needs no service work (a window or dialog showing)
+# chat options for a reply that only a stop ends (no length limit, the end-of-text token ignored, the context
+# shifted when full): a test that stops or leaves a reply midway never finds it already finished
+ENDLESS = {"num_predict": -1, "ignore_eos": True}
 
 
 def press(qtbot, window, key, modifiers=Qt.NoModifier) -> None:
@@ -126,8 +129,9 @@ def chat_service(live_service):
 
 
 def open_desk(qtbot, url: str, num_predict: int):
-    """The desktop app on `url` with its chat open and the built-in model listed; replies capped at num_predict
-    tokens (seed 5). shutdown() it when done."""
+    """The desktop app on `url` with its chat open, the built-in model listed and the event stream connected (so
+    a load or unload it triggers is announced to it); replies capped at num_predict tokens (seed 5). shutdown() it
+    when done."""
     from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME
     from app.gui.desktop import Desktop
 
@@ -135,5 +139,5 @@ def open_desk(qtbot, url: str, num_predict: int):
     qtbot.addWidget(d.chat)
     d.open_chat()
     d.chat.extra_options = {"num_predict": num_predict, "seed": 5}
-    qtbot.waitUntil(lambda: DEFAULT_MODEL_NAME in d.state.installed_names(), timeout=WAIT)
+    qtbot.waitUntil(lambda: DEFAULT_MODEL_NAME in d.state.installed_names() and d.state.connected, timeout=WAIT)
     return d

@@ -1,7 +1,9 @@
 """Helpers shared by the tests that drive a real server on loopback (and the environment they run it with)."""
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -15,6 +17,32 @@ def wait_for(cond, timeout=120.0, what="condition"):
             return
         time.sleep(0.05)
     raise AssertionError(f"{what} not reached")
+
+
+class HeldSlots:
+    """`n` of a live service's slots for `model`, held by the test (as running requests would: leases taken on the
+    service's loop, the model loaded first if it is not) until `release()`. A request sent meanwhile waits in the
+    model's queue for as long as the test says, whatever the machine's speed."""
+
+    def __init__(self, svc, model: str, n: int = 1):
+        from app.service import appkeys
+
+        self._release = threading.Event()
+        self._held = [threading.Event() for _ in range(n)]
+        scheduler = svc.app[appkeys.SCHEDULER]
+
+        async def hold(held: threading.Event):
+            async with scheduler.lease(model):
+                held.set()
+                await asyncio.to_thread(self._release.wait)
+
+        self._done = [asyncio.run_coroutine_threadsafe(hold(h), svc.loop) for h in self._held]
+        wait_for(lambda: all(h.is_set() for h in self._held), what=f"{n} slot(s) of {model} held")
+
+    def release(self):
+        self._release.set()
+        for d in self._done:
+            d.result(timeout=120)
 
 
 @contextmanager

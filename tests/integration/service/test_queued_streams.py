@@ -7,7 +7,6 @@ the server's loop), so the requests stay queued until the test lets go: every st
 received, never on the clock. The official anthropic and openai clients read the streams."""
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import anthropic
@@ -15,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from service_util import wait_for
+from service_util import HeldSlots, wait_for
 
 MODEL = "smollm2:135m"
 
@@ -30,28 +29,6 @@ def server(live_service, smollm2_path):
 def _queued(url: str) -> int:
     models = httpx.get(url + "/api/ps", timeout=30).json()["models"]
     return next(m["strata"]["queued"] for m in models if m["name"] == MODEL)
-
-
-class HeldSlot:
-    """The model's one slot, held by the test (as a running request would) until `release()`."""
-
-    def __init__(self, svc):
-        from app.service import appkeys
-
-        self.held, self._release = threading.Event(), threading.Event()
-        scheduler = svc.app[appkeys.SCHEDULER]
-
-        async def hold():
-            async with scheduler.lease(MODEL):
-                self.held.set()
-                await asyncio.to_thread(self._release.wait)
-
-        self.done = asyncio.run_coroutine_threadsafe(hold(), svc.loop)
-        wait_for(self.held.is_set, what="the slot held")
-
-    def release(self):
-        self._release.set()
-        self.done.result(timeout=120)
 
 
 def _anthropic(url: str, seen: dict, out: dict):
@@ -80,7 +57,7 @@ def _responses(url: str, seen: dict, out: dict):
 
 
 def test_queued_streams_open_at_once_and_answer_when_the_slot_frees(server):
-    slot = HeldSlot(server)
+    slot = HeldSlots(server, MODEL)
     seen: dict[str, list] = {}
     out: dict = {}
     errors: list[BaseException] = []

@@ -24,7 +24,10 @@ from app.engine.runner.testhooks import ABORT_MESSAGE
 MODEL = "smollm2:135m"
 ABORT_MARKER = "__strata_test_abort__"
 HANG_MARKER = "__strata_test_hang__"
-LONG = {"num_predict": 2000, "ignore_eos": True, "temperature": 0.8}
+# replies that are still running whenever the runner is killed, however fast it decodes: no length limit and the
+# end of text ignored (Ollama's dialect shifts a full context); the other dialects cap theirs at 2,000 tokens
+LONG = {"num_predict": -1, "ignore_eos": True, "temperature": 0.8}
+NO_EOS = {"options": {"ignore_eos": True}}       # Ollama's options, taken as an extra field by every dialect
 DEADLINE = 120.0        # seconds any single call may take before the test calls it a hang
 
 
@@ -119,7 +122,8 @@ def test_sigkill_mid_stream(server):
         chat_stream = Stream(server.url, "/api/chat", {"model": MODEL, "options": LONG,
                                                         "messages": [{"role": "user", "content": "Go on forever."}]})
         openai_stream = Stream(server.url, "/v1/chat/completions", {
-            "model": MODEL, "stream": True, "max_tokens": 2000, "messages": [{"role": "user", "content": "Talk."}]})
+            "model": MODEL, "stream": True, "max_tokens": 2000, "messages": [{"role": "user", "content": "Talk."}],
+            **NO_EOS})
         streams = [ollama_stream, chat_stream, openai_stream]
         for s in streams:
             s.start()
@@ -185,9 +189,9 @@ def test_a_killed_runner_is_named_once_in_the_anthropic_and_responses_streams(se
         pid = _loaded_pid(c)
         ask = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
         anthropic = Stream(server.url, "/v1/messages", {"model": MODEL, "stream": True, "max_tokens": 2000,
-                                                        "messages": ask})
+                                                        "messages": ask, **NO_EOS})
         responses = Stream(server.url, "/v1/responses", {"model": MODEL, "stream": True,
-                                                         "max_output_tokens": 2000, "input": ask})
+                                                         "max_output_tokens": 2000, "input": ask, **NO_EOS})
         ollama = Stream(server.url, "/api/generate", {"model": MODEL, "prompt": "Tell a long story.",
                                                       "options": LONG})
         streams = [anthropic, responses, ollama]

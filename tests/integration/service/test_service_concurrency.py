@@ -69,8 +69,11 @@ def _runner_stats(server):
 
 def test_beyond_the_queue_is_503_and_disconnects_free_slots(server):
     steps_before = _runner_stats(server).steps
+    # endless replies (no length limit, the end of text ignored, the context shifted when full): only a client that
+    # goes away ends one, so every slot is still busy when the extra request comes, and idle slots at the end prove
+    # the disconnects reached the runner, however fast it decodes
     long_job = {"model": MODEL, "prompt": "Tell a very long story.",
-                "options": {"num_predict": 900, "ignore_eos": True, "temperature": 1.0}}
+                "options": {"num_predict": -1, "ignore_eos": True, "temperature": 1.0}}
     first_lines: list[bytes] = []
 
     async def hold(session: aiohttp.ClientSession):
@@ -104,12 +107,9 @@ def test_beyond_the_queue_is_503_and_disconnects_free_slots(server):
     assert "busy" in body["error"]
     _wait_for(lambda: (lambda s: s.get("slots_busy") == 0 and s.get("queued") == 0)(_strata(server.url)),
               120, "slots freed after disconnect")
-    # ... and in the runner: its slots go idle with far fewer decode steps than one 900-token request needs,
-    # so the requests were cancelled there, not run to the end
+    # ... and in the runner: its slots go idle, which endless requests do only when they are cancelled there
     _wait_for(lambda: _runner_stats(server).slots_busy == 0, 120, "runner slots idle")
-    steps = _runner_stats(server).steps - steps_before
-    print(f"decode steps while holding: {steps}")
-    assert steps < 900
+    print(f"decode steps while holding: {_runner_stats(server).steps - steps_before}")
     r = ollama.Client(host=server.url).generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
     assert r.done
     metrics = httpx.get(server.url + "/metrics").text

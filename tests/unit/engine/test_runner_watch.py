@@ -94,9 +94,9 @@ def test_process_state_names_a_stopped_process():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         assert "stopped" not in process_state(p.pid)    # running or sleeping (or, while it starts, reading disk)
-        os.kill(p.pid, 19)                      # SIGSTOP
+        os.kill(p.pid, 19)                      # SIGSTOP (delivered when the process next runs: wait for it)
         deadline = time.monotonic() + 30
-        while not process_state(p.pid) and time.monotonic() < deadline:
+        while "stopped" not in process_state(p.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert "stopped" in process_state(p.pid)
     finally:

@@ -132,13 +132,14 @@ class World:
             return lease
 
 
-async def until(cond, what: str, steps: int = 2000):
-    """Let the loop run until cond() holds (bounded by loop turns, not by time)."""
-    for _ in range(steps):
-        if cond():
-            return
+async def until(cond, what: str, timeout: float = 20.0):
+    """Let the loop run until cond() holds. A load passes through a worker thread (the context choice), so the
+    bound is a generous time (below run()'s), not a count of loop turns that a busy machine could use up first."""
+    end = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > end:
+            raise AssertionError(f"never happened: {what}")
         await asyncio.sleep(0.001)
-    raise AssertionError(f"never happened: {what}")
 
 
 def run(coro):
