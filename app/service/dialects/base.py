@@ -28,6 +28,10 @@ class Renderer:
     first byte was sent (before that, the error is the HTTP answer). Not streamed: `complete()`.
     Subclasses set `writer` (NDJSONWriter: one JSON object per line; SSEWriter: `data: ...` events)."""
     writer: type = NDJSONWriter
+    # What the headers could not carry: the fit's facts (pipeline.context_facts: num_ctx, reply_room, ...) of a
+    # stream that opened before its prompt was fitted, set by serve(); closing() puts it in the stream's final
+    # event as `strata` (empty: the headers said it all)
+    trailer: dict = {}
 
     def opening(self) -> Iterable[Frame]:
         return ()
@@ -137,13 +141,18 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     is resolved (some wire formats name the resolved model).
 
     A stream answers once its prompt is fitted (a prompt that does not fit is an HTTP 400, not a stream that
-    fails), unless it must wait for its model first: queued behind the model's busy slots or waiting for its load.
-    Then, on a wire that has a keepalive, the stream opens at once (headers and the renderer's opening) and sends
-    the keepalive every KEEPALIVE_S until the reply comes, so a client with an idle limit (Bun's fetch, under Claude
-    Code and OpenCode: 5 minutes; Codex: 5 minutes without a Responses event) does not give up in the queue; what
-    fails after that is the stream's error event, and the headers are those the request alone gives (the
-    context's, X-Strata-Num-Ctx and the fit's, are not known yet). Ollama's NDJSON has no keepalive and Ollama itself sends nothing
-    before the model is scheduled: that wire waits, silent, as Ollama does."""
+    fails), unless it must wait for its model first (queued behind the model's busy slots or waiting for its load:
+    the stream opens at once) or its fit takes longer than KEEPALIVE_S (a context growth reloading the model: the
+    stream opens then). On a wire that has a keepalive, the stream then opens (headers and the renderer's opening)
+    and sends the keepalive every KEEPALIVE_S until the reply comes, so a client with an idle limit (Bun's fetch,
+    under Claude Code and OpenCode: 5 minutes; Codex: 5 minutes without a Responses event) does not give up in the
+    queue or during the reload; what fails after that is the stream's error event. Its headers are those the
+    request alone gives: the fit's (X-Strata-Num-Ctx, X-Strata-Reply-Room, ...) are not known when they go out,
+    and HTTP has no later place that these clients read (a chunked trailer is dropped by fetch and by the
+    official clients), so the stream's final event carries them (`Renderer.trailer`, as `strata`). Deciding the
+    context before the headers would cost the wait the early answer is there to cover: a load plans it, and a
+    queued request may still grow it. Ollama's NDJSON has no keepalive and Ollama itself sends nothing before
+    the model is scheduled: that wire waits, silent, as Ollama does (its headers always carry the fit)."""
     scheduler, _, metrics = context(request)
     job = await pipeline.prepare(scheduler, req)
     renderer: Renderer = make_renderer(job)
@@ -159,11 +168,11 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     def pace() -> float | None:
         if not pings:
             return None
-        if opened:
-            return KEEPALIVE_S
-        if not leased:
+        if not leased and not opened:
             return 0                    # a free slot on a loaded model is taken without waiting
-        return None                     # fitting the prompt: its refusal is still the HTTP answer
+        # fitting the prompt: a refusal within KEEPALIVE_S is still the HTTP answer; a fit that takes longer (a
+        # context growth reloads the model) opens the stream and keeps it alive like a wait for the model
+        return KEEPALIVE_S
 
     async def open_stream(headers: dict[str, str]) -> None:
         nonlocal opened
@@ -183,6 +192,8 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
                     leased = True
                 elif isinstance(ev, _Started):
                     gen = ev.gen
+                    if opened:                      # the headers went out without the fit's facts
+                        renderer.trailer = pipeline.context_facts(gen.result)
                     await open_stream(gen.headers())
                 elif isinstance(ev, TextDelta):
                     await _send(w, renderer.delta(ev))

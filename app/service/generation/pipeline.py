@@ -132,6 +132,23 @@ def job_headers(job: Job) -> dict[str, str]:
     return {}
 
 
+# each fact of the fit (context_facts) and the response header that carries it
+FACT_HEADERS = {"num_ctx": "X-Strata-Num-Ctx", "dropped_messages": "X-Strata-Dropped-Messages",
+                "truncated_tokens": "X-Strata-Truncated-Tokens", "reply_room": "X-Strata-Reply-Room"}
+
+
+def context_facts(result: GenerationResult) -> dict[str, int]:
+    """What fitting the prompt decided, once it is fitted: the context per sequence, what was left out to fit it,
+    the room the reply had when max_tokens asked for more (each only when there is something to say). The
+    response's headers (FACT_HEADERS), or the final event of a stream whose headers went out before the fit."""
+    facts = {"num_ctx": result.num_ctx, "dropped_messages": result.dropped_messages,
+             "truncated_tokens": result.truncated_tokens}
+    out = {k: v for k, v in facts.items() if v}
+    if result.reply_room is not None:
+        out["reply_room"] = result.reply_room
+    return out
+
+
 def runner_error(e: Exception, model: str) -> ApiError:
     """A RunnerError as an HTTP error: the engine marks client mistakes (prompt too long, bad schema) with
     `status` 400; anything else is the server's problem, said plainly: a runner that died or froze says so in
@@ -212,14 +229,7 @@ class Generation:
     def headers(self) -> dict[str, str]:
         """What fitting the prompt left out and which offered tools cannot run here, for the response (never a
         silent cut)."""
-        r = self.result
-        h = {"X-Strata-Num-Ctx": str(r.num_ctx)} if r.num_ctx else {}
-        if r.dropped_messages:
-            h["X-Strata-Dropped-Messages"] = str(r.dropped_messages)
-        if r.truncated_tokens:
-            h["X-Strata-Truncated-Tokens"] = str(r.truncated_tokens)
-        if r.reply_room is not None:
-            h["X-Strata-Reply-Room"] = str(r.reply_room)
+        h = {FACT_HEADERS[k]: str(v) for k, v in context_facts(self.result).items()}
         return h | job_headers(self.job)
 
     async def _runner_events(self):

@@ -101,8 +101,10 @@ class MessagesRenderer(Renderer):
         reason, seq = stop_reason(result)
         # the whole usage, as Anthropic's message_delta carries it (message_start went out before the prompt was
         # counted); the SDK's stream takes input and cache counts from here when present
-        out.append(self._ev("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq},
-                                              "usage": usage(result.finished)}))
+        delta = {"delta": {"stop_reason": reason, "stop_sequence": seq}, "usage": usage(result.finished)}
+        if self.trailer:                        # the fit's facts the headers could not carry
+            delta["strata"] = dict(self.trailer)
+        out.append(self._ev("message_delta", delta))
         out.append(self._ev("message_stop", {}))
         return out
 

@@ -139,6 +139,8 @@ class ChatRenderer(_OpenAIRenderer):
     def closing(self, result: GenerationResult):
         out = [self._chunk({}, finish=finish_reason(result.finished, result.tool_calls))]
         out[0]["timings"] = timings(result.finished)          # on the last chunk, as llama-server sends it
+        if self.trailer:                                      # the fit's facts the headers could not carry
+            out[0]["strata"] = dict(self.trailer)
         if self.wire.include_usage:
             out.append(self._usage_chunk(result.finished))
         return out + ["[DONE]"]
@@ -196,6 +198,8 @@ class CompletionRenderer(_OpenAIRenderer):
     def closing(self, result: GenerationResult):
         out = [self._text("", finish=finish_reason(result.finished))]
         out[0]["timings"] = timings(result.finished)
+        if self.trailer:                                      # the fit's facts the headers could not carry
+            out[0]["strata"] = dict(self.trailer)
         if self.wire.include_usage:
             out.append(self._usage_chunk(result.finished))
         return out + ["[DONE]"]

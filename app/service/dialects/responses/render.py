@@ -195,7 +195,8 @@ class ResponsesRenderer(Renderer):
         response = self._response("completed", self.output, result)
         # a reply cut by max_output_tokens ends with its own event, as OpenAI's does
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
-        return out + [self._ev(kind, response=response)]
+        trailer = {"strata": dict(self.trailer)} if self.trailer else {}    # what the headers could not carry
+        return out + [self._ev(kind, response=response, **trailer)]
 
     def error(self, err: ApiError):
         """A failure after the stream began: the `error` event, then `response.failed` (the response, its items so

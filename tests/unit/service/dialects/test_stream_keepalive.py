@@ -216,3 +216,31 @@ def test_a_responses_stream_that_fails_ends_with_response_failed(monkeypatch):
     assert "runner ended" in failed.error.message
     assert failed.output[0].content[0].text == "hi"
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_prompt_refused_at_once_is_still_the_http_answer(monkeypatch):
+    """The fit is kept alive only once it outlasts KEEPALIVE_S (a context growth reloading the model): a prompt the
+    runner refuses at once stays an HTTP 400, on a wire with a keepalive too."""
+    from app.service.dialects.anthropic import parse as ap
+    from app.service.dialects.anthropic.render import MessagesRenderer
+
+    @contextlib.asynccontextmanager
+    async def generate(job):
+        yield Refused(asyncio.Event())                  # leased at once
+
+    async def messages(request):
+        req, wire = ap.parse_messages_request({"model": "m", "max_tokens": 8, "stream": True,
+                                               "messages": [{"role": "user", "content": "hi"}]})
+        try:
+            return await base.serve(request, req, lambda job: MessagesRenderer("m", wire))
+        except ApiError as e:           # raised before any byte: the service's error middleware answers it
+            return web.json_response({"error": {"message": e.message}}, status=e.status)
+
+    async def scenario():
+        async with serving(monkeypatch, "/v1/messages", messages, generate) as port:
+            monkeypatch.setattr(base, "KEEPALIVE_S", 10.0)
+            async with aiohttp.ClientSession() as s, s.post(f"http://127.0.0.1:{port}/v1/messages", json={}) as r:
+                return r.status, await r.json()
+
+    status, body = asyncio.run(scenario())
+    assert status == 400 and "prompt is too long" in body["error"]["message"]
