@@ -9,6 +9,7 @@ the server's loop), so the requests stay queued until the test lets go: every st
 received, never on the clock. The official anthropic and openai clients read the streams."""
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import anthropic
