@@ -106,6 +106,8 @@ class LoadedModel:
             "pid": getattr(self.client, "pid", None),
             "prompt_cache": self.prompt_cache(),
             "context": dict(self.layout.context) if self.layout else {},
+            # why the layout's vision projector was not loaded (a llama.cpp build without libmtmd); "" otherwise
+            "vision_missing": getattr(getattr(self.client, "loaded", None), "vision_missing", "") or "",
             # speculative decoding's draft model: its name and planned bytes (in `predicted` as the kind "draft")
             "draft": ({"model": self.layout.draft.name, "device": self.layout.draft.device_id,
                        "weights": self.layout.draft.weights, "kv": self.layout.draft.kv,

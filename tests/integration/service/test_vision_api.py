@@ -164,3 +164,35 @@ def test_anthropic_count_tokens_counts_the_image(server):
     plain = c.messages.count_tokens(model=VISION, messages=[{"role": "user", "content": text}]).input_tokens
     with_image = c.messages.count_tokens(model=VISION, messages=[{"role": "user", "content": image + text}])
     assert with_image.input_tokens >= plain + 16 - 2
+
+
+def test_a_build_without_the_vision_library_says_why_in_ps_and_refuses_images(live_service, tmp_path, smollm2_path,
+                                                                             monkeypatch):
+    """LLAMA_CPP_LIB_PATH names a llama.cpp build without libmtmd: the vision model still loads and answers text,
+    /api/ps says why it has no vision (strata.vision_missing), and an image is a 400 carrying that reason."""
+    from pathlib import Path
+
+    import llama_cpp
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    build = tmp_path / "llama-no-mtmd"
+    build.mkdir()
+    for f in lib.iterdir():
+        if f.name.startswith(("libllama", "libggml")):
+            (build / f.name).symlink_to(f)
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))      # the runners the service spawns read it
+    monkeypatch.delenv("MTMD_CPP_LIB", raising=False)
+    svc = live_service(n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m", home=tmp_path / "home")
+    mmproj = write_mlp_projector(tmp_path / "mmproj-synthetic.gguf")
+    r = httpx.post(svc.url + "/api/create", json={"model": VISION, "from": str(smollm2_path), "stream": False,
+                                                  "projector": str(mmproj)}, timeout=120)
+    assert r.status_code == 200, r.text
+    c = ollama.Client(host=svc.url, timeout=300)
+    assert c.chat(model=VISION, messages=[{"role": "user", "content": "Hi"}], options=NO_REPLY).done
+    ps = httpx.get(svc.url + "/api/ps").json()["models"]
+    why = next(m for m in ps if m["name"] == VISION)["strata"]["vision_missing"]
+    assert "libmtmd" in why and str(build) in why
+    with pytest.raises(ollama.ResponseError) as e:
+        c.chat(model=VISION, messages=[{"role": "user", "content": "What is this?", "images": [png()]}],
+               options=NO_REPLY)
+    assert e.value.status_code == 400 and "libmtmd" in str(e.value)
