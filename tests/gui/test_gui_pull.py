@@ -17,7 +17,7 @@ from PySide6.QtTest import QTest
 from gui_util import SHORT, WAIT, click
 
 LAYERS = {"tiny:1b": [("sha256:" + "ab" * 32, 4 << 20), ("sha256:" + "cd" * 32, 300)],
-          "slow:1b": [("sha256:" + "ef" * 32, 64 << 20)]}
+          "stalls:1b": [("sha256:" + "ef" * 32, 64 << 20)]}
 
 
 class StandIn:
@@ -56,13 +56,15 @@ class StandIn:
             if name not in LAYERS:
                 await send({"error": f"pull model manifest: file does not exist ({name})"})
                 return resp
-            slow = name.startswith("slow")
+            stalls = name.startswith("stalls")
             for digest, size in LAYERS[name]:
-                steps = 2000 if slow else 8
+                steps = 8
                 for i in range(1, steps + 1):
                     await send({"status": f"pulling {digest[7:19]}", "digest": digest, "total": size,
                                 "completed": size * i // steps})
-                    await asyncio.sleep(0.05 if slow else 0.005)
+                    if stalls and i == steps // 2:
+                        await asyncio.sleep(3600)       # half way, until the client goes (a cancel comes in time)
+                    await asyncio.sleep(0.005)
             for s in ("verifying sha256 digest", "writing manifest", "success"):
                 await send({"status": s})
         except (asyncio.CancelledError, ConnectionResetError):
@@ -116,13 +118,13 @@ def test_a_bar_per_file_then_success(qtbot, panel):
 
 
 def test_cancel_closes_the_stream(qtbot, panel):
-    pull(qtbot, panel, "slow:1b")
-    digest = LAYERS["slow:1b"][0][0]
+    pull(qtbot, panel, "stalls:1b")
+    digest = LAYERS["stalls:1b"][0][0]
     qtbot.waitUntil(lambda: digest in panel.bars and panel.bars[digest].value() > 0, timeout=WAIT)
     click(qtbot, panel.cancel_button)
-    qtbot.waitUntil(lambda: not panel.busy, timeout=SHORT)
-    assert panel.status.text() == "Pull of slow:1b cancelled."
-    assert panel.standin.disconnected.wait(30)                 # the server saw the client go
+    qtbot.waitUntil(lambda: not panel.busy, timeout=WAIT)        # the cancel goes through the loop thread
+    assert panel.status.text() == "Pull of stalls:1b cancelled."
+    assert panel.standin.disconnected.wait(120)                # the server saw the client go
     assert panel.bars[digest].value() < panel.bars[digest].maximum()
     assert panel.pull_button.isEnabled() and not panel.cancel_button.isEnabled()
 

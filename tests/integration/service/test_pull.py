@@ -162,7 +162,7 @@ def test_a_cancelled_pull_registers_nothing_and_the_next_pull_resumes(registry, 
                     break                                           # the client gives up: closes the stream
 
     pull_until_stalled()
-    wait_for(registry.stall_released.is_set, 30, "the stalled download to be cancelled")
+    wait_for(registry.stall_released.is_set, 120, "the stalled download to be cancelled")
     # while (and after) it was being pulled the model is not there: it cannot be listed or loaded
     assert f"{ref}:latest" not in names(http)
     with pytest.raises(ollama.ResponseError) as e:
