@@ -335,8 +335,7 @@ def test_delete_while_planning_leaves_no_runner_behind(server):
     with httpx.Client(base_url=server.url, timeout=DEADLINE) as c:
         assert c.post("/api/create", json={"model": "short-lived", "from": MODEL, "stream": False}).status_code == 200
         _loaded_pid(c)                                # the fixture's model, so the count below is stable
-        time.sleep(0.5)
-        before = _runner_children()
+        before = _runner_children()                   # (a child of an earlier test still exiting may be in it)
         out: dict = {}
 
         def load():
@@ -357,7 +356,7 @@ def test_delete_while_planning_leaves_no_runner_behind(server):
         if planning["strata"]["pid"] is not None:
             pytest.skip("the runner had already started when the model was deleted (fast machine)")
         assert "short-lived:latest" not in [m["name"] for m in c.get("/api/ps").json()["models"]]
-        _wait(lambda: _runner_children() == before, "no runner left behind for the deleted model", timeout=30)
+        _wait(lambda: _runner_children() <= before, "no runner left behind for the deleted model")
 
 
 def test_a_stopped_runner_is_noticed_and_its_queue_served(live_service, tmp_path):
