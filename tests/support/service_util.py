@@ -37,7 +37,11 @@ class HeldSlots:
                 await asyncio.to_thread(self._release.wait)
 
         self._done = [asyncio.run_coroutine_threadsafe(hold(h), svc.loop) for h in self._held]
-        wait_for(lambda: all(h.is_set() for h in self._held), what=f"{n} slot(s) of {model} held")
+        wait_for(lambda: all(h.is_set() for h in self._held) or any(d.done() for d in self._done),
+                 what=f"{n} slot(s) of {model} held")
+        for d in self._done:
+            if d.done():
+                d.result()              # a lease that failed (the model does not load...) says why
 
     def release(self):
         self._release.set()
