@@ -16,7 +16,6 @@ Covered by tests/unit/engine/runner/cache/test_disk_cache.py and tests/integrati
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import logging
@@ -30,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from app.engine.runner.cache.prompt_cache import common_prefix
+from app.engine.runner.cache.prompt_cache import common_prefix, state_buffer
 
 log = logging.getLogger("strata.engine")
 
@@ -297,7 +296,7 @@ class DiskPromptCache:
                 if os.fstat(f.fileno()).st_size != entry.size:
                     raise Refused("changed since it was indexed")
                 tok = f.read(entry.payload_at)[-4 * len(entry.tokens):] if entry.tokens.size else b""
-                buf = (ctypes.c_uint8 * entry.payload_size)()
+                buf = state_buffer(entry.payload_size)
                 if f.readinto(memoryview(buf)) != entry.payload_size:
                     raise Refused("truncated file")
             if zlib.crc32(memoryview(buf), zlib.crc32(tok)) != entry.crc or \

@@ -28,6 +28,14 @@ CHECKPOINT_SPACING = 4096   # a long prompt gets a checkpoint at least every thi
 PARTIAL = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 
+def state_buffer(size: int):
+    """A ctypes byte array of `size` bytes for a sequence's state, left uninitialised: a ctypes array or a bytearray
+    is zero-filled with the GIL held (0.6 s for the 370 MB state of a 30k-token prompt of a 0.5B model on a 2-core
+    machine), and the output thread waits that long to send a finished reply's end; numpy's empty only reserves the
+    pages, which llama.cpp then writes with the GIL released (or a file read fills)."""
+    return (ctypes.c_uint8 * size).from_buffer(np.empty(size, dtype=np.uint8))
+
+
 def common_prefix(a, b) -> int:
     """Length of the longest common prefix of two token sequences (lists or int32 arrays)."""
     n = min(len(a), len(b))
@@ -114,7 +122,7 @@ class HostPromptCache:
         if size <= 0 or size + extra > self.limit:
             return False
         self._make_room(size + extra)
-        buf = (ctypes.c_uint8 * size)()
+        buf = state_buffer(size)
         n = L.llama_state_seq_get_data(self.ctx, buf, size, slot)
         if n <= 0:
             return False
@@ -198,7 +206,7 @@ class Checkpoints:
         size = L.llama_state_seq_get_size_ext(self.ctx, slot, PARTIAL)
         if size <= 0 or (self.max_bytes and size > self.max_bytes):
             return None
-        buf = (ctypes.c_uint8 * size)()
+        buf = state_buffer(size)
         got = L.llama_state_seq_get_data_ext(self.ctx, buf, size, slot, PARTIAL)
         if got <= 0:
             return None

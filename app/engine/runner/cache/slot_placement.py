@@ -17,7 +17,6 @@ recurrent state is never continued from a position it does not describe.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 
@@ -27,7 +26,7 @@ from llama_cpp import llama_cpp as L
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.cache.disk_cache import MIN_DISK_TOKENS, DiskPromptCache
 from app.engine.runner.cache.prompt_cache import (CHECKPOINT_SPACING, MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, Checkpoints,
-                                            HostPromptCache, SlotCache, common_prefix)
+                                            HostPromptCache, SlotCache, common_prefix, state_buffer)
 from app.engine.runner.sequence import PREFILL, WAIT, Seq
 
 log = logging.getLogger("strata.engine")
@@ -186,8 +185,8 @@ class Placement:
         size = L.llama_state_seq_get_size(self.ctx, slot)
         if size <= 0 or size > self.disk.limit:
             return False
-        buf = bytearray(size)
-        n = L.llama_state_seq_get_data(self.ctx, (ctypes.c_uint8 * size).from_buffer(buf), size, slot)
+        buf = state_buffer(size)
+        n = L.llama_state_seq_get_data(self.ctx, buf, size, slot)
         return n > 0 and self.disk.save(tokens, buf, int(n))
 
     def save_due(self, limit: int = 1 << 30) -> int:
