@@ -9,6 +9,12 @@ The recordings: `full-*` is Claude Code's first request as it comes by default (
 and growing: tool results, and Claude Code's background-task notifications as system turns inside `messages`),
 streamed here in order, so each reuses the last one's prompt from the prompt cache. The full request goes to
 `/v1/messages/count_tokens` (the same body, as Claude Code counts), where its size costs no generation.
+`session-8-requests.jsonl` is a whole 8-request session of Claude Code 2.1.197 (bench/bench_agent_replay.py
+--record: tool calls scripted by a stand-in for Anthropic's API), trimmed to fit a test (the system blocks and
+reminders cut short, three of its 26 tools kept, the machine's paths replaced): each request repeats the last one
+and appends the tool call and its result, the `cache_control` marker moving to the newest block. Replayed in
+order, every request after the first must take all of the previous prompt from the prompt cache, computing only
+the new tail; a new session (another billing nonce, another date) must reuse the system prompt and the tools.
 
 One body change: `max_tokens` is lowered so a reply ends soon on 2 cores (the structure is what is checked, not
 the words of a sampled reply). Nothing here depends on timing or on what the model chooses to say.
@@ -24,10 +30,14 @@ import pytest
 from agent_replay import serve_model, sse_blocks
 from repo_paths import FIXTURES
 
+# the session's first request is a 3,100-token prompt: a minute on two quiet cores, over ten on a shared machine
+pytestmark = pytest.mark.timeout(2400)
+
 MODEL = "coder:0.5b"
 REPLY_TOKENS = 96
 RECORDED = sorted((FIXTURES / "agents" / "claude-code").glob("*.json"))
 FULL = [p for p in RECORDED if p.name.startswith("full-")]
+SESSION = FIXTURES / "agents" / "claude-code" / "session-8-requests.jsonl"
 MESSAGES = [p for p in RECORDED if p.name.startswith("run-")]
 # recorded headers that belong to the recorded connection, not to the request
 CONNECTION_HEADERS = {"host", "content-length", "connection", "accept-encoding", "x-api-key", "authorization"}
@@ -171,3 +181,58 @@ def test_unknown_model_is_anthropics_404_naming_it(http):
         err = r.json()
         assert err["type"] == "error" and err["error"]["type"] == "not_found_error"
         assert "claude-haiku-4-5-20251001" in err["error"]["message"]
+
+
+def session_requests() -> list[dict]:
+    """The recorded bodies under this model's name, without their thinking budget (31,999 tokens, which a short
+    max_tokens must exceed; Qwen2.5 does not think anyway)."""
+    bodies = [dict(json.loads(line), model=MODEL) for line in SESSION.read_text(encoding="utf-8").splitlines()]
+    return [{k: v for k, v in b.items() if k != "thinking"} for b in bodies]
+
+
+def test_the_session_recording_only_appends():
+    bodies = session_requests()
+    assert len(bodies) == 8
+    for a, b in zip(bodies, bodies[1:]):
+        assert a["system"] == b["system"] and a["tools"] == b["tools"]
+        assert len(b["messages"]) == len(a["messages"]) + 2
+        bare = [{**m, "content": [{k: v for k, v in c.items() if k != "cache_control"} for c in m["content"]]}
+                if isinstance(m["content"], list) else m for m in a["messages"] + b["messages"]]
+        assert bare[:len(a["messages"])] == bare[len(a["messages"]):2 * len(a["messages"])]
+
+
+def test_a_recorded_session_reuses_all_but_each_new_tail(http):
+    """Each request's cached prompt tokens are exactly the previous request's prompt (the template renders the
+    previous prompt as a token prefix of the next: the reply it ended with was the model's own, not the recorded
+    call, so the cache holds nothing more); only the appended call, result and generation prompt are computed."""
+    previous = None
+    for i, body in enumerate(session_requests()):
+        r = http.post("/v1/messages", json=dict(body, max_tokens=8, stream=False, temperature=0))
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+        prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+        if previous is not None:
+            assert usage["cache_read_input_tokens"] == previous, (i + 1, usage, previous)
+            assert 0 < usage["input_tokens"] < 200, (i + 1, usage)
+        previous = prompt
+
+
+def test_a_new_session_reuses_the_system_prompt_and_tools(http):
+    """The next session: Claude Code's billing block has a new nonce (the dialect drops that block) and the date
+    in the first message's reminders is another day's. Everything before the date is reused."""
+    first = session_requests()[0]
+    system = [dict(b, text=b["text"] + " cch=4d2f;") if b["text"].startswith("x-anthropic-billing-header:") else b
+              for b in first["system"]]
+    content = [dict(c, text=c["text"].replace("Today's date is 2026-11-27", "Today's date is 2026-11-28"))
+               for c in first["messages"][0]["content"]]
+    assert content != first["messages"][0]["content"]
+    head = {"model": MODEL, "system": system, "tools": first["tools"], "max_tokens": 8}
+    shared = http.post("/v1/messages/count_tokens", json={**head, "messages": [
+        {"role": "user", "content": content[:2]}]}).json()["input_tokens"]
+    http.post("/v1/messages", json=dict(first, max_tokens=8)).raise_for_status()    # the slot holds session 1 again
+    r = http.post("/v1/messages", json={**head, "temperature": 0,
+                                        "messages": [{"role": "user", "content": content}]})
+    assert r.status_code == 200, r.text
+    # the system prompt, the tools and the first two reminders are cached: all but the end of count_tokens' prompt
+    # (its closing <|im_end|> and the generation prompt), up to the changed date
+    assert r.json()["usage"]["cache_read_input_tokens"] >= shared - 8, (r.json()["usage"], shared)
