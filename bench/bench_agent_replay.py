@@ -19,8 +19,10 @@ with the model's vocabulary: its "new tail" is what follows its longest common t
 before, all that a prompt cache has to compute (the table's uncached = prompt - cached should equal it).
 Both servers run with the same model, threads, one slot, --ctx tokens and their default prompt caching;
 requests go exactly as recorded through /v1/messages (Claude Code's) or /v1/chat/completions (OpenCode's),
-both served by both, streamed, max_tokens capped to 16 so the numbers are about the prompt. TTFT and the cached
-prompt tokens per turn (`usage.cache_read_input_tokens`, `usage.prompt_tokens_details.cached_tokens` or
+both served by both, streamed, max_tokens 1 (--max-tokens): the time to the first token is then the time to the
+whole one-token reply on both engines (a reply that is a tool call reaches Strata's stream only once the call is
+complete, llama-server's in pieces, so with longer replies the first delta is not the first token). TTFT and the
+cached prompt tokens per turn (`usage.cache_read_input_tokens`, `usage.prompt_tokens_details.cached_tokens` or
 llama-server's `timings.cache_n`); turn 1 is cold for both; engines alternate which goes first each turn.
 """
 from __future__ import annotations
@@ -283,9 +285,9 @@ def is_chat(body: dict) -> bool:
     return bool(body.get("messages")) and body["messages"][0].get("role") == "system"
 
 
-async def replay_one(e: Engine, body: dict) -> dict:
+async def replay_one(e: Engine, body: dict, max_tokens: int = 1) -> dict:
     chat = is_chat(body)
-    body = dict(body, model=e.model, stream=True, max_tokens=16, temperature=0.0)
+    body = dict(body, model=e.model, stream=True, max_tokens=max_tokens, temperature=0.0)
     body.pop("thinking", None)
     body.pop("metadata", None)
     if chat:
@@ -355,7 +357,7 @@ async def replay(args) -> None:
             return
         for i, body in enumerate(bodies):
             for e in (engines if i % 2 == 0 else engines[::-1]):
-                r = await replay_one(e, body)
+                r = await replay_one(e, body, args.max_tokens)
                 r["load"] = load_text()
                 res[e.name].append(r)
                 print(f"turn {i + 1} {e.name}: prompt {r['prompt']} ({r['cached']} cached, new tail {tails[i]}), "
@@ -399,6 +401,9 @@ if __name__ == "__main__":
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--turns", type=int, default=0, help="replay only the first N requests")
     ap.add_argument("--tools", default="", help="keep only these tools' schemas (comma-separated), e.g. Bash,Read,Grep")
+    ap.add_argument("--max-tokens", type=int, default=1, help="the reply's limit: with 1 (the default) the time to "
+                    "the first token is the time to the whole reply for both engines; a longer reply that is a tool "
+                    "call reaches Strata's stream only once the call is complete, llama-server's in pieces")
     ap.add_argument("--only-strata", action="store_true")
     ap.add_argument("--tails", action="store_true", help="only render the requests (Strata's /apply-template) and "
                     "print each one's tokens and new tail, replaying nothing")
