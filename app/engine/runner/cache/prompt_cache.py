@@ -33,7 +33,7 @@ def state_buffer(size: int):
     is zero-filled with the GIL held (0.6 s for the 370 MB state of a 30k-token prompt of a 0.5B model on a 2-core
     machine), and the output thread waits that long to send a finished reply's end; numpy's empty only reserves the
     pages, which llama.cpp then writes with the GIL released (or a file read fills)."""
-    return (ctypes.c_uint8 * size).from_buffer(np.empty(size, dtype=np.uint8))
+    return (ctypes.c_uint8 * size).from_buffer(np.empty(size, dtype=np.uint8).data)
 
 
 def common_prefix(a, b) -> int:
