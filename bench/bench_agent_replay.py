@@ -57,6 +57,29 @@ def sse(event: str, data: dict) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
+async def serve_stand_in(port: int, routes: list) -> web.AppRunner:
+    """A stand-in API on loopback: `routes` (method, path, handler), every other path answered with {}."""
+    async def other(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application(client_max_size=64 << 20)
+    for method, route, handler in routes:
+        app.router.add_route(method, route, handler)
+    app.router.add_route("*", "/{tail:.*}", other)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+def scratch_project() -> Path:
+    """A temporary home with a `project` folder holding the notes.txt the scripted sessions read."""
+    work = Path(tempfile.mkdtemp(prefix="agent-replay-"))
+    (work / "project").mkdir()
+    (work / "project" / "notes.txt").write_text("the harbor lantern\nthe orchard gate\nthe canyon bridge\n")
+    return work
+
+
 async def fake_anthropic(log_path: Path, cwd: str, port: int):
     """A stand-in for api.anthropic.com: each /v1/messages request that carries tools gets the next scripted tool
     call (streamed as Anthropic streams), the others (titles, quota checks) a short text; all are logged."""
@@ -95,23 +118,12 @@ async def fake_anthropic(log_path: Path, cwd: str, port: int):
         await resp.write_eof()
         return resp
 
-    async def other(request: web.Request) -> web.Response:
-        return web.json_response({})
-
-    app = web.Application(client_max_size=64 << 20)
-    app.router.add_post("/v1/messages", messages)
-    app.router.add_route("*", "/{tail:.*}", other)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, log
+    return await serve_stand_in(port, [("POST", "/v1/messages", messages)]), log
 
 
 async def record(path: Path) -> None:
     port = free_port()
-    work = Path(tempfile.mkdtemp(prefix="agent-replay-"))
-    (work / "project").mkdir()
-    (work / "project" / "notes.txt").write_text("the harbor lantern\nthe orchard gate\nthe canyon bridge\n")
+    work = scratch_project()
     runner, log = await fake_anthropic(path, str(work / "project"), port)
     env = dict(os.environ, HOME=str(work), ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}",
                ANTHROPIC_API_KEY="sk-unused", DISABLE_TELEMETRY="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
@@ -177,24 +189,12 @@ async def fake_openai(log_path: Path, cwd: str, port: int):
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "bench", "object": "model"}]})
 
-    async def other(request: web.Request) -> web.Response:
-        return web.json_response({})
-
-    app = web.Application(client_max_size=64 << 20)
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    app.router.add_route("*", "/{tail:.*}", other)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, log
+    return await serve_stand_in(port, [("POST", "/v1/chat/completions", chat), ("GET", "/v1/models", models)]), log
 
 
 async def record_opencode(path: Path) -> None:
     port = free_port()
-    work = Path(tempfile.mkdtemp(prefix="agent-replay-"))
-    (work / "project").mkdir()
-    (work / "project" / "notes.txt").write_text("the harbor lantern\nthe orchard gate\nthe canyon bridge\n")
+    work = scratch_project()
     runner, log = await fake_openai(path, str(work / "project"), port)
     config = {"$schema": "https://opencode.ai/config.json",
               "provider": {"bench": {"npm": "@ai-sdk/openai-compatible", "name": "Bench",

@@ -82,3 +82,17 @@ def write_mlp_projector(path, n_embd_text: int = SMOLLM2_N_EMBD, image_size: int
 def image_tokens(image_size: int = 32, patch_size: int = 8) -> int:
     """How many embeddings write_mlp_projector's projector makes of any one image."""
     return (image_size // patch_size) ** 2
+
+
+def llama_build_without_mtmd(folder: Path) -> Path:
+    """A llama.cpp "build" without its multimodal library: `folder` holding links to the installed wheel's
+    libllama and libggml* but no libmtmd (what LLAMA_CPP_LIB_PATH names for a build of one's own)."""
+    import llama_cpp
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    folder.mkdir()
+    for f in lib.iterdir():
+        if f.name.startswith(("libllama", "libggml")):
+            (folder / f.name).symlink_to(f)
+    assert not list(folder.glob("libmtmd*"))
+    return folder

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
-from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -128,17 +127,9 @@ def test_a_llama_cpp_build_without_the_vision_library_serves_text_and_refuses_im
     """LLAMA_CPP_LIB_PATH names a llama.cpp folder with libllama and libggml* but no libmtmd (a build without its
     multimodal target: here links to the wheel's own libraries): the runner of a model with a projector loads,
     says why it has no vision (Loaded.vision_missing), serves text, and refuses an image with that reason."""
-    import llama_cpp
+    from mmproj_factory import llama_build_without_mtmd, write_mlp_projector
 
-    from mmproj_factory import write_mlp_projector
-
-    lib = Path(llama_cpp.__file__).parent / "lib"
-    build = tmp_path / "llama-no-mtmd"
-    build.mkdir()
-    for f in lib.iterdir():
-        if f.name.startswith(("libllama", "libggml")):
-            (build / f.name).symlink_to(f)
-    assert not list(build.glob("libmtmd*"))
+    build = llama_build_without_mtmd(tmp_path / "llama-no-mtmd")
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))      # the spawned runner reads it
     monkeypatch.delenv("MTMD_CPP_LIB", raising=False)
     mmproj = write_mlp_projector(tmp_path / "mmproj.gguf")

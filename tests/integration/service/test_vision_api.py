@@ -17,7 +17,7 @@ import openai
 import pytest
 from PIL import Image
 
-from mmproj_factory import write_mlp_projector
+from mmproj_factory import llama_build_without_mtmd, write_mlp_projector
 
 VISION, TEXT = "smollm2-vision:latest", "smollm2-text:latest"
 NO_REPLY = {"num_predict": 3, "temperature": 0}
@@ -170,16 +170,7 @@ def test_a_build_without_the_vision_library_says_why_in_ps_and_refuses_images(li
                                                                              monkeypatch):
     """LLAMA_CPP_LIB_PATH names a llama.cpp build without libmtmd: the vision model still loads and answers text,
     /api/ps says why it has no vision (strata.vision_missing), and an image is a 400 carrying that reason."""
-    from pathlib import Path
-
-    import llama_cpp
-
-    lib = Path(llama_cpp.__file__).parent / "lib"
-    build = tmp_path / "llama-no-mtmd"
-    build.mkdir()
-    for f in lib.iterdir():
-        if f.name.startswith(("libllama", "libggml")):
-            (build / f.name).symlink_to(f)
+    build = llama_build_without_mtmd(tmp_path / "llama-no-mtmd")
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))      # the runners the service spawns read it
     monkeypatch.delenv("MTMD_CPP_LIB", raising=False)
     svc = live_service(n_threads=1, num_ctx=1024, num_parallel=1, keep_alive="10m", home=tmp_path / "home")
