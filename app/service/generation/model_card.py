@@ -6,15 +6,15 @@ names coding agents and their providers read). See docs/architecture.md, "Model 
   template and header, `vision` when a projector is attached), in Ollama's order.
 - context: the tokens per sequence a request that sets no `num_ctx` gets now: the loaded model's, else the one a
   load would choose from the free memory (the scheduler's preview; 0 when it cannot be planned).
-Covered by tests/integration/service/test_model_metadata.py."""
+The GGUF's ModelInfo and the projector's facts come through the scheduler's loader (its injected collaborators).
+Covered by tests/integration/service/test_model_metadata.py and tests/unit/service/scheduling/test_scheduler_units.py."""
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.gguf.model_info import ModelInfo
-from app.engine.gguf.projector import ProjectorInfo, read_projector
+from app.engine.gguf.projector import ProjectorInfo
 
 from .chat_features import facts_for
 
@@ -41,12 +41,13 @@ async def info_or_none(scheduler, record) -> ModelInfo | None:
         return None
 
 
-async def projector_or_none(record) -> ProjectorInfo | None:
-    """The model's vision projector's facts, None without one or when unreadable."""
+async def projector_or_none(scheduler, record) -> ProjectorInfo | None:
+    """The model's vision projector's facts (read through the loader's injected collaborator, as the GGUF's are),
+    None without one or when unreadable."""
     if not getattr(record, "projector", None):
         return None
     try:
-        return await asyncio.to_thread(read_projector, record.projector)
+        return await scheduler.loader.read_projector(record.projector)
     except Exception:  # noqa: BLE001 - a projector file gone since: the load says so with its own error
         return None
 
@@ -81,7 +82,7 @@ async def context_of(scheduler, record, info) -> int:
 async def model_card(scheduler, record, with_context: bool = True) -> ModelCard:
     info = await info_or_none(scheduler, record)
     facts = await facts_for(record.path) if info is not None else None
-    projector = await projector_or_none(record)
+    projector = await projector_or_none(scheduler, record)
     context = await context_of(scheduler, record, info) if with_context else 0
     return ModelCard(capabilities=capabilities_of(info, facts, projector), context=context,
                      context_train=int(getattr(info, "context_length", 0) or 0), info=info, facts=facts,

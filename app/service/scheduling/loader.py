@@ -82,13 +82,17 @@ class Loader:
             raise ApiError(400 if isinstance(e, GGUFError) else 500,
                            f"cannot read model {record.name!r} ({record.path}): {e}", param="model") from None
 
+    async def read_projector(self, path):
+        """A vision projector GGUF's facts (engine/gguf/projector.py; GGUFError, OSError)."""
+        return await self.deps.projector_info(path)
+
     async def projector_info(self, model: LoadedModel):
-        """The record's vision projector's facts (engine/gguf/projector.py), or None when it has none."""
+        """The record's vision projector's facts, or None when it has none; a 500 naming it when unreadable."""
         path = getattr(model.record, "projector", None)
         if not path:
             return None
         try:
-            return await self.deps.projector_info(path)
+            return await self.read_projector(path)
         except Exception as e:  # noqa: BLE001 - GGUFError, a file gone: the model cannot take images
             raise ApiError(500, f"model {model.name!r}: its vision projector {path} cannot be read: {e}") from None
 

@@ -16,6 +16,7 @@ from app.engine.layout.types import DevicePlan, Layout, PlanOptions
 from app.service.collaborators import Collaborators
 from app.service.config import ServiceConfig
 from app.service.http.errors import ApiError
+from app.service.generation.model_card import model_card
 from app.service.generation.keep_alive import DEFAULT, FOREVER
 from app.service.scheduling import scheduler as scheduler_module
 from app.service.http.metrics import Metrics
@@ -93,8 +94,10 @@ class World:
                                             n_threads=1), **config)
         deps = Collaborators(resolve=self.resolve, model_info=self.model_info, discover=self.discover,
                              plan=self.plan, new_runner=self.new_runner, with_digest=self.with_digest,
-                             choose_context=self.choose_context)
+                             choose_context=self.choose_context, projector_info=self.projector_info)
         self.scheduler = Scheduler(self.config, self.events, self.metrics, deps)
+        self.projectors: dict[str, object] = {}     # projector path -> its facts (absent: unreadable)
+        self.projectors_read: list[str] = []
 
     @staticmethod
     def choose_context(info, inventory, options, ceiling, asked, compute=None):
@@ -107,7 +110,13 @@ class World:
 
     async def model_info(self, path):
         name = path.rsplit("/", 1)[1].removesuffix(".gguf")
-        return SimpleNamespace(name=name, context_length=2048)
+        return SimpleNamespace(name=name, context_length=2048, is_embedding=False)
+
+    async def projector_info(self, path):
+        self.projectors_read.append(path)
+        if path not in self.projectors:
+            raise OSError(f"{path}: no such file")
+        return self.projectors[path]
 
     async def discover(self) -> Inventory:
         return Inventory(devices=(), host_ram_total=self.ram, host_ram_available=self.ram, cpu_cores=2)
@@ -508,3 +517,25 @@ def test_the_scheduler_forwards_nothing_to_its_loader():
             if isinstance(call, ast.Call) and "self.loader." in ast.unparse(call.func):
                 forwards.append(fn.name)
     assert forwards == []
+
+
+def test_the_model_card_reads_the_projector_through_the_injected_collaborator():
+    """The listings' `vision` comes from the projector reader the loader is given (no file is opened: these paths
+    do not exist); a projector that cannot be read lists the model without vision, and no projector reads none."""
+    async def main():
+        w = World({"a": MiB})
+        w.projectors["/models/a-mmproj.gguf"] = facts = SimpleNamespace(projector_type="mlp")
+        record = SimpleNamespace(name="a", path="/models/a.gguf", projector="/models/a-mmproj.gguf")
+        card = await model_card(w.scheduler, record, with_context=False)
+        assert card.projector is facts and "vision" in card.capabilities
+        gone = await model_card(w.scheduler, replace_record(record, projector="/models/gone.gguf"), with_context=False)
+        assert gone.projector is None and "vision" not in gone.capabilities
+        plain = await model_card(w.scheduler, replace_record(record, projector=None), with_context=False)
+        assert plain.projector is None and "vision" not in plain.capabilities
+        assert w.projectors_read == ["/models/a-mmproj.gguf", "/models/gone.gguf"]
+        await w.scheduler.close()
+    run(main())
+
+
+def replace_record(record, **fields):
+    return SimpleNamespace(**{**vars(record), **fields})
