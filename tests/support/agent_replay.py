@@ -1,9 +1,15 @@
 """What the agents' replay tests share (tests/integration/service/test_agent_replay_claude.py, test_codex_replay.py,
 test_agent_requests_opencode.py): a live server with the Qwen2.5-Coder fixture imported under the agent's model
-name, and an SSE body cut into its events' lines, which each test then checks against its own wire's rules."""
+name, a tiny random-weight twin of a model for replays whose assertions are about the prompt (its cache) and not
+the reply, and an SSE body cut into its events' lines, which each test then checks against its own wire's rules."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
+
+from gguf_factory import write_dense_llama
+from gguf_writer import tokenizer_of
 
 
 def serve_model(live_service, gguf, name: str, **fields):
@@ -13,6 +19,14 @@ def serve_model(live_service, gguf, name: str, **fields):
         r = c.post("/api/create", json={"model": name, "from": str(gguf), "stream": False})
         assert r.status_code == 200, r.text
     return svc
+
+
+def write_tokenizer_twin(gguf, path, n_ctx: int = 32768) -> Path:
+    """A 2-layer dense model with random weights that carries every tokenizer key of `gguf`: its vocabulary,
+    merges, special tokens and chat template. A request renders and tokenizes exactly as on `gguf` (so what the
+    prompt cache reuses is the same), while its prompt costs a thousandth of the compute; its replies are noise."""
+    with tokenizer_of(gguf):
+        return write_dense_llama(path, n_layer=2, n_embd=64, n_ctx=n_ctx, tie_output=True, seed=41)
 
 
 def sse_blocks(text: str, comments: bool = True) -> list[list[tuple[str, str]]]:

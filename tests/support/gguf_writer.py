@@ -53,10 +53,16 @@ def smollm2_gguf_path() -> Path:
     return p
 
 
-@lru_cache(maxsize=1)
 def smollm2_tokenizer_kv() -> tuple[tuple[str, object, GGUFValueType, GGUFValueType | None], ...]:
     """Every tokenizer.* key of SmolLM2's GGUF, with its type and (for arrays) the item type."""
-    gf = parse_gguf(smollm2_gguf_path(), keep_arrays=1 << 30)
+    return tokenizer_kv_of(smollm2_gguf_path())
+
+
+@lru_cache(maxsize=2)
+def tokenizer_kv_of(path: Path) -> tuple[tuple[str, object, GGUFValueType, GGUFValueType | None], ...]:
+    """Every tokenizer.* key of the GGUF at `path` (its chat template included), with its type and (for arrays)
+    the item type."""
+    gf = parse_gguf(path, keep_arrays=1 << 30)
     out = []
     for key, kv in gf.kv.items():
         if key.startswith("tokenizer."):
@@ -79,6 +85,15 @@ def tokenizer_keys(drop=(), extra=()):
         _TOKENIZER_EDITS.pop()
 
 
+@contextmanager
+def tokenizer_of(path: Path):
+    """Inside: GGUFs are written with every tokenizer key of the GGUF at `path` instead of SmolLM2's (its
+    vocabulary, merges, special tokens and chat template), so prompts tokenize and render as with that model."""
+    other = tokenizer_kv_of(Path(path))
+    with tokenizer_keys(drop=[k[0] for k in smollm2_tokenizer_kv()], extra=other):
+        yield
+
+
 def tokenizer_kv() -> tuple:
     """The tokenizer keys a GGUF written now gets (SmolLM2's, edited by any active tokenizer_keys())."""
     kv = smollm2_tokenizer_kv()
@@ -88,10 +103,11 @@ def tokenizer_kv() -> tuple:
 
 
 def n_vocab_of_tokenizer() -> int:
-    for key, value, _, _ in smollm2_tokenizer_kv():
+    """The vocabulary size of the tokenizer a GGUF written now gets (tokenizer_kv())."""
+    for key, value, _, _ in tokenizer_kv():
         if key == "tokenizer.ggml.tokens":
             return len(value)
-    raise RuntimeError("SmolLM2 GGUF has no tokenizer.ggml.tokens")
+    raise RuntimeError("the tokenizer keys have no tokenizer.ggml.tokens")
 
 
 class ModelWriter:
