@@ -183,6 +183,7 @@ class DoneEvent:
     context_tokens: list[int] | None = None
     stop_string: str | None = None          # the stop string that ended it (reason "stop")
     cached_tokens: int = 0                  # of prompt_tokens, how many were found in the prompt cache
+    reused_tokens: int = 0                  # of cached_tokens, how many cache reuse moved from other positions
     draft_tokens: int = 0                   # speculative decoding: tokens drafted for this reply (verified)
     draft_accepted: int = 0                 # ... of which accepted (part of completion_tokens)
 
@@ -216,6 +217,7 @@ class Stats:
     prompt_cache_limit: int = 0             # its bound (0 = off)
     prompt_cache_entries: int = 0
     cache_hit_tokens: int = 0               # prompt tokens taken from the cache instead of decoded, since load
+    cache_reused_tokens: int = 0            # ... of them, moved to other positions by cache reuse (approximate)
     checkpoint_bytes: int = 0               # host RAM held by the slots' context checkpoints
     checkpoints: int = 0                    # how many the slots hold
     checkpoint_hits: int = 0                # prompts continued from a checkpoint, since load

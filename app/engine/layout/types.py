@@ -30,6 +30,8 @@ class PlanOptions:
     n_threads: int | None = None     # compute threads (llama.cpp n_threads); None = physical cores (docs/architecture.md)
     ctx_checkpoints: int = 32        # context checkpoints per slot (recurrent / hybrid / sliding-window models; 0 = off)
     checkpoint_mib: int = 1024       # their bound in host RAM per slot (MiB; 0 = the count alone bounds them)
+    cache_reuse: int = 0             # move cached chunks of at least this many tokens to where a new prompt repeats
+                                     # them after a change (llama-server's --cache-reuse; 0 = off: approximate)
     draft: str = ""                  # speculative decoding's draft model (a model name; "" = none): Layout.draft
     draft_max: int = 8               # its longest draft per sequence and step (llama-server's --draft-max is 16; on
                                      # a CPU each drafted token is one draft-model decode, so fewer pay)

@@ -287,6 +287,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                                                       settings.stream_interval_ms),
                     checkpoints=layout.options.ctx_checkpoints,
                     checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
+                    cache_reuse=layout.options.cache_reuse,
                     warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative,
                     async_prep=settings.async_prep, gpu=bool(layout.n_gpu_layers and layout.gpu_devices))
     admission.media = media

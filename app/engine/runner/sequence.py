@@ -72,6 +72,7 @@ class Seq:
         self.n_past = 0                 # tokens in this sequence's KV cells
         self.history: list[int] = []    # the tokens in KV, for the re-process fallback and `context`
         self.n_cached = 0               # prompt tokens found in KV cells (prompt cache), not decoded again
+        self.n_reused = 0               # of n_cached, those cache reuse moved from other positions (approximate)
         self.checkpoint_at: list[int] = []   # prompt positions still to take a context checkpoint at
         self.n_exact: int | None = None  # after a context shift: how many leading cells equal a cold computation
         self.wait_src = None            # state WAIT: the running Seq whose first `wait_n` cells this one copies

@@ -24,6 +24,7 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.batch import NpBatch
+from app.engine.runner.cache.chunk_reuse import gap_spans, reuse_chunks
 from app.engine.runner.cache.disk_cache import MIN_DISK_TOKENS, DiskPromptCache
 from app.engine.runner.cache.prompt_cache import (CHECKPOINT_SPACING, MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, Checkpoints,
                                             HostPromptCache, SlotCache, common_prefix, state_buffer)
@@ -40,7 +41,8 @@ END_BACKOFF = 4
 
 class Placement:
     def __init__(self, ctx, model, n_slots: int, host_cache_bytes: int = 0, checkpoints: int = 0,
-                 checkpoint_bytes: int = 0, disk: DiskPromptCache | None = None):
+                 checkpoint_bytes: int = 0, disk: DiskPromptCache | None = None, cache_reuse: int = 0,
+                 can_shift: bool = True):
         self.ctx = ctx
         self.mem = L.llama_get_memory(ctx)
         # one KV stream for all sequences: copying a prefix only marks cells as shared. Otherwise every sequence
@@ -60,6 +62,12 @@ class Placement:
         # states on disk, for a plain KV cache only: a window-sized SWA cache or a recurrent state would need its
         # checkpoints saved along, which the disk format does not carry yet
         self.disk = disk if disk is not None and disk.enabled and not self.partial_memory else None
+        # cache reuse after a change (chunk_reuse.py): chunks of at least this many cached tokens are moved to where
+        # they reappear in a new prompt (0 = off, llama-server's default). Only where cells can be moved by
+        # position: not a window-sized SWA cache or a recurrent state (partial memories), not M-RoPE (no shift)
+        self.cache_reuse = max(0, int(cache_reuse)) if can_shift and not self.partial_memory else 0
+        self.reused_tokens = 0          # of hit_tokens, those moved from other positions, since load
+        self._gap_batch: NpBatch | None = None
         # slots of a cross-stream copy that llama.cpp has queued but not done yet (it copies at the next decode)
         self.pending_copy: set[int] = set()
         # free slots whose kept prefix is due on disk: copied when the runner is idle or before the slot is reused,
@@ -85,20 +93,31 @@ class Placement:
         n_src = min(n_src, limit)
         self._count_checkpoint_miss(prompt, free, limit, max(n_slot, n_host))
         disk, n_disk = self._best_on_disk(prompt, limit)
-        if disk is not None and n_disk >= max(n_slot, n_host, n_src) + MIN_RESTORE_GAIN:
+        # with cache reuse, a source is worth its prefix plus the chunks it can move after it
+        v_slot, v_host, v_disk = n_slot, n_host, n_disk
+        if self._reuse_prompt(seq):
+            slot, n_slot, v_slot = self._best_slot_with_reuse(prompt, free, limit)
+            entry, n_host, v_host = self._best_entry_with_reuse(prompt, limit)
+            if disk is not None:
+                v_disk = n_disk + self._reuse_gain(disk.tokens, prompt, n_disk, limit)
+        if disk is not None and v_disk >= max(v_slot, v_host, n_src) + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
-            self._start(seq, slot, self._restore_disk(disk, slot, n_disk))
+            self._start(seq, slot, *self._restore_disk(disk, slot, n_disk, seq))
             return slot
-        if src is not None and n_src >= max(n_slot, n_host) + MIN_SHARE_TOKENS:
+        if src is not None and n_src >= max(v_slot, v_host) + MIN_SHARE_TOKENS:
             slot = self._take(self.slots.victim(free), 0)
             self._share(seq, slot, src, n_src)
             return slot
-        if entry is not None and n_host >= n_slot + MIN_RESTORE_GAIN:
+        if entry is not None and v_host >= v_slot + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
-            self._start(seq, slot, self._restore_entry(entry, slot, n_host))
+            self._start(seq, slot, *self._restore_entry(entry, slot, n_host, seq))
             return slot
+        cached = self.slots.tokens[slot]
         self._take(slot, n_slot)
-        self._start(seq, slot, self._resume(slot, n_slot))
+        if v_slot > n_slot and self._reusable(seq, slot):
+            self._start(seq, slot, *self._reuse(slot, cached, prompt, n_slot))
+        else:
+            self._start(seq, slot, self._resume(slot, n_slot))
         return slot
 
     # ---- how much of a common prefix a memory can continue from ----------------------------------------------
@@ -142,14 +161,18 @@ class Placement:
         self.checkpoints.cut(slot, n)
         return n
 
-    def _restore_entry(self, entry, slot: int, n: int) -> int:
+    def _restore_entry(self, entry, slot: int, n: int, seq: Seq) -> tuple[int, int, int]:
         """Load a host-cache entry into the empty `slot` and resume it at n (from _entry_usable), its
-        checkpoints coming along."""
+        checkpoints coming along. Returns what _reuse returns."""
+        tokens = entry.tokens
         if not self.host.restore(entry, slot):
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
-            return 0
+            return 0, 0, 0
         self.checkpoints.give(slot, entry.checkpoints)
-        return self._resume(slot, n)
+        if self._reusable(seq, slot):
+            return self._reuse(slot, tokens, seq.prompt, n)
+        n = self._resume(slot, n)
+        return n, n, 0
 
     def _best_on_disk(self, prompt, limit: int):
         if self.disk is None or limit < MIN_DISK_TOKENS:
@@ -157,8 +180,9 @@ class Placement:
         self.disk.rescan_if_changed()       # an earlier runner of this model may have written since (a reload)
         return self.disk.best(prompt, limit, max_len=L.llama_n_ctx_seq(self.ctx))
 
-    def _restore_disk(self, entry, slot: int, n: int) -> int:
-        """Load a state from disk into the empty `slot` and keep its first n tokens. Returns the tokens kept."""
+    def _restore_disk(self, entry, slot: int, n: int, seq: Seq) -> tuple[int, int, int]:
+        """Load a state from disk into the empty `slot` and keep its first n tokens (and, with cache reuse, the
+        chunks of the rest that the prompt repeats further on). Returns what _reuse returns."""
         disk = self.disk
         assert disk is not None                 # _best_on_disk found the entry there
         t0 = time.perf_counter()
@@ -168,11 +192,15 @@ class Placement:
             disk.refuse(entry, "llama.cpp did not accept the state")
         if not ok:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
-            return 0
-        n = self._trim(slot, n)
-        disk.record_hit(n, time.perf_counter() - t0)
-        log.info("prompt cache: %d tokens restored from disk in %.2f s", n, disk.restore_s)
-        return n
+            return 0, 0, 0
+        if self._reusable(seq, slot):
+            n_past, n_cached, n_reused = self._reuse(slot, entry.tokens, seq.prompt, n)
+        else:
+            n_past = n_cached = self._trim(slot, n)
+            n_reused = 0
+        disk.record_hit(n_cached, time.perf_counter() - t0)
+        log.info("prompt cache: %d tokens restored from disk in %.2f s", n_cached, disk.restore_s)
+        return n_past, n_cached, n_reused
 
     def save_to_disk(self, slot: int, tokens) -> bool:
         """Copy `slot`'s state (holding exactly `tokens`) to the disk cache when it holds at least MIN_DISK_TOKENS
@@ -265,20 +293,127 @@ class Placement:
             return 0
         return n
 
-    def _start(self, seq: Seq, slot: int, n: int) -> None:
-        """`seq` starts in `slot`, whose cells hold the first n tokens of its prompt. A prefix must not end inside
-        an image (its embeddings come whole): then the cells go back to the image's start."""
+    # ---- cache reuse after a change (chunk_reuse.py) ----------------------------------------------------------
+    def _reuse_prompt(self, seq: Seq) -> bool:
+        """Cache reuse is on and `seq`'s prompt may use it: no images (their positions are not tokens)."""
+        return self.cache_reuse > 0 and seq.media is None and len(seq.prompt) > 0 and int(seq.prompt.min()) >= 0
+
+    def _reusable(self, seq: Seq, slot: int) -> bool:
+        """Cache reuse may move `slot`'s cells for `seq`: the slot shares no cells with another (moving a shared
+        cell moves it for both)."""
+        return self._reuse_prompt(seq) and slot not in self.slots.shared
+
+    def _reuse_gain(self, cached, prompt, n: int, limit: int) -> int:
+        """Tokens cache reuse would move from `cached` into `prompt` after their common prefix of n."""
+        if n <= 0:
+            return 0
+        return sum(ch.n for ch in reuse_chunks(cached, prompt, n, self.cache_reuse,
+                                               min(limit, L.llama_n_ctx_seq(self.ctx)), L.llama_n_batch(self.ctx)))
+
+    def _best_slot_with_reuse(self, prompt, free: list[int], limit: int) -> tuple[int, int, int]:
+        """The free slot whose cells give `prompt` the most with cache reuse: (slot, common prefix, prefix + moved
+        tokens); among equals the least recently used, an empty slot first (as SlotCache.choose)."""
+        best, best_key = (free[0], 0, 0), (0, float("-inf"))
+        for i in free:
+            tokens = self.slots.tokens[i]
+            n = min(common_prefix(tokens, prompt), limit) if tokens else 0
+            v = n + self._reuse_gain(tokens, prompt, n, limit)
+            key = (v, -self.slots.last_used[i] if tokens else float("inf"))
+            if key > best_key:
+                best, best_key = (i, n, v), key
+        return best
+
+    def _best_entry_with_reuse(self, prompt, limit: int):
+        """The host-RAM entry that gives `prompt` the most with cache reuse: (entry, common prefix, prefix + moved)."""
+        best, n_best, v_best = None, 0, 0
+        for e in self.host.entries:
+            n = min(common_prefix(e.tokens, prompt), limit)
+            v = n + self._reuse_gain(e.tokens, prompt, n, limit)
+            if v > v_best:
+                best, n_best, v_best = e, n, v
+        return best, n_best, v_best
+
+    def _reuse(self, slot: int, cached, prompt, n: int) -> tuple[int, int, int]:
+        """`slot`'s cells hold `cached` at positions 0.. and the prompt shares their first n tokens. Keep those, move
+        the chunks of the rest that the prompt repeats further on to their new positions, compute the new tokens
+        between them, and drop every other cell. Returns (the prompt tokens now in the cells, how many of them came
+        from the cache, how many of those were moved). Without a chunk worth moving: the plain prefix, (n, n, 0)."""
+        limit = len(prompt) - 1                 # the last prompt token is decoded in the step: its logits
+        chunks = reuse_chunks(cached, prompt, n, self.cache_reuse, min(limit, L.llama_n_ctx_seq(self.ctx)),
+                              L.llama_n_batch(self.ctx)) if n > 0 else []
+        if not chunks:
+            n = self._trim(slot, n)
+            return n, n, 0
+        mem = self.mem
+        # drop every cell that is neither in the prefix nor in a chunk
+        end = n
+        for ch in chunks:
+            L.llama_memory_seq_rm(mem, slot, end, ch.src)
+            end = ch.src + ch.n
+        L.llama_memory_seq_rm(mem, slot, end, -1)
+        # move each chunk to its place: first all of them beyond every position in use (from the last, so none
+        # lands on one not moved yet), then each to its place (all below that). llama.cpp adds the shifts up per
+        # cell and rotates the keys once, at the next decode.
+        park = max(len(cached), len(prompt)) + 1
+        moving = [ch for ch in chunks if ch.dst != ch.src]
+        for ch in reversed(moving):
+            L.llama_memory_seq_add(mem, slot, ch.src, ch.src + ch.n, park)
+        for ch in moving:
+            L.llama_memory_seq_add(mem, slot, park + ch.src, park + ch.src + ch.n, ch.dst - ch.src - park)
+        filled = chunks[-1].dst + chunks[-1].n
+        gaps = gap_spans(chunks, n)
+        if gaps and not self._decode_gaps(slot, prompt, gaps, filled):
+            L.llama_memory_seq_rm(mem, slot, n, -1)           # the gaps could not be computed: the prefix alone
+            return n, n, 0
+        reused = sum(ch.n for ch in chunks)
+        log.info("cache reuse: %d of %d cached tokens kept (%d moved in %d chunks), %d new tokens between them",
+                 n + reused, len(cached), reused, len(chunks), sum(b - a for a, b in gaps))
+        return filled, n + reused, reused
+
+    def _decode_gaps(self, slot: int, prompt, gaps: list[tuple[int, int]], filled: int) -> bool:
+        """Compute the prompt's new tokens between the moved chunks. llama.cpp decodes a sequence only after its
+        last cell, so they go in one batch at positions `filled`.. (after the chunks) and are then moved back to
+        their places. One decode of at most n_batch tokens, between steps (as a prompt chunk would take)."""
+        total = sum(b - a for a, b in gaps)
+        if self._gap_batch is None or self._gap_batch.capacity < total:
+            self._gap_batch = NpBatch(max(total, L.llama_n_batch(self.ctx)))
+        b = self._gap_batch
+        b.clear()
+        pos = filled
+        for a, e in gaps:
+            b.add_span(prompt[a:e], pos, slot, False)
+            pos += e - a
+        rc = L.llama_decode(self.ctx, b.struct)
+        if rc != 0:
+            log.warning("cache reuse: computing %d new tokens between the moved chunks failed (llama_decode %d)",
+                        total, rc)
+            return False
+        pos = filled
+        for a, e in gaps:
+            L.llama_memory_seq_add(self.mem, slot, pos, pos + (e - a), a - pos)
+            pos += e - a
+        return True
+
+    def _start(self, seq: Seq, slot: int, n: int, n_cached: int | None = None, n_reused: int = 0) -> None:
+        """`seq` starts in `slot`, whose cells hold the first n tokens of its prompt, `n_cached` of them (default
+        all) from the cache, `n_reused` of those moved there by cache reuse (the rest of n: gaps it computed). A
+        prefix must not end inside an image (its embeddings come whole): then the cells go back to the image's
+        start (never with cache reuse, which prompts with images do not use)."""
+        if n_cached is None:
+            n_cached = n
         if n > 0 and seq.media is not None:
             start = seq.media.inside(n)
             if start is not None:
                 if not L.llama_memory_seq_rm(self.mem, slot, start, -1):
                     L.llama_memory_seq_rm(self.mem, slot, -1, -1)
                     start = 0
-                n = start
-        seq.todo = seq.n_past = seq.n_cached = n
+                n = n_cached = start
+        seq.todo = seq.n_past = n
+        seq.n_cached, seq.n_reused = n_cached, n_reused
         seq.history = seq.prompt[:n].tolist()
         seq.state = PREFILL
-        self.hit_tokens += n
+        self.hit_tokens += n_cached
+        self.reused_tokens += n_reused
 
     # ---- sharing a running sequence's prefix ------------------------------------------------------------------
     def _best_running(self, prompt, slot_seqs) -> tuple[Seq | None, int]:
@@ -412,7 +547,7 @@ class Placement:
                 "prompt_cache_entries": len(self.host.entries), "cache_hit_tokens": self.hit_tokens,
                 "disk_cache_bytes": d.bytes if d else 0, "disk_cache_limit": d.limit if d else 0,
                 "disk_cache_entries": len(d.entries) if d else 0, "disk_cache_hits": d.hits if d else 0,
-                "disk_cache_hit_tokens": d.hit_tokens if d else 0,
+                "disk_cache_hit_tokens": d.hit_tokens if d else 0, "cache_reused_tokens": self.reused_tokens,
                 "checkpoint_bytes": cps.bytes, "checkpoints": cps.count, "checkpoint_hits": cps.hits,
                 "checkpoint_misses": cps.misses}
 

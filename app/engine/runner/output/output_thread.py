@@ -172,7 +172,7 @@ class OutputThread:
             prompt_seconds=max(0.0, t_first - seq.t_admit) if seq.t_admit else 0.0,
             generation_seconds=max(0.0, seq.t_done - t_first) if seq.t_admit else 0.0,
             context_tokens=ctx_tokens, stop_string=out.stop.matched if out.stop is not None else None,
-            cached_tokens=seq.n_cached, draft_tokens=seq.n_drafted, draft_accepted=seq.n_accepted))
+            cached_tokens=seq.n_cached, reused_tokens=seq.n_reused, draft_tokens=seq.n_drafted, draft_accepted=seq.n_accepted))
 
     def on_embed(self, req: P.EmbedRequest):
         try:

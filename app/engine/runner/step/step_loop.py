@@ -48,7 +48,7 @@ log = logging.getLogger("strata.engine")
 class StepLoop:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
                  prompt_cache_bytes: int = 0, disk_cache=None, stream_interval: float = 0.0, checkpoints: int = 0,
-                 checkpoint_bytes: int = 0, warmup_s: float = 0.0,
+                 checkpoint_bytes: int = 0, cache_reuse: int = 0, warmup_s: float = 0.0,
                  speculative: str | None = None, media=None, draft=None, async_prep: str = "auto",
                  gpu: bool = False):
         self.send = send
@@ -61,7 +61,8 @@ class StepLoop:
         self.out_q: queue.SimpleQueue = queue.SimpleQueue()     # output_port.OutputItem
         self.stopping = False
         self.clock = StepClock(warmup_s)
-        self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache)
+        self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache,
+                                   cache_reuse=cache_reuse, can_shift=can_shift)
         self.abort = DecodeAbort(model)
         self.drafting = Drafting(model, n_ctx_seq, self.abort, speculative, draft)   # draft: draft_model.DraftModel
         self.slots = Slots(n_slots, self.placement, self.inbox, self.out_q, send, self.hooks, n_ctx_seq=n_ctx_seq,

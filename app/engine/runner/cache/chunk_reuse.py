@@ -1,0 +1,94 @@
+"""Cache reuse after a change: which chunks of a slot's cached tokens reappear further on in a new prompt
+(llama-server's `--cache-reuse N`), and moving their KV cells there instead of computing them again.
+
+llama-server (tools/server/server-context.cpp, `n_cache_reuse`) walks the cached tokens after the common prefix and
+takes every run of at least N tokens that continues the new prompt where the reuse has got to, shifting its cells
+into place (`llama_memory_seq_rm` + `llama_memory_seq_add`: a RoPE position shift of the keys). Its walk only ever
+advances in the new prompt on a match, so it reuses chunks after text that was *deleted* (a dropped message), and
+nothing after text that was *replaced* (a changed date: the new tokens at the change appear nowhere in the cache).
+
+Here the walk also steps over new tokens (the "gaps": a replaced date, an inserted line), so a chunk after a
+replacement is found too. The gaps still have to be computed, and llama.cpp decodes a sequence only at positions
+after its last cell, so they are decoded after the moved chunks (at positions past them) and then moved back in
+front of them: their cells have then attended to the moved chunks as well (text that comes after them in the
+prompt). A chunk's cells were computed attending to the old text before it. Both make the result approximate,
+which is why the option is off by default (docs/prompt-cache.md, "Reuse after a change").
+
+`reuse_chunks` is pure (tests/unit/engine/runner/cache/test_chunk_reuse.py); `Placement` (slot_placement.py) moves
+the cells (tests/integration/engine/test_cache_reuse.py).
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_KEY = 16            # a chunk is found by its first min(N, MAX_KEY) tokens, then extended as far as it matches
+MAX_CANDIDATES = 8      # of a key's places in the cache at or after the walk's, the first few are tried
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Cached tokens [src, src + n) reappear at [dst, dst + n) of the new prompt."""
+    src: int
+    dst: int
+    n: int
+
+
+def reuse_chunks(cached, prompt, n_prefix: int, min_chunk: int, limit: int, max_gap: int) -> list[Chunk]:
+    """Chunks of `cached` (a slot's tokens, cells at positions = indices) to move into `prompt` after their common
+    prefix of `n_prefix` tokens: each at least `min_chunk` tokens, in order in both, ending at or before `limit`
+    (so at least the last prompt token is decoded). The new tokens between them (the gaps) may sum to at most
+    `max_gap`: they are decoded in one batch. Greedy from the front: at each prompt position the longest match among
+    the first candidates, otherwise the position is a gap token."""
+    if min_chunk <= 0:
+        return []
+    old = np.asarray(cached, dtype=np.int32)
+    new = np.asarray(prompt, dtype=np.int32)
+    k = min(min_chunk, MAX_KEY)
+    if len(old) - n_prefix < min_chunk or limit - n_prefix < min_chunk:
+        return []
+    index: dict[bytes, list[int]] = {}
+    windows = np.lib.stride_tricks.sliding_window_view(old[n_prefix:], k)
+    for i, w in enumerate(windows):
+        index.setdefault(w.tobytes(), []).append(n_prefix + i)
+    chunks: list[Chunk] = []
+    head_c = head_p = end = n_prefix             # next cached token, next prompt position, end of the last chunk
+    gaps = 0
+    while head_p + min_chunk <= limit and gaps + (head_p - end) <= max_gap:
+        places = index.get(new[head_p:head_p + k].tobytes())
+        best, best_n = -1, 0
+        if places:
+            first = bisect_left(places, head_c)
+            for c in places[first:first + MAX_CANDIDATES]:
+                n = _match(old, c, new, head_p, limit)
+                if n > best_n:
+                    best, best_n = c, n
+        if best_n >= min_chunk:
+            gaps += head_p - end
+            chunks.append(Chunk(best, head_p, best_n))
+            head_p += best_n
+            head_c, end = best + best_n, head_p
+        else:
+            head_p += 1
+    return chunks
+
+
+def _match(old, c: int, new, p: int, limit: int) -> int:
+    """How many tokens old[c:] and new[p:limit] share from their start."""
+    n = min(len(old) - c, limit - p)
+    if n <= 0:
+        return 0
+    diff = np.flatnonzero(old[c:c + n] != new[p:p + n])
+    return int(diff[0]) if len(diff) else n
+
+
+def gap_spans(chunks: list[Chunk], n_prefix: int) -> list[tuple[int, int]]:
+    """The prompt ranges [start, end) between the prefix and the chunks that must be computed (empty ones left out)."""
+    spans, end = [], n_prefix
+    for ch in chunks:
+        if ch.dst > end:
+            spans.append((end, ch.dst))
+        end = ch.dst + ch.n
+    return spans
