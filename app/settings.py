@@ -60,6 +60,10 @@ SETTINGS: tuple[Setting, ...] = (
             "turn skips its history (llama-server's --ctx-checkpoints); 0 = off"),
     Setting("checkpoint_mib", "STRATA_CHECKPOINT_MIB", int, 1024, "Checkpoint RAM per slot (MiB)",
             "the bound on those checkpoints' host RAM per slot; 0 = the count alone bounds them"),
+    Setting("cache_reuse", "STRATA_CACHE_REUSE", int, 0, "Cache reuse after a change (tokens)",
+            "when a prompt differs early from a cached one (an agent's date), move cached chunks of at least this "
+            "many tokens that it repeats further on instead of computing them (llama-server's --cache-reuse); "
+            "approximate, so 0 = off", minimum=0),
     Setting("gpu_margin_mib", "STRATA_GPU_MARGIN_MIB", int, 512, "GPU margin (MiB)",
             "memory the planner leaves free on each device for other programs"),
     Setting("external_sources", "STRATA_EXTERNAL_MODELS", list, list(EXTERNAL_SOURCES), "Other apps' folders",

@@ -10,6 +10,9 @@ tokens per turn, beside the new tail each turn should be all that is computed.
     .venv/bin/python bench/bench_agent_replay.py --replay /tmp/claude-session.jsonl --model PATH [--threads 1]
     # only what the requests change and each one's new tail (Strata renders them; nothing is generated)
     .venv/bin/python bench/bench_agent_replay.py --replay /tmp/claude-session.jsonl --model PATH --tails
+    # the next day: OpenCode's session again with tomorrow's date in its system prompt, after yesterday's last
+    # request; Strata with cache_reuse N against llama-server with --cache-reuse N
+    .venv/bin/python bench/bench_agent_replay.py --replay /tmp/opencode-session.jsonl --model PATH --next-day 256
 
 The recording also shows what the agent changes between requests (printed by --replay: the first differing
 character of each request's system prompt against the previous one, whether the tools are the same, and whether
@@ -24,6 +27,13 @@ whole one-token reply on both engines (a reply that is a tool call reaches Strat
 complete, llama-server's in pieces, so with longer replies the first delta is not the first token). TTFT and the
 cached prompt tokens per turn (`usage.cache_read_input_tokens`, `usage.prompt_tokens_details.cached_tokens` or
 llama-server's `timings.cache_n`); turn 1 is cold for both; engines alternate which goes first each turn.
+
+--next-day N: OpenCode names the day in its system message, before its tool schemas (an `<env>` block), so the next
+day's session shares only the text before the date with yesterday's. Yesterday's last request is sent first (cold,
+it fills each engine's one slot); then the whole session again with the next day's date. Strata runs the model with
+`PARAMETER cache_reuse N` (cached chunks of at least N tokens that the new prompt repeats after the change are moved
+into place), llama-server with `--cache-reuse N`. "reusable": the request's tokens a cache reuse with this N could
+take from the previous prompt (its common prefix and the chunks after it; app/engine/runner/cache/chunk_reuse.py).
 """
 from __future__ import annotations
 
@@ -328,6 +338,81 @@ async def replay_one(e: Engine, body: dict, max_tokens: int = 1) -> dict:
     return {"ttft": (first or t_end) - t0, "prompt": prompt, "cached": cached}
 
 
+def next_day(body: dict) -> dict:
+    """`body` on the day after the one its system message names (OpenCode's `Today's date: Fri Nov 27 2026`)."""
+    import datetime
+    import re
+    system = system_text(body)
+    m = re.search(r"Today's date: (\w{3} \w{3} \d{1,2} \d{4})", system)
+    if m is None:
+        raise SystemExit("--next-day: no \"Today's date: ...\" in the system message (an OpenCode recording?)")
+    day = datetime.datetime.strptime(m.group(1), "%a %b %d %Y") + datetime.timedelta(days=1)
+    text = system.replace(m.group(0), "Today's date: " + day.strftime("%a %b %d %Y").replace(" 0", " "))
+    return dict(body, messages=[dict(body["messages"][0], content=text), *body["messages"][1:]])
+
+
+async def replay_next_day(args, bodies: list[dict]) -> None:
+    from app.engine.runner.cache.chunk_reuse import reuse_chunks
+    n = args.next_day
+    days = [next_day(b) for b in bodies]
+    engines = [strata(args.model, args.threads, args.ctx, tempfile.mkdtemp(prefix="strata-bench-replay-"),
+                      f"reuse:cache_reuse={n}")]
+    if not args.only_strata:
+        engines.append(llama_server(args.model, args.threads, args.ctx))
+        engines[-1].cmd += ["--cache-reuse", str(n)]
+    res: dict = {e.name: [] for e in engines}
+    try:
+        for e in engines:
+            await e.start()
+            await e.complete("Hello", 4)
+        toks = await rendered_tokens(engines[0], args.model, [bodies[-1]] + days)
+        reusable, tails = [], []
+        for i in range(1, len(toks)):
+            k = common_prefix(toks[i - 1], toks[i])
+            moved = sum(c.n for c in reuse_chunks(toks[i - 1], toks[i], k, n, len(toks[i]) - 1, 1 << 30)) if k else 0
+            reusable.append(k + moved)
+            tails.append(len(toks[i]) - k)
+        print(f"yesterday's last request: {len(toks[0])} tokens; the next day's first shares "
+              f"{common_prefix(toks[0], toks[1])} by prefix, {reusable[0]} with cache reuse", file=sys.stderr)
+        cold = {}
+        for e in engines:                       # yesterday: the session's last request, cold
+            cold[e.name] = await replay_one(e, bodies[-1], args.max_tokens)
+            cold[e.name]["load"] = load_text()
+            print(f"yesterday {e.name}: {cold[e.name]}", file=sys.stderr, flush=True)
+        for i, body in enumerate(days):
+            for e in (engines if i % 2 == 0 else engines[::-1]):
+                r = await replay_one(e, body, args.max_tokens)
+                r["load"] = load_text()
+                res[e.name].append(r)
+                print(f"next day, turn {i + 1} {e.name}: prompt {r['prompt']} ({r['cached']} cached, reusable "
+                      f"{reusable[i]}), TTFT {r['ttft']:.2f} s, load {r['load']}", file=sys.stderr, flush=True)
+    finally:
+        for e in engines:
+            await e.stop()
+    names = list(res)
+    print(f"\n## The next day: {len(days)} requests of {Path(args.replay).name} with the next day's date, "
+          f"{Path(args.model).name}, threads {args.threads}, cache reuse {n}\n")
+    print("yesterday (the session's last request, cold): " + "; ".join(
+        f"{k} {v['prompt']} tokens, TTFT {v['ttft']:.2f} s (load {v['load']})" for k, v in cold.items()) + "\n")
+    print("new tail: tokens after the common prefix with the previous request; reusable: prefix + what cache reuse "
+          f"with chunks of {n} can move from the previous prompt (turn 1: from yesterday's last request)\n")
+    print("| turn | prompt | new tail | reusable | " + " | ".join(f"{x} cached | {x} computed | {x} TTFT s"
+                                                          for x in names) +
+          (" | TTFT ratio" if len(names) == 2 else "") + " | load |")
+    print("| ---: | ---: | ---: | ---: |" + " ---: | ---: | ---: |" * len(names) + (" ---: |" if len(names) == 2 else "")
+          + " --- |")
+    for i in range(len(days)):
+        row = [f"{res[x][i]['cached']} | {res[x][i]['prompt'] - res[x][i]['cached']} | {res[x][i]['ttft']:.2f}"
+               for x in names]
+        ratio = f" | {res[names[0]][i]['ttft'] / res[names[1]][i]['ttft']:.2f}" if len(names) == 2 else ""
+        prompts = "/".join(sorted({str(res[x][i]["prompt"]) for x in names}))
+        print(f"| {i + 1} | {prompts} | {tails[i]} | {reusable[i]} | " + " | ".join(row) + ratio +
+              f" | {res[names[0]][i]['load']} |")
+    print(f"load at end: {load_text()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"tails": tails, "reusable": reusable, "cold": cold, **res}, indent=1))
+
+
 async def replay(args) -> None:
     bodies = [json.loads(line)["body"] for line in open(args.replay)]
     bodies = [b for b in bodies if b.get("tools")]            # the agent's own loop (not titles, quota checks)
@@ -336,6 +421,9 @@ async def replay(args) -> None:
         bodies = [dict(b, tools=[t for t in b["tools"] if t.get("name") in keep]) for b in bodies]
     if args.turns:
         bodies = bodies[:args.turns]
+    if args.next_day:
+        await replay_next_day(args, bodies)
+        return
     describe_changes(bodies)
     engines = [strata(args.model, args.threads, args.ctx, tempfile.mkdtemp(prefix="strata-bench-replay-"))]
     if not (args.only_strata or args.tails):
@@ -407,6 +495,8 @@ if __name__ == "__main__":
     ap.add_argument("--only-strata", action="store_true")
     ap.add_argument("--tails", action="store_true", help="only render the requests (Strata's /apply-template) and "
                     "print each one's tokens and new tail, replaying nothing")
+    ap.add_argument("--next-day", type=int, default=0, metavar="N", help="OpenCode's session again on the next "
+                    "day, after yesterday's last request: Strata with cache_reuse N, llama-server with --cache-reuse N")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -19,7 +19,7 @@ from app.gui import mcp_tools
 from app.settings import BY_KEY, EXTERNAL_SOURCES, SOURCE_LABELS, SettingsError
 
 INT_MAX = {"num_parallel": 256, "num_ctx": 1 << 20, "num_threads": 1024, "prompt_cache_mib": 1 << 20,
-           "ctx_checkpoints": 1024, "checkpoint_mib": 1 << 20, "gpu_margin_mib": 1 << 20}
+           "ctx_checkpoints": 1024, "checkpoint_mib": 1 << 20, "gpu_margin_mib": 1 << 20, "cache_reuse": 1 << 20}
 
 
 def split_host(host: str) -> tuple[str, int]:
@@ -130,7 +130,7 @@ class SettingsDialog(QDialog):
         box = QGroupBox("Models")
         form = QFormLayout(box)
         for key in ("num_parallel", "num_ctx", "num_threads", "prompt_cache_mib", "ctx_checkpoints", "checkpoint_mib",
-                    "gpu_margin_mib"):
+                    "cache_reuse", "gpu_margin_mib"):
             self._row(form, key, self._spin(key))
         self.fields["num_threads"].setSpecialValueText("automatic (the physical cores)")
         self.fields["prompt_cache_mib"].setSpecialValueText("automatic (10% of free RAM, at most 4 GiB)")   # -1; 0 = off

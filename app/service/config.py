@@ -165,6 +165,7 @@ class ServiceConfig:
     prompt_cache_mib: int = -1                 # -1 = the engine's default share of available RAM; 0 = off
     ctx_checkpoints: int = 32                  # context checkpoints per slot (recurrent/hybrid/SWA models); 0 = off
     checkpoint_mib: int = 1024                 # their host RAM bound per slot; 0 = the count alone
+    cache_reuse: int = 0                       # cache reuse's minimum chunk (tokens; llama-server's --cache-reuse); 0 = off
     gpu_margin_mib: int = 512
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
     runner_watchdog_s: float = 8.0             # heartbeat silence that means frozen; 0 = no watchdog
@@ -192,6 +193,7 @@ class ServiceConfig:
             prompt_cache_mib=_int_env("STRATA_PROMPT_CACHE_MIB", -1, minimum=-1, env=env),
             ctx_checkpoints=_int_env("STRATA_CTX_CHECKPOINTS", 32, env=env),
             checkpoint_mib=_int_env("STRATA_CHECKPOINT_MIB", 1024, env=env),
+            cache_reuse=_int_env("STRATA_CACHE_REUSE", 0, minimum=0, env=env),
             gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
             runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 8.0, env=env),
@@ -202,7 +204,8 @@ class ServiceConfig:
 
     def plan_defaults(self) -> dict:
         """PlanOptions fields every load plans with unless a request says otherwise."""
-        return {"ctx_checkpoints": self.ctx_checkpoints, "checkpoint_mib": self.checkpoint_mib}
+        return {"ctx_checkpoints": self.ctx_checkpoints, "checkpoint_mib": self.checkpoint_mib,
+                "cache_reuse": self.cache_reuse}
 
     @property
     def runner_watch(self) -> WatchLimits:

@@ -125,6 +125,7 @@ LOAD_OPTIONS = {
     "kv_type": _kv_type, "flash_attn": check_bool,
     "draft": _model_name,           # speculative decoding's draft model (scheduling/draft.py checks it at load)
     "draft_max": _integer(1, 64), "draft_p_min": _number(0, 1),
+    "cache_reuse": _integer(0, 1 << 20),   # cache reuse's minimum chunk (llama-server's --cache-reuse); 0 = off
 }
 
 

@@ -49,6 +49,7 @@ class Finished:
     stop_string: str | None = None       # the request's stop string that ended it
     draft_tokens: int = 0                # speculative decoding: tokens drafted and verified for this reply
     draft_accepted: int = 0              # ... of which accepted (part of completion_tokens)
+    reused_tokens: int = 0               # of cached_tokens, how many cache reuse moved from other positions
 
 
 Event = TextDelta | ThinkingDelta | ToolCallEvent | Finished

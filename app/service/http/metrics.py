@@ -24,15 +24,19 @@ class Metrics:
         self.loads: dict[tuple[str, str], int] = defaultdict(int)             # (model, "ok"|"failed") -> n
         self.last_tok_s: dict[str, float] = {}                                # model -> tok/s of the last request
         self.cached_tokens: dict[str, int] = defaultdict(int)                 # model -> prompt tokens from cache
+        self.reused_tokens: dict[str, int] = defaultdict(int)                 # ... of them moved by cache reuse
         self.drafts: dict[tuple[str, str], int] = defaultdict(int)            # (model, "drafted"|"accepted") -> n
 
     def count_request(self, route: str, method: str, status: int) -> None:
         self.requests[(route, method, status)] += 1
 
-    def count_tokens(self, model: str, prompt: int, completion: int, gen_seconds: float, cached: int = 0) -> None:
+    def count_tokens(self, model: str, prompt: int, completion: int, gen_seconds: float, cached: int = 0,
+                     reused: int = 0) -> None:
         self.tokens[(model, "prompt")] += prompt
         if cached:
             self.cached_tokens[model] += cached
+        if reused:
+            self.reused_tokens[model] += reused
         self.tokens[(model, "completion")] += completion
         self.gen_seconds[model] += gen_seconds
         if gen_seconds > 0 and completion > 0:
@@ -64,6 +68,10 @@ class Metrics:
         family("strata_prompt_cache_hit_tokens_total", "counter",
                "Prompt tokens taken from the prompt cache instead of decoded (part of the prompt tokens).",
                [({"model": m}, n) for m, n in sorted(self.cached_tokens.items())])
+        family("strata_prompt_cache_reused_tokens_total", "counter",
+               "Of the prompt cache's hit tokens, those cache reuse moved to other positions (after a change in the "
+               "prompt; approximate: computed next to the old text).",
+               [({"model": m}, n) for m, n in sorted(self.reused_tokens.items())])
         family("strata_speculative_tokens_total", "counter",
                "Speculative decoding: tokens drafted and verified, and of those accepted, by model.",
                [({"model": m, "kind": k}, n) for (m, k), n in sorted(self.drafts.items())])

@@ -16,6 +16,7 @@ import pytest
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
+from app.engine.layout.types import DraftPlan
 from engine_util import collect, cpu_layout, greedy, request_id, run
 from gguf_families import write_gemma2, write_mamba
 
@@ -37,8 +38,9 @@ def prompt(date: str, *, drop: int | None = None, question: str = "Which tool re
 
 
 def gen(text: str, **kw) -> P.GenerateRequest:
-    return P.GenerateRequest(id=request_id("cr"), prompt=text, raw=True, sampling=greedy(), num_predict=8,
-                             logprobs=True, top_logprobs=5, **kw)
+    kw.setdefault("num_predict", 8)
+    return P.GenerateRequest(id=request_id("cr"), prompt=text, raw=True, sampling=greedy(), logprobs=True,
+                             top_logprobs=5, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +50,10 @@ def loop():
     lp.close()
 
 
-def start(loop, path, *, cache_reuse: int, num_parallel: int = 1, cache_mib: int = 64, n_layer: int = 30):
+def start(loop, path, *, cache_reuse: int, num_parallel: int = 1, cache_mib: int = 64, n_layer: int = 30,
+          draft=None):
     layout = cpu_layout(path, num_ctx=2048, num_parallel=num_parallel, n_batch=512, n_layer=n_layer)
-    layout = replace(layout, options=replace(layout.options, cache_reuse=cache_reuse))
+    layout = replace(layout, options=replace(layout.options, cache_reuse=cache_reuse), draft=draft)
     c = RunnerClient(layout, n_threads=1, model_name=path.stem, prompt_cache_bytes=cache_mib << 20)
     run(loop, c.start())
     return c
@@ -145,6 +148,26 @@ def test_a_conversation_back_from_host_ram_reuses_after_the_change(loop, reusing
     n_prefix, n_changed = changed_span(loop, reusing, day1, day2)
     assert warm[1].prompt_tokens - warm[1].cached_tokens <= n_changed + 2
     assert warm[1].reused_tokens > 500
+
+
+def test_a_draft_model_keeps_its_own_cells_exact(loop, smollm2_path, reusing):
+    """Speculative decoding with a draft model (SmolLM2 drafting for itself): the target's prompt is moved, the
+    draft computes its part from the change on (it catches up by common prefix, never moves cells), so its drafts
+    still come true, and the reply is the one the same runner gives without a draft."""
+    day1, day2 = prompt("Thu Dec 10 2026"), prompt("Fri Dec 11 2026")
+    c = start(loop, smollm2_path, cache_reuse=MIN_CHUNK,
+              draft=DraftPlan(model_path=str(smollm2_path), name="draft", p_min=0.0, max_tokens=4))
+    try:
+        run(loop, collect(c, gen(day1, num_predict=24)))
+        text, done, _ = run(loop, collect(c, gen(day2, num_predict=24)))
+    finally:
+        run(loop, c.close())
+    assert done.reused_tokens > 500
+    assert done.draft_tokens > 0 and done.draft_accepted >= done.draft_tokens // 2, done
+    run(loop, collect(reusing, gen(day1, num_predict=24)))
+    plain_text, plain_done, _ = run(loop, collect(reusing, gen(day2, num_predict=24)))
+    assert plain_done.reused_tokens == done.reused_tokens
+    assert text == plain_text
 
 
 @pytest.mark.parametrize("family", ["gemma2", "mamba"])

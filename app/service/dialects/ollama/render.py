@@ -37,6 +37,7 @@ def timing_fields(done: Finished | None, total_seconds: float, load_seconds: flo
         d.update({
             "prompt_eval_count": done.prompt_tokens,
             "prompt_cached_count": done.cached_tokens,     # Strata: of prompt_eval_count, from the prompt cache
+            "prompt_reused_count": done.reused_tokens,     # Strata: of prompt_cached_count, moved by cache reuse
             "prompt_eval_duration": ns(done.prompt_seconds),
             "eval_count": done.completion_tokens,
             "eval_duration": ns(done.generation_seconds),

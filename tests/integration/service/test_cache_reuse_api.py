@@ -1,0 +1,84 @@
+"""Cache reuse after a change through the service (STRATA_CACHE_REUSE / ServiceConfig.cache_reuse, llama-server's
+--cache-reuse): OpenCode's recorded build request (tests/support/fixtures/agents/opencode/02-build.json) names the day
+inside its system message, in an `<env>` block before its tool schemas. The next day's first request differs there,
+a few tokens into the prompt; with cache reuse on, the system prompt after the date and every tool schema are
+moved from the slot's cells, and only the new date (and the prompt's last token) is computed, as
+`usage.prompt_tokens_details.cached_tokens` and /metrics say. The request is trimmed to fit a test on a shared
+2-core machine: the system text before `<env>` shortened, five of its ten tools kept. A Modelfile PARAMETER
+`cache_reuse` is checked and stored like any other. The model file comes from `make test-models`; without it these
+tests skip (CI sets STRATA_REQUIRE_TEST_MODELS)."""
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from agent_replay import serve_model
+from repo_paths import FIXTURES
+
+pytestmark = pytest.mark.timeout(2400)
+
+MODEL = "coder:0.5b"
+MIN_CHUNK = 64
+KEEP_TOOLS = ("read", "write", "edit", "glob", "grep")
+DAY1, DAY2 = "Today's date: Fri Nov 27 2026", "Today's date: Sat Nov 28 2026"
+
+
+def build_request(date_line: str) -> dict:
+    """OpenCode's first build request, trimmed, on the day `date_line` names; greedy, one reply token, not streamed."""
+    body = json.loads((FIXTURES / "agents" / "opencode" / "02-build.json").read_text())["body"]
+    system = body["messages"][0]["content"]
+    assert DAY1 in system
+    env = system.index("<env>")
+    system = system[:1200] + "\n" + system[env:].replace(DAY1, date_line)
+    tools = [t for t in body["tools"] if t["function"]["name"] in KEEP_TOOLS]
+    assert len(tools) == len(KEEP_TOOLS)
+    return {**{k: v for k, v in body.items() if k not in ("stream", "stream_options")},
+            "messages": [{"role": "system", "content": system}, *body["messages"][1:]], "tools": tools,
+            "max_tokens": 1, "temperature": 0, "stream": False}
+
+
+@pytest.fixture(scope="module")
+def server(live_service, qwen_coder_path):
+    return serve_model(live_service, qwen_coder_path, MODEL, num_parallel=1, num_ctx=8192, keep_alive="10m",
+                       cache_reuse=MIN_CHUNK, max_body=4 * 1024 * 1024)
+
+
+def usage(http: httpx.Client, body: dict) -> dict:
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    u = r.json()["usage"]
+    return {"prompt": u["prompt_tokens"], "cached": u["prompt_tokens_details"]["cached_tokens"]}
+
+
+def metric(http: httpx.Client, name: str) -> int:
+    m = re.search(rf'^{name}{{model="{re.escape(MODEL)}"}} (\d+)$', http.get("/metrics").text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def test_the_next_days_request_reuses_the_tools_after_the_changed_date(server):
+    with httpx.Client(base_url=server.url, timeout=None) as http:
+        day1 = usage(http, build_request(DAY1))
+        assert day1["cached"] == 0 and day1["prompt"] > 1500
+        reused_before = metric(http, "strata_prompt_cache_reused_tokens_total")
+        day2 = usage(http, build_request(DAY2))
+        computed = day2["prompt"] - day2["cached"]
+        assert day2["prompt"] == day1["prompt"]
+        # the new date's tokens (and the last prompt token, whose logits start the reply) are all that is computed:
+        # the system prompt after the date and the five tool schemas come from the slot's cells
+        assert 1 < computed <= 12, day2
+        reused = metric(http, "strata_prompt_cache_reused_tokens_total") - reused_before
+        assert reused > 1000 and reused <= day2["cached"], (reused, day2)
+
+
+def test_cache_reuse_is_a_modelfile_parameter(server):
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        r = http.post("/api/create", json={"model": "coder-reuse", "from": MODEL, "parameters": {"cache_reuse": 256},
+                                           "stream": False})
+        assert r.status_code == 200, r.text
+        assert re.search(r"cache_reuse\s+256", http.post("/api/show", json={"model": "coder-reuse"}).json()["parameters"])
+        bad = http.post("/api/create", json={"model": "coder-bad", "from": MODEL, "parameters": {"cache_reuse": "x"},
+                                             "stream": False})
+        assert bad.status_code == 400 and "cache_reuse" in bad.text
