@@ -28,6 +28,7 @@ from app.engine.runner.output.text import MAX_TOP_LOGPROBS, Detokenizer, StopByt
 from app.engine.runner.prompt import chat_template, context_fit
 from app.engine.runner.sampling import chain as sampling, grammar, think_budget, tool_grammar
 from app.engine.runner.sampling.constrained import SeqSampler
+from app.engine.runner.sampling.greedy import greedy_pick
 from app.engine.runner.sequence import N_KEEP, Seq
 
 
@@ -103,13 +104,14 @@ class Admission:
         adm.n_prompt = len(toks)
         g, label = self.grammar(req)
         chain = sampling.build_chain(req.sampling, self.n_vocab, self.n_ctx_seq)
+        window = sampling.penalty_window(req.sampling, self.n_ctx_seq)
         try:
-            adm.sampler = SeqSampler(chain, self.vocab, self.n_vocab, g, label, self.vocab_out.piece)
+            adm.sampler = SeqSampler(chain, self.vocab, self.n_vocab, g, label, self.vocab_out.piece,
+                                     greedy_pick(req.sampling, window))
         except BaseException:
             sampling.free_chain(chain)
             raise
-        sampling.accept_prompt(chain, adm.prompt[adm.prompt >= 0],      # image pseudo-tokens are no vocabulary
-                               sampling.penalty_window(req.sampling, self.n_ctx_seq))
+        adm.sampler.accept_prompt(adm.prompt[adm.prompt >= 0], window)   # image pseudo-tokens are no vocabulary
         family = self.plan_of(req).family
         seq.out.detok = Detokenizer(self.vocab_out, self.shown_for(family) if chat else frozenset(),
                                     self.thinking_prefix(text) if chat else "")

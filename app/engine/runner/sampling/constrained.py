@@ -13,7 +13,9 @@ when it is fed an end-of-generation token before the grammar is complete. So no 
   at the trigger an ordinary grammar starts whose root begins with the text already written
   (`ToolGrammar.triggered`) and is fed the tokens from there, each tested first. If one is rejected the
   grammar is dropped and the watch goes on after that point: the reply stays free text.
-Sequences without a grammar (or still waiting for a trigger) sample with `llama_sampler_sample` alone.
+Sequences without a grammar (or still waiting for a trigger) sample with `llama_sampler_sample` alone, or, when
+the chain is greedy with at most a repeat penalty, take the argmax of the logits (greedy.py: same token, no
+candidate array).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from app.engine.runner.sampling import chain as sampling
+from app.engine.runner.sampling.greedy import GreedyPick
 from app.engine.runner.sampling.tool_grammar import BARE, MARKER, ToolGrammar, may_open_bare
 
 log = logging.getLogger("strata.engine")
@@ -64,8 +67,10 @@ class SeqSampler:
     `label` names the grammar in errors ("format JSON schema", "tool_choice required"...); `piece(token,
     special=True)` gives a token's bytes as llama.cpp's grammar sees them (special tokens as their text)."""
 
-    def __init__(self, chain, vocab, n_vocab: int, grammar=None, label: str = "grammar", piece=None):
+    def __init__(self, chain, vocab, n_vocab: int, grammar=None, label: str = "grammar", piece=None,
+                 greedy: GreedyPick | None = None):
         self.chain = chain
+        self.greedy = greedy                # the chain's pick without it (greedy.py), fed the tokens it is fed
         self.vocab = vocab
         self.n_vocab = n_vocab
         self.label = label
@@ -101,7 +106,7 @@ class SeqSampler:
         with a thinking budget spent, the next token of the text that ends thinking instead (think_budget)."""
         forced = self.budget.next_forced() if self.budget is not None and self.grammar is None else None
         if forced is not None:
-            L.llama_sampler_accept(self.chain, forced)
+            self._accept(forced)
             if self.lazy is not None:
                 self.watch(forced)
             tok = forced
@@ -113,22 +118,42 @@ class SeqSampler:
 
     def _sample(self, ctx, row: int) -> int:
         if self.grammar is None:
-            tok = L.llama_sampler_sample(self.chain, ctx, row)
+            if self.greedy is not None:
+                tok = self.greedy.pick(self._logits(ctx, row))
+                self._accept(tok)
+            else:
+                tok = L.llama_sampler_sample(self.chain, ctx, row)
             if self.lazy is not None:
                 self.watch(tok)
             return tok
-        ptr = L.llama_get_logits_ith(ctx, row)
-        if not ptr:
-            raise RuntimeError(f"no logits for batch row {row}")
-        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        logits = self._logits(ctx, row)
         tok = self._pick(logits, False)
         if not self.allows(self.grammar, tok):
             tok = self._pick(logits, True)           # resample with the grammar applied first
             if not self.allows(self.grammar, tok):
                 raise GrammarStuck(f"the {self.label} grammar admits no token the sampler can pick here")
         L.llama_sampler_accept(self.grammar, tok)
-        L.llama_sampler_accept(self.chain, tok)
+        self._accept(tok)
         return tok
+
+    def _accept(self, tok: int) -> None:
+        L.llama_sampler_accept(self.chain, tok)
+        if self.greedy is not None:
+            self.greedy.accept(tok)
+
+    def accept_prompt(self, tokens, window: int) -> None:
+        """The prompt's last `window` tokens to the chain's penalties (chain.accept_prompt), and to the greedy
+        pick's copy of them."""
+        sampling.accept_prompt(self.chain, tokens, window)
+        if self.greedy is not None and window > 0:
+            for t in tokens[-window:]:
+                self.greedy.accept(int(t))
+
+    def _logits(self, ctx, row: int) -> np.ndarray:
+        ptr = L.llama_get_logits_ith(ctx, row)
+        if not ptr:
+            raise RuntimeError(f"no logits for batch row {row}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
     def _pick(self, logits: np.ndarray, grammar_first: bool) -> int:
         cur = self._cur
