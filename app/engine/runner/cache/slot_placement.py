@@ -186,9 +186,13 @@ class Placement:
         disk = self.disk
         assert disk is not None                 # _best_on_disk found the entry there
         t0 = time.perf_counter()
-        buf = disk.load(entry)
-        ok = buf is not None and L.llama_state_seq_set_data(self.ctx, buf, len(buf), slot) > 0
-        if buf is not None and not ok:
+        state = disk.load(entry)
+        try:
+            ok = state is not None and L.llama_state_seq_set_data(self.ctx, state.pointer, len(state), slot) > 0
+        finally:
+            if state is not None:
+                state.close()
+        if state is not None and not ok:
             disk.refuse(entry, "llama.cpp did not accept the state")
         if not ok:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)

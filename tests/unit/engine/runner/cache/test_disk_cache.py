@@ -56,10 +56,16 @@ def test_a_state_written_by_one_runner_continues_identically_in_the_next(llama, 
     assert n == 100 and entry.tokens.tolist() == toks
     assert again.covered(toks) == 120 and again.bytes == entry.size > 120 * 4
     assert again.best(toks, max_len=119) == (None, 0)               # longer than a sequence's cells: never loaded
-    buf = again.load(entry)
-    assert buf is not None and L.llama_state_seq_set_data(llama, buf, len(buf), 1) > 0
+    state = again.load(entry)                                        # the file's pages, mapped: no copy
+    try:
+        assert state is not None and L.llama_state_seq_set_data(llama, state.pointer, len(state), 1) > 0
+    finally:
+        state.close()
     got = decode(llama, [7, 8, 9], 1, pos0=120)
     assert np.array_equal(got, want)                                 # the same bytes: the same logits
+    path = entry.path
+    path.write_bytes(path.read_bytes()[:-1000])                      # cut after it was indexed: never mapped short
+    assert again.load(entry) is None and not path.exists()
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "empty"])
