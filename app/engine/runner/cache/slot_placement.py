@@ -271,10 +271,13 @@ class Placement:
     def _take(self, slot: int, keep: int) -> int:
         """Make `slot` ready for a new sequence keeping its first `keep` cached tokens; what it held beyond
         that goes to the host cache first when it is worth keeping; a prefix due on disk is copied there first (the
-        one path by which a free slot's cells are reused). Returns the slot."""
+        one path by which a free slot's cells are reused) unless the new sequence keeps all but fewer than
+        MIN_DISK_TOKENS of it. Returns the slot."""
         if slot in self.disk_due:
             self.disk_due.discard(slot)
-            if self.slots.tokens[slot]:
+            # a sequence that keeps all but a few of its tokens (the next turn of its conversation) is saved when it
+            # is done, holding them: copying them now would only make the new request wait for the copy
+            if len(self.slots.tokens[slot]) - keep >= MIN_DISK_TOKENS:
                 self.save_to_disk(slot, self.slots.tokens[slot])
         tokens = self.slots.tokens[slot]
         if len(tokens) - keep >= MIN_SAVE_TOKENS:

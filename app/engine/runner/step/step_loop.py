@@ -44,6 +44,11 @@ from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
 
+# A finished sequence's prefix is copied to the disk cache once the runner has been idle this long: the copy holds
+# the context thread (hundreds of MiB: 0.1-0.5 s), and a client that answers at once (a chat's title request, an
+# agent's next call after a quick tool) should not find its request waiting behind it.
+IDLE_SAVE_AFTER_S = 1.0
+
 
 class StepLoop:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
@@ -129,6 +134,7 @@ class StepLoop:
 
     # ---- context thread -----------------------------------------------------------------------------------
     def _context_loop(self):
+        t_busy = 0.0                        # when the last step ran
         try:
             while not self.stopping:
                 t_loop, c_loop = time.perf_counter(), time.thread_time()
@@ -142,9 +148,13 @@ class StepLoop:
                                           self.clock, self.send):
                     jobs.popleft()
                     continue
-                if not self._step(t_loop, c_loop):
-                    if self.placement.save_due(limit=1):   # idle: a prefix due on disk, then look for work again
-                        continue
+                if self._step(t_loop, c_loop):
+                    t_busy = time.perf_counter()
+                    continue
+                idle_s = time.perf_counter() - t_busy
+                if idle_s < IDLE_SAVE_AFTER_S and self.placement.disk_due:
+                    self.inbox.event.wait(IDLE_SAVE_AFTER_S - idle_s)
+                elif not self.placement.save_due(limit=1):  # idle: a prefix due on disk, then look for work again
                     self.inbox.event.wait(0.5)
         except BaseException:  # an engine bug: end the process so the parent fails requests instead of hanging
             log.exception("context thread crashed")
