@@ -58,6 +58,9 @@ class GenerateRequest:
     think_budget: int | None = None         # at most this many tokens of thinking (Anthropic budget_tokens)
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
+    want_context: bool = True               # the DoneEvent carries context_tokens (prompt + reply): Ollama's generate
+                                            # returns them; other dialects do not, and a 30k-token list costs the
+                                            # reply's end ~2 ms to pickle, send and read
     cache_prompt: bool = True               # False: decode the whole prompt, reuse no cached cells (llama-server's)
     speculate: bool = True                  # False: no speculative drafts for this request (same tokens either way)
     # a prompt longer than the context (runner/prompt/context_fit.py): "error" | "drop_messages" | "truncate" (the engine's

@@ -118,6 +118,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
         id=new_id(), prompt=prompt, images=req.images, system=system, raw=raw, sampling=ro.sampling,
         num_predict=ro.num_predict, stop=list(ro.stop), json_schema=req.json_schema, json_mode=req.json_mode,
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
+        want_context=req.want_context,
         overflow=req.overflow, reserve=reply_reserve(req.overflow, ro.num_predict),
         shift=req.shift if req.shift is not None else req.overflow != "error", announce=True, **extra)
     parse_reply = not raw and req.suffix is None

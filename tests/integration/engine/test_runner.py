@@ -375,6 +375,11 @@ def test_chat_template_from_the_gguf_and_raw_mode(loop, runner):
     assert chat[0] == gen[0]                     # same rendered prompt through the template
     assert gen[1].context_tokens[:gen[1].prompt_tokens] != raw[1].context_tokens[:2]
 
+    # a request that does not ask for the context (every dialect but Ollama's generate) ends without it
+    plain = run(loop, collect(runner, P.GenerateRequest(id=rid(), prompt="Hello!", raw=True, sampling=greedy(),
+                                                        num_predict=5, ignore_eos=True, want_context=False)))
+    assert plain[1].context_tokens is None and plain[0] == raw[0] and plain[1].completion_tokens == 5
+
 
 def test_embeddings_are_deterministic_and_normalised(loop, runner):
     async def go():

@@ -159,7 +159,7 @@ class OutputThread:
                 self._send_text(seq)
         t_first = seq.t_first or seq.t_done
         ctx_tokens = None
-        if seq.req.messages is None and reason != "cancelled":
+        if seq.req.messages is None and reason != "cancelled" and seq.req.want_context:
             ctx_tokens = list(seq.history)
             if reason == "length" and seq.n_gen > 0 and seq.pending >= 0 and len(ctx_tokens) < self.n_ctx_seq:
                 # the last token was sampled and sent as text but never decoded (the limit ended it first): it is
