@@ -26,7 +26,7 @@ Environment variables (all optional):
   STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
   STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
 Passed down to every runner child (engine/runner_settings.RunnerSettings; the runner reads no variable itself):
-  STRATA_SPECULATIVE   speculative decoding: off (default), auto, on, or a longest draft (runner/speculation/drafting.py)
+  STRATA_SPECULATIVE   speculative decoding: auto (default), off, on, or a longest draft (runner/speculation/drafting.py)
   STRATA_STREAM_INTERVAL_MS  how long new text may be held before it is sent (default: 50 ms when every CPU
                        computes, else 0; runner/output_thread.stream_interval_s)
   STRATA_RUNNER_LOG    the runner's log level (default WARNING)
