@@ -3,7 +3,8 @@
 inside its system message, in an `<env>` block before its tool schemas. The next day's first request differs there,
 a few tokens into the prompt; with cache reuse on, the system prompt after the date and every tool schema are
 moved from the slot's cells, and only the new date (and the prompt's last token) is computed, as
-`usage.prompt_tokens_details.cached_tokens` and /metrics say. The whole request (~7,200 tokens: a 9.5 KB system
+`usage.prompt_tokens_details.cached_tokens` and /metrics say; after a restart of the service, yesterday's prompt comes
+back from the prompt cache on disk and its tools are moved the same way. The whole request (~7,200 tokens: a 9.5 KB system
 message, ten tools) goes to the Qwen2.5-Coder fixture's tokenizer twin (agent_replay.write_tokenizer_twin: its
 tokenizer and chat template on two random layers), which renders and tokenizes it exactly as Qwen does at a
 thousandth of the compute; what is reused depends only on the tokens. A Modelfile PARAMETER `cache_reuse` is checked
@@ -35,11 +36,17 @@ def build_request(date_line: str) -> dict:
             "max_tokens": 1, "temperature": 0, "stream": False}
 
 
+CONFIG = dict(num_parallel=1, num_ctx=16384, keep_alive="10m", cache_reuse=MIN_CHUNK, max_body=4 * 1024 * 1024)
+
+
 @pytest.fixture(scope="module")
-def server(live_service, qwen_coder_path, tmp_path_factory):
-    twin = write_tokenizer_twin(qwen_coder_path, tmp_path_factory.mktemp("twin") / "coder-twin.gguf", n_ctx=16384)
-    return serve_model(live_service, twin, MODEL, num_parallel=1, num_ctx=16384, keep_alive="10m",
-                       cache_reuse=MIN_CHUNK, max_body=4 * 1024 * 1024)
+def twin(qwen_coder_path, tmp_path_factory):
+    return write_tokenizer_twin(qwen_coder_path, tmp_path_factory.mktemp("twin") / "coder-twin.gguf", n_ctx=16384)
+
+
+@pytest.fixture(scope="module")
+def server(live_service, twin):
+    return serve_model(live_service, twin, MODEL, **CONFIG)
 
 
 def usage(http: httpx.Client, body: dict) -> dict:
@@ -79,3 +86,17 @@ def test_cache_reuse_is_a_modelfile_parameter(server):
         bad = http.post("/api/create", json={"model": "coder-bad", "from": MODEL, "parameters": {"cache_reuse": "x"},
                                              "stream": False})
         assert bad.status_code == 400 and "cache_reuse" in bad.text
+
+
+def test_after_a_restart_the_state_on_disk_is_moved_the_same_way(live_service, twin, tmp_path_factory):
+    home = tmp_path_factory.mktemp("reuse-disk-home")
+    with live_service.running(home=home, **CONFIG) as svc:
+        with httpx.Client(base_url=svc.url, timeout=None) as http:
+            assert http.post("/api/create", json={"model": MODEL, "from": str(twin), "stream": False}).is_success
+            day1 = usage(http, build_request(DAY1))
+    with live_service.running(home=home, **CONFIG) as svc:
+        with httpx.Client(base_url=svc.url, timeout=None) as http:
+            day2 = usage(http, build_request(DAY2))
+            disk = http.get("/api/ps").json()["models"][0]["strata"]["prompt_cache"]["disk"]
+    assert day2["prompt"] == day1["prompt"] and 1 < day2["prompt"] - day2["cached"] <= 12, (day1, day2)
+    assert disk["hits"] == 1 and disk["hit_tokens"] == day2["cached"], disk
