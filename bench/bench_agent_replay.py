@@ -29,8 +29,10 @@ cached prompt tokens per turn (`usage.cache_read_input_tokens`, `usage.prompt_to
 llama-server's `timings.cache_n`); turn 1 is cold for both; engines alternate which goes first each turn.
 
 --next-day N: OpenCode names the day in its system message, before its tool schemas (an `<env>` block), so the next
-day's session shares only the text before the date with yesterday's. Yesterday's last request is sent first (cold,
-it fills each engine's one slot); then the whole session again with the next day's date. Strata runs the model with
+day's session shares only the text before the date with yesterday's. Yesterday's first request is sent first (cold,
+it fills each engine's one slot); then the whole session again with the next day's date. (Not yesterday's last
+request: a replay repeats yesterday's messages word for word, which a real next day would not, and Strata would move
+them from its host-RAM copy of yesterday's prompt on every turn.) Strata runs the model with
 `PARAMETER cache_reuse N` (cached chunks of at least N tokens that the new prompt repeats after the change are moved
 into place), llama-server with `--cache-reuse N`. "reusable": the request's tokens a cache reuse with this N could
 take from the previous prompt (its common prefix and the chunks after it; app/engine/runner/cache/chunk_reuse.py).
@@ -365,18 +367,18 @@ async def replay_next_day(args, bodies: list[dict]) -> None:
         for e in engines:
             await e.start()
             await e.complete("Hello", 4)
-        toks = await rendered_tokens(engines[0], args.model, [bodies[-1]] + days)
+        toks = await rendered_tokens(engines[0], args.model, [bodies[0]] + days)
         reusable, tails = [], []
         for i in range(1, len(toks)):
             k = common_prefix(toks[i - 1], toks[i])
             moved = sum(c.n for c in reuse_chunks(toks[i - 1], toks[i], k, n, len(toks[i]) - 1, 1 << 30)) if k else 0
             reusable.append(k + moved)
             tails.append(len(toks[i]) - k)
-        print(f"yesterday's last request: {len(toks[0])} tokens; the next day's first shares "
+        print(f"yesterday's first request: {len(toks[0])} tokens; the next day's first shares "
               f"{common_prefix(toks[0], toks[1])} by prefix, {reusable[0]} with cache reuse", file=sys.stderr)
         cold = {}
-        for e in engines:                       # yesterday: the session's last request, cold
-            cold[e.name] = await replay_one(e, bodies[-1], args.max_tokens)
+        for e in engines:                       # yesterday: the session's first request, cold
+            cold[e.name] = await replay_one(e, bodies[0], args.max_tokens)
             cold[e.name]["load"] = load_text()
             print(f"yesterday {e.name}: {cold[e.name]}", file=sys.stderr, flush=True)
         for i, body in enumerate(days):
@@ -392,10 +394,10 @@ async def replay_next_day(args, bodies: list[dict]) -> None:
     names = list(res)
     print(f"\n## The next day: {len(days)} requests of {Path(args.replay).name} with the next day's date, "
           f"{Path(args.model).name}, threads {args.threads}, cache reuse {n}\n")
-    print("yesterday (the session's last request, cold): " + "; ".join(
+    print("yesterday (the session's first request, cold): " + "; ".join(
         f"{k} {v['prompt']} tokens, TTFT {v['ttft']:.2f} s (load {v['load']})" for k, v in cold.items()) + "\n")
     print("new tail: tokens after the common prefix with the previous request; reusable: prefix + what cache reuse "
-          f"with chunks of {n} can move from the previous prompt (turn 1: from yesterday's last request)\n")
+          f"with chunks of {n} can move from the previous prompt (turn 1: from yesterday's)\n")
     print("| turn | prompt | new tail | reusable | " + " | ".join(f"{x} cached | {x} computed | {x} TTFT s"
                                                           for x in names) +
           (" | TTFT ratio" if len(names) == 2 else "") + " | load |")
@@ -496,7 +498,7 @@ if __name__ == "__main__":
     ap.add_argument("--tails", action="store_true", help="only render the requests (Strata's /apply-template) and "
                     "print each one's tokens and new tail, replaying nothing")
     ap.add_argument("--next-day", type=int, default=0, metavar="N", help="OpenCode's session again on the next "
-                    "day, after yesterday's last request: Strata with cache_reuse N, llama-server with --cache-reuse N")
+                    "day, after yesterday's first request: Strata with cache_reuse N, llama-server with --cache-reuse N")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
