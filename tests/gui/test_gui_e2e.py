@@ -6,7 +6,7 @@ for chat history. Replies are kept short with num_predict so the module stays fa
 from __future__ import annotations
 
 import json
-import time
+import threading
 import urllib.request
 
 import pytest
@@ -289,52 +289,42 @@ def test_tray_actions_call_the_api(qtbot, desk, service):
     assert QGuiApplication.clipboard().text() == service.url
 
 
-def test_gui_thread_never_stalls_while_a_long_reply_streams(qtbot, desk):
-    """A QTimer heartbeat every 10 ms while a long reply streams at full speed into the visible window. Between
-    two ticks the GUI thread must never have been busy for 50 ms or more (a stall check: nothing slow may run
-    in the GUI thread). Busy time is the thread's own CPU time (`time.thread_time`), so a 2-core CI box that
-    preempts the whole process does not count as a GUI stall; wall-clock gaps are reported, and most of them
-    must be short too (a GIL hog in another thread of this process would stretch them on every token)."""
-    from PySide6.QtCore import Qt, QTimer
+def test_gui_thread_keeps_answering_while_a_long_reply_streams(qtbot, desk):
+    """While a reply that only a stop ends streams into the visible window, the GUI thread keeps answering: round
+    after round, a call posted to it from another thread (as the bridge's loop thread posts each chunk) runs in the
+    GUI thread while the reply is still running, and the window's rendered reply grows (the coalescing render timer
+    fires mid-stream, not only at the end). Were the request, the reading of its stream or the rendering done in
+    the GUI thread until the reply ends, the first posted call would wait for an end that never comes and the test
+    fails at its bound. Only conditions are waited for, so a fast or a slow machine changes nothing."""
+    from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+    class Poster(QObject):
+        ping = Signal(int)
+
+    answered: list[tuple[int, int, bool]] = []     # (round, thread, the reply still running)
+
+    class Answerer(QObject):
+        @Slot(int)
+        def answer(self, i):
+            answered.append((i, threading.get_ident(), chat.busy))
 
     chat = desk.open_chat()
     chat.resize(1100, 720)
-    chat.extra_options = {"num_predict": 200, "seed": 3}
-    chat.send("Say ok.")             # warm up: model loaded, first render done
-    qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
-    wall_gaps, busy, last = [], [], [None, None]
-
-    def tick():
-        now, cpu = time.perf_counter(), time.thread_time()
-        if last[0] is not None:
-            wall_gaps.append(now - last[0])
-            busy.append(cpu - last[1])
-        last[0], last[1] = now, cpu
-
-    hb = QTimer()
-    hb.setTimerType(Qt.PreciseTimer)
-    hb.setInterval(10)
-    hb.timeout.connect(tick)
-    chunks = []
+    poster, answerer = Poster(), Answerer()
+    poster.ping.connect(answerer.answer, Qt.QueuedConnection)
+    gui_thread = threading.get_ident()
+    chat.extra_options = ENDLESS
     chat.send("Write a long essay about the history of bridges, with headings, lists and a code example.")
-    chat.call.item.connect(lambda _o: chunks.append(1))
-    t0 = time.perf_counter()
-    hb.start()
+    widget = chat.pending.widget
+    for i in range(5):
+        shown = len(widget.body.toPlainText())
+        threading.Thread(target=poster.ping.emit, args=(i,)).start()
+        qtbot.waitUntil(lambda: len(answered) > i and len(widget.body.toPlainText()) > shown, timeout=WAIT)
+        assert answered[i] == (i, gui_thread, True), answered
+    assert chat.busy and chat.pending.widget is widget      # the reply never ended: every round came mid-stream
+    chat.stop()
     qtbot.waitUntil(lambda: not chat.busy, timeout=WAIT)
-    hb.stop()
-    duration = time.perf_counter() - t0
-    reply = reply_of(chat)
-    assert reply.role == "assistant" and reply.stats["tokens"] >= 50, reply.stats
-    assert len(chunks) > 1 and len(busy) > 1          # it streamed, and the heartbeat ran through it
-    long_gaps = sum(1 for g in wall_gaps if g >= 0.050)
-    print(f"heartbeat: {len(wall_gaps)} ticks in {duration:.1f} s; worst GUI busy {max(busy) * 1000:.1f} ms; "
-          f"worst wall gap {max(wall_gaps) * 1000:.1f} ms ({long_gaps} >= 50 ms); {len(chunks)} chunks; {reply.stats}")
-    # Properties that hold at any speed. The GUI thread's longest stretch of its own CPU time between two ticks is a
-    # small part of the whole reply (rendering everything at once at the end, or a blocking call, would be most of
-    # it). Wall-clock gaps are only printed: on a loaded 2-core machine the OS preempts the whole process.
-    assert max(busy) <= 0.10 * duration, f"the GUI thread was busy {max(busy) * 1000:.0f} ms of {duration:.1f} s"
-    # and the GUI thread kept up: it was busy for a minority of the time the reply took
-    assert sum(busy) <= 0.5 * duration, f"the GUI thread used {sum(busy):.1f} s of CPU in {duration:.1f} s"
+    assert reply_of(chat).stats.get("stopped") is True
 
 
 def test_bridge_delivers_a_reply_that_arrives_before_the_caller_connects(qtbot, service):
