@@ -68,6 +68,32 @@ def greedy(**kw) -> P.SamplingParams:
     return P.SamplingParams(temperature=0.0, repeat_penalty=1.0, **kw)
 
 
+# llama.cpp does not promise the same logits for a token whatever batch it is decoded in: its CPU kernels round
+# differently per batch shape (a prompt in one ubatch or many, one row or several sequences' rows in a step, a
+# draft verified in one batch). Measured on SmolLM2 between cold runs of the same prompts: n_batch 512 vs 16
+# (110-token prompt) up to 0.048 in a token's logprob; four 630-token prompts one after another vs all in one
+# batch up to 0.26. A bug (a wrong position, a stale or foreign cell, a lost draft row) changes confident tokens or
+# moves logprobs by whole nats.
+LOGPROB_NOISE = 0.3
+
+
+def assert_greedy_agrees(reference: list, other: list, noise: float = LOGPROB_NOISE) -> int:
+    """Two greedy runs of one request decoded in different batch shapes (`reference`, `other`: their tokens'
+    logprob records, with `top` alternatives): token for token the same, logprobs within `noise`, up to a first
+    difference where the reference's two candidates were within `noise` of each other (a near-tie that rounding
+    may flip; after it the two replies continue from different text and nothing more is comparable). Without a
+    difference both have every token. -> how many tokens agree."""
+    for i, (r, o) in enumerate(zip(reference, other)):
+        if r.token != o.token:
+            top = {t[0]: t[1] for t in r.top}
+            assert o.token in top and top[r.token] - top[o.token] < noise, \
+                f"token {i}: {o.token!r} for {r.token!r}, not a near-tie in the reference's {top}"
+            return i
+        assert abs(r.logprob - o.logprob) < noise, f"token {i} {r.token!r}: logprob {o.logprob} vs {r.logprob}"
+    assert len(reference) == len(other) > 0, (len(reference), len(other))
+    return len(reference)
+
+
 def run(loop: asyncio.AbstractEventLoop, coro, timeout: float = 300):
     """`coro` run to its end on the test's loop, failing after a generous `timeout` rather than hanging."""
     return loop.run_until_complete(asyncio.wait_for(coro, timeout))

@@ -144,9 +144,11 @@ def test_numpy_batch_two_sequences_match_each_alone(llama):
     rows = [b.add_span(tokenize(vocab, p, add_special=False), 0, s, logits_last=True) for s, p in enumerate(prompts)]
     assert b.struct.n_tokens == b.n and L.llama_decode(ctx, b.struct) == 0
     for r, ref in zip(rows, alone):
+        # the same logits up to rounding (one batch of both prompts is another shape than each alone, and llama.cpp
+        # rounds shapes differently), so the best token alone is the best here or within that rounding of it
         got = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, r), shape=(n_vocab,))
-        assert np.argmax(got) == np.argmax(ref)
         assert np.allclose(got, ref, atol=1e-3)
+        assert got[np.argmax(ref)] >= got.max() - 2e-3
     assert list(b.seq[:b.n]) == [0] * (rows[0] + 1) + [1] * (rows[1] - rows[0])
     with pytest.raises(OverflowError):
         b.add_span(list(range(200)), 0, 0, logits_last=True)
