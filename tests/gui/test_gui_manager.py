@@ -34,6 +34,14 @@ def names(url) -> list[str]:
     return [m["name"] for m in api(url, "/api/tags")["models"]]
 
 
+def deletes_answered(url) -> int:
+    """How many /api/delete requests the service has answered (its /metrics), whatever their status."""
+    with urllib.request.urlopen(url + "/metrics", timeout=300) as r:
+        lines = r.read().decode().splitlines()
+    return sum(int(float(ln.rsplit(" ", 1)[1])) for ln in lines
+               if ln.startswith("strata_http_requests_total{") and 'route="/api/delete"' in ln)
+
+
 @pytest.fixture
 def manager(qtbot, service):
     from app.gui.desktop import Desktop
@@ -217,13 +225,14 @@ def test_copy_rename_and_delete_with_confirmation(qtbot, manager, service, dense
     click(qtbot, m.buttons["delete"])
     box = dialog_of(qtbot, m, "deleteDialog")
     assert "Delete renamed:v2?" in box.text()
+    deletes = deletes_answered(service.url)
     answer_box(qtbot, box, QMessageBox.No)
-    qtbot.wait(300)
     assert "renamed:v2" in names(service.url)
     click(qtbot, m.buttons["delete"])
     answer_box(qtbot, dialog_of(qtbot, m, "deleteDialog"), QMessageBox.Yes)
     qtbot.waitUntil(lambda: m.table_model.row_of("renamed:v2") < 0, timeout=WAIT)
     assert "renamed:v2" not in names(service.url) and "work:v1" in names(service.url)
+    assert deletes_answered(service.url) == deletes + 1          # the Yes sent the only DELETE, the No none
     # a refused request is said, not swallowed: a bad name
     click_row(qtbot, m, "work:v1")
     click(qtbot, m.buttons["copy"])

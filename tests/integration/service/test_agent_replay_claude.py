@@ -23,7 +23,8 @@ prompt renders and tokenizes to the same tokens and costs a thousandth of the co
 checked as the real model's (run-01, run-02, the official client's) stay on Qwen2.5-Coder.
 
 Body changes: `max_tokens` is lowered so a reply ends soon on 2 cores (the structure is what is checked, not
-the words of a sampled reply), and `model` names the twin where a request goes to it. Nothing here depends on timing or on what the model chooses to say.
+the words of a sampled reply), and `model` names the twin where a request goes to it. Nothing here depends on
+timing or on what the model chooses to say.
 The model file comes from `make test-models`; without it these tests skip (CI sets STRATA_REQUIRE_TEST_MODELS)."""
 from __future__ import annotations
 
