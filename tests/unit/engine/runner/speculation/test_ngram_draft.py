@@ -27,3 +27,28 @@ def test_a_reply_that_copies_goes_on_from_where_it_copies():
     for tok in (31, 32):
         drafter.push(tok)
     assert drafter.lookup(2) == [33, 34]            # the copy goes on from the place it was copying
+
+
+def test_the_index_finds_what_a_scan_of_the_sequence_finds():
+    """The 3-token window index against a plain scan: for every n-gram size, the latest place right after an
+    earlier occurrence of the tail (one token at least after it), as the sequence grows token by token; a small
+    vocabulary makes occurrences of every size frequent, prompt and reply windows both."""
+    import random
+
+    from app.engine.runner.speculation.ngram_draft import N_MIN
+
+    def scan(toks, n):
+        end = len(toks)
+        return next((e for e in range(end - 1, n - 1, -1) if toks[e - n:e] == toks[end - n:end]), -1)
+    rng = random.Random(7)
+    for vocab, n_prompt in ((3, 40), (5, 300), (40, 2000)):
+        toks = [rng.randrange(vocab) for _ in range(n_prompt)]
+        drafter = NgramDrafter(toks)
+        for step in range(120):
+            end = len(drafter.tokens)
+            found = drafter._latest_by_size(end)
+            for n in range(N_MIN, N_MAX + 1):
+                assert found.get(n, -1) == scan(drafter.tokens, n), (vocab, step, n)
+            drafter.push(rng.randrange(vocab) if step % 3 else drafter.tokens[rng.randrange(end)])
+    images = NgramDrafter([5, 6, 7, -1, -1, 5, 6, 7, 8, -1, 5, 6, 7])    # pseudo-tokens: windows holding them match nothing
+    assert images.lookup(2) == [8]
