@@ -330,7 +330,7 @@ class DiskPromptCache:
                 state = MappedState(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), entry)
             try:
                 tok = state.tokens_bytes()
-                if zlib.crc32(state.payload, zlib.crc32(tok)) != entry.crc or \
+                if zlib.crc32(state.payload.data, zlib.crc32(tok)) != entry.crc or \
                         np.frombuffer(tok, dtype="<i4").tolist() != entry.tokens.tolist():
                     raise Refused("checksum mismatch")
             except BaseException:
