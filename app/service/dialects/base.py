@@ -14,7 +14,8 @@ from aiohttp import web
 from .. import appkeys as keys
 from ..generation import pipeline
 from ..generation.request import GenerationRequest
-from ..generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ..generation.result import (Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments,
+                                 ToolCallEvent, ToolCallStart)
 from ..http.bodies import NDJSONWriter, SSEComment, SSEEvent
 from ..http import request_log
 from ..http.errors import ApiError
@@ -32,6 +33,9 @@ class Renderer:
     # stream that opened before its prompt was fitted, set by serve(); closing() puts it in the stream's final
     # event as `strata` (empty: the headers said it all)
     trailer: dict = {}
+    # a stream of this wire shows a tool call in pieces as the model writes it (tool_call_start, then
+    # tool_call_arguments, then tool_call at its end); False: only tool_call, once the call is complete
+    call_pieces: bool = False
 
     def opening(self) -> Iterable[Frame]:
         return ()
@@ -43,8 +47,16 @@ class Renderer:
         """Reasoning text as it comes (dialects without a place for it show nothing)."""
         return ()
 
+    def tool_call_start(self, ev: ToolCallStart) -> Iterable[Frame]:
+        """A call begins: its id and name (only where `call_pieces`)."""
+        return ()
+
+    def tool_call_arguments(self, ev: ToolCallArguments) -> Iterable[Frame]:
+        """A piece of the open call's arguments, JSON text (only where `call_pieces`)."""
+        return ()
+
     def tool_call(self, ev: ToolCallEvent) -> Iterable[Frame]:
-        """One complete tool call."""
+        """One complete tool call (where `call_pieces`: the end of the call its pieces began)."""
         return ()
 
     def finished(self, ev: Finished) -> Iterable[Frame]:
@@ -160,6 +172,7 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
         async with pipeline.generate(scheduler, metrics, job) as whole:
             await whole.start()         # the prompt fitted (or the context grown) before any byte: a 400 stays one
             return web.json_response(renderer.complete(await whole.collect()), headers=whole.headers())
+    job.call_pieces = renderer.call_pieces
     w = renderer.writer(request)
     pings = type(renderer).keepalive is not Renderer.keepalive      # only a wire that has a keepalive
     leased, opened = False, False
@@ -199,6 +212,10 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
                     await _send(w, renderer.delta(ev))
                 elif isinstance(ev, ThinkingDelta):
                     await _send(w, renderer.thinking(ev))
+                elif isinstance(ev, ToolCallArguments):
+                    await _send(w, renderer.tool_call_arguments(ev))
+                elif isinstance(ev, ToolCallStart):
+                    await _send(w, renderer.tool_call_start(ev))
                 elif isinstance(ev, ToolCallEvent):
                     await _send(w, renderer.tool_call(ev))
                 elif isinstance(ev, Finished):

@@ -23,8 +23,8 @@ from app.engine.gguf.chat_facts import ChatFacts, cached_chat_facts, read_chat_f
 
 from ..http.errors import ApiError
 from .request import GenerationRequest
-from .result import TextDelta, ThinkingDelta, ToolCallEvent
-from .toolcalls import make_parser
+from .result import TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
+from .toolcalls import Args, Delta, Done, Open, ToolCall, make_parser
 from .tools import new_call_id, tool_names
 
 EFFORTS = ("low", "medium", "high")
@@ -124,14 +124,19 @@ def runner_fields(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPla
 
 
 class ReplyReader:
-    """Turns the runner's text into the service's events through the model family's reply parser."""
+    """Turns the runner's text into the service's events through the model family's reply parser. `pieces`: a
+    call is given as ToolCallStart, ToolCallArguments..., ToolCallEvent (every call: one the parser streamed as it
+    was written, or one it read whole, whose arguments then come in one piece); else only the ToolCallEvent."""
 
-    def __init__(self, req: GenerationRequest, plan: ChatPlan):
-        self.parser = make_parser(plan.parser, tool_names(req.tools) if plan.tools else ())
+    def __init__(self, req: GenerationRequest, plan: ChatPlan, pieces: bool = False):
+        self.parser = make_parser(plan.parser, tool_names(req.tools) if plan.tools else (), stream_calls=pieces)
+        self.pieces = pieces
         self.drop_thinking = req.think is False
         # parallel_tool_calls false: at most one call, also where no grammar shapes the calls (harmony, XML...)
         self.max_calls = None if req.parallel_tool_calls else 1
         self.n_calls = 0
+        self.open: tuple[int, str, str] | None = None     # the call being streamed: index, id, name
+        self.skipping = False                              # ... past max_calls: its parts are dropped
         self.pending_lp: tuple = ()
 
     def feed(self, ev: TextDelta) -> list:
@@ -145,16 +150,42 @@ class ReplyReader:
             self.pending_lp = ()
         return out
 
-    def _events(self, d, n_tokens: int = 0) -> list:
+    def _full(self) -> bool:
+        return self.max_calls is not None and self.n_calls >= self.max_calls
+
+    def _events(self, d: Delta, n_tokens: int = 0) -> list:
         out: list = []
-        if d.thinking and not self.drop_thinking:
-            out.append(ThinkingDelta(d.thinking, n_tokens))
-        if d.content:
-            out.append(TextDelta(d.content, self.pending_lp))
-            self.pending_lp = ()
-        for c in d.calls:
-            if self.max_calls is not None and self.n_calls >= self.max_calls:
-                break
-            out.append(ToolCallEvent(self.n_calls, new_call_id(), c.name, c.arguments))
-            self.n_calls += 1
+        for item in d.items:
+            if isinstance(item, tuple):
+                kind, text = item
+                if kind == "thinking":
+                    if not self.drop_thinking:
+                        out.append(ThinkingDelta(text, n_tokens))
+                        n_tokens = 0             # the piece's tokens are counted once
+                else:
+                    out.append(TextDelta(text, self.pending_lp))
+                    self.pending_lp = ()
+            elif isinstance(item, ToolCall):
+                if self._full():
+                    continue
+                index, cid = self.n_calls, new_call_id()
+                if self.pieces:
+                    out += [ToolCallStart(index, cid, item.name),
+                            ToolCallArguments(index, json.dumps(item.arguments, ensure_ascii=False))]
+                out.append(ToolCallEvent(index, cid, item.name, item.arguments))
+                self.n_calls += 1
+            elif isinstance(item, Open):
+                self.skipping = self._full()
+                if not self.skipping:
+                    self.open = (self.n_calls, new_call_id(), item.name)
+                    out.append(ToolCallStart(*self.open))
+            elif isinstance(item, Args):
+                if not self.skipping and self.open is not None:
+                    out.append(ToolCallArguments(self.open[0], item.text))
+            elif isinstance(item, Done):
+                if not self.skipping and self.open is not None:
+                    index, cid, name = self.open
+                    out.append(ToolCallEvent(index, cid, name, item.arguments))
+                    self.n_calls += 1
+                self.open, self.skipping = None, False
         return out

@@ -79,6 +79,7 @@ class Job:
     runner_request: protocol.GenerateRequest
     facts: object = None                # engine.gguf.chat_facts.ChatFacts (None: unreadable; plain text)
     parse_reply: bool = False           # read thinking and tool calls out of the reply (chat_features)
+    call_pieces: bool = False           # stream each tool call in pieces as it is written (the renderer asks)
     record: object = None               # the store's record `model` was resolved to (the lease needs no lookup)
 
     @property
@@ -245,7 +246,8 @@ class Generation:
         """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
         name = self.job.model
         plan = self.job.runner_request.plan
-        reader = chat_features.ReplyReader(self.job.request, plan) if self.job.parse_reply and plan else None
+        reader = (chat_features.ReplyReader(self.job.request, plan, self.job.call_pieces)
+                  if self.job.parse_reply and plan else None)
         await self.start()
         try:
             async for ev in self._runner_events():

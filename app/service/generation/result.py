@@ -28,8 +28,26 @@ class ThinkingDelta:
 
 
 @dataclass(frozen=True)
+class ToolCallStart:
+    """A tool call begins (a stream that gives calls in pieces): its id and complete name. Its arguments follow
+    as ToolCallArguments, then the ToolCallEvent with the same index ends it; nothing else comes in between."""
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    """A piece of the open call's arguments as JSON text: the pieces of a call add up to its arguments as
+    `json.dumps(..., ensure_ascii=False)` writes them (the whole string a client is given), never taken back."""
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
 class ToolCallEvent:
-    """One complete tool call the model made; `index` counts the calls of this reply from 0."""
+    """One complete tool call the model made; `index` counts the calls of this reply from 0. Where the call was
+    streamed in pieces, `arguments` is what its pieces add up to."""
     index: int
     id: str
     name: str
@@ -52,7 +70,7 @@ class Finished:
     reused_tokens: int = 0               # of cached_tokens, how many cache reuse moved from other positions
 
 
-Event = TextDelta | ThinkingDelta | ToolCallEvent | Finished
+Event = TextDelta | ThinkingDelta | ToolCallStart | ToolCallArguments | ToolCallEvent | Finished
 
 
 @dataclass

@@ -7,7 +7,8 @@ import json
 import uuid
 from typing import Any
 
-from ...generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import (Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments,
+                                 ToolCallEvent, ToolCallStart)
 from ...http.bodies import SSEEvent, SSEWriter
 from ...http.errors import ApiError, anthropic_error
 from ..base import Renderer
@@ -45,12 +46,14 @@ def usage(done: Finished | None) -> dict:
 
 class MessagesRenderer(Renderer):
     writer = SSEWriter
+    call_pieces = True
 
     def __init__(self, model: str, wire: WireChoices, *, show_thinking: bool = True):
         self.model, self.wire, self.id = model, wire, new_message_id()
         self.show_thinking = show_thinking
         self.index = -1              # the open content block's index
-        self.open_kind: str | None = None        # "thinking" | "text" | None
+        self.open_kind: str | None = None        # "thinking" | "text" | "tool_use" | None
+        self.open_call: int | None = None        # the index of the call whose tool_use block is open
 
     # ---- streamed -------------------------------------------------------------------------------------------
     def _ev(self, name: str, data: dict) -> SSEEvent:
@@ -89,12 +92,24 @@ class MessagesRenderer(Renderer):
                                                     "delta": {"type": "thinking_delta", "thinking": ev.text}}))
         return out
 
+    def tool_call_start(self, ev: ToolCallStart):
+        """A tool_use block opens with its id, name and `input: {}`; its input comes as `input_json_delta`
+        pieces (`partial_json`, which the SDK concatenates and parses), and the block stops with the call."""
+        self.open_call = ev.index
+        return self._switch("tool_use", {"type": "tool_use", "id": tool_use_id(ev.id), "name": ev.name, "input": {}})
+
+    def tool_call_arguments(self, ev: ToolCallArguments):
+        return [self._ev("content_block_delta", {"index": self.index, "delta": {
+            "type": "input_json_delta", "partial_json": ev.text}})]
+
     def tool_call(self, ev: ToolCallEvent):
-        out = self._switch("tool_use", {"type": "tool_use", "id": tool_use_id(ev.id), "name": ev.name, "input": {}})
-        out.append(self._ev("content_block_delta", {"index": self.index, "delta": {
-            "type": "input_json_delta", "partial_json": json.dumps(ev.arguments, ensure_ascii=False)}}))
-        out += self._switch(None)
-        return out
+        """The call's block stops (a call not begun in pieces is given whole first)."""
+        out = []
+        if self.open_call != ev.index:
+            out += self.tool_call_start(ToolCallStart(ev.index, ev.id, ev.name))
+            out += self.tool_call_arguments(ToolCallArguments(ev.index, json.dumps(ev.arguments, ensure_ascii=False)))
+        self.open_call = None
+        return out + self._switch(None)
 
     def closing(self, result: GenerationResult):
         out = self._switch(None)

@@ -8,7 +8,8 @@ import struct
 import time
 from typing import Any
 
-from ...generation.result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import (EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta,
+                                 ToolCallArguments, ToolCallEvent, ToolCallStart)
 from ...http.bodies import SSEComment, SSEWriter
 from ...http.errors import ApiError
 from ..base import Renderer
@@ -110,6 +111,11 @@ class _OpenAIRenderer(Renderer):
 
 class ChatRenderer(_OpenAIRenderer):
     object_name = "chat.completion.chunk"
+    call_pieces = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.started_calls: set[int] = set()
 
     def _chunk(self, delta: dict, finish: str | None = None, logprobs=None) -> dict:
         d = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -129,12 +135,22 @@ class ChatRenderer(_OpenAIRenderer):
     def thinking(self, ev: ThinkingDelta):
         return [self._chunk({"reasoning_content": ev.text})]         # llama-server's name for it
 
-    def tool_call(self, ev: ToolCallEvent):
-        """As OpenAI streams a call: index, id and name first (arguments ""), then the arguments; clients
-        concatenate argument pieces by index. The call is sent once complete (parsed), so in one piece."""
+    def tool_call_start(self, ev: ToolCallStart):
+        """As OpenAI streams a call: index, id and name first (arguments ""), then the arguments in pieces,
+        which clients concatenate by index; the call's end is the next call's start or the finishing chunk."""
+        self.started_calls.add(ev.index)
         head = {"index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""}}
-        args = {"index": ev.index, "function": {"arguments": json.dumps(ev.arguments, ensure_ascii=False)}}
-        return [self._chunk({"tool_calls": [head]}), self._chunk({"tool_calls": [args]})]
+        return [self._chunk({"tool_calls": [head]})]
+
+    def tool_call_arguments(self, ev: ToolCallArguments):
+        return [self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})]
+
+    def tool_call(self, ev: ToolCallEvent):
+        """The call's end: nothing more to send, unless it was not begun in pieces (then it goes whole)."""
+        if ev.index in self.started_calls:
+            return []
+        return [*self.tool_call_start(ToolCallStart(ev.index, ev.id, ev.name)),
+                *self.tool_call_arguments(ToolCallArguments(ev.index, json.dumps(ev.arguments, ensure_ascii=False)))]
 
     def closing(self, result: GenerationResult):
         out = [self._chunk({}, finish=finish_reason(result.finished, result.tool_calls))]

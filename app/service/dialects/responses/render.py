@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 
-from ...generation.result import GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
 from ...http.bodies import SSEEvent, SSEWriter
 from ...http.errors import ApiError
 from ..base import Renderer
@@ -56,9 +56,13 @@ def call_payload(ev: ToolCallEvent, tool: WireTool) -> str:
     return custom_input(ev.arguments) if tool.custom else json.dumps(ev.arguments, ensure_ascii=False)
 
 
-def call_item(item_id: str, ev: ToolCallEvent, tool: WireTool | None = None, status: str = "completed") -> dict:
+def call_item(item_id: str, ev: ToolCallEvent | ToolCallStart, tool: WireTool | None = None,
+              status: str = "completed", payload: str | None = None) -> dict:
+    """A call's output item; `payload`: its arguments (or custom input) as the stream gave them, else from the
+    call (a completed one) or empty."""
     tool = tool or WireTool(ev.name)
-    payload = call_payload(ev, tool) if status == "completed" else ""
+    if payload is None:
+        payload = call_payload(ev, tool) if isinstance(ev, ToolCallEvent) and status == "completed" else ""
     item = {"type": "custom_tool_call" if tool.custom else "function_call", "id": item_id, "call_id": ev.id,
             "name": tool.name, ("input" if tool.custom else "arguments"): payload, "status": status}
     if tool.namespace:
@@ -68,6 +72,7 @@ def call_item(item_id: str, ev: ToolCallEvent, tool: WireTool | None = None, sta
 
 class ResponsesRenderer(Renderer):
     writer = SSEWriter
+    call_pieces = True
 
     def __init__(self, model: str, wire: WireChoices, *, show_thinking: bool = True):
         self.model, self.wire = model, wire
@@ -77,6 +82,7 @@ class ResponsesRenderer(Renderer):
         self.seq = 0
         self.output: list[dict] = []       # finished items (streaming)
         self.open: dict | None = None      # {"kind", "id", "text"} of the item being streamed
+        self.call: dict | None = None      # {"start", "id", "tool", "text"} of the call being streamed
 
     def _response(self, status: str, output: list[dict], result: GenerationResult | None = None) -> dict:
         w = self.wire
@@ -166,24 +172,47 @@ class ResponsesRenderer(Renderer):
                             content_index=0, delta=ev.text))
         return out
 
-    def tool_call(self, ev: ToolCallEvent):
+    def tool_call_start(self, ev: ToolCallStart):
+        """The call's item is added (in_progress, arguments ""); a function's arguments follow as
+        `function_call_arguments.delta` pieces, and `.done` carries them whole. A custom tool's input is a string
+        inside the arguments' JSON: it is given whole when the call ends."""
         out = self._close_open()
         tool = self.wire.wire_tool(ev.name)
-        idx, item_id = len(self.output), _id("ctc" if tool.custom else "fc")
-        payload = call_payload(ev, tool)
-        item = call_item(item_id, ev, tool)
-        out.append(self._ev("response.output_item.added", output_index=idx,
+        item_id = _id("ctc" if tool.custom else "fc")
+        self.call = {"start": ev, "id": item_id, "tool": tool, "text": ""}
+        out.append(self._ev("response.output_item.added", output_index=len(self.output),
                             item=call_item(item_id, ev, tool, "in_progress")))
+        return out
+
+    def tool_call_arguments(self, ev: ToolCallArguments):
+        call = self.call
+        if call is None:
+            return []
+        call["text"] += ev.text
+        if call["tool"].custom:
+            return []
+        return [self._ev("response.function_call_arguments.delta", item_id=call["id"], output_index=len(self.output),
+                         delta=ev.text)]
+
+    def tool_call(self, ev: ToolCallEvent):
+        out = [] if self.call is not None else list(self.tool_call_start(ToolCallStart(ev.index, ev.id, ev.name)))
+        call, self.call = self.call, None
+        assert call is not None
+        tool, item_id, idx = call["tool"], call["id"], len(self.output)
         if tool.custom:
+            payload = custom_input(ev.arguments)
             out += [self._ev("response.custom_tool_call_input.delta", item_id=item_id, output_index=idx,
                              delta=payload),
                     self._ev("response.custom_tool_call_input.done", item_id=item_id, output_index=idx,
                              input=payload)]
         else:
-            out += [self._ev("response.function_call_arguments.delta", item_id=item_id, output_index=idx,
-                             delta=payload),
-                    self._ev("response.function_call_arguments.done", item_id=item_id, output_index=idx,
-                             arguments=payload, name=tool.name)]
+            payload = call["text"] or json.dumps(ev.arguments, ensure_ascii=False)
+            if not call["text"]:
+                out.append(self._ev("response.function_call_arguments.delta", item_id=item_id, output_index=idx,
+                                    delta=payload))
+            out.append(self._ev("response.function_call_arguments.done", item_id=item_id, output_index=idx,
+                                arguments=payload, name=tool.name))
+        item = call_item(item_id, ev, tool, payload=payload)
         out.append(self._ev("response.output_item.done", output_index=idx, item=item))
         self.output.append(item)
         return out
@@ -204,6 +233,9 @@ class ResponsesRenderer(Renderer):
         end of the turn from it."""
         code = err.code or err.type
         out = self._close_open()
+        call, self.call = self.call, None
+        if call is not None:                # a call cut off by the failure: shown as it stood, incomplete
+            self.output.append(call_item(call["id"], call["start"], call["tool"], "incomplete", call["text"]))
         response = self._response("failed", list(self.output))
         response["error"] = {"code": code, "message": err.message}
         return out + [self._ev("error", code=code, message=err.message, param=err.param),

@@ -11,20 +11,23 @@ from app.engine.chat.formats import ChatFormat, format_for
 
 from .harmony import HarmonyParser
 from .stream import OutputParser
-from .types import Delta, ToolCall
+from .types import Args, Delta, Done, Open, ToolCall
 
 ReplyParser = Union[OutputParser, HarmonyParser]
 
-# ChatFormat.reply_parser -> the parser for one reply: (the family's record, the supplied tools' names)
-REPLY_PARSERS: dict[str, Callable[[ChatFormat, Iterable[str]], ReplyParser]] = {
-    "sections": lambda fmt, names: OutputParser(fmt.name, names),
-    "harmony": lambda fmt, names: HarmonyParser(names),
+# ChatFormat.reply_parser -> the parser for one reply: (the family's record, the supplied tools' names, whether
+# calls are given in pieces as they are written)
+REPLY_PARSERS: dict[str, Callable[[ChatFormat, Iterable[str], bool], ReplyParser]] = {
+    "sections": lambda fmt, names, pieces: OutputParser(fmt.name, names, pieces),
+    "harmony": lambda fmt, names, pieces: HarmonyParser(names, pieces),
 }
 
 
-def make_parser(family: str | None, tool_names=()) -> ReplyParser:
+def make_parser(family: str | None, tool_names=(), stream_calls: bool = False) -> ReplyParser:
+    """`stream_calls`: a call is given as Open / Args... / Done parts as the model writes it (where its syntax
+    allows; incremental.py), not once complete."""
     fmt = format_for(family)
-    return REPLY_PARSERS[fmt.reply_parser](fmt, tool_names)
+    return REPLY_PARSERS[fmt.reply_parser](fmt, tool_names, stream_calls)
 
 
 def parse_all(family: str | None, text: str, tool_names=()) -> Delta:
@@ -33,4 +36,4 @@ def parse_all(family: str | None, text: str, tool_names=()) -> Delta:
     return p.feed(text).extend(p.finish())
 
 
-__all__ = ["Delta", "ToolCall", "make_parser", "parse_all", "OutputParser", "HarmonyParser"]
+__all__ = ["Args", "Delta", "Done", "Open", "ToolCall", "make_parser", "parse_all", "OutputParser", "HarmonyParser"]

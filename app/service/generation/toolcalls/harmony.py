@@ -19,6 +19,7 @@ import re
 from app.engine.chat.formats import (H_ANALYSIS, H_CALL, H_CHANNEL, H_CONSTRAIN, H_END, H_FINAL, H_MESSAGE, H_RETURN,
                                      H_START)
 
+from .incremental import ArgsBody
 from .jsonscan import calls_from_text, loads_lenient
 from .stream import held_suffix
 from .types import Delta, ToolCall
@@ -30,8 +31,10 @@ _CHANNEL = re.compile(re.escape(H_CHANNEL) + r"\s*([A-Za-z_]+)")
 
 
 class HarmonyParser:
-    def __init__(self, tool_names=()):
+    def __init__(self, tool_names=(), stream_calls: bool = False):
         self.tool_names = set(tool_names or ())
+        self.stream_calls = stream_calls     # give a call in pieces as its message is written
+        self.reader: ArgsBody | None = None
         self.mode = "header"                 # header | body
         self.buf = ""
         self.header = ""
@@ -56,7 +59,8 @@ class HarmonyParser:
             text = _strip_markup(self.header + self.buf)
             calls = calls_from_text(text) if self.tool_names else None
             if calls and all(c.name in self.tool_names for c in calls):
-                out.calls.extend(calls)
+                for c in calls:
+                    out.add_call(c)
                 self.n_calls += len(calls)
             else:
                 self._route(text, H_FINAL, out)
@@ -98,6 +102,8 @@ class HarmonyParser:
         r = _RECIPIENT.search(header)
         self.recipient = r.group(1) if r else ""
         self.args = ""
+        name = self.recipient.removeprefix("functions.")
+        self.reader = ArgsBody(name, self.tool_names) if self.stream_calls and self._is_call() else None
 
     def _is_call(self) -> bool:
         return bool(self.recipient) and self.recipient != "user"
@@ -107,22 +113,35 @@ class HarmonyParser:
             return
         if self.mode == "body" and self._is_call():
             self.args += text
+            if self.reader is not None:
+                for p in self.reader.feed(text):
+                    out.add_part(p)
         elif channel == H_ANALYSIS:
-            out.thinking += text
+            out.add_text("thinking", text)
         else:
             if not self.content_started:
                 text = text.lstrip()
                 if not text:
                     return
                 self.content_started = True
-            out.content += text
+            out.add_text("content", text)
 
     def _end_message(self, out: Delta) -> None:
+        reader, self.reader = self.reader, None
+        if reader is not None and reader.started:    # streamed: it ends with what it was given
+            parts, at = reader.close()
+            for p in parts:
+                out.add_part(p)
+            self.n_calls += 1
+            rest = self.args[at:]
+            self.recipient, self.args = "", ""
+            self._route(rest.strip(), H_FINAL, out)   # what was not JSON after the arguments stays visible
+            return
         if self._is_call():
             name = self.recipient.removeprefix("functions.")
             args = loads_lenient(self.args) if self.args.strip() else {}
             if isinstance(args, dict):
-                out.calls.append(ToolCall(name, args))
+                out.add_call(ToolCall(name, args))
                 self.n_calls += 1
             else:                            # arguments that are not JSON: keep them visible
                 self.recipient = ""

@@ -15,13 +15,15 @@ import re
 
 from app.engine.chat.formats import Section, format_for
 
+from .incremental import CallReader, reader_for
 from .section_parsers import SECTION_PARSERS, pythonic
 from .jsonscan import calls_from_text, json_end, mend
-from .types import Delta, ToolCall
+from .types import CallPart, Delta, Done, ToolCall
 
 MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as content past this many characters
 _PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PY_OPEN = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*$")
+_BETWEEN_CALLS = " \t\r\n,;]"              # what may stand between and after streamed calls
 
 
 def held_suffix(buf: str, markers) -> int:
@@ -36,9 +38,12 @@ def held_suffix(buf: str, markers) -> int:
 
 
 class OutputParser:
-    def __init__(self, family: str | None = None, tool_names=()):
+    def __init__(self, family: str | None = None, tool_names=(), stream_calls: bool = False):
         self.fmt = format_for(family)
         self.tool_names = set(tool_names or ())
+        self.stream_calls = stream_calls         # give calls in pieces as they are written (incremental.py)
+        self.reader: CallReader | None = None    # the open section's (or bare value's) streaming reader
+        self.fed = 0                             # characters of it the reader was given
         self.mode = "text"                       # text | think | call | bare
         self.buf = ""
         self.section: Section | None = None
@@ -75,7 +80,7 @@ class OutputParser:
             self._content(self.buf, out)
             self.buf = ""
         if not self.content_started and self.ws and not self.n_calls and not self.n_thinking:
-            out.content += self.ws               # a reply that is only whitespace stays what it was
+            out.add_text("content", self.ws)               # a reply that is only whitespace stays what it was
         self.ws = ""
         return out
 
@@ -93,13 +98,59 @@ class OutputParser:
             text, self.ws = self.ws + text, ""
             self.content_started = True
         self.expect_call = False
-        out.content += text
+        out.add_text("content", text)
 
     def _calls(self, calls: list[ToolCall], out: Delta) -> None:
-        out.calls.extend(calls)
+        for c in calls:
+            out.add_call(c)
         self.n_calls += len(calls)
         self.expect_call = self.strip_next = True
         self.ws = ""
+
+    def _parts(self, parts: list[CallPart], out: Delta) -> None:
+        for p in parts:
+            out.add_part(p)
+            if isinstance(p, Done):
+                self.n_calls += 1
+                self.expect_call = self.strip_next = True
+                self.ws = ""
+
+    def _feed_reader(self, text: str, upto: int, out: Delta) -> None:
+        """Give the streaming reader `text` up to `upto` (text: the section body or bare value read so far)."""
+        if self.reader is not None and upto > self.fed:
+            self._parts(self.reader.feed(text[self.fed:upto]), out)
+            self.fed = upto
+
+    def _end_streamed(self, text: str, cut: bool, out: Delta, whole, named: bool) -> bool:
+        """The body `text` is complete (`cut`: the reply ended inside it). When the reader opened calls in it,
+        they end here (an open one completed with what it was given) and what the reader did not stream is read
+        whole by `whole(rest) -> calls | None` (`named`: only calls that name supplied tools), else kept as
+        content. False: nothing was streamed, so the body is read the usual way."""
+        reader, self.reader = self.reader, None
+        if reader is None:
+            return False
+        self._feed_reader_with(reader, text, out)
+        if not reader.started:
+            return False
+        parts, at = reader.close()
+        self._parts(parts, out)
+        rest = text[at:]
+        if rest.strip(_BETWEEN_CALLS):
+            calls = whole(_mended(rest) if cut else rest)
+            if named:
+                calls = self._named(calls)
+            if calls:
+                self._calls(calls, out)
+            else:
+                for m in self.scrub:
+                    rest = rest.replace(m, "")
+                self._content(rest.strip(), out)
+        return True
+
+    def _feed_reader_with(self, reader: CallReader, text: str, out: Delta) -> None:
+        if len(text) > self.fed:
+            self._parts(reader.feed(text[self.fed:]), out)
+            self.fed = len(text)
 
     def _run(self, out: Delta, final: bool) -> None:
         step = {"text": self._text, "think": self._think, "call": self._call, "bare": self._bare}
@@ -126,7 +177,7 @@ class OutputParser:
 
     def _thinking(self, piece: str, out: Delta) -> None:
         if piece:
-            out.thinking += piece
+            out.add_text("thinking", piece)
             self.n_thinking += len(piece)
 
     def _call(self, out: Delta, final: bool) -> bool:
@@ -135,9 +186,15 @@ class OutputParser:
         end = section.end or ""
         i = self.buf.find(end) if end else -1
         if i < 0 and not final:
+            if self.reader is not None:          # stream what cannot be the start of the end marker
+                self._feed_reader(self.buf, len(self.buf) - (held_suffix(self.buf, [end]) if end else 0), out)
             return False
         body = self.buf[:i] if i >= 0 else self.buf
         self.buf = self.buf[i + len(end):] if i >= 0 else ""
+        cut = bool(end) and i < 0 or i < 0 and _mended(body) != body
+        if self._end_streamed(body, cut, out, SECTION_PARSERS[section.parser], named=cut):
+            self.mode = "text"
+            return True
         whole = body if i >= 0 else _mended(body)
         calls = SECTION_PARSERS[section.parser](whole)
         if whole != body or (end and i < 0):     # cut short (its JSON mended, or no end marker): maybe in the
@@ -156,17 +213,31 @@ class OutputParser:
         if s.startswith("```"):
             nl = s.find("\n")
             close = s.find("```", nl + 1) if nl >= 0 else -1
-            if close < 0 and not final and len(s) < MAX_HELD:
-                return False
             header = s[3:nl].strip().lower() if nl >= 0 else ""
+            if nl >= 0 and header not in ("", "json"):
+                self.reader = None
+            if close < 0 and not final and len(s) < MAX_HELD:
+                if self.reader is not None and nl >= 0:
+                    body = s[nl + 1:]
+                    self._feed_reader(body, len(body) - held_suffix(body, ["```"]), out)
+                return False
             body = s[nl + 1:close] if close >= 0 else s[nl + 1:] if nl >= 0 else ""
+            rest = s[close + 3:] if close >= 0 else ""
+            if self._end_streamed(body, close < 0, out, _fenced_calls, named=True):
+                self.buf = rest
+                self.mode = "text"
+                return True
             calls = self._named(calls_from_text(body) or pythonic(body)) if header in ("", "json", "tool_code",
                                                                                      "python") else None
-            rest = s[close + 3:] if close >= 0 else ""
         else:
             end = json_end(s)
             if end is None and not final and len(s) < MAX_HELD:
+                self._feed_reader(s, len(s), out)
                 return False
+            if self._end_streamed(s[:end] if end else s, end is None, out, calls_from_text, named=True):
+                self.buf = s[end:] if end else ""
+                self.mode = "text"
+                return True
             value = s[:end] if end else mend(s)
             found = calls_from_text(value)
             if found is None and self.fmt.bare_pythonic:
@@ -218,6 +289,8 @@ class OutputParser:
                 return False
             if start:
                 self.mode = "bare"
+                self.reader = CallReader(self.tool_names) if self.stream_calls else None
+                self.fed = 0
                 return True
         first, hit = -1, None
         for marker, kind, obj in self.markers:
@@ -230,6 +303,9 @@ class OutputParser:
             self.buf = self.buf[first + len(marker):]
             if kind == "call":
                 self.mode, self.section = "call", obj
+                assert obj is not None
+                self.reader = reader_for(obj.parser, self.tool_names) if self.stream_calls else None
+                self.fed = 0
             elif kind == "think":
                 self.mode = "think"
             elif kind == "drop":                 # a stray end-of-thinking marker: dropped, like its newlines
@@ -239,6 +315,10 @@ class OutputParser:
         self._content(self.buf[:len(self.buf) - keep], out)
         self.buf = self.buf[len(self.buf) - keep:]
         return False
+
+
+def _fenced_calls(body: str) -> list[ToolCall] | None:
+    return calls_from_text(body) or pythonic(body)
 
 
 def _mended(body: str) -> str:

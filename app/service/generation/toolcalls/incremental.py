@@ -1,0 +1,479 @@
+"""Tool calls read as the model writes them, so a stream can send a call in pieces (docs/architecture.md,
+"Tool calls", "Streamed in pieces").
+
+- `JsonReader` reads one JSON value a piece at a time and gives back, as soon as it is certain, the same value as
+  `json.dumps(value, ensure_ascii=False)` writes it: string contents as they come (a character once its escape
+  is complete), a number or true/false/null once it ends, a key together with its value's first character, a
+  separator with what follows it. What it gave is never taken back: `closers()` is what completes the text given
+  so far into a whole value (a value cut short), and text that is not JSON stops it (`broken`). So the pieces of
+  a call's arguments add up to exactly the arguments string a client is finally given.
+- `CallReader` reads a call section's body (or a bare call) a piece at a time: a call opens (`Open`) once its
+  name is complete, names a supplied tool and its arguments object has begun; its arguments follow (`Args`); it
+  closes (`Done`) when the object does. What it cannot stream (a call whose name follows its arguments, a
+  wrapper, a name no tool has, Python syntax) stops it where that begins; the stream parser reads the rest
+  whole at the section's end, as it reads a section that was never streamed.
+"""
+from __future__ import annotations
+
+import json
+import re
+from json.encoder import encode_basestring       # json's own string writer (what json.dumps uses)
+from typing import Iterable
+
+from app.engine.chat.formats import MISTRAL_CALLS
+
+from .types import Args, CallPart, Done, Open
+
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_WORDS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")     # what json.loads reads besides numbers
+_TOKEN_CHARS = frozenset("0123456789+-.eE") | frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_WS = " \t\n\r"
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_PLAIN = re.compile(r'[^"\\]+')
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _scalar(token: str) -> str | None:
+    """A number or a word, written as json.dumps writes what json.loads reads from it; None if it is neither."""
+    if token in _WORDS:
+        return token
+    if _NUMBER.fullmatch(token):
+        return json.dumps(json.loads(token))
+    return None
+
+
+class JsonReader:
+    """One JSON value read a piece at a time; `feed` returns the canonical text that became certain."""
+
+    def __init__(self) -> None:
+        self.stack: list[list] = []     # open containers: [closer, members so far]
+        self.state = "value"            # value | value_or_end | key_or_end | key | colon | comma_or_end | string
+        #                                 | token
+        self.pending = ""               # text held until the next value begins (", ", a key and ": ")
+        self.token = ""
+        self.in_key = False
+        self.key: list[str] = []
+        self.esc: str | None = None     # an escape being read: "" after the backslash, then "u" and hex digits
+        self.high: int | None = None    # a \uD800-\uDBFF escape waiting for its low half
+        self.done = False
+        self.broken = False
+        self.used = 0                   # characters read; once done, where the value ended
+
+    # ---- public ---------------------------------------------------------------------------------------------
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        i, n = 0, len(text)
+        while i < n and not self.done and not self.broken:
+            if self.state == "string":
+                i = self._string(text, i, out)
+                continue
+            c = text[i]
+            if self.state == "token":
+                if c in _TOKEN_CHARS:
+                    self.token += c
+                    i += 1
+                else:
+                    self._end_token(out)
+                continue
+            if c not in _WS:
+                self._structure(c, out)
+                if self.broken:
+                    break               # the character it could not read is not read
+            i += 1
+        self.used += i
+        if self.broken and self.state == "token":
+            self.used -= len(self.token)       # nor the number or word that did not parse
+        return "".join(out)
+
+    def finish(self) -> str:
+        """The end of the text: a number that was still being read (a top-level scalar) ends here."""
+        out: list[str] = []
+        if self.state == "token" and not self.broken:
+            self._end_token(out)
+        return "".join(out)
+
+    def closers(self) -> str:
+        """What completes the text given so far into a whole value: a number or word still being read (when it
+        is one), the open string's quote, the open containers' brackets. A key without its value is left out."""
+        out = ""
+        if self.state == "token" and self.stack:
+            tail = _scalar(self.token)
+            if tail is not None:
+                out += self.pending + tail
+        elif self.state == "string" and not self.in_key:
+            out += '"'
+        return out + "".join(closer for closer, _ in reversed(self.stack))
+
+    # ---- internals ------------------------------------------------------------------------------------------
+    def _structure(self, c: str, out: list[str]) -> None:
+        st = self.state
+        if st in ("value", "value_or_end"):
+            if c == "]" and st == "value_or_end":
+                self._close(c, out)
+            else:
+                self._value(c, out)
+        elif st in ("key_or_end", "key"):
+            if c == '"':
+                self.state, self.in_key, self.key = "string", True, []
+            elif c == "}" and st == "key_or_end":
+                self._close(c, out)
+            else:
+                self.broken = True
+        elif st == "colon":
+            if c == ":":
+                self.pending += encode_basestring("".join(self.key)) + ": "
+                self.state = "value"
+            else:
+                self.broken = True
+        elif st == "comma_or_end":
+            if c == ",":
+                self.pending = ", "
+                self.state = "key" if self.stack[-1][0] == "}" else "value"
+            elif c == self.stack[-1][0]:
+                self._close(c, out)
+            else:
+                self.broken = True
+        else:
+            self.broken = True
+
+    def _value(self, c: str, out: list[str]) -> None:
+        if c in "{[":
+            out.append(self.pending + c)
+            self.pending = ""
+            self.stack.append(["}" if c == "{" else "]", 0])
+            self.state = "key_or_end" if c == "{" else "value_or_end"
+        elif c == '"':
+            out.append(self.pending + '"')
+            self.pending = ""
+            self.state, self.in_key = "string", False
+        elif c in _TOKEN_CHARS:
+            self.state, self.token = "token", c
+        else:
+            self.broken = True
+
+    def _close(self, c: str, out: list[str]) -> None:
+        out.append(c)
+        self.stack.pop()
+        self._after_value()
+
+    def _after_value(self) -> None:
+        if not self.stack:
+            self.done = True
+            self.state = "done"
+        else:
+            self.stack[-1][1] += 1
+            self.state = "comma_or_end"
+
+    def _end_token(self, out: list[str]) -> None:
+        text = _scalar(self.token)
+        if text is None:
+            self.broken = True
+            return
+        out.append(self.pending + text)
+        self.pending, self.token = "", ""
+        self._after_value()
+
+    def _chars(self, s: str, out: list[str]) -> None:
+        if self.high is not None:                  # a high surrogate not followed by its low half stands alone
+            h, self.high = self.high, None
+            s = chr(h) + s
+        if not s:
+            return
+        if self.in_key:
+            self.key.append(s)
+        else:
+            out.append(encode_basestring(s)[1:-1])
+
+    def _string(self, text: str, i: int, out: list[str]) -> int:
+        n = len(text)
+        while i < n:
+            if self.esc is not None:
+                i = self._escape(text, i, out)
+                if self.broken:
+                    return i
+                continue
+            c = text[i]
+            if c == '"':
+                self._chars("", out)
+                i += 1
+                if self.in_key:
+                    self.state = "colon"
+                else:
+                    out.append('"')
+                    self._after_value()
+                return i
+            if c == "\\":
+                self.esc = ""
+                i += 1
+                continue
+            m = _PLAIN.match(text, i)
+            assert m is not None                   # text[i] is neither a quote nor a backslash
+            self._chars(m.group(0), out)
+            i = m.end()
+        return i
+
+    def _escape(self, text: str, i: int, out: list[str]) -> int:
+        c = text[i]
+        esc = self.esc or ""
+        if not esc:
+            if c == "u":
+                self.esc = "u"
+                return i + 1
+            if c not in _ESCAPES:
+                self.broken = True
+                return i
+            self.esc = None
+            self._chars(_ESCAPES[c], out)
+            return i + 1
+        if c not in _HEX:
+            self.broken = True
+            return i
+        esc += c
+        if len(esc) < 5:
+            self.esc = esc
+            return i + 1
+        self.esc = None
+        code = int(esc[1:], 16)
+        if 0xDC00 <= code <= 0xDFFF and self.high is not None:
+            h, self.high = self.high, None
+            self._chars(chr(0x10000 + ((h - 0xD800) << 10) + (code - 0xDC00)), out)
+        elif 0xD800 <= code <= 0xDBFF:
+            self._chars("", out)                   # an earlier high half stands alone
+            self.high = code
+        else:
+            self._chars(chr(code), out)
+        return i + 1
+
+
+# ---- calls ------------------------------------------------------------------------------------------------
+
+_STR = r'"(?:[^"\\]|\\.)*"'
+_OTHER_KEY = rf'"(?:type|id|tool_call_id)"\s*:\s*{_STR}\s*,\s*'
+# a JSON call's head up to its arguments object: the name first (what the tool-call grammars write, and what
+# models write); a "type" or "id" key may come before either
+_JSON_HEAD = re.compile(rf'\{{\s*(?:{_OTHER_KEY})*"(?:name|tool_name)"\s*:\s*({_STR})\s*,\s*(?:{_OTHER_KEY})*'
+                        r'"(?:arguments|parameters)"\s*:\s*\{', re.S)
+_MISTRAL_HEAD = re.compile(r"([A-Za-z0-9_.\-]+)\s*(?:\[CALL_ID\]\s*[A-Za-z0-9]+\s*)?\[ARGS\]\s*\{", re.S)
+_MISTRAL_NAME = re.compile(r"[A-Za-z0-9_.\-]*(?:\s*\[[A-Z_]*\]?\s*[A-Za-z0-9]*)*\s*")
+MAX_HEAD = 4096          # a call's head longer than this is not streamed
+
+
+class CallReader:
+    """The calls of one section body (or a bare reply), read a piece at a time. `feed(text)` -> the parts that
+    became certain; `close()` at the body's end -> the last parts (an open call completed with its `closers`)
+    and the offset in the body from which the stream parser reads the rest whole. This one reads JSON calls:
+    objects one after another, or one list of them."""
+
+    def __init__(self, tool_names: Iterable[str], separators: str = _WS + ","):
+        self.tool_names = set(tool_names)
+        self.separators = separators
+        self.body = ""
+        self.pos = 0                    # characters of body read
+        self.args: JsonReader | None = None
+        self.args_text: list[str] = []
+        self.name = ""
+        self.then = "tail"              # the state after the open call's arguments
+        self.started = False            # a call was opened
+        self.stopped = False            # the rest is read whole at the body's end
+        self.state = "between"          # between | tail (the call object after its arguments) | after
+        self.in_list = False            # the calls are in a JSON list
+        self.depth = 0                  # tail: the call object's open brackets
+
+    def feed(self, text: str) -> list[CallPart]:
+        self.body += text
+        out: list[CallPart] = []
+        while not self.stopped and self.pos < len(self.body):
+            if self.args is not None:
+                self._read_args(out)
+                if self.args is not None:
+                    break
+                continue
+            if not self._step(out):
+                break
+        return out
+
+    def close(self) -> tuple[list[CallPart], int]:
+        out: list[CallPart] = []
+        if self.args is not None:        # cut short: what was given, completed
+            args = self.args
+            self._emit(args.finish(), out)
+            if not args.done:
+                self._emit(args.closers(), out)
+            self._done(out)
+        return out, self.pos
+
+    # ---- internals ------------------------------------------------------------------------------------------
+    def _emit(self, text: str, out: list[CallPart]) -> None:
+        if text:
+            self.args_text.append(text)
+            out.append(Args(text))
+
+    def _done(self, out: list[CallPart]) -> None:
+        out.append(Done(self.name, json.loads("".join(self.args_text), strict=False)))
+        self.args, self.args_text = None, []
+
+    def _read_args(self, out: list[CallPart]) -> None:
+        args = self.args
+        assert args is not None
+        start = args.used
+        self._emit(args.feed(self.body[self.pos:]), out)
+        self.pos += args.used - start
+        if args.broken:                  # not JSON from here: the call ends with what it was given
+            self._emit(args.closers(), out)
+            self._done(out)
+            self.stopped = True
+        elif args.done:
+            self._done(out)
+            self.state, self.depth = self.then, 1
+
+    def _open(self, name: str, at: int, out: list[CallPart], then: str = "tail") -> bool:
+        """A call's head read up to (not including) its arguments' `{` at `at`: open it when it names a tool."""
+        if name not in self.tool_names:
+            self.stopped = True
+            return False
+        self.name, self.started, self.then = name, True, then
+        self.pos, self.args, self.args_text = at, JsonReader(), []
+        out.append(Open(name))
+        return True
+
+    def _step(self, out: list[CallPart]) -> bool:
+        """One step outside the arguments; False: wait for more text (or stopped)."""
+        b, p = self.body, self.pos
+        if self.state == "tail":
+            return self._tail()
+        c = b[p]
+        if c in self.separators:
+            self.pos += 1
+            return True
+        if self.state == "after":
+            self.stopped = True
+            return False
+        if self.in_list and c == "]":
+            self.pos, self.state = p + 1, "after"
+            return True
+        if c == "[" and not self.started and not self.in_list:
+            self.pos, self.in_list = p + 1, True
+            return True
+        if c == "{":
+            return self._json_head(out)
+        self.stopped = True
+        return False
+
+    def _tail(self) -> bool:
+        """The rest of the call object after its arguments ("id": ...), up to its `}`."""
+        b = self.body
+        in_str = esc = False
+        depth = self.depth
+        for j in range(self.pos, len(b)):
+            c = b[j]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c in "{[":
+                depth += 1
+            elif c in "}]":
+                depth -= 1
+                if depth == 0:
+                    self.pos, self.state = j + 1, "between"
+                    return True
+        return False                     # read again from the tail's start when more comes (tails are short)
+
+    def _json_head(self, out: list[CallPart]) -> bool:
+        b, p = self.body, self.pos
+        in_str = esc = False
+        for j in range(p + 1, min(len(b), p + MAX_HEAD)):
+            c = b[j]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c in "{[}]":           # a value that is not a string: the arguments, or what is not streamed
+                m = _JSON_HEAD.fullmatch(b, p, j + 1) if c == "{" else None
+                try:
+                    name = json.loads(m.group(1), strict=False).strip() if m is not None else ""
+                except ValueError:
+                    name = ""
+                if not name:
+                    self.stopped = True
+                    return False
+                return self._open(name, j, out)
+        if len(b) - p >= MAX_HEAD:
+            self.stopped = True
+        return False
+
+
+class MistralCalls(CallReader):
+    """Mistral's `[TOOL_CALLS]` body: `NAME[ARGS]{...}` (v11+, each later call after its own `[TOOL_CALLS]`), or
+    the v3 JSON list `[{"name", "arguments"}, ...]`."""
+
+    def __init__(self, tool_names: Iterable[str]):
+        super().__init__(tool_names)
+        self.v11 = False
+
+    def _step(self, out: list[CallPart]) -> bool:
+        if self.state != "between" or not (self.v11 or not self.started):
+            return super()._step(out)
+        b, p = self.body, self.pos
+        while p < len(b) and b[p] in _WS:
+            p += 1
+        self.pos = p
+        if p == len(b):
+            return False
+        if b.startswith(MISTRAL_CALLS, p):
+            self.pos = p + len(MISTRAL_CALLS)
+            return True
+        if MISTRAL_CALLS.startswith(b[p:]):
+            return False
+        if not self.v11 and b[p] in "[{":
+            return super()._step(out)
+        m = _MISTRAL_HEAD.match(b, p)
+        if m is not None:
+            self.v11 = True
+            return self._open(m.group(1), m.end() - 1, out, then="between")
+        if len(b) - p >= MAX_HEAD or _MISTRAL_NAME.fullmatch(b, p) is None:
+            self.stopped = True
+        return False
+
+
+class ArgsBody(CallReader):
+    """A call whose name came before its body (gpt-oss's `to=functions.NAME`): the body is its arguments."""
+
+    def __init__(self, name: str, tool_names: Iterable[str]):
+        super().__init__(tool_names)
+        self.fixed = name
+
+    def _step(self, out: list[CallPart]) -> bool:
+        b, p = self.body, self.pos
+        if b[p] in _WS:
+            self.pos += 1
+            return True
+        if self.state == "between" and b[p] == "{":
+            return self._open(self.fixed, p, out, then="after")
+        self.stopped = True
+        return False
+
+
+def reader_for(parser: str, tool_names: Iterable[str]) -> CallReader | None:
+    """The streaming reader of a section parser's syntax (None: its calls are read whole: Python calls,
+    FunctionGemma's, DeepSeek's)."""
+    names = tuple(tool_names)
+    if not names:
+        return None
+    if parser in ("hermes", "qwen3_coder"):     # qwen3_coder: its Hermes-shaped JSON answers; XML stops at once
+        return CallReader(names)
+    if parser == "llama3":
+        return CallReader(names, _WS + ",;")
+    if parser == "mistral":
+        return MistralCalls(names)
+    return None
