@@ -79,8 +79,8 @@ class Job:
     runner_request: protocol.GenerateRequest
     facts: object = None                # engine.gguf.chat_facts.ChatFacts (None: unreadable; plain text)
     parse_reply: bool = False           # read thinking and tool calls out of the reply (chat_features)
-    call_pieces: bool = False           # stream each tool call in pieces as it is written (the renderer asks)
     record: object = None               # the store's record `model` was resolved to (the lease needs no lookup)
+    call_pieces: bool = False           # stream each tool call in pieces as it is written (the renderer asks)
 
     @property
     def keep_alive(self) -> KeepAlive:
