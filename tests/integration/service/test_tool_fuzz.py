@@ -12,6 +12,8 @@ newlines and non-ASCII text; tool_choice auto / required / named / none, streame
 Checked on every reply: the service answered (no runner abort, no 5xx); every call names an offered tool; every
 call's arguments validate against that tool's schema (jsonschema) but the last of a reply cut by max_tokens, a
 forced choice made a call (of the named tool), `none` made none and `parallel_tool_calls: false` at most one.
+Streamed, each call opens with its id and name (arguments "") and its later pieces carry only arguments, which
+add up to JSON (a call that goes malformed after its first pieces is closed where it broke).
 At the end the counts (requests, calls, cut replies, aborts) are printed; aborts must be 0.
 
 STRATA_TOOL_FUZZ_REQUESTS requests per family (CI: 20, 220 in all, about 3 minutes on 2 cores; `make fuzz`: 200 per
@@ -237,6 +239,11 @@ def one_request(ai: openai.OpenAI, family: str, ids: dict, rng: random.Random, t
                     finish = ch.finish_reason or finish
                     content += ch.delta.content or ""
                     for tc in ch.delta.tool_calls or ():
+                        if tc.index not in calls and not (tc.id and tc.function.name and tc.function.arguments == ""):
+                            tally.problem(f"call {tc.index} did not open with its id and name: {tc} ({what})",
+                                          family, cell)
+                        elif tc.index in calls and (tc.id or tc.function.name):
+                            tally.problem(f"call {tc.index} named again: {tc} ({what})", family, cell)
                         c = calls.setdefault(tc.index, {"name": "", "args": ""})
                         c["name"] += tc.function.name or ""
                         c["args"] += tc.function.arguments or ""

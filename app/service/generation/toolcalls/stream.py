@@ -3,7 +3,9 @@
 One parser per request, fed the runner's text as it arrives. Text that may be the start of a marker is held
 back until it is resolved, so markup never reaches `content` and nothing is streamed and then retracted. A
 tool-call section is emitted once it is complete (its end marker, or the end of the reply for formats without
-one). A section that does not parse is kept as content (markers removed): a call is never silently lost.
+one); with `stream_calls`, a call whose syntax allows it is given in pieces as it is written (Open, Args...,
+Done: incremental.py), and what its reader cannot stream is read whole at the section's end. A section that does
+not parse is kept as content (markers removed): a call is never silently lost.
 
 The fallback for models that drop their markers: when tools were supplied and the reply (or what follows a
 call) starts with a JSON object or list (optionally in a ```json fence) that names one of the supplied tools,
@@ -80,7 +82,7 @@ class OutputParser:
             self._content(self.buf, out)
             self.buf = ""
         if not self.content_started and self.ws and not self.n_calls and not self.n_thinking:
-            out.add_text("content", self.ws)               # a reply that is only whitespace stays what it was
+            out.add_text("content", self.ws)     # a reply that is only whitespace stays what it was
         self.ws = ""
         return out
 
@@ -115,10 +117,11 @@ class OutputParser:
                 self.expect_call = self.strip_next = True
                 self.ws = ""
 
-    def _feed_reader(self, text: str, upto: int, out: Delta) -> None:
+    def _feed_reader(self, text: str, upto: int, out: Delta, reader: CallReader | None = None) -> None:
         """Give the streaming reader `text` up to `upto` (text: the section body or bare value read so far)."""
-        if self.reader is not None and upto > self.fed:
-            self._parts(self.reader.feed(text[self.fed:upto]), out)
+        reader = reader or self.reader
+        if reader is not None and upto > self.fed:
+            self._parts(reader.feed(text[self.fed:upto]), out)
             self.fed = upto
 
     def _end_streamed(self, text: str, cut: bool, out: Delta, whole, named: bool) -> bool:
@@ -129,7 +132,7 @@ class OutputParser:
         reader, self.reader = self.reader, None
         if reader is None:
             return False
-        self._feed_reader_with(reader, text, out)
+        self._feed_reader(text, len(text), out, reader)
         if not reader.started:
             return False
         parts, at = reader.close()
@@ -146,11 +149,6 @@ class OutputParser:
                     rest = rest.replace(m, "")
                 self._content(rest.strip(), out)
         return True
-
-    def _feed_reader_with(self, reader: CallReader, text: str, out: Delta) -> None:
-        if len(text) > self.fed:
-            self._parts(reader.feed(text[self.fed:]), out)
-            self.fed = len(text)
 
     def _run(self, out: Delta, final: bool) -> None:
         step = {"text": self._text, "think": self._think, "call": self._call, "bare": self._bare}
@@ -191,7 +189,7 @@ class OutputParser:
             return False
         body = self.buf[:i] if i >= 0 else self.buf
         self.buf = self.buf[i + len(end):] if i >= 0 else ""
-        cut = bool(end) and i < 0 or i < 0 and _mended(body) != body
+        cut = i < 0 and (bool(end) or _mended(body) != body)
         if self._end_streamed(body, cut, out, SECTION_PARSERS[section.parser], named=cut):
             self.mode = "text"
             return True
