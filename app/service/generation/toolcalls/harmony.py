@@ -19,9 +19,8 @@ import re
 from app.engine.chat.formats import (H_ANALYSIS, H_CALL, H_CHANNEL, H_CONSTRAIN, H_END, H_FINAL, H_MESSAGE, H_RETURN,
                                      H_START)
 
-from .incremental import ArgsBody
+from .incremental import ArgsBody, held_suffix
 from .jsonscan import calls_from_text, loads_lenient
-from .stream import held_suffix
 from .types import Delta, ToolCall
 
 _BODY_ENDS = (H_END, H_CALL, H_RETURN, H_START)

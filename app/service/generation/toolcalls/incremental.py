@@ -11,7 +11,8 @@
   name is complete, names a supplied tool and its arguments object has begun; its arguments follow (`Args`); it
   closes (`Done`) when the object does. What it cannot stream (a call whose name follows its arguments, a
   wrapper, a name no tool has, Python syntax) stops it where that begins; the stream parser reads the rest
-  whole at the section's end, as it reads a section that was never streamed.
+  whole at the section's end, as it reads a section that was never streamed. `MistralCalls`, `QwenXmlCalls`
+  and `ArgsBody` (gpt-oss: the name came in the header) read the other syntaxes the same way.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Iterable
 
 from app.engine.chat.formats import MISTRAL_CALLS
 
+from .section_parsers import parameter_value
 from .types import Args, CallPart, Done, Open
 
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -31,6 +33,17 @@ _WS = " \t\n\r"
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _PLAIN = re.compile(r'[^"\\]+')
 _HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def held_suffix(buf: str, markers) -> int:
+    """Length of the longest tail of buf that is a proper prefix of one of the markers."""
+    keep = 0
+    for m in markers:
+        for k in range(min(len(m) - 1, len(buf)), keep, -1):
+            if buf.endswith(m[:k]):
+                keep = k
+                break
+    return keep
 
 
 def _scalar(token: str) -> str | None:
@@ -464,14 +477,148 @@ class ArgsBody(CallReader):
         return False
 
 
+_QC_FUNC, _QC_FUNC_END = "<function=", "</function>"
+_QC_PARAM, _QC_PARAM_END = "<parameter=", "</parameter>"
+_VALUE_ENDS = (_QC_PARAM_END, _QC_PARAM, _QC_FUNC_END)
+_JSON_FIRST = frozenset(' \t\r{["-0123456789tfnNI')     # what a value json.loads might read can start with
+
+
+class QwenXmlCalls(CallReader):
+    """Qwen3-Coder's `<function=NAME>` `<parameter=P>value</parameter>`... `</function>` (or its Hermes-shaped
+    JSON, read as CallReader reads it). The call opens at its complete name; each parameter goes as `"P": value`.
+    A value is what the section parser makes of it (`section_parsers.parameter_value`: JSON when it parses as
+    JSON, else the text, newlines around it dropped): one whose first character
+    starts no JSON value is certainly text and is sent as it comes, any other once its parameter ends."""
+
+    def __init__(self, tool_names: Iterable[str]):
+        super().__init__(tool_names)
+        self.xml: bool | None = None      # None: not known yet; False: the JSON shape (CallReader's)
+        self.n_params = 0
+        self.key = ""                     # the open parameter's `"P": `, sent with its value's first piece
+        self.text_value: bool | None = None   # the open value is certainly text (sent as it comes)
+
+    def _step(self, out: list[CallPart]) -> bool:
+        if self.xml is False:
+            return super()._step(out)
+        b, p = self.body, self.pos
+        st = self.state
+        if st == "between":
+            while p < len(b) and b[p] in _WS:
+                p += 1
+            self.pos = p
+            if p == len(b):
+                return False
+            if b.startswith(_QC_FUNC, p):
+                self.xml, self.pos, self.state = True, p + len(_QC_FUNC), "fname"
+                return True
+            if _QC_FUNC.startswith(b[p:]):
+                return False
+            if self.xml is None and b[p] in "{[":
+                self.xml = False
+                return super()._step(out)
+            self.stopped = True
+            return False
+        if st == "fname":
+            j = b.find(">", p)
+            name = b[p:j if j >= 0 else len(b)]
+            if any(c in _WS for c in name) or len(name) > MAX_HEAD:
+                self.stopped = True
+                return False
+            if j < 0:
+                return False
+            if name not in self.tool_names:
+                self.stopped = True
+                return False
+            self.name, self.started, self.args_text = name, True, []
+            out.append(Open(name))
+            self._emit("{", out)
+            self.pos, self.state, self.n_params = j + 1, "fbody", 0
+            return True
+        if st == "fbody":                        # between parameters: up to the next one or the function's end
+            ends = [(b.find(m, p), m) for m in (_QC_PARAM, _QC_FUNC_END)]
+            found = [(i, m) for i, m in ends if i >= 0]
+            if not found:
+                return False
+            i, m = min(found)
+            if m == _QC_FUNC_END:
+                self._emit("}", out)
+                self._done(out)
+                self.pos, self.state = i + len(m), "between"
+            else:
+                self.pos, self.state = i + len(m), "pname"
+            return True
+        if st == "pname":
+            j = b.find(">", p)
+            name = b[p:j if j >= 0 else len(b)]
+            if any(c in _WS for c in name) or len(name) > MAX_HEAD:
+                self._end_call(out)
+                return False
+            if j < 0:
+                return False
+            self.key = (", " if self.n_params else "") + encode_basestring(name) + ": "
+            self.n_params += 1
+            self.pos, self.state, self.text_value = j + 1, "pvalue", None
+            return True
+        return self._value(out, final=False)     # pvalue
+
+    def _value(self, out: list[CallPart], final: bool) -> bool:
+        b, p = self.body, self.pos
+        ends = [(b.find(m, p), m) for m in _VALUE_ENDS]
+        found = [(i, m) for i, m in ends if i >= 0]
+        stop, marker = min(found) if found else (len(b), "")
+        if self.text_value is None:
+            q = p
+            while q < stop and b[q] == "\n":
+                q += 1
+            if q < stop or found or final:
+                self.text_value = q < stop and b[q] not in _JSON_FIRST
+                if self.text_value:
+                    self._emit(self.key + '"', out)
+                    p = self.pos = q
+        if found or final:
+            if self.text_value:
+                self._emit(encode_basestring(b[p:stop].rstrip("\n"))[1:-1] + '"', out)
+            else:
+                self._emit(self.key + json.dumps(parameter_value(b[p:stop]), ensure_ascii=False), out)
+            self.pos = stop + (len(marker) if marker == _QC_PARAM_END else 0)
+            self.state = "fbody"
+            return True
+        if self.text_value:                     # text that cannot begin an end marker, newlines at its end held
+            upto = len(b) - held_suffix(b[p:], _VALUE_ENDS)
+            piece = b[p:upto].rstrip("\n")
+            if piece:
+                self._emit(encode_basestring(piece)[1:-1], out)
+                self.pos = p + len(piece)
+        return False
+
+    def _end_call(self, out: list[CallPart]) -> None:
+        """The open call ends here (its body ended, or it went wrong): its last parameter and `}`."""
+        if self.state == "pvalue":
+            self._value(out, final=True)
+        self._emit("}", out)
+        self._done(out)
+        self.stopped = True
+
+    def close(self) -> tuple[list[CallPart], int]:
+        if not self.xml:
+            return super().close()
+        out: list[CallPart] = []
+        if self.state in ("fbody", "pname", "pvalue") and not self.stopped:
+            self.pos = len(self.body) if self.state != "pvalue" else self.pos
+            self._end_call(out)
+        return out, self.pos
+
+
 def reader_for(parser: str, tool_names: Iterable[str]) -> CallReader | None:
     """The streaming reader of a section parser's syntax (None: its calls are read whole: Python calls,
     FunctionGemma's, DeepSeek's)."""
     names = tuple(tool_names)
     if not names:
         return None
-    if parser in ("hermes", "qwen3_coder"):     # qwen3_coder: its Hermes-shaped JSON answers; XML stops at once
+    if parser == "hermes":
         return CallReader(names)
+    if parser == "qwen3_coder":
+        return QwenXmlCalls(names)
     if parser == "llama3":
         return CallReader(names, _WS + ",;")
     if parser == "mistral":

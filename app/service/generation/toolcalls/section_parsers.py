@@ -35,8 +35,8 @@ _QC_FUNC = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.S)
 _QC_PARAM = re.compile(r"<parameter=([^>\s]+)>(.*?)(?:</parameter>|(?=<parameter=)|$)", re.S)
 
 
-def _scalar(text: str):
-    """A parameter value written as text: JSON when it parses as JSON (numbers, objects), else the string."""
+def parameter_value(text: str):
+    """A qwen3_coder parameter value written as text: JSON when it parses as JSON (numbers, objects), else the string."""
     t = text.strip("\n")
     try:
         return json.loads(t, strict=False)
@@ -47,7 +47,7 @@ def _scalar(text: str):
 def qwen3_coder(body: str) -> list[ToolCall] | None:
     calls = []
     for m in _QC_FUNC.finditer(body):
-        args = {p.group(1): _scalar(p.group(2)) for p in _QC_PARAM.finditer(m.group(2))}
+        args = {p.group(1): parameter_value(p.group(2)) for p in _QC_PARAM.finditer(m.group(2))}
         calls.append(ToolCall(m.group(1), args))
     return calls or hermes(body)          # Qwen3-Coder sometimes answers in the Hermes JSON shape
 

@@ -17,7 +17,7 @@ import re
 
 from app.engine.chat.formats import Section, format_for
 
-from .incremental import CallReader, reader_for
+from .incremental import CallReader, held_suffix, reader_for
 from .section_parsers import SECTION_PARSERS, pythonic
 from .jsonscan import calls_from_text, json_end, mend
 from .types import CallPart, Delta, Done, ToolCall
@@ -26,17 +26,6 @@ MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as cont
 _PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PY_OPEN = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*$")
 _BETWEEN_CALLS = " \t\r\n,;]"              # what may stand between and after streamed calls
-
-
-def held_suffix(buf: str, markers) -> int:
-    """Length of the longest tail of buf that is a proper prefix of one of the markers."""
-    keep = 0
-    for m in markers:
-        for k in range(min(len(m) - 1, len(buf)), keep, -1):
-            if buf.endswith(m[:k]):
-                keep = k
-                break
-    return keep
 
 
 class OutputParser:

@@ -53,6 +53,15 @@ STREAMED = [
     ("harmony", HARMONY_CALL),
     ("harmony", '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Par'),
     ("qwen3_coder", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+    ("qwen3_coder", 'I will write it.<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a "b".py\n</parameter>\n'
+                    '<parameter=content>\ndef f():\n\n    return "\u00e9\\n"\n\n</parameter>\n<parameter=mode>\n420'
+                    '\n</parameter>\n<parameter=opts>\n{"dry": true,  "n": [1, 2]}\n</parameter>\n<parameter=note>\n'
+                    'true story\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n'
+                    '<parameter=tz>\nUTC\n<parameter=fmt>\niso\n</function>\n</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\n"
+                    "print(1)\nprint("),                                                       # cut by max_tokens
 ]
 WHOLE = [                                # syntaxes read whole: the call comes in one piece once complete
     ("hermes", '<tool_call>\n{"arguments": {"city": "Paris"}, "name": "get_weather"}\n</tool_call>'),
@@ -63,7 +72,7 @@ WHOLE = [                                # syntaxes read whole: the call comes i
                  B + "get_time" + S + '{}' + E + "<｜tool▁calls▁end｜>"),
     ("functiongemma", "<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>"),
     ("pythonic", '[get_weather(city="Paris"), get_time(tz="UTC")]'),
-    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+    ("qwen3_coder", "<tool_call>\n<function=other_tool>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
                     "</tool_call>"),
 ]
 
