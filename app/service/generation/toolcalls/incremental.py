@@ -277,9 +277,11 @@ class CallReader:
     and the offset in the body from which the stream parser reads the rest whole. This one reads JSON calls:
     objects one after another, or one list of them."""
 
-    def __init__(self, tool_names: Iterable[str], separators: str = _WS + ","):
+    def __init__(self, tool_names: Iterable[str], separators: str = _WS + ",", single: bool = False):
         self.tool_names = set(tool_names)
         self.separators = separators
+        self.single = single            # one JSON value only (a bare call, or a list of them)
+        self.first_end: int | None = None   # where that value ended in the body
         self.body = ""
         self.pos = 0                    # characters of body read
         self.args: JsonReader | None = None
@@ -363,6 +365,7 @@ class CallReader:
             return False
         if self.in_list and c == "]":
             self.pos, self.state = p + 1, "after"
+            self.first_end = self.first_end or self.pos
             return True
         if c == "[" and not self.started and not self.in_list:
             self.pos, self.in_list = p + 1, True
@@ -393,7 +396,10 @@ class CallReader:
             elif c in "}]":
                 depth -= 1
                 if depth == 0:
-                    self.pos, self.state = j + 1, "between"
+                    self.pos = j + 1
+                    self.state = "after" if self.single and not self.in_list else "between"
+                    if not self.in_list:
+                        self.first_end = self.first_end or self.pos
                     return True
         return False                     # read again from the tail's start when more comes (tails are short)
 

@@ -217,9 +217,13 @@ class OutputParser:
             calls = self._named(calls_from_text(body) or pythonic(body)) if header in ("", "json", "tool_code",
                                                                                      "python") else None
         else:
-            end = json_end(s)
+            self._feed_reader(s, len(s), out)
+            reader = self.reader
+            if reader is not None and reader.started and not reader.stopped:
+                end = reader.first_end           # the reader knows where the value ends: no rescan per piece
+            else:
+                end = json_end(s)
             if end is None and not final and len(s) < MAX_HELD:
-                self._feed_reader(s, len(s), out)
                 return False
             if self._end_streamed(s[:end] if end else s, end is None, out, calls_from_text, named=True):
                 self.buf = s[end:] if end else ""
@@ -276,7 +280,7 @@ class OutputParser:
                 return False
             if start:
                 self.mode = "bare"
-                self.reader = CallReader(self.tool_names) if self.stream_calls else None
+                self.reader = CallReader(self.tool_names, single=True) if self.stream_calls else None
                 self.fed = 0
                 return True
         first, hit = -1, None
