@@ -23,8 +23,8 @@ before, all that a prompt cache has to compute (the table's uncached = prompt - 
 Both servers run with the same model, threads, one slot, --ctx tokens and their default prompt caching;
 requests go exactly as recorded through /v1/messages (Claude Code's) or /v1/chat/completions (OpenCode's),
 both served by both, streamed, max_tokens 1 (--max-tokens): the time to the first token is then the time to the
-whole one-token reply on both engines (a reply that is a tool call reaches Strata's stream only once the call is
-complete, llama-server's in pieces, so with longer replies the first delta is not the first token). TTFT and the
+whole one-token reply on both engines (with longer replies, a tool call's first delta on both comes once its name
+is complete, both stream its arguments in pieces; text held back as a possible marker delays it too). TTFT and the
 cached prompt tokens per turn (`usage.cache_read_input_tokens`, `usage.prompt_tokens_details.cached_tokens` or
 llama-server's `timings.cache_n`); turn 1 is cold for both; engines alternate which goes first each turn.
 
@@ -492,8 +492,8 @@ if __name__ == "__main__":
     ap.add_argument("--turns", type=int, default=0, help="replay only the first N requests")
     ap.add_argument("--tools", default="", help="keep only these tools' schemas (comma-separated), e.g. Bash,Read,Grep")
     ap.add_argument("--max-tokens", type=int, default=1, help="the reply's limit: with 1 (the default) the time to "
-                    "the first token is the time to the whole reply for both engines; a longer reply that is a tool "
-                    "call reaches Strata's stream only once the call is complete, llama-server's in pieces")
+                    "the first token is the time to the whole reply for both engines; with more, a tool call's "
+                    "first delta comes once its name is complete (both stream its arguments in pieces)")
     ap.add_argument("--only-strata", action="store_true")
     ap.add_argument("--tails", action="store_true", help="only render the requests (Strata's /apply-template) and "
                     "print each one's tokens and new tail, replaying nothing")
