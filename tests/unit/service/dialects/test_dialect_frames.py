@@ -1,7 +1,9 @@
 """Every dialect's parse and render, in-process: a wire body through the dialect's parser, then one recorded
 generation (text, thinking, a tool call, the Finished event) through its Renderer exactly as `dialects/base.serve`
 drives it (streamed: opening, one call per event, closing; not streamed: complete), and the frames compared with
-golden files under tests/support/fixtures/dialect_frames/ (ids, timestamps and durations masked).
+golden files under tests/support/fixtures/dialect_frames/ (ids, timestamps and durations masked). The same call
+given in pieces (ToolCallStart, ToolCallArguments..., ToolCallEvent) is each piece-streaming wire's own shape of
+it, adding up to the same call.
 
 A golden file is the wire format as the official clients read it (test_service_api.py, test_service_agents.py
 run the same dialects through ollama/openai/anthropic on a live service). After a deliberate change of a wire
@@ -26,7 +28,8 @@ from app.service.dialects.openai.render import ChatRenderer, CompletionRenderer
 from app.service.dialects.responses import parse as responses_parse
 from app.service.dialects.responses.render import ResponsesRenderer
 from app.service.generation.request import GenerationRequest
-from app.service.generation.result import Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from app.service.generation.result import (Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments,
+                                           ToolCallEvent, ToolCallStart)
 from app.service.http.bodies import SSEEvent
 from app.service.http.errors import ApiError
 from repo_paths import FIXTURES
@@ -70,6 +73,10 @@ def stream(renderer, events) -> list:
             frames += renderer.delta(ev)
         elif isinstance(ev, ThinkingDelta):
             frames += renderer.thinking(ev)
+        elif isinstance(ev, ToolCallStart):
+            frames += renderer.tool_call_start(ev)
+        elif isinstance(ev, ToolCallArguments):
+            frames += renderer.tool_call_arguments(ev)
         elif isinstance(ev, ToolCallEvent):
             frames += renderer.tool_call(ev)
         elif isinstance(ev, Finished):
@@ -235,3 +242,47 @@ def test_a_stream_waiting_for_its_first_token_is_kept_alive():
             return [ev async for ev in it]
 
     assert asyncio.run(unpaced()) == [1, 2]
+
+
+# the same call as EVENTS', given in pieces as a stream that asks for them gets it
+PIECES = [ToolCallStart(0, "call_abc123", "get_weather"), ToolCallArguments(0, '{"city": "'),
+          ToolCallArguments(0, "Par"), ToolCallArguments(0, 'is"}'),
+          ToolCallEvent(index=0, id="call_abc123", name="get_weather", arguments={"city": "Paris"})]
+WITH_PIECES = EVENTS[:3] + PIECES + EVENTS[4:]
+
+
+def test_a_call_in_pieces_on_each_wire_that_streams_them():
+    """OpenAI: the head (id, name, arguments "") then each piece as `function.arguments`; Anthropic: the tool_use
+    block starts with `input: {}`, each piece an `input_json_delta`, the block stops with the call; Responses:
+    the function_call item is added in progress, each piece a `function_call_arguments.delta`, `.done` and the
+    item's `done` carry the whole string. Ollama's wire keeps the whole call."""
+    pieces = ['{"city": "', "Par", 'is"}']
+    chat = [plain(f) for f in stream(openai_chat()[1](), WITH_PIECES)]
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chat
+             if isinstance(c, dict) and c.get("choices") and c["choices"][0]["delta"].get("tool_calls")]
+    assert calls[0] == {"index": 0, "id": "<masked>", "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""}}
+    assert [c["function"]["arguments"] for c in calls[1:]] == pieces and all("id" not in c for c in calls[1:])
+
+    msgs = [plain(f) for f in stream(anthropic_messages()[1](), WITH_PIECES)]
+    start = next(i for i, m in enumerate(msgs) if m["event"] == "content_block_start"
+                 and m["data"]["content_block"]["type"] == "tool_use")
+    tool = msgs[start]["data"]
+    assert tool["content_block"] == {"type": "tool_use", "id": "<masked>", "name": "get_weather", "input": {}}
+    deltas = msgs[start + 1:start + 4]
+    assert [d["data"]["delta"] for d in deltas] == [{"type": "input_json_delta", "partial_json": p} for p in pieces]
+    assert msgs[start + 4]["event"] == "content_block_stop" and msgs[start + 4]["data"]["index"] == tool["index"]
+
+    resp = [plain(f) for f in stream(responses()[1](), WITH_PIECES)]
+    kinds = [r["event"] for r in resp]
+    added = next(i for i, r in enumerate(resp) if r["event"] == "response.output_item.added"
+                 and r["data"]["item"]["type"] == "function_call")
+    assert resp[added]["data"]["item"]["arguments"] == "" and resp[added]["data"]["item"]["status"] == "in_progress"
+    assert kinds[added + 1:added + 6] == ["response.function_call_arguments.delta"] * 3 + [
+        "response.function_call_arguments.done", "response.output_item.done"]
+    assert [r["data"]["delta"] for r in resp[added + 1:added + 4]] == pieces
+    assert resp[added + 4]["data"]["arguments"] == resp[added + 5]["data"]["item"]["arguments"] == '{"city": "Paris"}'
+    assert [r["data"]["sequence_number"] for r in resp] == list(range(len(resp)))
+
+    whole = [plain(f) for f in stream(ollama_chat()[1](), EVENTS)]
+    assert [plain(f) for f in stream(ollama_chat()[1](), WITH_PIECES)] == whole
