@@ -25,7 +25,7 @@ agent's instead of the sum, and every time to first token includes the others' p
 Per agent it reports: exit status, requests, refused requests (4xx/5xx with their messages), tool calls made and
 executed (a result for the call's id came back), whether the task is done (the file exists with the content),
 prompt tokens of the first request and the largest, time to first token of the first request and the median of
-the later ones, wall time; then a markdown table. Everything the proxy saw is in OUT/AGENT/requests.jsonl, the
+the later ones, wall time; then a markdown table. Everything the proxy saw (each request's body and its reply as it came) is in OUT/AGENT/requests.jsonl, the
 agent's output in OUT/AGENT/agent.log, the service's log in OUT/serve.log.
 """
 from __future__ import annotations
@@ -289,6 +289,7 @@ class Proxy:
             raise
         finally:
             reader.close(time.monotonic())
+            ex.reply_body = reader.whole[:1 << 20].decode("utf-8", "replace")    # type: ignore[attr-defined]
             ex.elapsed = time.monotonic() - ex.started
             self._journal(ex)
 

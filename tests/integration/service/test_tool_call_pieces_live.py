@@ -200,3 +200,51 @@ def test_ollama_stream_keeps_whole_calls(server):
     with_calls = [ch for ch in chunks if ch.message.tool_calls]
     got = [(c.function.name, dict(c.function.arguments)) for ch in with_calls for c in ch.message.tool_calls]
     assert got == want and all(len(ch.message.tool_calls) == 1 for ch in with_calls)
+
+
+# ---- a client that hangs up while a call is being streamed ---------------------------------------------------------
+
+WRITE_PARAMS = {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"]}
+WRITE = {"type": "function", "function": {"name": "write_file", "description": "Write a text file",
+                                          "parameters": WRITE_PARAMS}}
+ASK_WRITE = [{"role": "user", "content": "Write fib.py: a Python function that returns the n-th Fibonacci number, "
+                                         "with a docstring and three tests. Use the tool."}]
+
+
+def _slots_busy(url: str) -> int:
+    models = httpx.get(url + "/api/ps", timeout=30).json()["models"]
+    return sum(m["strata"].get("slots_busy", 0) for m in models if m["name"] == MODEL)
+
+
+def test_a_client_that_hangs_up_mid_call_gives_its_slot_back(server, ai):
+    """Hung up after the call's head and two arguments pieces, before the call ends: the service's slot and the
+    runner's go idle, and the same request streamed again gives the whole reply's call."""
+    from app.service import appkeys
+    from service_util import wait_for
+
+    kw = dict(model=MODEL, messages=ASK_WRITE, tools=[WRITE], tool_choice="required", max_tokens=300, **GREEDY)
+    seen: list[str] = []
+    with httpx.Client(timeout=300) as c, c.stream("POST", server.url + "/v1/chat/completions",
+                                                   json={**kw, "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            ch = json.loads(line[6:])["choices"][0]
+            assert ch["finish_reason"] is None, "the call ended before the client hung up"
+            seen += ["head" if tc.get("id") else "args" for tc in ch["delta"].get("tool_calls") or ()]
+            if seen.count("args") == 2:
+                break                                   # leaving the block closes the connection mid-call
+    assert seen == ["head", "args", "args"]
+    wait_for(lambda: _slots_busy(server.url) == 0, 120, "the service's slot freed")
+    model = server.app[appkeys.SCHEDULER].models[MODEL]
+    wait_for(lambda: server.call(model.client.stats(), timeout=30).slots_busy == 0, 120, "the runner's slot idle")
+
+    whole = ai.chat.completions.create(**kw).choices[0].message.tool_calls
+    args = ""
+    for chunk in ai.chat.completions.create(stream=True, **kw):
+        for tc in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
+            args += tc.function.arguments or ""
+    assert whole and args == whole[0].function.arguments
+    assert json.loads(args)["content"]
