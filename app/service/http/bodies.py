@@ -3,6 +3,7 @@ NDJSON (Ollama) and SSE (OpenAI, /api/events). Typed field access is request.fie
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -31,8 +32,17 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
     return body
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def dumps(obj) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text that encodes as UTF-8: a lone surrogate (a model's `\\ud83d` JSON escape without its other
+    half, in a tool call's arguments) has no UTF-8 form, so it is written as JSON's escape for it, which decodes
+    to the same string."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class NDJSONWriter:
