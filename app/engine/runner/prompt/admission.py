@@ -26,6 +26,7 @@ from app.engine.runner.cache.prompt_cache import common_prefix
 from app.engine.runner.embedding.embeddings import tokenize
 from app.engine.runner.output.text import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
 from app.engine.runner.prompt import chat_template, context_fit
+from app.engine.runner.prompt.prefix_tokens import PrefixTokens
 from app.engine.runner.sampling import chain as sampling, grammar, think_budget, tool_grammar
 from app.engine.runner.sampling.constrained import SeqSampler
 from app.engine.runner.sampling.greedy import greedy_pick
@@ -68,6 +69,7 @@ class Admission:
         self.mark_last_user = False     # set when the model takes context checkpoints (slot_placement.Placement)
         self.media = None               # media.Media when the model has a projector (runner main)
         self.vision_missing = ""        # why it has none though its layout names one (mtmd_lib.VisionUnavailable)
+        self.prefix_tokens = PrefixTokens(self.vocab, vocab_out.piece)
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
@@ -237,8 +239,9 @@ class Admission:
         return toks
 
     def tokens_of(self, text: str, context: list[int] | None = None) -> list[int]:
-        """`text` tokenized, after the `context` token ids when given (then no BOS is added in between)."""
-        toks = tokenize(self.vocab, text, add_special=not context, parse_special=True)
+        """`text` tokenized, after the `context` token ids when given (then no BOS is added in between). A long
+        text that repeats an earlier one is tokenized from the earlier tokens on (prefix_tokens.py)."""
+        toks = self.prefix_tokens.tokenize(text, add_special=not context)
         if len(toks) >= 2 and toks[0] == toks[1] == self.bos_id:
             toks = toks[1:]                       # the template wrote BOS and the tokenizer added another
         toks = (context or []) + toks
