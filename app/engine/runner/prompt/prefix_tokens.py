@@ -106,7 +106,8 @@ class PrefixTokens:
             if not s or any(s != o and s in o for o in texts.values()):
                 continue                                 # empty, or inside another one's text: pairing unsure
             idxs = where[arr[where] == tok].tolist()
-            offsets, at = [], e.text.find(s)
+            offsets: list[int] = []
+            at = e.text.find(s)
             while at >= 0 and len(offsets) <= len(idxs):
                 offsets.append(at)
                 at = e.text.find(s, at + len(s))
