@@ -44,6 +44,7 @@ class OutputParser:
         self.ws = ""                             # leading whitespace held until real content follows
         self.n_calls = 0
         self.n_thinking = 0
+        self.fence_value = _ValueEnd()           # the bare value's end inside a ```json fence
         markers: list[tuple[str, str, Section | None]] = [(s.start, "call", s) for s in self.fmt.sections]
         if self.fmt.think:
             markers += [(self.fmt.think[0], "think", None), (self.fmt.think[1], "drop", None)]
@@ -199,7 +200,7 @@ class OutputParser:
         s = self.buf.lstrip()
         if s.startswith("```"):
             nl = s.find("\n")
-            close = s.find("```", nl + 1) if nl >= 0 else -1
+            close = self._fence_close(s, nl, final) if nl >= 0 else -1
             header = s[3:nl].strip().lower() if nl >= 0 else ""
             if nl >= 0 and header not in ("", "json"):
                 self.reader = None
@@ -243,6 +244,24 @@ class OutputParser:
         self.mode = "text"
         return True
 
+    def _fence_close(self, s: str, nl: int, final: bool) -> int:
+        """Where the fence whose first line ends at `nl` closes (-1: not yet). After the JSON value it holds, whose
+        strings may hold ``` themselves (a call writing a file with a code block); at the first ``` when it holds
+        no JSON value, or one that is still open at the reply's end."""
+        first = s.find("```", nl + 1)
+        if first < 0:
+            return -1
+        start = nl + 1
+        while start < len(s) and s[start] in " \t\r\n":
+            start += 1
+        if s[start] in "{[":
+            end = self.fence_value.end(s, start)
+            if end is not None:
+                return s.find("```", end)
+            if not final:
+                return -1
+        return first
+
     def _named(self, calls: list[ToolCall] | None) -> list[ToolCall] | None:
         """The fallback's rule, and a section cut short's (its name may be cut too): every call must name a
         supplied tool."""
@@ -280,6 +299,7 @@ class OutputParser:
                 return False
             if start:
                 self.mode = "bare"
+                self.fence_value = _ValueEnd()
                 self.reader = CallReader(self.tool_names, single=True) if self.stream_calls else None
                 self.fed = 0
                 return True
@@ -306,6 +326,41 @@ class OutputParser:
         self._content(self.buf[:len(self.buf) - keep], out)
         self.buf = self.buf[len(self.buf) - keep:]
         return False
+
+
+class _ValueEnd:
+    """`json_end` of a growing text, read once: each call scans only what was added since the last."""
+
+    def __init__(self) -> None:
+        self.pos: int | None = None
+        self.depth = 0
+        self.in_str = self.esc = False
+        self.found: int | None = None
+
+    def end(self, text: str, start: int) -> int | None:
+        if self.found is not None:
+            return self.found
+        depth, in_str, esc = self.depth, self.in_str, self.esc
+        for i in range(start if self.pos is None else self.pos, len(text)):
+            c = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c in "{[":
+                depth += 1
+            elif c in "}]":
+                depth -= 1
+                if depth == 0:
+                    self.found = i + 1
+                    return self.found
+        self.pos, self.depth, self.in_str, self.esc = len(text), depth, in_str, esc
+        return None
 
 
 def _fenced_calls(body: str) -> list[ToolCall] | None:

@@ -25,6 +25,9 @@ HARMONY_CALL = ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assi
                 'to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris", "days" : 3}<|call|>')
 WRITE = ('{"name": "write_file", "arguments": {"path": "a.py", "content": "def f():\\n    return \\"\\u00e9\\ud83d\\ude00\\"'
          '\\n", "mode": 420, "ratio": 2.50, "flags": [true, false, null], "opts": {}}}')
+# a fenced call writing a file that holds a code block: the fence closes after the JSON value, not at its first ```
+FENCED_WRITE = ('```json\n{"name": "write_file", "arguments": {"path": "README.md", "content": "# Build\\n```sh\\n'
+                'make\\n```\\n"}}\n```\nDone.')
 
 # (family, reply, whether its calls stream in pieces)
 STREAMED = [
@@ -36,6 +39,7 @@ STREAMED = [
                '</tool_call>'),
     ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'),              # cut by max_tokens
     ("hermes", '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'),          # a fenced bare call
+    ("hermes", FENCED_WRITE),                         # ... whose arguments hold a code fence
     ("hermes", '[{"name": "get_weather", "arguments": {"city": "Paris"}}, '                     # a forced parallel list
                '{"name": "get_time", "arguments": {"tz": "UTC"}}]'),
     ("generic", '{"name": "get_weather", "arguments": {"city": "Paris"}}\n{"name": "get_time", "arguments": {}}'),
@@ -184,6 +188,15 @@ def test_a_call_that_turns_malformed_keeps_what_was_sent_and_shows_the_rest():
         assert calls == [("get_weather", {"city": "Paris"})] and texts == [("get_weather", '{"city": "Paris"}')]
         assert content == "tru}}", pieces
     assert parse_all("hermes", text, TOOLS).calls == []      # whole, it is not a call (unchanged)
+
+
+def test_a_fenced_call_whose_arguments_hold_a_code_fence_is_whole():
+    want = ("Done.", "", [("write_file", {"path": "README.md", "content": "# Build\n```sh\nmake\n```\n"})])
+    assert whole_result("hermes", FENCED_WRITE) == want
+    for pieces in splits(FENCED_WRITE):
+        assert summary(item for _, item in feed("hermes", pieces))[:3] == want, pieces
+    broken = '```json\n{"name": "write_file", "arguments": {"path": "a.txt"}\n```\nDone.'     # its last } missing
+    assert whole_result("hermes", broken) == ("Done.", "", [("write_file", {"path": "a.txt"})])
 
 
 def test_a_call_whose_section_ends_inside_a_string_is_closed():
