@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from app import __version__
+from service_util import wait_for
 
 
 MODEL = "smollm2:135m"
@@ -256,7 +257,7 @@ def test_empty_prompt_loads_and_keep_alive_zero_unloads(http):
     assert MODEL in [m["name"] for m in http.get("/api/ps").json()["models"]]
     r = http.post("/api/chat", json={"model": MODEL, "messages": [], "keep_alive": 0})
     assert r.json()["done_reason"] == "unload" and r.json()["message"]["content"] == ""
-    _wait_for(lambda: MODEL not in [m["name"] for m in http.get("/api/ps").json()["models"]])
+    wait_for(lambda: MODEL not in [m["name"] for m in http.get("/api/ps").json()["models"]], what="the unload")
 
 
 # ---- OpenAI ---------------------------------------------------------------------------------------------
@@ -544,24 +545,14 @@ def test_a_client_that_closes_its_stream_is_counted_as_499_not_500(server, http,
         with c.stream("POST", path, json={"model": MODEL, **body}) as r:
             assert r.status_code == 200
             next(r.iter_lines())              # the reply is under way; then the client goes away
-    _wait_for(lambda: _requests_counted(http, path).get("499", 0) == before.get("499", 0) + 1, timeout=120)
+    wait_for(lambda: _requests_counted(http, path).get("499", 0) == before.get("499", 0) + 1, what="a 499 counted")
     after = _requests_counted(http, path)
     assert after.get("500", 0) == before.get("500", 0), after
-    _wait_for(lambda: all((m.get("strata") or {}).get("slots_busy", 0) == 0 for m in http.get("/api/ps").json()["models"]),
-              timeout=120)
+    wait_for(lambda: all((m.get("strata") or {}).get("slots_busy", 0) == 0 for m in http.get("/api/ps").json()["models"]),
+             what="every slot free")
 
 
 def test_openapi_document(http):
     doc = http.get("/api/openapi.json").json()
     assert {"/api/chat", "/v1/completions", "/api/layout", "/api/ps"} <= set(doc["paths"])
 
-
-def _wait_for(cond, timeout=60.0):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
