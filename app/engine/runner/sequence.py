@@ -48,7 +48,8 @@ class OutputState:
         self.n_out = 0                  # tokens shown
         self.n_unsent = 0               # tokens whose text is held, not yet sent
         self.held = ""                  # text ready to send, held for the stream interval
-        self.t_sent = 0.0               # when text was last sent (0: never, so the first token goes at once)
+        self.t_sent = float("-inf")     # when text was last sent (never: the first token goes at once, whatever
+                                        # the interval; 0 would hold it while the clock's uptime is below the interval)
         self.pending_lp: list = []      # logprobs of the held tokens
 
 

@@ -22,6 +22,9 @@ from service_util import wait_for
 
 MODEL = "smollm2:135m"
 TINY = {"num_predict": 6, "temperature": 0, "seed": 1}
+# seconds: a bound only a hang reaches (below pytest's 600 s per test); beside two CPU hogs a load and a first token
+# took over 120 s
+HANG = 480
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,7 @@ def ai(server):
 
 @pytest.fixture()
 def http(server):
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with httpx.Client(base_url=server.url, timeout=HANG) as c:
         yield c
 
 
@@ -455,7 +458,7 @@ def test_origins_and_host_header(http):
 
 def test_api_key(live_service, smollm2_path):
     with live_service.running(n_threads=1, api_key="s3cret") as svc:
-        with httpx.Client(base_url=svc.url) as c:
+        with httpx.Client(base_url=svc.url, timeout=HANG) as c:
             assert c.get("/api/version").status_code == 200             # open, like Ollama's
             r = c.get("/api/tags")
             assert r.status_code == 401 and "API key" in r.json()["error"]
@@ -507,7 +510,7 @@ def test_events_stream_reports_load_and_unload(server, http):
                 await fut
         return seen
 
-    seen = asyncio.run(asyncio.wait_for(watch(), 120))
+    seen = asyncio.run(asyncio.wait_for(watch(), HANG))
     assert seen.index("load_started") < seen.index("loaded") < seen.index("unloaded")
     assert "memory" in seen and "load_progress" in seen
 
@@ -541,7 +544,7 @@ def test_a_client_that_closes_its_stream_is_counted_as_499_not_500(server, http,
     """A client closing a stream (Stop, an agent's timeout) is nginx's 499 in /metrics, never a server error. The
     replies ignore the end of text, so the close always comes while they are still being written."""
     before = _requests_counted(http, path)
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with httpx.Client(base_url=server.url, timeout=HANG) as c:
         with c.stream("POST", path, json={"model": MODEL, **body}) as r:
             assert r.status_code == 200
             next(r.iter_lines())              # the reply is under way; then the client goes away

@@ -148,7 +148,7 @@ def test_numpy_batch_two_sequences_match_each_alone(llama):
         # rounds shapes differently), so the best token alone is the best here or within that rounding of it
         got = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, r), shape=(n_vocab,))
         assert np.allclose(got, ref, atol=1e-3)
-        assert got[np.argmax(ref)] >= got.max() - 2e-3
+        assert got[np.argmax(ref)] >= got.max() - 3e-3           # two allclose bounds (atol + rtol * |logit|)
     assert list(b.seq[:b.n]) == [0] * (rows[0] + 1) + [1] * (rows[1] - rows[0])
     with pytest.raises(OverflowError):
         b.add_span(list(range(200)), 0, 0, logits_last=True)
