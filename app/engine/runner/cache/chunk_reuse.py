@@ -19,7 +19,6 @@ the cells (tests/integration/engine/test_cache_reuse.py).
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,22 +48,27 @@ def reuse_chunks(cached, prompt, n_prefix: int, min_chunk: int, limit: int, max_
     k = min(min_chunk, MAX_KEY)
     if len(old) - n_prefix < min_chunk or limit - n_prefix < min_chunk:
         return []
-    index: dict[bytes, list[int]] = {}
-    windows = np.lib.stride_tricks.sliding_window_view(old[n_prefix:], k)
-    for i, w in enumerate(windows):
-        index.setdefault(w.tobytes(), []).append(n_prefix + i)
+    # every k-token window of the cache after the prefix, by hash, sorted (positions ascending among equal hashes);
+    # the walk looks each prompt position's window up there and compares the tokens themselves
+    old_h = _window_hashes(old[n_prefix:], k)
+    order = np.argsort(old_h, kind="stable")
+    sorted_h = old_h[order]
+    places = order.astype(np.int64) + n_prefix
+    new_h = _window_hashes(new[:limit], k)
     chunks: list[Chunk] = []
     head_c = head_p = end = n_prefix             # next cached token, next prompt position, end of the last chunk
     gaps = 0
     while head_p + min_chunk <= limit and gaps + (head_p - end) <= max_gap:
-        places = index.get(new[head_p:head_p + k].tobytes())
+        h = new_h[head_p]
+        lo, hi = np.searchsorted(sorted_h, h, "left"), np.searchsorted(sorted_h, h, "right")
         best, best_n = -1, 0
-        if places:
-            first = bisect_left(places, head_c)
-            for c in places[first:first + MAX_CANDIDATES]:
-                n = _match(old, c, new, head_p, limit)
+        if hi > lo:
+            found = places[lo:hi]
+            first = int(np.searchsorted(found, head_c))
+            for c in found[first:first + MAX_CANDIDATES]:
+                n = _match(old, int(c), new, head_p, limit)
                 if n > best_n:
-                    best, best_n = c, n
+                    best, best_n = int(c), n
         if best_n >= min_chunk:
             gaps += head_p - end
             chunks.append(Chunk(best, head_p, best_n))
@@ -73,6 +77,18 @@ def reuse_chunks(cached, prompt, n_prefix: int, min_chunk: int, limit: int, max_
         else:
             head_p += 1
     return chunks
+
+
+def _window_hashes(tokens, k: int):
+    """A 64-bit polynomial hash of every k-token window of `tokens` (len - k + 1 of them), vectorised."""
+    n = len(tokens) - k + 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    t = tokens.astype(np.uint64)
+    h = np.zeros(n, dtype=np.uint64)
+    for j in range(k):
+        h = h * np.uint64(1_000_003) + t[j:j + n] + np.uint64(1)     # wraps modulo 2**64
+    return h
 
 
 def _match(old, c: int, new, p: int, limit: int) -> int:
