@@ -17,10 +17,18 @@ from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
 from app.engine.layout.types import DraftPlan
-from engine_util import collect, cpu_layout, greedy, request_id, run
+from engine_util import collect, cpu_layout, greedy, request_id
+from engine_util import run as run_for
+
+# two SmolLM2 runners and ~800-token prompts: a minute on two quiet cores, many more on a shared machine
+pytestmark = pytest.mark.timeout(1800)
 from gguf_families import write_gemma2, write_mamba
 
 MIN_CHUNK = 16
+
+
+def run(loop, coro):
+    return run_for(loop, coro, timeout=900)
 
 
 def prompt(date: str, *, drop: int | None = None, question: str = "Which tool reads a file?") -> str:
