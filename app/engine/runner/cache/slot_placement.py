@@ -324,7 +324,7 @@ class Placement:
         for i in free:
             tokens = self.slots.tokens[i]
             n = min(common_prefix(tokens, prompt), limit) if tokens else 0
-            v = n + self._reuse_gain(tokens, prompt, n, limit)
+            v = n + (self._reuse_gain(tokens, prompt, n, limit) if i not in self.slots.shared else 0)
             key = (v, -self.slots.last_used[i] if tokens else float("inf"))
             if key > best_key:
                 best, best_key = (i, n, v), key
