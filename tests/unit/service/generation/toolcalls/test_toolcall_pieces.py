@@ -70,6 +70,8 @@ STREAMED = [
 WHOLE = [                                # syntaxes read whole: the call comes in one piece once complete
     ("hermes", '<tool_call>\n{"arguments": {"city": "Paris"}, "name": "get_weather"}\n</tool_call>'),
     ("hermes", '<tool_call>\n{"name": "other_tool", "arguments": {"city": "Paris"}}\n</tool_call>'),
+    ("hermes", '```json\n{"name": "other_tool", "arguments": {"city": "Paris"}}\n```'),      # bare: content
+    ("hermes", '{"name": "get_weathe", "arguments": {"city": "Paris"}} then text'),
     ("hermes", '<tool_call>\n{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}\n</tool_call>'),
     ("llama3", '<|python_tag|>get_weather.call(city="Paris")'),
     ("deepseek", "<｜tool▁calls▁begin｜>" + B + "function" + S + 'get_weather\n```json\n{"city": "Paris"}\n```' + E +
