@@ -51,6 +51,38 @@ def custom_input(arguments) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
+_INPUT_HEAD = json.dumps({CUSTOM_INPUT: ""})[:-2]     # `{"input": "`: how a custom call's arguments begin
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def string_so_far(raw: str) -> tuple[str, bool]:
+    """The text of a JSON string's body written so far, as json.dumps(..., ensure_ascii=False) writes strings
+    (`raw`: after its opening quote; an escape not yet complete is left out), and whether the string closed."""
+    out, i = [], 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            return "".join(out), True
+        if c != "\\":
+            j = i
+            while j < len(raw) and raw[j] not in '"\\':
+                j += 1
+            out.append(raw[i:j])
+            i = j
+            continue
+        if i + 1 >= len(raw):
+            break
+        if raw[i + 1] == "u":
+            if i + 6 > len(raw):
+                break
+            out.append(chr(int(raw[i + 2:i + 6], 16)))    # json.dumps(ensure_ascii=False): control characters
+            i += 6
+            continue
+        out.append(_SIMPLE_ESCAPES.get(raw[i + 1], raw[i + 1]))
+        i += 2
+    return "".join(out), False
+
+
 def call_payload(ev: ToolCallEvent, tool: WireTool) -> str:
     """What the call item carries: a custom tool's input text, a function's arguments as a JSON string."""
     return custom_input(ev.arguments) if tool.custom else json.dumps(ev.arguments, ensure_ascii=False)
@@ -174,12 +206,12 @@ class ResponsesRenderer(Renderer):
 
     def tool_call_start(self, ev: ToolCallStart):
         """The call's item is added (in_progress, arguments ""); a function's arguments follow as
-        `function_call_arguments.delta` pieces, and `.done` carries them whole. A custom tool's input is a string
-        inside the arguments' JSON: it is given whole when the call ends."""
+        `function_call_arguments.delta` pieces, and `.done` carries them whole. A custom tool's input (the string
+        its function's one argument holds) follows as `custom_tool_call_input.delta` pieces, `.done` whole."""
         out = self._close_open()
         tool = self.wire.wire_tool(ev.name)
         item_id = _id("ctc" if tool.custom else "fc")
-        self.call = {"start": ev, "id": item_id, "tool": tool, "text": ""}
+        self.call = {"start": ev, "id": item_id, "tool": tool, "text": "", "sent": ""}
         out.append(self._ev("response.output_item.added", output_index=len(self.output),
                             item=call_item(item_id, ev, tool, "in_progress")))
         return out
@@ -190,9 +222,23 @@ class ResponsesRenderer(Renderer):
             return []
         call["text"] += ev.text
         if call["tool"].custom:
-            return []
+            return self._custom_delta(call)
         return [self._ev("response.function_call_arguments.delta", item_id=call["id"], output_index=len(self.output),
                          delta=ev.text)]
+
+    def _custom_delta(self, call: dict) -> list:
+        """A custom tool's input as it is written: the `input` string of arguments that begin `{"input": "`
+        (what its function's grammar writes), decoded; other arguments wait for the call's end."""
+        text = call["text"]
+        if not text.startswith(_INPUT_HEAD):
+            return []
+        decoded, _ = string_so_far(text[len(_INPUT_HEAD):])
+        new = decoded[len(call["sent"]):]
+        if not new:
+            return []
+        call["sent"] = decoded
+        return [self._ev("response.custom_tool_call_input.delta", item_id=call["id"], output_index=len(self.output),
+                         delta=new)]
 
     def tool_call(self, ev: ToolCallEvent):
         out = [] if self.call is not None else list(self.tool_call_start(ToolCallStart(ev.index, ev.id, ev.name)))
@@ -201,10 +247,13 @@ class ResponsesRenderer(Renderer):
         tool, item_id, idx = call["tool"], call["id"], len(self.output)
         if tool.custom:
             payload = custom_input(ev.arguments)
-            out += [self._ev("response.custom_tool_call_input.delta", item_id=item_id, output_index=idx,
-                             delta=payload),
-                    self._ev("response.custom_tool_call_input.done", item_id=item_id, output_index=idx,
-                             input=payload)]
+            sent = call["sent"]
+            rest = payload[len(sent):] if payload.startswith(sent) else ""
+            if rest or not sent:
+                out.append(self._ev("response.custom_tool_call_input.delta", item_id=item_id, output_index=idx,
+                                    delta=rest))
+            out.append(self._ev("response.custom_tool_call_input.done", item_id=item_id, output_index=idx,
+                                input=payload))
         else:
             payload = call["text"] or json.dumps(ev.arguments, ensure_ascii=False)
             if not call["text"]:

@@ -286,3 +286,20 @@ def test_a_call_in_pieces_on_each_wire_that_streams_them():
 
     whole = [plain(f) for f in stream(ollama_chat()[1](), EVENTS)]
     assert [plain(f) for f in stream(ollama_chat()[1](), WITH_PIECES)] == whole
+
+
+def test_a_custom_tools_input_streams_as_it_is_written():
+    """Codex's apply_patch: a custom tool served as a function of one string `input`; the string's text goes as
+    `custom_tool_call_input.delta` pieces as the arguments come (an escape once complete), `.done` whole."""
+    _, wire = responses_parse.parse_responses({"model": MODEL, "input": "Patch it",
+                                               "tools": [{"type": "custom", "name": "apply_patch"}]})
+    patch = '*** Begin Patch\n+print("\u00e9")\n*** End Patch'
+    events = [ToolCallStart(0, "call_p", "apply_patch"), ToolCallArguments(0, '{"input": "'),
+              ToolCallArguments(0, "*** Begin Patch\\"), ToolCallArguments(0, 'n+print(\\"\u00e9\\")\\n'),
+              ToolCallArguments(0, '*** End Patch"}'), ToolCallEvent(0, "call_p", "apply_patch", {"input": patch})]
+    frames = [plain(f) for f in stream(ResponsesRenderer(MODEL, wire), events)]
+    deltas = [f["data"]["delta"] for f in frames if f["event"] == "response.custom_tool_call_input.delta"]
+    assert deltas == ["*** Begin Patch", '\n+print("\u00e9")\n', "*** End Patch"]
+    done = next(f["data"] for f in frames if f["event"] == "response.custom_tool_call_input.done")
+    item = next(f["data"]["item"] for f in frames if f["event"] == "response.output_item.done")
+    assert done["input"] == item["input"] == patch and item["type"] == "custom_tool_call"
