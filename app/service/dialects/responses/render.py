@@ -58,7 +58,8 @@ _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\
 def string_so_far(raw: str) -> tuple[str, bool]:
     """The text of a JSON string's body written so far, as json.dumps(..., ensure_ascii=False) writes strings
     (`raw`: after its opening quote; an escape not yet complete is left out), and whether the string closed."""
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(raw):
         c = raw[i]
         if c == '"':
