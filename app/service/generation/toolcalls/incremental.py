@@ -23,6 +23,7 @@ from typing import Iterable
 
 from app.engine.chat.formats import MISTRAL_CALLS
 
+from .jsonscan import scan_brackets
 from .section_parsers import parameter_value
 from .types import Args, CallPart, Done, Open
 
@@ -377,30 +378,13 @@ class CallReader:
 
     def _tail(self) -> bool:
         """The rest of the call object after its arguments ("id": ...), up to its `}`."""
-        b = self.body
-        in_str = esc = False
-        depth = self.depth
-        for j in range(self.pos, len(b)):
-            c = b[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c in "{[":
-                depth += 1
-            elif c in "}]":
-                depth -= 1
-                if depth == 0:
-                    self.pos = j + 1
-                    self.state = "after" if self.single and not self.in_list else "between"
-                    if not self.in_list:
-                        self.first_end = self.first_end or self.pos
-                    return True
+        end = scan_brackets(self.body, self.pos, self.depth)[0]
+        if end is not None:
+            self.pos = end
+            self.state = "after" if self.single and not self.in_list else "between"
+            if not self.in_list:
+                self.first_end = self.first_end or self.pos
+            return True
         return False                     # read again from the tail's start when more comes (tails are short)
 
     def _json_head(self, out: list[CallPart]) -> bool:

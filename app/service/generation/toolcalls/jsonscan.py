@@ -14,10 +14,11 @@ from .types import ToolCall
 _CLOSER = {"{": "}", "[": "]"}
 
 
-def json_end(text: str, start: int = 0) -> int | None:
-    """Index just past the object/array that starts at text[start] ('{' or '['), or None while it is still open.
-    Strings and escapes are honoured; this only balances brackets and does not validate."""
-    depth, in_str, esc = 0, False, False
+def scan_brackets(text: str, start: int, depth: int = 0, in_str: bool = False,
+                  esc: bool = False) -> tuple[int | None, int, bool, bool]:
+    """Read text[start:] balancing brackets from the given state (depth, inside a string, after a backslash):
+    (index just past the bracket that brings depth to 0, or None, and the state at the end of what was read).
+    Strings and escapes are honoured; nothing is validated. A growing text is read on from the returned state."""
     for i in range(start, len(text)):
         c = text[i]
         if in_str:
@@ -34,8 +35,14 @@ def json_end(text: str, start: int = 0) -> int | None:
         elif c in "}]":
             depth -= 1
             if depth == 0:
-                return i + 1
-    return None
+                return i + 1, depth, in_str, esc
+    return None, depth, in_str, esc
+
+
+def json_end(text: str, start: int = 0) -> int | None:
+    """Index just past the object/array that starts at text[start] ('{' or '['), or None while it is still open.
+    Strings and escapes are honoured; this only balances brackets and does not validate."""
+    return scan_brackets(text, start)[0]
 
 
 def mend(text: str) -> str:

@@ -19,7 +19,7 @@ from app.engine.chat.formats import Section, format_for
 
 from .incremental import CallReader, held_suffix, reader_for
 from .section_parsers import SECTION_PARSERS, pythonic
-from .jsonscan import calls_from_text, json_end, mend
+from .jsonscan import calls_from_text, json_end, mend, scan_brackets
 from .types import CallPart, Delta, Done, ToolCall
 
 MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as content past this many characters
@@ -340,27 +340,10 @@ class _ValueEnd:
     def end(self, text: str, start: int) -> int | None:
         if self.found is not None:
             return self.found
-        depth, in_str, esc = self.depth, self.in_str, self.esc
-        for i in range(start if self.pos is None else self.pos, len(text)):
-            c = text[i]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c in "{[":
-                depth += 1
-            elif c in "}]":
-                depth -= 1
-                if depth == 0:
-                    self.found = i + 1
-                    return self.found
-        self.pos, self.depth, self.in_str, self.esc = len(text), depth, in_str, esc
-        return None
+        found, self.depth, self.in_str, self.esc = scan_brackets(text, start if self.pos is None else self.pos,
+                                                                 self.depth, self.in_str, self.esc)
+        self.pos, self.found = len(text), found
+        return found
 
 
 def _fenced_calls(body: str) -> list[ToolCall] | None:
