@@ -1,4 +1,4 @@
-"""Predicted vs actual memory for every architecture family (tests/gguf_factory.FAMILIES), as one summary table.
+"""Predicted vs actual memory for every architecture family (tests/support/gguf_factory.FAMILIES), as one summary table.
 
     .venv/bin/python bench/bench_family_memory.py [--ctx 512,8192,32768] [--parallel 1,4] [--kv f16,q8_0] [--full]
 

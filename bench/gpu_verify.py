@@ -1,7 +1,7 @@
 """Predicted vs actual memory on a real GPU (issue 18, step 4): dense all on the GPU, dense with part of its
 layers on the CPU, MoE with part of its experts on the CPU, and several layouts of one model at several budgets.
 Each case plans for this machine's inventory with the GPU's free memory cut to a budget (none = as it is), then
-app.engine.planner.verify loads it for real and compares per device and kind (bounds of tests/test_verify_layout:
+app.engine.planner.verify loads it for real and compares per device and kind (bounds of tests/integration/engine/test_verify_layout:
 total within 2%, each kind within 5% or the log's rounding).
 
     python bench/gpu_verify.py CASE.json [--json OUT]

@@ -49,7 +49,7 @@ class GenerateRequest:
     logprobs: bool = False
     top_logprobs: int = 0                   # 0..20
     ignore_eos: bool = False
-    # tools and thinking (issue 14; docs/architecture.md, "Tool calls")
+    # tools and thinking (docs/architecture.md, "Tool calls")
     tools: list[dict] | None = None         # OpenAI function shape: the grammar's calls, and the template's tools
     render_tools: bool = True               # False: the template cannot show tools (the service described them)
     plan: ChatPlan | None = None            # the service's decisions (chat/plan.py): family, tool-call grammar;
@@ -233,7 +233,7 @@ class Stats:
     draft_tokens: int = 0                   # speculative decoding: tokens drafted since load
     draft_accepted: int = 0                 # ... and of those, accepted (emitted without a step of their own)
     # seconds per phase of the context thread's batch steps since load, with "steps" and "rows"
-    # (runner/step_clock.HostPhases; bench/bench_host_step.py)
+    # (runner/step/step_clock.HostPhases; bench/bench_host_step.py)
     host_phases: dict = field(default_factory=dict)
 
 

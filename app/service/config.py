@@ -28,7 +28,7 @@ Environment variables (all optional):
 Passed down to every runner child (engine/runner_settings.RunnerSettings; the runner reads no variable itself):
   STRATA_SPECULATIVE   speculative decoding: auto (default), off, on, or a longest draft (runner/speculation/drafting.py)
   STRATA_STREAM_INTERVAL_MS  how long new text may be held before it is sent (default: 50 ms when every CPU
-                       computes, else 0; runner/output_thread.stream_interval_s)
+                       computes, else 0; runner/output/output_thread.stream_interval_s)
   STRATA_RUNNER_LOG    the runner's log level (default WARNING)
 Read elsewhere, each in one place, on purpose: STRATA_HOME and STRATA_USER_HOME (app/paths.py: where the settings
 file itself is, and the sandboxed home), STRATA_RPC (app/discovery/remote.py, over the settings file's rpc_workers:

@@ -2,12 +2,19 @@
 - test files live in tests/unit/, tests/integration/ or tests/gui/ (their folder is their marker), helpers in
   tests/support/, and no two test files share a name (pytest imports them by base name);
 - every app module is imported by some test, or its docstring names the test that covers it ("Covered by
-  tests/..."), and the paths such a line names exist, so a moved test cannot leave a stale pointer behind."""
+  tests/..."), and the paths such a line names exist, so a moved test cannot leave a stale pointer behind;
+- every path the docs, the README and the code's docstrings and comments name (`runner/step/step_clock.HostPhases`,
+  `docs/prompt-cache.md`, `tests/support/gguf_factory.FAMILIES`) resolves to a file or folder of the repository, and a
+  `module.name` suffix to a name that module defines, so a moved module cannot leave a stale pointer either."""
 from __future__ import annotations
 
 import ast
+import fnmatch
+import io
 import re
+import tokenize
 from collections import Counter
+from pathlib import Path
 
 from repo_paths import ROOT, TESTS
 
@@ -60,3 +67,92 @@ def test_every_module_has_a_test():
     assert not missing, ("modules no test imports and whose docstring names no covering test: add a test, or a "
                          f"line 'Covered by tests/...' to the docstring: {missing}")
     assert not stale, f"'Covered by' lines naming a test path that does not exist: {stale}"
+
+
+# Path-like words that are not this repository's paths: other projects' files (llama.cpp, Ollama), wire names
+# joined by slashes, a model name, a pattern. Each is an exact word as written.
+NOT_OUR_PATHS = {
+    "ggml/llama.cpp", "ggml/src/ggml-cpu/repack.cpp", "ggml/src/ggml-rpc",          # llama.cpp's tree
+    "tests/test-json-schema-to-grammar.cpp", "tests/test-grammar-integration.cpp",  # llama.cpp's tests
+    "docs/api.md", "ollama/ollama",                                                # Ollama's repository
+    "ollama/openai/anthropic", "service/runner/GUI", "prompt/cached/completion",   # words joined by slashes
+    "strata/coder",                                                                # a model name
+    "resources/icons/hicolor/NxN/apps/strata.png",                                 # a pattern (N = size)
+    "dialects/__init__",                                                           # "the dialects/__init__ rule"
+}
+_SKIP_DIRS = {".git", ".venv", "__pycache__", "node_modules"}
+_REF = re.compile(r"(?<![\w./@:-])((?:[A-Za-z_][\w-]*/)+[\w*-]+(?:\.[\w*-]+)*)")
+
+
+def _repo_paths() -> tuple[list[str], list[str]]:
+    files, dirs = [], []
+    for p in ROOT.rglob("*"):
+        rel = p.relative_to(ROOT)
+        if _SKIP_DIRS & set(rel.parts):
+            continue
+        (dirs if p.is_dir() else files).append(rel.as_posix())
+    return files, dirs
+
+
+def _prose(path: Path) -> str:
+    """A doc's text; a module's docstrings and comments (code strings are data, not pointers)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".py":
+        return text
+    tree = ast.parse(text)
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = [ast.get_docstring(n) or "" for n in ast.walk(tree) if isinstance(n, kinds)]
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.COMMENT]
+    return "\n".join(docs + comments)
+
+
+def _defines(module: str, names: list[str]) -> bool:
+    """The module defines the first name (anywhere: a method or class attribute counts) and so on down."""
+    defined = set()
+    for n in ast.walk(ast.parse((ROOT / module).read_text(encoding="utf-8"))):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                defined.update(e.id for e in ast.walk(t) if isinstance(e, ast.Name))
+    return all(name in defined for name in names)
+
+
+def _resolves(ref: str, files: list[str], dirs: list[str]) -> bool:
+    def found(suffix: str) -> list[str]:
+        if "*" in suffix:
+            return [p for p in files + dirs if fnmatch.fnmatch(p, suffix) or fnmatch.fnmatch(p, "*/" + suffix)]
+        return [p for p in files + dirs if p == suffix or p.endswith("/" + suffix)]
+    if found(ref) or found(ref + ".py"):
+        return True
+    head, _, last = ref.rpartition("/")
+    bits = last.split(".")
+    for k in range(len(bits) - 1, 0, -1):           # module.name.name: the longest module prefix that exists
+        for module in found(f"{head}/{'.'.join(bits[:k])}.py"):
+            if _defines(module, bits[k:]):
+                return True
+    return False
+
+
+def test_every_path_the_docs_and_docstrings_name_exists():
+    files, dirs = _repo_paths()
+    roots = {"app", "tests", "bench", "docs", "installers", "resources"}
+    roots |= {Path(d).name for d in dirs if d.startswith("app/")}
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    sources += [ROOT / f for f in files if f.endswith(".py") and f.split("/")[0] in ("app", "tests", "bench")]
+    stale = []
+    for src in sources:
+        for m in _REF.finditer(_prose(src)):
+            ref = m.group(1).rstrip(".")
+            if ref.split("/")[0] in roots and ref not in NOT_OUR_PATHS and not _resolves(ref, files, dirs):
+                stale.append(f"{src.relative_to(ROOT)}: {ref}")
+    assert not stale, f"paths named in docs, docstrings or comments that do not exist: {stale}"
+
+
+def test_the_path_check_sees_a_stale_pointer():
+    files, dirs = _repo_paths()
+    assert _resolves("runner/step/step_clock.HostPhases", files, dirs)
+    assert _resolves("docs/prompt-cache.md", files, dirs)
+    assert not _resolves("runner/step_clock.HostPhases", files, dirs)          # the module moved to runner/step/
+    assert not _resolves("runner/step/step_clock.NoSuchName", files, dirs)
+    assert not _resolves("docs/no-such-page.md", files, dirs)

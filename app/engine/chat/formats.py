@@ -56,7 +56,7 @@ class Section:
 
 @dataclass(frozen=True)
 class CallGrammar:
-    """The `auto` grammar's wrapper around a call (runner/tool_grammar.lazy)."""
+    """The `auto` grammar's wrapper around a call (runner/sampling/tool_grammar.lazy)."""
     opener: str | None = None   # the marker that starts a call (None: only a bare call at the reply's start)
     closer: str = ""
     args_key: str = "arguments"

@@ -1,9 +1,9 @@
 """A chat request's plan: what the service decided about tools, made once and applied by the runner as it is
-(issue 24, part 3; llama.cpp's `common_chat_params`).
+(the same record as llama.cpp's `common_chat_params`).
 
 The service (app/service/generation/chat_features.py) makes one ChatPlan per request from the model's family, which it read
 once from the GGUF (engine/gguf/chat_facts), and the request's tools, tool_choice, parallel_tool_calls and
-format. The runner builds the grammar the plan names (runner/tool_grammar.for_plan) over the family's record
+format. The runner builds the grammar the plan names (runner/sampling/tool_grammar.for_plan) over the family's record
 (chat/formats.py), and the service's reply parser is the same record's: the grammar's trigger and the parser
 cannot disagree. Free of llama.cpp, so both processes import it.
 """
@@ -40,7 +40,7 @@ class ChatPlan:
 
     @property
     def parser(self) -> str:
-        """The reply parser's name (app/service/toolcalls): the family record's, as the grammar's trigger."""
+        """The reply parser's name (app/service/generation/toolcalls): the family record's, as the grammar's trigger."""
         return self.format.name
 
     @property

@@ -10,7 +10,7 @@
 - runner_fields(): what the runner needs: the plan, the tools for the template (or, for a template that knows
   none and a forced call, a system message describing them), thinking switches.
 - ReplyReader: the model's text -> TextDelta / ThinkingDelta / ToolCallEvent, through the parser the plan names
-  (service/toolcalls), so markup never reaches content. See docs/architecture.md, "Tool calls".
+  (generation/toolcalls), so markup never reaches content. See docs/architecture.md, "Tool calls".
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def reply_reserve(overflow: str, num_predict: int) -> int:
     """What the prompt must leave free under the request's own rule (protocol.GenerateRequest.reserve). A rule that
     refuses claims nothing for the reply: as llama-server, a prompt that fits is served and max_tokens (OpenAI's,
     Anthropic's; agents send 4096-32000) caps the reply by the room left, which ends with "length". Ollama's rules
-    count num_predict (at most half the context, runner/context_fit.reply_room) before dropping messages."""
+    count num_predict (at most half the context, runner/prompt/context_fit.reply_room) before dropping messages."""
     return 0 if overflow == "error" else max(0, num_predict)
 
 

@@ -1,4 +1,4 @@
-"""Chat facts and tool calls on the family GGUFs (tests/gguf_factory.FAMILIES: each architecture family with its
+"""Chat facts and tool calls on the family GGUFs (tests/support/gguf_factory.FAMILIES: each architecture family with its
 real chat template): the family and capabilities read from the file, and, in a real runner, a forced tool
 call read back by that family's parser (gpt-oss through the harmony parser, Qwen3 through Hermes)."""
 from __future__ import annotations

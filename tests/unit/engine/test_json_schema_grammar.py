@@ -1,4 +1,4 @@
-"""Our JSON-schema converter (app/engine/json_schema_grammar.py) against llama.cpp's own C++ tests, as data
+"""Our JSON-schema converter (app/engine/json_schema_grammar/) against llama.cpp's own C++ tests, as data
 (tests/support/fixtures/json_schema/cases.json, written by extract.py from the vendored llama.cpp):
 - every case of tests/test-json-schema-to-grammar.cpp: the same grammar text as the C++ converter, or an error;
 - every grammar parses in llama.cpp (llama_sampler_init_grammar on SmolLM2's vocabulary);
