@@ -71,6 +71,8 @@ class GenerateRequest:
     shift: bool = True                      # a reply that fills the context: shift it (Ollama's rule) or, False,
                                             # end it with "length" (llama-server's default, OpenAI's, Anthropic's)
     announce: bool = False                  # send Admitted once the prompt is fitted (before any token)
+    priority: int = 0                       # 1: a person watches the reply (a streamed request): its prompt is read
+                                            # first and its pace bounds others' prompt chunks (runner/step/step_budget.py)
 
 
 def has_images(req) -> bool:

@@ -22,3 +22,6 @@ class RunnerSettings:
     async_prep: str = "auto"                  # where the next step's host work overlaps the decode
                                               # (runner/step/step_prepare.py): "auto", or "off"/"shadow"/"helper" to
                                               # measure and test each (bench/bench_host_step.py)
+    # STRATA_DECODE_LATENCY_FACTOR: while prompts are read, a step of the sequences writing a reply may take this many
+    # times their step alone (runner/step/step_budget.py); 0 = prompts always take the whole batch (the old chunking)
+    decode_latency_factor: float = 1.75

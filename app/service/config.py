@@ -30,6 +30,9 @@ Passed down to every runner child (engine/runner_settings.RunnerSettings; the ru
   STRATA_STREAM_INTERVAL_MS  how long new text may be held before it is sent (default: 50 ms when every CPU
                        computes, else 0; runner/output/output_thread.stream_interval_s)
   STRATA_RUNNER_LOG    the runner's log level (default WARNING)
+  STRATA_DECODE_LATENCY_FACTOR  while other requests' prompts are read, a step of the replies being written may
+                       take this many times their step alone (default 1.75; 0 = prompts take whole batches:
+                       runner/step/step_budget.py)
 Read elsewhere, each in one place, on purpose: STRATA_HOME and STRATA_USER_HOME (app/paths.py: where the settings
 file itself is, and the sandboxed home), STRATA_RPC (app/discovery/remote.py, over the settings file's rpc_workers:
 discovery runs below the service, for `strata devices` too), the pull's tuning knobs STRATA_PULL_PART_MIN /
@@ -123,7 +126,10 @@ def _runner_settings(env: Mapping[str, str]) -> RunnerSettings:
                           stream_interval_ms=_float_env("STRATA_STREAM_INTERVAL_MS", 0.0, env=env,
                                                                 unit="milliseconds") if raw else None,
                           log_level=level,
-                          disk_cache_mib=_int_env("STRATA_PROMPT_DISK_CACHE_MIB", -1, minimum=-1, env=env))
+                          disk_cache_mib=_int_env("STRATA_PROMPT_DISK_CACHE_MIB", -1, minimum=-1, env=env),
+                          decode_latency_factor=_float_env("STRATA_DECODE_LATENCY_FACTOR",
+                                                           RunnerSettings.decode_latency_factor, env=env,
+                                                           unit="times"))
 
 
 def _environment() -> dict:

@@ -289,7 +289,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                     checkpoint_bytes=max(0, layout.options.checkpoint_mib) << 20,
                     cache_reuse=layout.options.cache_reuse,
                     warmup_s=warmup_s, media=media, draft=draft, speculative=settings.speculative,
-                    async_prep=settings.async_prep, gpu=bool(layout.n_gpu_layers and layout.gpu_devices))
+                    async_prep=settings.async_prep, gpu=bool(layout.n_gpu_layers and layout.gpu_devices),
+                    latency_factor=settings.decode_latency_factor)
     admission.media = media
     admission.vision_missing = loaded.vision_missing
     admission.mark_last_user = loop.placement.checkpoints.enabled

@@ -121,7 +121,8 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
         logprobs=req.logprobs, top_logprobs=req.top_logprobs, ignore_eos=ro.ignore_eos, context=req.context,
         want_context=req.want_context,
         overflow=req.overflow, reserve=reply_reserve(req.overflow, ro.num_predict),
-        shift=req.shift if req.shift is not None else req.overflow != "error", announce=True, **extra)
+        shift=req.shift if req.shift is not None else req.overflow != "error", announce=True,
+        priority=1 if req.stream else 0, **extra)
     parse_reply = not raw and req.suffix is None
     return Job(req, record.name, ro, runner_request, facts, parse_reply, record)
 
@@ -292,11 +293,12 @@ class Generation:
 
 
 @asynccontextmanager
-async def leased(scheduler, name: str, ro: RequestOptions, keep_alive: KeepAlive, record=None, result=None):
+async def leased(scheduler, name: str, ro: RequestOptions, keep_alive: KeepAlive, record=None, result=None,
+                 priority: int = 0):
     """The model's lease (loaded, a slot taken), noted in the request log: the Server window's record of the
     request gets the model, its load and queue waits, and the generation's `result` (None for embeddings,
-    reranking, token counts)."""
-    async with scheduler.lease(name, ro, keep_alive, record=record) as lease:
+    reranking, token counts). `priority` 1: a person watches (a streamed generation): its slot comes first."""
+    async with scheduler.lease(name, ro, keep_alive, record=record, priority=priority) as lease:
         request_log.leased(lease, result)
         yield lease
 
@@ -305,7 +307,8 @@ async def leased(scheduler, name: str, ro: RequestOptions, keep_alive: KeepAlive
 async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
     """Lease the model (load it if needed, wait for a slot), then hand out the generation."""
     result = GenerationResult(model=job.model)
-    async with leased(scheduler, job.model, job.options, job.keep_alive, job.record, result) as lease:
+    async with leased(scheduler, job.model, job.options, job.keep_alive, job.record, result,
+                      job.runner_request.priority) as lease:
         result.load_wait = lease.load_wait
         gen = Generation(lease, job, metrics, result, scheduler)
         try:

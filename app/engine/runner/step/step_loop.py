@@ -35,6 +35,7 @@ from app.engine.runner.output.output_thread import OutputThread
 from app.engine.runner.sequence import Seq
 from app.engine.runner.speculation.drafting import Drafting
 from app.engine.runner.step.slots import Slots
+from app.engine.runner.step.step_budget import DEFAULT_FACTOR
 from app.engine.runner.step.step_clock import StepClock
 from app.engine.runner.step.step_executor import StepExecutor
 from app.engine.runner.step.step_prepare import StepPrepare, prepare_mode
@@ -55,7 +56,7 @@ class StepLoop:
                  prompt_cache_bytes: int = 0, disk_cache=None, stream_interval: float = 0.0, checkpoints: int = 0,
                  checkpoint_bytes: int = 0, cache_reuse: int = 0, warmup_s: float = 0.0,
                  speculative: str | None = None, media=None, draft=None, async_prep: str = "auto",
-                 gpu: bool = False):
+                 gpu: bool = False, latency_factor: float = DEFAULT_FACTOR):
         self.send = send
         self.embedder = embedder
         self.hooks = hooks or Hooks()
@@ -73,7 +74,7 @@ class StepLoop:
         self.slots = Slots(n_slots, self.placement, self.inbox, self.out_q, send, self.hooks, n_ctx_seq=n_ctx_seq,
                            can_shift=can_shift)
         self.scheduler = StepScheduler(slots=self.slots.seqs, n_batch=L.llama_n_batch(ctx), n_ctx_seq=n_ctx_seq,
-                                       placement=self.placement)
+                                       placement=self.placement, latency_factor=latency_factor)
         self.executor = StepExecutor(model, ctx, vocab_out=vocab_out, clock=self.clock, abort=self.abort,
                                      drafting=self.drafting, hooks=self.hooks, media=media)
         self.update = StepUpdate(self.slots.release, self.placement, self.clock, self.out_q)
@@ -177,6 +178,10 @@ class StepLoop:
         if plan.batch.n and result.rc == 0:
             t_end = time.perf_counter()
             self.clock.record(result.t_decode, t_end - plan.t_start, plan.batch.n)
+            if plan.image is None:          # what steps cost, for the next steps' prompt budgets (step_budget.py)
+                n_prompt = sum(s.n for s in plan.spans if s.prefill)
+                self.scheduler.costs.observe(n_prompt, len(plan.spans) - sum(s.prefill for s in plan.spans),
+                                             t_end - plan.t_start)
             ph = self.clock.phases
             ph.steps += 1
             ph.rows += plan.batch.n

@@ -3,8 +3,10 @@
 It decides; it runs no model and touches no KV cell (no llama.cpp call at all; no drafting: the executor drafts
 after sampling; tests/unit/engine/runner/step/test_step_cycle.py checks it at run time). `schedule` builds the next
 `StepPlan` from the sequences in the slots (slots.py fills them between steps, and shifts a full context): one
-row per generating sequence (plus the draft proposed for it, within the batch), then prompt chunks shared by
-`prefill_grants`, cut where an image or a context checkpoint is due, and at most one image.
+row per generating sequence (plus the draft proposed for it, within the batch), then prompt chunks within the step's
+prompt budget (step_budget.py: sized from measured step costs so that writing sequences keep their pace while
+prompts are read; the full batch when nothing writes), shared watched readers first, cut where an image or a
+context checkpoint is due, and at most one image.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from typing import NamedTuple
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.cache.slot_placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
+from app.engine.runner.step.step_budget import (DEFAULT_FACTOR, PaceCosts, Reader, finishing_cut, prefill_shares,
+                                                prompt_budget, share_budget)
 from app.engine.runner.step_plan import SampleRow, Span, StepPlan
 
 
@@ -27,10 +31,16 @@ class Prepared(NamedTuple):
 
 
 class StepScheduler:
-    """`slots`: the slot table's list (slots.Slots.seqs), read here, changed only between steps."""
+    """`slots`: the slot table's list (slots.Slots.seqs), read here, changed only between steps. `latency_factor`:
+    a writing sequence's step may take this many times its alone step while prompts are read (step_budget.py;
+    0: prompts always take the whole batch)."""
 
-    def __init__(self, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, placement: Placement):
+    def __init__(self, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, placement: Placement,
+                 latency_factor: float = DEFAULT_FACTOR):
         self.n_ctx_seq = n_ctx_seq
+        self.costs = PaceCosts()            # what steps cost here (the loop feeds it: StepLoop._step)
+        self.latency_factor = latency_factor
+        self._last_budget: int | None = None    # the last mixed step's prompt budget (its growth is bounded)
         self.placement = placement
         self.slots = slots
         # two batches alternate, so a step's rows stay intact while the next one is built
@@ -132,13 +142,29 @@ class StepScheduler:
         plan.spans.append(span)
         return len(draft)
 
+    def prompt_budget(self, plan: StepPlan, prefill: list[Seq]) -> int:
+        """Prompt rows this step may carry (step_budget.prompt_budget), its writers' rows already in `plan`."""
+        writers = [s.seq for s in plan.spans if not s.prefill]
+        if not writers:
+            self._last_budget = None
+            return plan.batch.free
+        budget = prompt_budget(self.costs, capacity=plan.batch.free, writers=len(writers),
+                               watched_writers=sum(watched(s) for s in writers),
+                               watched_reader=any(watched(s) for s in prefill), factor=self.latency_factor,
+                               last=self._last_budget)
+        if budget:
+            self._last_budget = budget
+        return budget
+
     def _plan_prefill(self, plan: StepPlan, prefill: list[Seq]) -> None:
         if not prefill:
             return
         b = plan.batch
         self._rr = (self._rr + 1) % len(prefill)
         prefill = prefill[self._rr:] + prefill[:self._rr]
-        grant = prefill_grants(prefill, b.free)
+        readers = [Reader(s.id, len(s.prompt) - s.todo, watched(s)) for s in prefill]
+        budget = finishing_cut(readers, self.prompt_budget(plan, prefill))
+        grant = share_budget(readers, budget)
         for seq in prefill:
             k = grant[seq.id]
             if seq.media is not None:
@@ -162,17 +188,13 @@ class StepScheduler:
                 plan.outs.append(SampleRow(span, row))
 
 
+def watched(seq: Seq) -> bool:
+    """A person waits for this sequence's reply (a streamed request: GenerateRequest.priority 1)."""
+    return getattr(seq.req, "priority", 0) > 0
+
+
 def prefill_grants(prefill: list[Seq], budget: int) -> dict[str, int]:
-    """How many prompt tokens each prefilling sequence feeds this step: equal shares of the free batch rows
-    first, then the leftovers in round-robin order (the list's order), so no long prompt starves the others."""
-    share = max(1, budget // len(prefill))
-    grant = {}
-    for seq in prefill:
-        grant[seq.id] = min(len(seq.prompt) - seq.todo, share, budget)
-        budget -= grant[seq.id]
-    for seq in prefill:
-        extra = min(len(seq.prompt) - seq.todo - grant[seq.id], budget)
-        if extra > 0:
-            grant[seq.id] += extra
-            budget -= extra
-    return grant
+    """How many prompt tokens each prefilling sequence feeds this step, all alike: equal shares of the free batch
+    rows first, then the leftovers in round-robin order (the list's order), so no long prompt starves the others
+    (step_budget.prefill_shares)."""
+    return prefill_shares([Reader(s.id, len(s.prompt) - s.todo, False) for s in prefill], budget)
