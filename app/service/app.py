@@ -19,6 +19,7 @@ from .http.events import EventBus
 from .http import request_log
 from .http.metrics import Metrics
 from .http.security import make_middlewares
+from .scheduling import fair_slots
 from .scheduling.scheduler import Scheduler
 from .store.model_store import ModelStore
 from .store.proxy import AsyncStore
@@ -64,7 +65,8 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     requests = request_log.RequestLog(events)
     # order: request log and metrics (outermost, see the final status) -> errors -> security -> handler
     app = web.Application(client_max_size=config.max_body,
-                          middlewares=[request_log.middleware(requests), _metrics_middleware(metrics),
+                          middlewares=[request_log.middleware(requests), fair_slots.middleware(),
+                                       _metrics_middleware(metrics),
                                        *make_middlewares(config)])
     store = AsyncStore(store_factory or (lambda: _default_store(config)))
     app[keys.CONFIG] = config

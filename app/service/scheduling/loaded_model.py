@@ -12,6 +12,8 @@ from app.engine.gguf.projector import ProjectorInfo
 from app.engine.planner.compare import predicted_of
 from app.engine.layout.types import Layout, PlanOptions
 
+from .fair_slots import FairSlots
+
 
 @dataclass
 class Lease:
@@ -38,7 +40,7 @@ class LoadedModel:
         self.error: str | None = None
         self.actual: dict = {}
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.slots = asyncio.Semaphore(options.num_parallel)
+        self.slots = FairSlots(options.num_parallel)     # handed out watched first, round-robin across clients
         self.slots_total = options.num_parallel
         self.slots_busy = 0
         self.queued = 0              # admitted, waiting for a slot (or for the load)

@@ -5,7 +5,8 @@ injected collaborators (collaborators.py), so its rules are tested with fakes in
 
 - A request asks for a lease (`async with scheduler.lease(name, opts, keep_alive) as lease:`). The model is
   loaded if it is not (other requests for it wait on the same load), then the request waits for one of the
-  model's `num_parallel` slots. Beyond `num_parallel + max_queue` requests per model, a 503 with Retry-After.
+  model's `num_parallel` slots, watched (streamed) requests first, then round-robin across clients
+  (fair_slots.py). Beyond `num_parallel + max_queue` requests per model, a 503 with Retry-After.
 - Before a load, the planner lays the model out on what is left of each device after the models already
   loaded (their predicted bytes). If it does not fit, idle models are unloaded least recently used first and
   the plan is made again; a model with requests is never unloaded under them (the load waits for one to go idle).
@@ -40,6 +41,7 @@ from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
 from . import fit
+from .fair_slots import current_client
 from .loaded_model import Lease, LoadedModel
 from .loader import Loader
 
@@ -87,11 +89,12 @@ class Scheduler:
 
     @asynccontextmanager
     async def lease(self, name: str, ro: RequestOptions | None = None, keep_alive: KeepAlive = DEFAULT,
-                    record=None):
+                    record=None, priority: int = 0):
         """Load if needed, wait for a slot; on exit free the slot and start the keep-alive timer. A request whose
         model's runner ended while it waited (it never reached that runner) waits for the model's reload.
         `record`: the store's record for `name` when the caller has just resolved it (saves a store-thread hop
-        on the way to the first token); a reroute resolves the name again."""
+        on the way to the first token); a reroute resolves the name again. Slots go to waiting requests watched
+        first (`priority` 1: streamed), then round-robin across clients (fair_slots.py)."""
         ro = ro or RequestOptions()
         ka = self.keep_alive_for(keep_alive)
         t0 = time.monotonic()
@@ -100,7 +103,7 @@ class Scheduler:
             model.keep_alive = ka
             acquired = False
             try:
-                t_loaded = await self._wait_for_slot(model)
+                t_loaded = await self._wait_for_slot(model, priority)
                 acquired = t_loaded is not None
             finally:
                 if not acquired:
@@ -116,7 +119,7 @@ class Scheduler:
         finally:
             await self._leave(model, ka, acquired=True)
 
-    async def _wait_for_slot(self, model: LoadedModel) -> float | None:
+    async def _wait_for_slot(self, model: LoadedModel, priority: int = 0) -> float | None:
         """Wait for the load and then a slot. Returns when the load was done, with the slot taken; None (no slot
         taken) when the model's runner ended before this request got to use it."""
         if not model.ready.done():
@@ -125,7 +128,8 @@ class Scheduler:
             model.ready.result()          # re-raise a failed load
         t_loaded = time.monotonic()
         if model.runner_ended is None:
-            await model.slots.acquire()   # the requests on a runner that ends fail at once and free their slots
+            # the requests on a runner that ends fail at once and free their slots
+            await model.slots.acquire(current_client(), priority)
             if model.runner_ended is None:
                 model.queued -= 1
                 model.slots_busy += 1

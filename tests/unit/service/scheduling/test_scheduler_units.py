@@ -18,6 +18,7 @@ from app.service.config import ServiceConfig
 from app.service.http.errors import ApiError
 from app.service.generation.model_card import model_card
 from app.service.generation.keep_alive import DEFAULT, FOREVER
+from app.service.scheduling import fair_slots
 from app.service.scheduling import scheduler as scheduler_module
 from app.service.http.metrics import Metrics
 from app.service.scheduling.scheduler import Scheduler
@@ -539,3 +540,36 @@ def test_the_model_card_reads_the_projector_through_the_injected_collaborator():
 
 def replace_record(record, **fields):
     return SimpleNamespace(**{**vars(record), **fields})
+
+
+def test_the_scheduler_serves_queued_requests_in_the_fair_order():
+    async def main():
+        w = World({"m": 1 << 20}, num_parallel=1, max_queue=16)
+        s = w.scheduler
+        release = asyncio.Event()
+        served: list[str] = []
+
+        async def hold():
+            fair_slots.set_client("first")
+            async with s.lease("m", keep_alive=FOREVER):
+                await release.wait()
+
+        async def one(client: str, priority: int, tag: str):
+            fair_slots.set_client(client)
+            async with s.lease("m", keep_alive=FOREVER, priority=priority):
+                served.append(tag)
+
+        holder = asyncio.create_task(hold())
+        await until(lambda: "m" in s.models and s.models["m"].slots_busy == 1, "the slot is held")
+        arrivals = [("agent", 0, "agent-1"), ("agent", 0, "agent-2"), ("agent", 0, "agent-3"),
+                    ("other", 0, "other-1"), ("chat", 1, "chat-1")]
+        tasks = []
+        for client, prio, tag in arrivals:
+            tasks.append(asyncio.create_task(one(client, prio, tag)))
+            n = len(tasks)
+            await until(lambda: s.models["m"].queued == n, f"{tag} queued")
+        release.set()
+        await asyncio.gather(holder, *tasks)
+        assert served == ["chat-1", "agent-1", "other-1", "agent-2", "agent-3"]
+        await s.close()
+    run(main())
