@@ -15,6 +15,7 @@ from .dialects.ollama import manage_routes as ollama_manage_routes
 from .dialects.ollama import transfer_routes as ollama_transfer_routes
 from .dialects.rerank import routes as rerank_routes
 from .dialects.strata import routes as strata_routes
+from .dialects.whole import Joins
 from .http.events import EventBus
 from .http import request_log
 from .http.metrics import Metrics
@@ -75,6 +76,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     app[keys.REQUESTS] = requests
     app[keys.STORE] = store
     app[keys.SCHEDULER] = None
+    app[keys.JOINS] = Joins()
 
     ollama_manage_routes.add_routes(app)
     dialects.add_routes(app)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from app.service.config import ServiceConfig
+from app.service.dialects.whole import Joins
 from app.service.http.events import EventBus
 from app.service.http.metrics import Metrics
 from app.service.http.request_log import RequestLog
@@ -15,3 +16,4 @@ REQUESTS = web.AppKey("requests", RequestLog)
 EVENTS = web.AppKey("events", EventBus)
 STORE = web.AppKey("store", AsyncStore)
 SCHEDULER = web.AppKey("scheduler", object)
+JOINS = web.AppKey("joins", Joins)                # abandoned non-streamed requests a resend may take over

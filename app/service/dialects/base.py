@@ -5,6 +5,7 @@ Covered by tests/unit/service/dialects/test_dialect_frames.py (the Renderer cont
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, AsyncIterator, Iterable
@@ -19,6 +20,7 @@ from ..generation.result import (Finished, GenerationResult, TextDelta, Thinking
 from ..http.bodies import NDJSONWriter, SSEComment, SSEEvent
 from ..http import request_log
 from ..http.errors import ApiError
+from . import whole
 
 Frame = dict | str | SSEEvent | SSEComment   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
 
@@ -164,14 +166,20 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     official clients), so the stream's final event carries them (`Renderer.trailer`, as `strata`). Deciding the
     context before the headers would cost the wait the early answer is there to cover: a load plans it, and a
     queued request may still grow it. Ollama's NDJSON has no keepalive and Ollama itself sends nothing before
-    the model is scheduled: that wire waits, silent, as Ollama does (its headers always carry the fit)."""
+    the model is scheduled: that wire waits, silent, as Ollama does (its headers always carry the fit).
+    Not streamed: one JSON body, whose answer starts with leading spaces when it takes longer than
+    whole.WHOLE_KEEPALIVE_S, and which a resent request takes over when its client gave up (whole.py)."""
     scheduler, _, metrics = context(request)
     job = await pipeline.prepare(scheduler, req)
     renderer: Renderer = make_renderer(job)
-    if not req.stream:
-        async with pipeline.generate(scheduler, metrics, job) as whole:
-            await whole.start()         # the prompt fitted (or the context grown) before any byte: a 400 stays one
-            return web.json_response(renderer.complete(await whole.collect()), headers=whole.headers())
+    if not req.stream:                  # one JSON body, kept alive with leading spaces while it waits (whole.py)
+        async def compute(progress: whole.Progress) -> dict:
+            async with pipeline.generate(scheduler, metrics, job) as run:
+                progress.t_leased = time.monotonic()
+                await run.start()       # the prompt fitted (or the context grown): a quick refusal stays a 400
+                progress.headers, progress.facts = run.headers(), pipeline.context_facts(run.result)
+                return renderer.complete(await run.collect())
+        return await whole.answer(request, request.app[keys.JOINS], compute, pipeline.job_headers(job))
     job.call_pieces = renderer.call_pieces
     w = renderer.writer(request)
     pings = type(renderer).keepalive is not Renderer.keepalive      # only a wire that has a keepalive

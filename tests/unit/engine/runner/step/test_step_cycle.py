@@ -311,3 +311,44 @@ def test_a_cancel_landing_as_the_step_decode_ends_does_not_stop_the_next_draft(s
     assert cancelled[k] == plain[k]                     # the draft was not lost to the cancel's leftover flag
     assert draft_rcs and set(draft_rcs) == {0}
     assert tokens == plain_tokens                        # d2's reply is the target's own either way
+
+
+def test_a_step_with_a_writer_carries_the_prompt_tokens_its_measured_costs_allow(loop):
+    """step_budget.py in the loop: the loop's steps teach the scheduler what they cost; while a sequence writes, a
+    prompt gets the chunk those costs allow (here set by the test: 100 ms alone, 10 ms per prompt token, 2x),
+    and the full batch again once nothing writes."""
+    import time as _time
+
+    from app.engine.runner.step.step_budget import PaceCosts
+
+    lp, vocab = loop
+    sched = lp.scheduler
+    saved = sched.costs, sched.latency_factor
+    writer, reader = admitted(vocab, "w", 2 * N_BATCH, 40), admitted(vocab, "r", 200, 2)
+    writer.req.cache_prompt = reader.req.cache_prompt = False
+    try:
+        lp.inbox.ready(writer)
+        lp.slots.admit_ready()
+        for _ in range(2):                                                # its prompt, as the loop runs it
+            assert lp._step(_time.perf_counter(), _time.thread_time())
+        assert sched.costs.steps == 2 and sched.costs.prompt_s > 0        # prompt-only steps of N_BATCH tokens
+        assert writer.state == GEN
+        lp.inbox.ready(reader)
+        lp.slots.admit_ready()
+        sched.costs = PaceCosts(prompt_s=0.014, mixed_s=0.010, alone={1: (0.100, 5)}, steps=5)
+        sched.latency_factor = 2.0
+        plan = sched.schedule()
+        assert [(s.seq.id, s.prefill, s.n) for s in plan.spans] == [("w", False, 1), ("r", True, 10)]
+        lp.update(plan, lp.executor.execute(plan))
+        writer.finish = "stop"                                            # the writer ends ...
+        lp.slots.reap()
+        plan = sched.schedule()                                           # ... the prompt takes the batch again
+        assert [(s.seq.id, s.prefill, s.n) for s in plan.spans] == [("r", True, N_BATCH)]
+        lp.update(plan, lp.executor.execute(plan))
+    finally:
+        sched.costs, sched.latency_factor = saved
+        for seq in (writer, reader):
+            seq.cancelled = True
+        lp.slots.reap()
+        drain(lp.out_q)
+    assert all(s is None for s in lp.slots.seqs)
