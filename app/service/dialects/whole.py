@@ -143,11 +143,12 @@ async def answer(request: web.Request, joins: Joins, compute, early_headers: dic
             if done:
                 break
             if resp is None:
-                fitting = p.t_leased is not None and p.headers is None
-                if fitting and time.monotonic() - p.t_leased < WHOLE_KEEPALIVE_S:
+                if p.headers is None and p.t_leased is not None \
+                        and time.monotonic() - p.t_leased < WHOLE_KEEPALIVE_S:
                     continue                    # a fit is quick: its refusal can still be the HTTP answer
                 early = p.headers is None
-                resp = web.StreamResponse(status=200, headers={**(early_headers if early else p.headers),
+                headers = early_headers if p.headers is None else p.headers
+                resp = web.StreamResponse(status=200, headers={**headers,
                                                                "Content-Type": "application/json; charset=utf-8"})
                 await resp.prepare(request)
             await resp.write(b" ")

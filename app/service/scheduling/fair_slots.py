@@ -62,7 +62,7 @@ class FairSlots:
 
     def order(self) -> list[tuple[str, int]]:
         """(client, priority) of the waiting requests in the order they would get slots (for tests and views)."""
-        out = []
+        out: list[tuple[str, int]] = []
         for prio in sorted(self._levels, reverse=True):
             queues = [(c, [f for f in q if not f.done()]) for c, q in self._levels[prio].items()]
             depth = 0
@@ -117,7 +117,7 @@ class FairSlots:
     def _drop(self, fut: asyncio.Future, client: str, priority: int) -> None:
         level = self._levels.get(priority)
         q = level.get(client) if level is not None else None
-        if q is None:
+        if level is None or q is None:
             return
         try:
             q.remove(fut)
