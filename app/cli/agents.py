@@ -20,6 +20,12 @@ for this run only. See docs/architecture.md, "Coding agents".
 - OpenCode: OPENCODE_CONFIG_CONTENT (merged over the user's opencode.json by OpenCode itself): a `strata`
   provider through `@ai-sdk/openai-compatible` (chunkTimeout: WAIT_MS) with the model's limits {context, output},
   the model as both `model` and `small_model`; autoupdate and sharing off.
+- Qwen Code, Crush, Factory Droid, Pi, Continue CLI, GitHub Copilot CLI, aider, mini-swe-agent: each through its own
+  documented way to a custom OpenAI-compatible server (a settings file in Strata's folder that the agent is pointed
+  at by an environment variable or option, or the agent's own variables); see each one's section below.
+Each agent is told the input budget that fits (Target.input_budget: the context minus the reply it reserves), in
+its own terms: some subtract the reply themselves (Claude Code, OpenCode, Continue), the others get the budget as
+their window.
 Covered by tests/unit/cli/test_launch_agents.py and tests/integration/cli/test_cli_launch.py."""
 from __future__ import annotations
 
@@ -53,6 +59,13 @@ class Target:
         return max(MIN_OUTPUT, min(MAX_OUTPUT_CAP, self.context // 4))
 
     @property
+    def input_budget(self) -> int:
+        """The prompt an agent may send: the context minus the reply it reserves (max_output). Agents that compact
+        their conversation are told this (or the context and max_output, where they subtract it themselves), so
+        their compaction fires before a request no longer fits."""
+        return max(MIN_OUTPUT, self.context - self.max_output)
+
+    @property
     def thinking(self) -> bool:
         return "thinking" in self.capabilities
 
@@ -77,9 +90,11 @@ class LaunchError(ValueError):
 class Agent:
     name: str          # the `strata launch` argument
     title: str
-    command: str       # the executable npm installs
-    npm_package: str
+    command: str       # the executable its package installs
+    package: str       # the npm (or PyPI) package
     first_prompt: int  # tokens of its first request as launched (system prompt, tools, a one-line task), measured
+    registry: str = "npm"                   # "npm" or "pypi"
+    model_flags: tuple[str, ...] = ("-m", "--model")   # its own options that choose a model (refused after `--`)
 
     def context_warning(self, t: Target) -> str | None:
         """A note when the context leaves this agent's first prompt too little room for a reply."""
@@ -91,41 +106,72 @@ class Agent:
 
     @property
     def install_hint(self) -> str:
-        return f"npm install -g {self.npm_package}"
+        if self.registry == "pypi":
+            return f"pipx install {self.package}   (or: python3 -m pip install {self.package})"
+        return f"npm install -g {self.package}"
 
 
 # first prompts measured by bench/agents_e2e.py on Qwen2.5-Coder's tokenizer (Claude Code 2.1, Codex 0.171,
-# OpenCode 1.18)
+# OpenCode 1.18) and, for the others, by their runs through `strata launch` recorded for docs/agents.md
 CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code", 18_000)
 CODEX = Agent("codex", "Codex", "codex", "@openai/codex", 4_600)
 OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai", 7_500)
-AGENTS = {a.name: a for a in (CLAUDE, CODEX, OPENCODE)}
-
-# Arguments that would choose another model or provider behind launch's back: refused with a pointer to --model.
-_MODEL_FLAGS = ("-m", "--model")
-
+QWEN = Agent("qwen", "Qwen Code", "qwen", "@qwen-code/qwen-code", 12_000)
+CRUSH = Agent("crush", "Crush", "crush", "@charmland/crush", 8_000)
+DROID = Agent("droid", "Factory Droid", "droid", "@factory/cli", 10_000)
+PI = Agent("pi", "Pi", "pi", "@mariozechner/pi-coding-agent", 2_000, model_flags=("--model", "--provider"))
+CONTINUE = Agent("continue", "Continue CLI", "cn", "@continuedev/cli", 8_000, model_flags=("--model", "--config"))
+COPILOT = Agent("copilot", "GitHub Copilot CLI", "copilot", "@github/copilot", 10_000, model_flags=("--model",))
+AIDER = Agent("aider", "aider", "aider", "aider-chat", 2_500, registry="pypi",
+              model_flags=("--model", "--weak-model", "--editor-model", "--openai-api-base"))
+MINI = Agent("mini", "mini-swe-agent", "mini", "mini-swe-agent", 1_500, registry="pypi",
+             model_flags=("-m", "--model", "--model-class"))
+AGENTS = {a.name: a for a in (CLAUDE, CODEX, OPENCODE, QWEN, CRUSH, DROID, PI, CONTINUE, COPILOT, AIDER, MINI)}
 
 def _refuse_model_args(agent: Agent, extra: list[str]) -> None:
+    """Arguments that would choose another model or provider behind launch's back: refused with a pointer to
+    --model (each agent's own spelling: aider's `-m` is its message, not a model)."""
     for arg in extra:
-        if arg in _MODEL_FLAGS or arg.startswith("--model="):
+        if arg in agent.model_flags or any(arg.startswith(f + "=") for f in agent.model_flags if f.startswith("--")):
             raise LaunchError(f"strata launch chooses {agent.title}'s model: use `strata launch {agent.name} "
                               f"--model NAME` instead of {arg!r} after `--`")
 
 
 def plan(agent: Agent, target: Target, extra: list[str], *, oss: bool = False, state_dir: Path) -> LaunchPlan:
     """The launch plan of `agent` against `target`; `extra`: the user's own arguments for the agent (after its
-    options); `state_dir`: Strata's folder for files an agent reads (Codex's model catalog)."""
+    options); `state_dir`: Strata's folder for files an agent reads (Codex's model catalog, other agents'
+    settings files)."""
     _refuse_model_args(agent, extra)
     if oss and agent is not CODEX:
         raise LaunchError("--oss is Codex's option (its built-in Ollama provider)")
-    if agent is CLAUDE:
-        return claude_plan(target, extra)
     if agent is CODEX:
         return codex_plan(target, extra, oss=oss, state_dir=state_dir)
-    return opencode_plan(target, extra)
+    if agent is CLAUDE:
+        return claude_plan(target, extra)
+    if agent is OPENCODE:
+        return opencode_plan(target, extra)
+    return _PLANS[agent.name](target, extra, state_dir)
+
+
+def _slug(model: str) -> str:
+    """A model's name as a file name (no `:` or `/`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", model)
+
+
+def _key(t: Target) -> str:
+    """The API key an agent sends: the server's, else a placeholder (agents that insist on one get it; a server
+    without STRATA_API_KEY takes any)."""
+    return t.api_key or "strata"
 
 
 # ---- Claude Code ---------------------------------------------------------------------------------------------
+
+# Claude Code 2.1 (read from its code): the window is CLAUDE_CODE_MAX_CONTEXT_TOKENS for a model whose name does not
+# start with "claude-"; its input budget is that window less min(CLAUDE_CODE_MAX_OUTPUT_TOKENS, 20,000); it
+# compacts 13,000 tokens below the budget and refuses to send 3,000 below it. CLAUDE_CODE_AUTO_COMPACT_WINDOW is
+# not set: it is raised to at least 100,000 and then capped at the window, so it could only repeat the window, and
+# it would lock the user's own /autocompact setting.
+CLAUDE_COMPACT_BUFFER = 13_000
 
 def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
     env = {
@@ -144,6 +190,10 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(t.context),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(t.max_output),
         "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
+        # its `<total_tokens>N tokens left</total_tokens>` block (in the system prompt and after every tool
+        # result) counts down on every request when a setting or Anthropic's flag service turns it on, and a
+        # system prompt that changes on every request defeats the prompt cache: off, whatever else says
+        "CLAUDE_CODE_TOTAL_TOKENS_REMINDER": "off",
         "API_TIMEOUT_MS": str(WAIT_MS),
         "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(WAIT_MS),
         "DISABLE_TELEMETRY": "1",
@@ -153,7 +203,10 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     }
     notes = [f"every model tier Claude Code asks for (opus, sonnet, haiku, fable, subagents, auto mode) -> "
-             f"{t.model}"]
+             f"{t.model}",
+             f"Claude Code's input budget: {t.context:,} - {min(t.max_output, 20_000):,} (its reply) = "
+             f"{t.context - min(t.max_output, 20_000):,} tokens; it compacts the conversation "
+             f"{CLAUDE_COMPACT_BUFFER:,} below that"]
     if not t.thinking:
         env["CLAUDE_CODE_DISABLE_THINKING"] = "1"
         notes.append(f"{t.model} cannot think: Claude Code's thinking is off")
@@ -204,7 +257,7 @@ def codex_catalog(t: Target) -> dict:
 
 
 def catalog_path(state_dir: Path, model: str) -> Path:
-    return state_dir / "codex" / (re.sub(r"[^A-Za-z0-9._-]", "_", model) + ".models.json")
+    return state_dir / "codex" / (_slug(model) + ".models.json")
 
 
 def codex_plan(t: Target, extra: list[str], *, oss: bool, state_dir: Path) -> LaunchPlan:
@@ -212,6 +265,9 @@ def codex_plan(t: Target, extra: list[str], *, oss: bool, state_dir: Path) -> La
     common = {
         "model_catalog_json": str(catalog),
         "model_context_window": t.context,
+        # Codex does not send max_output_tokens: a reply may run to the end of the context. It compacts when a
+        # turn's tokens pass this limit (by default 90% of the window): the input budget leaves the reply room.
+        "model_auto_compact_token_limit": t.input_budget,
         "analytics.enabled": False,
         "check_for_update_on_startup": False,
     }
@@ -247,7 +303,8 @@ def codex_plan(t: Target, extra: list[str], *, oss: bool, state_dir: Path) -> La
 
 def opencode_config(t: Target) -> dict:
     model: dict = {"name": t.model, "tool_call": "tools" in t.capabilities, "reasoning": t.thinking,
-                   "limit": {"context": t.context, "output": t.max_output}}
+                   # OpenCode compacts past limit.input (else context - output): the same input budget either way
+                   "limit": {"context": t.context, "input": t.input_budget, "output": t.max_output}}
     if t.vision:
         model["modalities"] = {"input": ["text", "image"], "output": ["text"]}
     options: dict = {"baseURL": t.base_url + "/v1", "chunkTimeout": WAIT_MS}
@@ -272,3 +329,225 @@ def opencode_plan(t: Target, extra: list[str]) -> LaunchPlan:
         env["STRATA_API_KEY"] = t.api_key
     notes = [f"a 'strata' provider (OpenAI-compatible) -> {t.base_url}/v1; model and small_model -> {t.model}"]
     return LaunchPlan(["opencode", *extra], env, {}, notes)
+
+
+# ---- Qwen Code -------------------------------------------------------------------------------------------------
+
+def qwen_settings(t: Target) -> dict:
+    """Qwen Code's settings, read as its *system* settings file (QWEN_CODE_SYSTEM_SETTINGS_PATH), which overrides the
+    user's and the project's: one OpenAI-compatible provider entry for the model (its generationConfig is sealed:
+    nothing of the user's leaks into it), the model for the main loop and the `fastModel` (suggestions,
+    speculation), the input budget as its context window (it compresses the chat at 70% of it and does not
+    subtract the reply itself), usage statistics, telemetry and auto-update off."""
+    generation: dict = {"timeout": WAIT_MS, "contextWindowSize": t.input_budget}
+    if t.vision:
+        generation["modalities"] = {"image": True}
+    return {
+        "security": {"auth": {"selectedType": "openai"}},
+        "model": {"name": t.model},
+        "fastModel": t.model,
+        "modelProviders": {"openai": [{"id": t.model, "name": f"{t.model} (Strata)", "envKey": "STRATA_API_KEY",
+                                       "baseUrl": t.base_url + "/v1", "generationConfig": generation}]},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False},
+    }
+
+
+def qwen_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    path = state_dir / "qwen" / (_slug(t.model) + ".settings.json")
+    env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": str(path),
+           "STRATA_API_KEY": _key(t),
+           "QWEN_CODE_MAX_OUTPUT_TOKENS": str(t.max_output),   # a fixed reply size (else 8K, retried at 64K)
+           "QWEN_TELEMETRY_ENABLED": "false"}
+    notes = [f"a Qwen Code system settings file (over the user's own settings, which stay as they are): provider "
+             f"'openai' -> {t.base_url}/v1, model and fastModel -> {t.model}, context window {t.input_budget:,} "
+             f"(the input budget)"]
+    return LaunchPlan(["qwen", "--auth-type", "openai", "--model", t.model, *extra], env,
+                      {path: json.dumps(qwen_settings(t), indent=2) + "\n"}, notes)
+
+
+# ---- Crush -------------------------------------------------------------------------------------------------------
+
+def crush_config(t: Target) -> dict:
+    """Crush's crush.json in a global config folder of Strata's own (CRUSH_GLOBAL_CONFIG; a project's own crush.json
+    still merges over it): an `openai-compat` provider with the model, its window (Crush summarizes when 20% of
+    it is left and does not subtract the reply: the input budget) and reply size, the model for both of Crush's
+    tiers (`large`, `small`), metrics and provider auto-update off."""
+    model = {"id": t.model, "name": t.model, "context_window": t.input_budget, "default_max_tokens": t.max_output,
+             "can_reason": t.thinking, "supports_attachments": t.vision,
+             "cost_per_1m_in": 0, "cost_per_1m_out": 0, "cost_per_1m_in_cached": 0, "cost_per_1m_out_cached": 0}
+    chosen = {"model": t.model, "provider": "strata", "max_tokens": t.max_output}
+    return {
+        "$schema": "https://charm.land/crush.json",
+        "providers": {"strata": {"name": "Strata", "type": "openai-compat", "base_url": t.base_url + "/v1",
+                                 "api_key": "$STRATA_API_KEY", "models": [model]}},
+        "models": {"large": chosen, "small": dict(chosen)},
+        "options": {"disable_metrics": True, "disable_provider_auto_update": True},
+    }
+
+
+def crush_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    folder = state_dir / "crush" / _slug(t.model)
+    env = {"CRUSH_GLOBAL_CONFIG": str(folder / "config"),
+           "CRUSH_GLOBAL_DATA": str(folder / "data"),     # its remembered model choice would override ours
+           "STRATA_API_KEY": _key(t),
+           "CRUSH_DISABLE_METRICS": "1", "DO_NOT_TRACK": "1",
+           "CRUSH_DISABLE_PROVIDER_AUTO_UPDATE": "1"}
+    notes = [f"Crush's global config in Strata's folder ({folder}): provider 'strata' (openai-compat) -> "
+             f"{t.base_url}/v1, large and small models -> {t.model}"]
+    return LaunchPlan(["crush", *extra], env,
+                      {folder / "config" / "crush.json": json.dumps(crush_config(t), indent=2) + "\n"}, notes)
+
+
+# ---- Factory Droid -----------------------------------------------------------------------------------------------
+
+DROID_MODEL_ID = "custom:Strata-0"     # Droid names a custom model `custom:<displayName>-<index>`
+
+
+def droid_settings(t: Target) -> dict:
+    """Droid's settings.json in a home of Strata's own (FACTORY_HOME_OVERRIDE: Droid reads <home>/.factory): one
+    BYOK custom model through its generic Chat Completions provider, with the reply size and the input budget
+    (`maxContextLimit`), chosen as the session's default model; auto-update off."""
+    return {
+        "customModels": [{"model": t.model, "displayName": "Strata", "baseUrl": t.base_url + "/v1",
+                          "apiKey": "${STRATA_API_KEY}", "provider": "generic-chat-completion-api",
+                          "maxOutputTokens": t.max_output, "maxContextLimit": t.input_budget,
+                          "noImageSupport": not t.vision}],
+        "sessionDefaultSettings": {"model": DROID_MODEL_ID},
+        "enableDroidAutoUpdate": False,
+    }
+
+
+def droid_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    home = state_dir / "droid" / _slug(t.model)
+    env = {"FACTORY_HOME_OVERRIDE": str(home), "STRATA_API_KEY": _key(t),
+           "FACTORY_DROID_AUTO_UPDATE_ENABLED": "false", "FACTORYD_DISABLE_AUTO_UPDATE": "1"}
+    notes = [f"Droid's home in Strata's folder ({home}): custom model {DROID_MODEL_ID} -> {t.model} at "
+             f"{t.base_url}/v1 (generic Chat Completions); `droid exec` takes it as `-m {DROID_MODEL_ID}` too"]
+    return LaunchPlan(["droid", *extra], env,
+                      {home / ".factory" / "settings.json": json.dumps(droid_settings(t), indent=2) + "\n"}, notes)
+
+
+# ---- Pi ------------------------------------------------------------------------------------------------------------
+
+def pi_provider(t: Target) -> dict:
+    """Pi's provider record (registered by an extension Strata writes: the user's ~/.pi/agent stays as it is):
+    OpenAI Chat Completions, `max_tokens` as the field, a system message instead of `developer`, no `store`."""
+    return {
+        "name": "Strata", "baseUrl": t.base_url + "/v1", "apiKey": "STRATA_API_KEY", "api": "openai-completions",
+        "models": [{"id": t.model, "name": f"{t.model} (Strata)", "reasoning": t.thinking,
+                    "input": ["text", "image"] if t.vision else ["text"],
+                    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                    "contextWindow": t.context, "maxTokens": t.max_output,
+                    "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": t.thinking,
+                               "supportsStore": False, "maxTokensField": "max_tokens"}}],
+    }
+
+
+def pi_extension(t: Target) -> str:
+    return ("// Written by `strata launch pi`: registers this Strata server as Pi's provider 'strata'.\n"
+            f"export default function (pi) {{\n  pi.registerProvider(\"strata\", {json.dumps(pi_provider(t))});\n}}\n")
+
+
+def pi_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    path = state_dir / "pi" / (_slug(t.model) + ".provider.mjs")
+    env = {"STRATA_API_KEY": _key(t), "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
+    notes = [f"a Pi extension registering provider 'strata' -> {t.base_url}/v1 with {t.model} (window "
+             f"{t.context:,}; Pi compacts {t.context:,} less its compaction.reserveTokens, 16,384 unless set)"]
+    return LaunchPlan(["pi", "-e", str(path), "--provider", "strata", "--model", t.model, *extra], env,
+                      {path: pi_extension(t)}, notes)
+
+
+# ---- Continue CLI --------------------------------------------------------------------------------------------------
+
+def continue_config(t: Target) -> dict:
+    """Continue's config (`cn --config FILE`; JSON is YAML): the model through its `openai` provider for every role
+    the CLI asks for, with the context length and reply size (Continue keeps the prompt within context - maxTokens)
+    and a 30-minute request timeout."""
+    caps = ["tool_use"] + (["image_input"] if t.vision else [])
+    return {"name": "Strata", "version": "1.0.0", "schema": "v1",
+            "models": [{"name": t.model, "provider": "openai", "model": t.model, "apiBase": t.base_url + "/v1",
+                        "apiKey": "${{ secrets.STRATA_API_KEY }}" if t.api_key else "strata",
+                        "roles": ["chat", "edit", "apply", "summarize", "subagent"], "capabilities": caps,
+                        "defaultCompletionOptions": {"contextLength": t.context, "maxTokens": t.max_output},
+                        "requestOptions": {"timeout": WAIT_MS // 1000}}]}
+
+
+def continue_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    path = state_dir / "continue" / (_slug(t.model) + ".config.yaml")
+    env = {"CONTINUE_METRICS_ENABLED": "0", "CONTINUE_CLI_ENABLE_TELEMETRY": "0",
+           # what Continue sets in the process it restarts after updating itself: no update check acts on it
+           "CONTINUE_CLI_AUTO_UPDATED": "1"}
+    if t.api_key:
+        env["STRATA_API_KEY"] = t.api_key
+    notes = [f"a Continue config file with {t.model} at {t.base_url}/v1 for every role (cn --config)"]
+    return LaunchPlan(["cn", "--config", str(path), *extra], env,
+                      {path: json.dumps(continue_config(t), indent=2) + "\n"}, notes)
+
+
+# ---- GitHub Copilot CLI --------------------------------------------------------------------------------------------
+
+def copilot_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    """Copilot CLI's own "bring your own model" variables (`copilot help providers`): no GitHub sign-in, offline
+    mode (no telemetry, nothing sent to GitHub), the input budget and reply size."""
+    env = {"COPILOT_PROVIDER_BASE_URL": t.base_url + "/v1", "COPILOT_PROVIDER_TYPE": "openai",
+           "COPILOT_PROVIDER_WIRE_API": "completions", "COPILOT_MODEL": t.model,
+           "COPILOT_PROVIDER_MAX_PROMPT_TOKENS": str(t.input_budget),
+           "COPILOT_PROVIDER_MAX_OUTPUT_TOKENS": str(t.max_output),
+           "COPILOT_OFFLINE": "true", "COPILOT_AUTO_UPDATE": "false"}
+    if t.api_key:
+        env["COPILOT_PROVIDER_API_KEY"] = t.api_key
+    notes = [f"Copilot CLI's own provider (BYOK) -> {t.base_url}/v1, model {t.model}, offline mode"]
+    return LaunchPlan(["copilot", *extra], env, {}, notes)
+
+
+# ---- aider ---------------------------------------------------------------------------------------------------------
+
+def aider_metadata(t: Target) -> dict:
+    """aider's --model-metadata-file (litellm's model record): the input budget, the reply size, no cost."""
+    return {f"openai/{t.model}": {"max_input_tokens": t.input_budget, "max_output_tokens": t.max_output,
+                                  "max_tokens": t.max_output, "input_cost_per_token": 0.0,
+                                  "output_cost_per_token": 0.0, "litellm_provider": "openai", "mode": "chat",
+                                  "supports_function_calling": True, "supports_vision": t.vision}}
+
+
+def aider_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    path = state_dir / "aider" / (_slug(t.model) + ".metadata.json")
+    model = f"openai/{t.model}"      # litellm's OpenAI-compatible route
+    argv = ["aider", "--model", model, "--weak-model", model, "--editor-model", model,
+            "--openai-api-base", t.base_url + "/v1", "--model-metadata-file", str(path),
+            "--timeout", str(WAIT_MS // 1000), "--no-check-update", "--no-analytics", "--no-show-release-notes",
+            *extra]
+    notes = [f"aider through litellm's OpenAI route -> {t.base_url}/v1: main, weak and editor model {t.model}"]
+    return LaunchPlan(argv, {"OPENAI_API_KEY": _key(t), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, {path: json.dumps(aider_metadata(t), indent=2) + "\n"},
+                      notes)
+
+
+# ---- mini-swe-agent ------------------------------------------------------------------------------------------------
+
+def mini_config(t: Target) -> dict:
+    """mini-swe-agent's config layered over its own `mini.yaml` (`-c mini.yaml -c FILE`): litellm's OpenAI route to
+    this server with the reply size and a 30-minute timeout, no cost accounting (a local model has no price, which
+    litellm would otherwise call an error) and no cost limit."""
+    return {"model": {"model_name": f"openai/{t.model}", "cost_tracking": "ignore_errors",
+                      "model_kwargs": {"api_base": t.base_url + "/v1", "max_tokens": t.max_output,
+                                       "timeout": WAIT_MS // 1000}},
+            "agent": {"cost_limit": 0}}
+
+
+def mini_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
+    folder = state_dir / "mini"
+    path = folder / (_slug(t.model) + ".config.yaml")
+    env = {"MSWEA_GLOBAL_CONFIG_DIR": str(folder),       # its .env (and first-run setup) in Strata's folder
+           "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
+           "OPENAI_API_KEY": _key(t),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}       # litellm would fetch its price list at start
+    notes = [f"mini-swe-agent through litellm's OpenAI route -> {t.base_url}/v1 with {t.model} (its mini.yaml, "
+             "then Strata's settings)"]
+    return LaunchPlan(["mini", "-m", f"openai/{t.model}", "-c", "mini.yaml", "-c", str(path), *extra], env,
+                      {path: json.dumps(mini_config(t), indent=2) + "\n"}, notes)
+
+
+_PLANS = {"qwen": qwen_plan, "crush": crush_plan, "droid": droid_plan, "pi": pi_plan, "continue": continue_plan,
+          "copilot": copilot_plan, "aider": aider_plan, "mini": mini_plan}

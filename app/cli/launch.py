@@ -1,13 +1,16 @@
-"""`strata launch claude|codex|opencode [--model NAME] [--oss] [--print] [-- AGENT ARGS...]`: start a coding
-agent on this machine's Strata service, as `ollama launch` does for Ollama.
+"""`strata launch AGENT [--model NAME] [--oss] [--print] [-- AGENT ARGS...]`: start a coding agent (Claude Code,
+Codex, OpenCode, Qwen Code, Crush, Factory Droid, Pi, Continue CLI, GitHub Copilot CLI, aider, mini-swe-agent: see
+app/cli/agents.py) on this machine's Strata service, as `ollama launch` does for Ollama. Launch's options may come
+before or after the agent's name; everything after the first `--` that follows the name goes to the agent.
 
-It checks that the agent is installed (else: the npm command, exit 1) and that the service answers at
+It checks that the agent is installed (else: its install command, exit 1) and that the service answers at
 STRATA_HOST (else: how to start one, exit 1), chooses the model (--model, else the model loaded now, else the
 built-in one; it says which and why), asks the service for the context a request gets and the model's
 capabilities, and starts the agent with its settings for this server (app/cli/agents.py: environment variables
-and command-line options; the agent's own configuration files are left as they are). `--print` shows the command
-and files instead of starting it.
-Covered by tests/integration/cli/test_cli_launch.py (a real `strata serve`, a stub agent executable)."""
+and command-line options, or settings files in Strata's own folder; the agent's own configuration files are left as
+they are). `--print` shows the command and files instead of starting it.
+Covered by tests/integration/cli/test_cli_launch.py (a real `strata serve`, a stub agent executable, every
+documented form of the command line through the real entry point)."""
 from __future__ import annotations
 
 import argparse
@@ -36,25 +39,42 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
+    names = ",".join(sorted(AGENTS))
     p = sub.add_parser(
-        "launch", help="start a coding agent (Claude Code, Codex, OpenCode) on this server's model",
+        "launch", help="start a coding agent (Claude Code, Codex, OpenCode, ...) on this server's model",
         description="Start a coding agent with its settings for this Strata server: base URL, model (every model "
                     "name the agent asks for maps to it), context window, telemetry off. The agent's own config "
-                    "files are not changed. Arguments after `--` go to the agent.",
-        usage="strata launch {claude,codex,opencode} [--model NAME] [--oss] [--print] [-- AGENT ARGS...]")
+                    "files are not changed. Arguments after `--` go to the agent. Agents: "
+                    + ", ".join(f"{a.name} ({a.title})" for a in AGENTS.values()) + ".",
+        usage=f"strata launch [--model NAME] [--oss] [--print] {{{names}}} [--model NAME] [--oss] [--print] "
+              "[-- AGENT ARGS...]")
     _add_options(p)
-    p.add_argument("agent", choices=sorted(AGENTS), help="which agent")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    # The agent's name and everything after it, kept as typed: a positional `agent` argument would swallow a
+    # `--` right after the name (argparse's pattern for one positional takes the `--` markers around it), and
+    # `strata launch opencode -- run "..."` would hand `run` to launch's own options. split_rest reads them.
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="AGENT [-- AGENT ARGS]", help="which agent: " + names)
     p.set_defaults(func=cmd_launch)
 
 
 def split_rest(args) -> list[str]:
-    """The options written after the agent's name are launch's own up to `--`; what follows `--` is the
-    agent's (argparse hands everything after the agent's name over as one list). Sets them on `args`."""
-    rest = list(args.rest)
+    """The agent's name, then launch's own options up to `--`, then the agent's arguments: sets `args.agent` (and
+    the options written after the name) and returns the agent's arguments. Options may come before the name too
+    (argparse has read those). A usage error (exit 2) when the name is missing or unknown, or an option after the
+    name is not launch's."""
+    words = list(args.words)
+    if words[:1] == ["--"]:           # `strata launch --model m -- claude ...`: a `--` before the name
+        words = words[1:]
+    parser = argparse.ArgumentParser(prog="strata launch", add_help=False)
+    if not words or words[0].startswith("-"):
+        parser.error(f"which agent? one of: {', '.join(sorted(AGENTS))} "
+                     f"(e.g. `strata launch claude --model NAME -- -p \"...\"`)")
+    if words[0] not in AGENTS:
+        parser.error(f"unknown agent {words[0]!r}: one of {', '.join(sorted(AGENTS))}")
+    args.agent = words[0]
+    rest = words[1:]
     cut = rest.index("--") if "--" in rest else len(rest)
     own, extra = rest[:cut], rest[cut + 1:]
-    parser = argparse.ArgumentParser(prog=f"strata launch {args.agent}", add_help=False)
+    parser.prog = f"strata launch {args.agent}"
     _add_options(parser)
     parsed, unknown = parser.parse_known_args(own)
     if unknown:
@@ -173,8 +193,8 @@ def exec_agent(executable: str, p: LaunchPlan) -> int:
 
 
 def cmd_launch(args) -> int:
-    agent = AGENTS[args.agent]
     extra = split_rest(args)
+    agent = AGENTS[args.agent]
     executable = shutil.which(agent.command)
     if executable is None and not args.print_only:
         _say(f"{agent.title} is not installed (no `{agent.command}` on PATH). Install it with:\n"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import tomllib
 import httpx
 import pytest
 
+from app.cli.agents import AGENTS
 from serve_process import free_port, strata_serve
 
 MODEL = "coder:test"
@@ -134,7 +137,7 @@ def test_opencode_gets_an_inline_config(serve, stubs):
     assert got["argv"] == ["run", "create hello.txt"]
     cfg = json.loads(got["env"]["OPENCODE_CONFIG_CONTENT"])
     assert cfg["model"] == f"strata/{MODEL}"
-    assert cfg["provider"]["strata"]["models"][MODEL]["limit"] == {"context": 4096, "output": 1024}
+    assert cfg["provider"]["strata"]["models"][MODEL]["limit"] == {"context": 4096, "input": 3072, "output": 1024}
     assert MODEL in got["served"]
 
 
@@ -172,6 +175,18 @@ def test_an_agent_that_is_not_installed_gets_the_npm_command(serve, tmp_path):
         assert f"npm install -g {package}" in r.stderr
 
 
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_every_agent_not_installed_is_told_its_install_command(strata, monkeypatch, tmp_path, agent):
+    monkeypatch.setenv("PATH", str(tmp_path))            # an empty folder: no agent on PATH
+    rc, out, err = strata("launch", agent, "--", "x")
+    a = AGENTS[agent]
+    assert rc == 1 and out == ""
+    assert f"{a.title} is not installed (no `{a.command}` on PATH)" in err and a.install_hint in err
+    # --print still shows what it would run, and says how to install it
+    rc, out, err = strata("launch", agent, "--print", "--", "x")
+    assert rc == 0 and printed_command(out)[1][0] == a.command and a.install_hint in err
+
+
 def test_no_service_says_how_to_start_one(stubs):
     bindir, _ = stubs
     env = {**os.environ, "STRATA_HOST": f"127.0.0.1:{free_port()}"}
@@ -187,3 +202,115 @@ def test_print_shows_the_command_and_starts_nothing(serve, stubs):
     assert r.returncode == 0, r.stderr
     assert "model_catalog_json=" in r.stdout and f'"{url}/v1"' in r.stdout
     assert not (out / "codex.json").exists()
+
+
+# ---- every documented form, as a user types it -------------------------------------------------------------------
+# `strata launch` read through the real entry point (app.cli.main) with --print, so nothing starts: what the agent
+# would be given is read back from the printed command. The forms: launch options before or after the agent's
+# name, none at all, and `--` right after the name (which argparse used to swallow, refusing `run`/`-p`/`exec`).
+
+def printed_command(stdout: str) -> tuple[dict[str, str], list[str]]:
+    """(environment added, argv) of the command --print shows."""
+    text = stdout.split("# command (environment added to yours):\n", 1)[1]
+    words = shlex.split(text.replace(" \\\n", " "))
+    env = {}
+    while words and re.match(r"[A-Z_][A-Z0-9_]*=", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return env, words
+
+
+@pytest.fixture()
+def strata(serve, monkeypatch, capsys):
+    """`strata ARGS...` in this process, pointed at the test's server: (exit status, stdout, stderr)."""
+    _, env = serve
+    for key, value in env.items():
+        if key.startswith("STRATA_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("STRATA_API_KEY", raising=False)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        from app.cli import main
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:           # argparse's usage errors
+            rc = e.code if isinstance(e.code, int) else 1
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+    return run
+
+
+# (what the user types after `strata launch`, the agent's arguments the agent must get)
+FORMS = [
+    (["opencode", "--print", "--", "run", "create hello.txt"], ["run", "create hello.txt"]),
+    (["--print", "opencode", "--", "run", "create hello.txt"], ["run", "create hello.txt"]),
+    (["opencode", "--model", MODEL, "--print", "--", "run", "x"], ["run", "x"]),
+    (["--model", MODEL, "--print", "opencode", "--", "run", "x"], ["run", "x"]),
+    (["opencode", "--print"], []),
+    (["claude", "--print", "--", "-p", "create hello.txt"], ["-p", "create hello.txt"]),
+    (["--print", "claude", "--", "-p", "x", "--max-turns", "8"], ["-p", "x", "--max-turns", "8"]),
+    (["claude", "--model", MODEL, "--print", "--", "-p", "x"], ["-p", "x"]),
+    (["--print", "--model", MODEL, "claude", "--", "-p", "x"], ["-p", "x"]),
+    (["--print", "claude"], []),
+    (["codex", "--print", "--", "exec", "--skip-git-repo-check", "x"], ["exec", "--skip-git-repo-check", "x"]),
+    (["--print", "codex", "--model", MODEL, "--", "exec", "x"], ["exec", "x"]),
+    (["codex", "--model", MODEL, "--print", "--", "exec", "--", "x"], ["exec", "--", "x"]),   # a later `--` is the agent's
+    (["codex", "--oss", "--print", "--", "exec", "x"], ["exec", "x"]),
+    (["--oss", "--print", "codex", "--model", MODEL, "--", "exec", "x"], ["exec", "x"]),
+    (["--print", "codex"], []),
+]
+
+
+# every other agent: `--` right after the name, and options before the name
+FORMS += [(form, ["hello", "--x"]) for name in sorted(AGENTS) if name not in ("claude", "codex", "opencode")
+          for form in ([name, "--print", "--", "hello", "--x"],
+                       ["--print", "--model", MODEL, name, "--", "hello", "--x"])]
+
+
+@pytest.mark.parametrize("words,agent_args", FORMS, ids=[" ".join(w) for w, _ in FORMS])
+def test_every_documented_form_reaches_the_agent(strata, words, agent_args):
+    rc, out, err = strata("launch", *words)
+    assert rc == 0, err
+    env, argv = printed_command(out)
+    name = next(w for w in words if not w.startswith("-") and w != MODEL)
+    assert argv[0] == AGENTS[name].command
+    assert MODEL in out
+    assert argv[len(argv) - len(agent_args):] == agent_args
+    if name == "codex":
+        assert ("--oss" in argv) == ("--oss" in words)
+        assert argv[argv.index("-m") + 1] == MODEL
+    elif name == "claude":
+        assert argv[:3] == ["claude", "--model", MODEL] and env["ANTHROPIC_MODEL"] == MODEL
+    elif name == "opencode":
+        assert json.loads(env["OPENCODE_CONFIG_CONTENT"])["model"] == f"strata/{MODEL}"
+        assert argv == ["opencode", *agent_args]
+
+
+@pytest.mark.parametrize("words,tail", [
+    (["opencode", "--", "run", "create hello.txt"], ["run", "create hello.txt"]),
+    (["claude", "--", "-p", "create hello.txt"], ["-p", "create hello.txt"]),
+    (["codex", "--", "exec", "--skip-git-repo-check", "x"], ["exec", "--skip-git-repo-check", "x"]),
+    (["codex", "--oss", "--", "exec", "x"], ["exec", "x"]),
+])
+def test_dash_dash_right_after_the_name_as_typed(serve, stubs, words, tail):
+    """The forms the issue names, exactly as typed (no --print: the stand-in agent starts and records its
+    arguments), through a new process (`python -m app`, the `strata` script's main)."""
+    got, _ = run_stub(serve, stubs, *words)
+    assert got["argv"][-len(tail):] == tail
+
+
+@pytest.mark.parametrize("words,said", [
+    (["claude", "-p", "x"], "unrecognized arguments: -p x (arguments for the agent go after `--`)"),
+    (["codex", "exec", "x"], "unrecognized arguments: exec x"),
+    (["nope", "--print"], "unknown agent 'nope'"),
+    (["--print"], "which agent?"),
+    ([], "which agent?"),
+])
+def test_a_mistyped_launch_is_a_usage_error_that_says_why(strata, words, said):
+    rc, _, err = strata("launch", *words)
+    assert rc == 2 and said in err, err
+
+
+def test_a_model_chosen_after_dash_dash_is_refused(strata):
+    rc, out, err = strata("launch", "opencode", "--print", "--", "--model", "other")
+    assert rc == 2 and "instead of '--model' after `--`" in err and out == ""
