@@ -103,6 +103,11 @@ def show_text(rec, info: ModelInfo) -> str:
         for k, v in rec.parameters.items():
             for item in (v if isinstance(v, list) else [v]):
                 out.append(f"    {k:<20}{json.dumps(item) if isinstance(item, str) else item}")
+    if info.sampling:         # the publisher's general.sampling.*: used where no request or PARAMETER sets them
+        out += ["", "  Sampling (from the GGUF)"]
+        for k, v in info.sampling:
+            shadowed = "  (the Modelfile's PARAMETER wins)" if k in (rec.parameters or {}) else ""
+            out.append(f"    {k:<20}{v}{shadowed}")
     if rec.system:
         out += ["", "  System", *[f"    {line}" for line in rec.system.splitlines()]]
     return "\n".join(out)

@@ -55,7 +55,10 @@ class GenerateRequest:
     plan: ChatPlan | None = None            # the service's decisions (chat/plan.py): family, tool-call grammar;
                                             # None: the loaded model's family, no tool-call grammar
     template_kwargs: dict = field(default_factory=dict)   # enable_thinking, reasoning_effort
-    think_budget: int | None = None         # at most this many tokens of thinking (Anthropic budget_tokens)
+    think_budget: int | None = None         # at most this many tokens of thinking (Anthropic budget_tokens, the
+                                            # think_budget option / PARAMETER); None: none, unless think_effort
+    think_effort: str | None = None         # minimal / low / medium / high: a budget from the reply's room
+                                            # (runner/sampling/think_budget.effort_budget), when think_budget is None
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     want_context: bool = True               # the DoneEvent carries context_tokens (prompt + reply): Ollama's generate
@@ -91,6 +94,7 @@ class Admitted:
     n_ctx: int                              # the context per sequence it was fitted to
     dropped_messages: int = 0               # oldest messages left out (overflow "drop_messages")
     truncated_tokens: int = 0               # prompt tokens cut (overflow "truncate")
+    think_budget: int | None = None         # the thinking budget admission set (None: thinking is not capped)
 
 
 @dataclass

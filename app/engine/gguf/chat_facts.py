@@ -10,7 +10,7 @@ thinking are its record in app/engine/chat/formats.py. See docs/architecture.md,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from app.engine.chat.formats import GENERIC, TOOLS_VAR, detect_family, format_for
@@ -39,6 +39,7 @@ class ChatFacts:
     think_toggle: str | None = None  # the template variable that turns thinking off / sets effort
     stops: tuple[str, ...] = ()      # end-of-turn strings to stop on (built-in templates)
     fim: tuple[str, str, str] | None = None   # prefix, suffix, middle marker texts
+    sampling: tuple = ()             # the publisher's sampling defaults (ModelInfo.sampling: general.sampling.*)
     info: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -136,5 +137,6 @@ def _read_cached(path: str, _version_key) -> ChatFacts:
     token_list = gf.get("tokenizer.ggml.tokens")
     token_list = token_list if isinstance(token_list, list) else []
     fim_ids = {k: gf.get(f"tokenizer.ggml.fim_{k}_token_id") for k in ("pre", "suf", "mid")}
-    return chat_facts(info.architecture, info.chat_template, set(token_list), is_embedding=info.is_embedding,
-                      fim_ids=fim_ids, token_list=token_list, is_reranker=info.pooling_type == RANK_POOLING)
+    facts = chat_facts(info.architecture, info.chat_template, set(token_list), is_embedding=info.is_embedding,
+                       fim_ids=fim_ids, token_list=token_list, is_reranker=info.pooling_type == RANK_POOLING)
+    return replace(facts, sampling=info.sampling)

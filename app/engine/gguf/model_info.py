@@ -67,6 +67,8 @@ class ModelInfo:
     output_bytes: int = 0           # 0 when the output is tied to token_embd
     other_bytes: int = 0            # tensors outside blk.N that are neither token_embd nor output (output_norm, ...)
     kv: KVShape | None = None       # what llama.cpp's memory keeps per layer (None: plain attention from the fields above)
+    # the publisher's sampling defaults (general.sampling.*, llama.cpp #17120), as option names: (("top_k", 20), ...)
+    sampling: tuple[tuple[str, float | int], ...] = ()
 
     @property
     def weight_bytes(self) -> int:
@@ -81,6 +83,30 @@ class ModelInfo:
         if not with_tensors:
             d.pop("tensors")
         return d
+
+
+# general.sampling.* (gguf-py's Keys.General.SAMPLING_*, read by llama.cpp's common since #17120) -> the option
+# name it sets here (Ollama's vocabulary), and whether it is an integer. `sequence` (the sampler order) and XTC
+# have no counterpart here and are not read.
+GGUF_SAMPLING: dict[str, tuple[str, bool]] = {
+    "temp": ("temperature", False), "top_k": ("top_k", True), "top_p": ("top_p", False), "min_p": ("min_p", False),
+    "penalty_repeat": ("repeat_penalty", False), "penalty_last_n": ("repeat_last_n", True),
+    "mirostat": ("mirostat", True), "mirostat_tau": ("mirostat_tau", False), "mirostat_eta": ("mirostat_eta", False)}
+
+
+def sampling_defaults(get) -> tuple[tuple[str, float | int], ...]:
+    """The publisher's sampling defaults from a GGUF's general.sampling.* keys (`get(key)`), as option names; a
+    value of the wrong kind is left out."""
+    out: list[tuple[str, float | int]] = []
+    for key, (option, integer) in GGUF_SAMPLING.items():
+        v = get(f"general.sampling.{key}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            continue
+        if integer and float(v).is_integer():
+            out.append((option, int(v)))
+        elif not integer:
+            out.append((option, round(float(v), 6)))     # float32 0.95 reads 0.949999988
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -330,4 +356,5 @@ def _read_model_info(path: str) -> ModelInfo:
         output_bytes=top["output"],
         other_bytes=top["other"],
         kv=kv,
+        sampling=sampling_defaults(gf.get),
     )

@@ -32,6 +32,7 @@ class Admitted:
         self.stop_bytes = None          # text.StopBytes: the loop checks sampled pieces against the stop strings
         self.dropped_messages = 0       # oldest messages left out to fit the context (context_fit.py)
         self.truncated_tokens = 0       # prompt tokens cut by the raw prompt's token rule
+        self.think_budget: int | None = None    # the thinking budget set (think_budget.py), None: no cap
         self.error: str | None = None   # why admission refused the request (it never reaches the loop)
         self.error_kind = "error"
         self.error_data: dict | None = None     # numbers for the client's error (a context overflow's counts)

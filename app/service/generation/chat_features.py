@@ -53,7 +53,18 @@ def settle_thinking(req: GenerationRequest, facts: ChatFacts | None) -> None:
     answer, as llama-server serves it. Asked as a requirement (Ollama's `think`), check() refuses it."""
     caps = facts.capabilities if facts else ("completion",)
     if req.think_mode == "prefer" and req.think and "thinking" not in caps:
-        req.think, req.think_budget = None, None
+        req.think, req.think_budget, req.think_effort = None, None, None
+
+
+def settle_budget(req: GenerationRequest, ro) -> None:
+    """The thinking budget, most specific first: the request's own (Anthropic's budget_tokens, a `think_budget`
+    option), else its effort level (`think_effort`, made a budget by the runner from the reply's room), else the
+    Modelfile's PARAMETER think_budget. Thinking turned off needs none."""
+    asked = (req.options or {}).get("think_budget") is not None
+    if req.think is False:
+        req.think_budget, req.think_effort = None, None
+    elif req.think_budget is None and (asked or req.think_effort is None):
+        req.think_budget = ro.think_budget
 
 
 def check(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPlan, model: str) -> None:
@@ -110,7 +121,8 @@ def runner_fields(req: GenerationRequest, facts: ChatFacts | None, plan: ChatPla
                   messages: list[dict] | None) -> dict:
     """The GenerateRequest fields for tools, thinking and insert, and the messages the template gets."""
     out: dict = {"template_kwargs": template_kwargs(req.think, facts), "suffix": req.suffix,
-                 "think_budget": req.think_budget if req.think else None, "plan": plan}
+                 "think_budget": req.think_budget if req.think is not False else None,
+                 "think_effort": req.think_effort if req.think is not False else None, "plan": plan}
     prepare = plan.format.prepare_messages      # what the family's templates need of the messages (Mistral's ids)
     if messages is not None and prepare is not None:
         messages = prepare(messages)

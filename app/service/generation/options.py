@@ -28,6 +28,10 @@ class RequestOptions:
     num_predict: int = -1
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    think_budget: int | None = None                  # thinking tokens at most (-1: no cap); None: not set
+    # where each sampling option set came from: "request", "modelfile" (a PARAMETER) or "gguf" (the publisher's
+    # general.sampling.*); an option in none of them has the engine's default (SamplingParams)
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def _bad(key: str, msg: str) -> ApiError:
@@ -129,8 +133,10 @@ LOAD_OPTIONS = {
 }
 
 
-def parse_ollama_options(options, defaults: dict | None = None) -> RequestOptions:
-    """`options` from an Ollama request over the model's Modelfile PARAMETERs (`defaults`)."""
+def parse_ollama_options(options, defaults: dict | None = None, publisher=()) -> RequestOptions:
+    """`options` from an Ollama request over the model's Modelfile PARAMETERs (`defaults`) over the publisher's
+    sampling defaults in the GGUF (`publisher`: (option, value) pairs, ModelInfo.sampling; a value out of range
+    there is left out, never the request's 400)."""
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -138,6 +144,16 @@ def parse_ollama_options(options, defaults: dict | None = None) -> RequestOption
     merged = dict(defaults or {})
     merged.update({k: v for k, v in options.items() if v is not None})
     ro = RequestOptions()
+    for key, v in publisher or ():
+        if key in SAMPLING_OPTIONS and key not in merged:
+            try:
+                setattr(ro.sampling, key, SAMPLING_OPTIONS[key](key, v))
+                ro.sources[key] = "gguf"
+            except ApiError:
+                continue
+    for key in merged:
+        if key in SAMPLING_OPTIONS:
+            ro.sources[key] = "request" if options.get(key) is not None else "modelfile"
     for key, v in merged.items():
         if key in IGNORED_KEYS:
             continue
@@ -152,7 +168,21 @@ def parse_ollama_options(options, defaults: dict | None = None) -> RequestOption
             ro.stop = parse_stop(key, v)
         elif key == "ignore_eos":
             ro.ignore_eos = check_bool(key, v)
+        elif key == "think_budget":
+            ro.think_budget = check_int(key, v, -1)       # -1: no cap (over a Modelfile's), 0: no thinking at all
         elif key == "num_thread":
             ro.n_threads = check_int(key, v, 0, 1024) or None
         # anything else: ignored like Ollama does (it only logs "invalid option")
     return ro
+
+
+def sampling_view(parameters: dict | None, publisher=()) -> dict:
+    """What a request that sets nothing is sampled with, and where each value comes from ("modelfile", "gguf": the
+    publisher's general.sampling.*, or "default": the engine's): /api/show's `strata.sampling`, `strata show`, the
+    model manager. {"temperature": {"value": 0.6, "source": "gguf"}, ...}"""
+    try:
+        ro = parse_ollama_options({}, parameters, publisher)
+    except ApiError:                  # a stored PARAMETER out of range: its requests say so; here, the defaults
+        ro = parse_ollama_options({}, None, publisher)
+    return {k: {"value": getattr(ro.sampling, k), "source": ro.sources.get(k, "default")}
+            for k in SAMPLING_OPTIONS if k != "seed"}

@@ -61,10 +61,11 @@ def with_default_system(messages: list[dict], system: str | None) -> list[dict]:
     return messages
 
 
-def request_options(options: dict, defaults: dict | None, logit_bias: dict[int, float] | None = None
-                    ) -> RequestOptions:
-    """A request's options over the model's Modelfile PARAMETERs, checked (400 naming the option)."""
-    ro = parse_ollama_options(options, defaults)
+def request_options(options: dict, defaults: dict | None, logit_bias: dict[int, float] | None = None,
+                    publisher=()) -> RequestOptions:
+    """A request's options over the model's Modelfile PARAMETERs over the GGUF's general.sampling.* (`publisher`),
+    checked (400 naming the option)."""
+    ro = parse_ollama_options(options, defaults, publisher)
     if logit_bias is not None:
         ro.sampling.logit_bias = dict(logit_bias)
     return ro
@@ -90,8 +91,8 @@ class Job:
 async def prepare(scheduler, req: GenerationRequest) -> Job:
     """Find the model (404), check the options over its defaults (400), apply its SYSTEM and TEMPLATE."""
     record = await scheduler.loader.resolve(req.model)
-    ro = request_options(req.options, record.parameters, req.logit_bias)
     facts = await chat_features.facts_for(record.path)
+    ro = request_options(req.options, record.parameters, req.logit_bias, facts.sampling if facts else ())
     prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
     if messages is not None:
         messages = with_default_system(messages, record.system)
@@ -107,6 +108,7 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
                     raise ApiError(400, f"template: {e}", param="template") from None
                 # a Modelfile TEMPLATE beyond the subset: the GGUF's own chat template is used instead
     chat_features.settle_thinking(req, facts)
+    chat_features.settle_budget(req, ro)
     plan = chat_features.plan(req, facts, raw)
     chat_features.check(req, facts, plan, req.model)
     if has_images(req):
@@ -127,28 +129,44 @@ async def prepare(scheduler, req: GenerationRequest) -> Job:
     return Job(req, record.name, ro, runner_request, facts, parse_reply, record)
 
 
+def sampling_facts(ro: RequestOptions) -> str:
+    """Where the sampler values that are not the engine's defaults came from: `temperature=0.6 (gguf), top_k=20
+    (modelfile), top_p=0.9 (request)`: the request, a Modelfile PARAMETER, or the publisher's general.sampling.*
+    in the GGUF (the X-Strata-Sampling header)."""
+    return ", ".join(f"{k}={getattr(ro.sampling, k)} ({src})" for k, src in sorted(ro.sources.items()))
+
+
 def job_headers(job: Job) -> dict[str, str]:
     """What the request alone tells the response, known before the model is leased: the offered tools that cannot
-    run here (a stream that opens while it waits for its model has only these; Generation.headers() adds the rest)."""
+    run here, where the sampler values came from (a stream that opens while it waits for its model has only
+    these; Generation.headers() adds the rest)."""
+    h = {}
     if job.request.dropped_tools:
-        return {"X-Strata-Dropped-Tools": ", ".join(job.request.dropped_tools)}
-    return {}
+        h["X-Strata-Dropped-Tools"] = ", ".join(job.request.dropped_tools)
+    ro = getattr(job, "options", None)          # (a test's stand-in job may carry the request alone)
+    if ro is not None and ro.sources:
+        h["X-Strata-Sampling"] = sampling_facts(ro)
+    return h
 
 
 # each fact of the fit (context_facts) and the response header that carries it
 FACT_HEADERS = {"num_ctx": "X-Strata-Num-Ctx", "dropped_messages": "X-Strata-Dropped-Messages",
-                "truncated_tokens": "X-Strata-Truncated-Tokens", "reply_room": "X-Strata-Reply-Room"}
+                "truncated_tokens": "X-Strata-Truncated-Tokens", "reply_room": "X-Strata-Reply-Room",
+                "think_budget": "X-Strata-Think-Budget"}
 
 
 def context_facts(result: GenerationResult) -> dict[str, int]:
     """What fitting the prompt decided, once it is fitted: the context per sequence, what was left out to fit it,
-    the room the reply had when max_tokens asked for more (each only when there is something to say). The
+    the room the reply had when max_tokens asked for more, the thinking budget set (each only when there is
+    something to say). The
     response's headers (FACT_HEADERS), or the final event of a stream whose headers went out before the fit."""
     facts = {"num_ctx": result.num_ctx, "dropped_messages": result.dropped_messages,
              "truncated_tokens": result.truncated_tokens}
     out = {k: v for k, v in facts.items() if v}
     if result.reply_room is not None:
         out["reply_room"] = result.reply_room
+    if result.think_budget is not None:         # the thinking budget in tokens (think_budget.py), 0 included
+        out["think_budget"] = result.think_budget
     return out
 
 
@@ -222,6 +240,7 @@ class Generation:
             if not req.shift and req.num_predict > room:
                 self.result.reply_room = room          # the reply is capped by the context, not by max_tokens
             self.result.dropped_messages, self.result.truncated_tokens = first.dropped_messages, first.truncated_tokens
+            self.result.think_budget = getattr(first, "think_budget", None)
             if first.dropped_messages or first.truncated_tokens:
                 log.warning("%s: prompt fitted to num_ctx %d (%d tokens): %d oldest messages dropped, %d tokens cut",
                             self.job.model, first.n_ctx, first.prompt_tokens, first.dropped_messages,

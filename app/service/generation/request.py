@@ -57,6 +57,10 @@ class GenerationRequest:
     parallel_tool_calls: bool = True
     think: bool | str | None = None              # None: the template's default; "low" / "medium" / "high": effort
     think_budget: int | None = None              # at most this many thinking tokens (Anthropic budget_tokens)
+    # an effort level (minimal / low / medium / high: OpenAI reasoning_effort, Responses reasoning.effort, Ollama's
+    # think levels, Anthropic output_config.effort): the runner makes it a budget from the reply's room
+    # (runner/sampling/think_budget.effort_budget) when no budget is given
+    think_effort: str | None = None
     # how `think` was asked: "require" (Ollama's `think`: a model that cannot think is a 400, as Ollama answers)
     # or "prefer" (OpenAI's reasoning_effort, Responses' reasoning, Anthropic's thinking / output_config.effort:
     # ignored by a model that cannot think, as llama-server does); chat_features.settle_thinking applies it
@@ -71,6 +75,15 @@ class GenerationRequest:
     # a reply that fills the context: True shifts it (Ollama's `shift`, its default), False ends it with "length"
     # (llama-server's, OpenAI's and Anthropic's rule); None: the overflow rule's (shift unless "error")
     shift: bool | None = None
+
+
+# an effort level as the wire spells it (OpenAI, Responses, Anthropic's output_config.effort, Ollama's think) ->
+# (the `think` value the template gets, the budget level: runner/sampling/think_budget.EFFORT_BUDGETS). "none"
+# turns thinking off; minimal thinks at the template's least effort under the smallest budget; OpenAI's xhigh and
+# Anthropic's xhigh / max are high.
+EFFORT_LEVELS: dict[str, tuple[bool | str, str | None]] = {
+    "none": (False, None), "minimal": ("low", "minimal"), "low": ("low", "low"), "medium": ("medium", "medium"),
+    "high": ("high", "high"), "xhigh": ("high", "high"), "max": ("high", "high")}
 
 
 @dataclass

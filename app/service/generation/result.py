@@ -89,6 +89,7 @@ class GenerationResult:
     dropped_messages: int = 0                        # oldest messages left out to fit it (Ollama's chat rule)
     truncated_tokens: int = 0                        # prompt tokens cut to fit it (a raw prompt's token rule)
     reply_room: int | None = None                    # max_tokens was above the room the prompt left: this much
+    think_budget: int | None = None                  # the thinking budget the runner set (None: no cap)
     started: float = field(default_factory=time.monotonic)
     first_output: float | None = None                # time.monotonic() of the first event a client was given
     finished_at: float | None = None                 # ... and of Finished

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 INT_PARAMS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "seed", "num_predict",
               "top_k", "repeat_last_n", "mirostat", "cpu_moe", "draft_max",
-              "cache_reuse"}
+              "cache_reuse", "think_budget"}
 FLOAT_PARAMS = {"temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
                 "frequency_penalty", "mirostat_tau", "mirostat_eta", "tfs_z", "draft_p_min"}
 BOOL_PARAMS = {"penalize_newline", "use_mmap", "use_mlock", "numa", "low_vram", "flash_attn", "ignore_eos"}

@@ -97,7 +97,8 @@ class OutputThread:
                      seq.id, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens)
         self.port.ready(seq)          # first: the context thread starts on the prompt while Admitted is sent (this
         if seq.req.announce:          # thread sends all of a request's events, so Admitted still comes first)
-            self.send(P.Admitted(seq.id, adm.n_prompt, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens))
+            self.send(P.Admitted(seq.id, adm.n_prompt, self.n_ctx_seq, adm.dropped_messages, adm.truncated_tokens,
+                                 adm.think_budget))
 
     def _finish_unadmitted(self, seq: Seq, reason: str):
         """A request that never reached the loop: free what admission made and send its end."""

@@ -117,10 +117,12 @@ class Admission:
         family = self.plan_of(req).family
         seq.out.detok = Detokenizer(self.vocab_out, self.shown_for(family) if chat else frozenset(),
                                     self.thinking_prefix(text) if chat else "")
-        if chat and req.think_budget:
+        budget = self.think_budget(req, adm.n_prompt) if chat else None
+        if budget is not None:
             close = tokenize(self.vocab, think_budget.markers(family)[2], add_special=False, parse_special=True)
-            adm.sampler.budget = think_budget.ThinkBudget(req.think_budget, family, close,
+            adm.sampler.budget = think_budget.ThinkBudget(budget, family, close,
                                                           self.vocab_out.piece, bool(self.thinking_prefix(text)))
+            adm.think_budget = budget
         stops = list(req.stop) + (self.turn_stops if chat else [])
         seq.out.stop = StopMatcher(stops)
         adm.stop_bytes = StopBytes(stops) if any(stops) else None
@@ -180,6 +182,19 @@ class Admission:
             ids = self._shown[family] = frozenset(t for t in (self._special_id(m) for m in format_for(family).shown)
                                                   if t is not None)
         return ids
+
+    def think_budget(self, req, n_prompt: int) -> int | None:
+        """The request's thinking budget: its own (`think_budget`, < 0: none), else its effort level's share of the
+        reply's room (num_predict, within what the context leaves after the prompt), else None."""
+        if req.think_budget is not None:
+            return req.think_budget if req.think_budget >= 0 else None
+        effort = getattr(req, "think_effort", None)
+        if effort not in think_budget.EFFORT_BUDGETS:
+            return None
+        room = self.n_ctx_seq - n_prompt
+        if req.num_predict > 0:
+            room = min(room, req.num_predict)
+        return think_budget.effort_budget(effort, room)
 
     def thinking_prefix(self, prompt: str) -> str:
         """The thinking marker the template left open at the end of the prompt (DeepSeek-R1, QwQ, Qwen3 with

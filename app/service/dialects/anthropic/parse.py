@@ -16,12 +16,12 @@ from typing import Any
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number, parse_stop
-from ...generation.request import GenerationRequest, field, model_name, ollama_options
+from ...generation.request import EFFORT_LEVELS, GenerationRequest, field, model_name, ollama_options
 from ...generation.tools import call_message, check_tool_results, function_tool
 from ...http.errors import ApiError
 
 ROLES = ("user", "assistant", "system")
-EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+EFFORTS = ("low", "medium", "high", "xhigh", "max")      # output_config.effort as Anthropic accepts it
 
 
 @dataclass(frozen=True)
@@ -240,14 +240,14 @@ def parse_effort(raw) -> str | None:
     if not isinstance(effort, str) or effort not in EFFORTS:
         raise _bad(f"'output_config.effort' must be one of {', '.join(EFFORTS)}, got {effort!r}",
                    "output_config.effort")
-    return EFFORTS[effort]
+    return EFFORT_LEVELS[effort][1]
 
 
 def parse_thinking(raw, max_tokens: int | None = None,
                    effort: str | None = None) -> tuple[bool | str | None, int | None]:
     """-> (think, thinking budget in tokens). `enabled` needs `budget_tokens`, at least 1024 and below
     max_tokens, as Anthropic requires; the runner ends the thinking block when the budget is spent. `adaptive`
-    lets the model think as much as `output_config.effort` says (no budget). Either is a preference: a model that
+    lets the model think as much as `output_config.effort` says (the effort's budget: think_budget.py). Either is a preference: a model that
     cannot think answers without thinking (GenerationRequest.think_mode "prefer"), as Anthropic's API serves
     thinking requests to its models without it."""
     if raw is None:
@@ -350,4 +350,6 @@ def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[Gen
     req.stream = field(body, "stream", bool, False)
     req.options = {**ollama_options(body), **sampling_options(body)}     # max_tokens: the reply's limit
     req.think, req.think_budget = parse_thinking(body.get("thinking"), req.options["num_predict"], effort)
+    if req.think and req.think_budget is None:
+        req.think_effort = effort            # adaptive thinking under an effort: that effort's budget
     return req, WireChoices(tuple(req.options.get("stop", ())))

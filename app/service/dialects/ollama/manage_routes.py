@@ -14,6 +14,7 @@ from app import __version__
 
 from ... import appkeys as keys
 from ...generation.model_card import context_preview, model_card
+from ...generation.options import sampling_view
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
@@ -79,6 +80,8 @@ async def show(request):
                                "size": projector.file_size, "weight_bytes": projector.weight_bytes}
     if info is not None:      # the context a load gets (or got) and what decided it
         strata["context"] = await context_preview(scheduler, record, info)
+    # what a request that sets nothing is sampled with: Modelfile PARAMETERs over the GGUF's general.sampling.*
+    strata["sampling"] = sampling_view(record.parameters, info.sampling if info is not None else ())
     if facts is not None:     # which chat template is used and why (a GGUF without one gets a built-in)
         strata["chat"] = {**facts.to_dict(), "template_source": "modelfile" if record.template
                           else facts.template_source}

@@ -33,6 +33,8 @@ def _common(req: GenerationRequest, body: dict) -> GenerationRequest:
     in_range("top_logprobs", top, 0, 20, f"'top_logprobs' must be between 0 and 20, got {top}")
     req.logprobs, req.top_logprobs = logprobs or top > 0, top
     req.think = field(body, "think", (bool, str))    # checked against the model in chat_features.check
+    if isinstance(req.think, str) and req.think in ("low", "medium", "high"):
+        req.think_effort = req.think                  # a level is also a thinking budget (think_budget.py)
     return req
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number, parse_stop
-from ...generation.request import (EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field, in_range,
-                                   model_name, ollama_options)
+from ...generation.request import (EFFORT_LEVELS, EmbeddingRequest, GenerationRequest, INT64_MAX, INT64_MIN, field,
+                                   in_range, model_name, ollama_options)
 from ...generation.tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
 from ...http.errors import ApiError
 
@@ -171,20 +171,20 @@ def _parse_tools(req: GenerationRequest, body: dict) -> None:
     req.parallel_tool_calls = field(body, "parallel_tool_calls", bool, True)
 
 
-EFFORTS = {"none": False, "minimal": False, "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")       # what OpenAI accepts
 
 
-def parse_reasoning_effort(body: dict):
-    """reasoning_effort (or reasoning.effort) -> the internal `think`; None when absent."""
-    effort = body.get("reasoning_effort")
+def parse_reasoning_effort(body: dict) -> tuple[bool | str | None, str | None]:
+    """reasoning_effort (or reasoning.effort) -> (the internal `think`, the thinking budget's level:
+    EFFORT_LEVELS); (None, None) when absent."""
+    effort, name = body.get("reasoning_effort"), "reasoning_effort"
     if effort is None and isinstance(body.get("reasoning"), dict):
-        effort = body["reasoning"].get("effort")
+        effort, name = body["reasoning"].get("effort"), "reasoning.effort"
     if effort is None:
-        return None
+        return None, None
     if not isinstance(effort, str) or effort not in EFFORTS:
-        raise ApiError(400, f"'reasoning_effort' must be one of {', '.join(EFFORTS)}, got {effort!r}",
-                       param="reasoning_effort")
-    return EFFORTS[effort]
+        raise ApiError(400, f"{name!r} must be one of {', '.join(EFFORTS)}, got {effort!r}", param=name)
+    return EFFORT_LEVELS[effort]
 
 
 def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
@@ -195,7 +195,8 @@ def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
     _check_n(body)
     req.json_mode, req.json_schema = parse_response_format(body.get("response_format"))
     _parse_tools(req, body)
-    req.think, req.think_mode = parse_reasoning_effort(body), "prefer"    # ignored by a model that cannot think
+    (req.think, req.think_effort), req.think_mode = parse_reasoning_effort(body), "prefer"   # ignored by a
+    # model that cannot think
     req.logprobs = field(body, "logprobs", bool, False)
     req.top_logprobs = field(body, "top_logprobs", int, 0)
     in_range("top_logprobs", req.top_logprobs, 0, 20, "'top_logprobs' must be between 0 and 20")

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...generation import images as image_input
 from ...generation.options import check_int, check_number
-from ...generation.request import GenerationRequest, field, model_name, ollama_options
+from ...generation.request import EFFORT_LEVELS, GenerationRequest, field, model_name, ollama_options
 from ...generation.tools import call_message, check_tool_results, function_tool, parse_tool_choice, tool_names
 from ...http.errors import ApiError
 from ..openai.parse import parse_response_format
@@ -290,11 +290,12 @@ def parse_choice(raw, tools: list[dict] | None) -> tuple[str | None, list[dict] 
     return parse_tool_choice(raw, tools), tools
 
 
-def parse_reasoning(raw) -> tuple[bool | str | None, str | None, str | None]:
-    """-> (think value for the internal request, the effort to echo, the summary to echo). `summary` (auto,
-    concise, detailed) asks for a summary of the reasoning: the reasoning item carries the model's own text."""
+def parse_reasoning(raw) -> tuple[bool | str | None, str | None, str | None, str | None]:
+    """-> (think value for the internal request, the effort to echo, the summary to echo, the thinking budget's
+    level: EFFORT_LEVELS). `summary` (auto, concise, detailed) asks for a summary of the reasoning: the reasoning
+    item carries the model's own text."""
     if raw is None:
-        return None, None, None
+        return None, None, None, None
     if not isinstance(raw, dict):
         raise _bad("'reasoning' must be an object", "reasoning")
     effort = raw.get("effort")
@@ -302,12 +303,11 @@ def parse_reasoning(raw) -> tuple[bool | str | None, str | None, str | None]:
     if summary is not None and summary not in ("auto", "concise", "detailed"):
         raise _bad(f"'reasoning.summary' must be one of auto, concise, detailed, got {summary!r}", "reasoning")
     if effort is None:
-        return True, None, summary
+        return True, None, summary, None
     if effort not in EFFORTS:
-        raise _bad(f"'reasoning.effort' must be one of {', '.join(EFFORTS)}, got {effort!r}", "reasoning")
-    if effort in ("none", "minimal"):
-        return False, effort, summary
-    return ("high" if effort == "xhigh" else effort), effort, summary
+        raise _bad(f"'reasoning.effort' must be one of {', '.join(EFFORTS)}, got {effort!r}", "reasoning.effort")
+    think, level = EFFORT_LEVELS[effort]
+    return think, effort, summary, level
 
 
 def parse_text_format(raw) -> tuple[bool, dict | None, dict | None]:
@@ -360,7 +360,7 @@ def parse_responses(body: dict) -> tuple[GenerationRequest, WireChoices]:
     req.tools, tool_map, req.dropped_tools = parse_tool_list(body.get("tools"))
     req.tool_choice, req.tools = parse_choice(body.get("tool_choice"), req.tools)
     req.parallel_tool_calls = field(body, "parallel_tool_calls", bool, True)
-    req.think, effort, summary = parse_reasoning(body.get("reasoning"))
+    req.think, effort, summary, req.think_effort = parse_reasoning(body.get("reasoning"))
     req.think_mode = "prefer"                      # a model that cannot think ignores `reasoning`
     req.json_mode, req.json_schema, text_format = parse_text_format(body.get("text"))
     req.stream = field(body, "stream", bool, False)

@@ -54,3 +54,26 @@ def test_family_markers():
     b = ThinkBudget(2, "harmony", CLOSE, piece, open_in_prompt=False)
     assert run(b, ["<|channel|>", "analysis", "<|message|>", "t", "u"], 6) == [
         "<|channel|>", "analysis", "<|message|>", 901, 902, "t"]
+
+
+def test_effort_levels_are_a_share_of_the_room_with_floors_and_leave_the_answer_room():
+    from app.engine.runner.sampling.think_budget import EFFORTS, effort_budget
+    assert EFFORTS == ("minimal", "low", "medium", "high")
+    # a large room: the share (1/16, 1/8, 1/4, 1/2)
+    assert [effort_budget(e, 64000) for e in EFFORTS] == [4000, 8000, 16000, 32000]
+    # a middling room: the floors (64, 256, 1024, 4096), capped where they would leave the answer < 1/4
+    assert [effort_budget(e, 2000) for e in EFFORTS] == [125, 256, 1024, 1499]
+    # a small max_tokens: every level is the cap, so an answer always follows
+    assert {effort_budget(e, 200) for e in ("low", "medium", "high")} == {149}
+    assert effort_budget("minimal", 200) == 64
+    assert effort_budget("high", 0) == 0 and effort_budget("low", 1) == 0
+    for room in (1, 10, 100, 1000, 10 ** 6):
+        for e in EFFORTS:
+            assert 0 <= effort_budget(e, room) < room, (e, room)
+
+
+def test_a_zero_budget_ends_thinking_before_any_of_it():
+    b = ThinkBudget(0, "hermes", CLOSE, piece, open_in_prompt=True)
+    assert run(b, ["a", "b"], 4) == [901, 902, "a", "b"]
+    b = ThinkBudget(0, "hermes", CLOSE, piece, open_in_prompt=False)
+    assert run(b, ["<think>", "a", "b"], 5) == ["<think>", 901, 902, "a", "b"]
