@@ -66,6 +66,9 @@ SETTINGS: tuple[Setting, ...] = (
             "approximate, so 0 = off", minimum=0),
     Setting("gpu_margin_mib", "STRATA_GPU_MARGIN_MIB", int, 512, "GPU margin (MiB)",
             "memory the planner leaves free on each device for other programs"),
+    Setting("max_memory_mib", "STRATA_MAX_MEMORY", int, 0, "Memory cap (MiB)",
+            "the most Strata's loaded models may hold in all, GPUs and RAM together; a load that would pass it "
+            "unloads idle unpinned models or is refused; 0 = no cap", minimum=0),
     Setting("external_sources", "STRATA_EXTERNAL_MODELS", list, list(EXTERNAL_SOURCES), "Other apps' folders",
             "where to look for models you already have (read-only; nothing is copied)"),
     Setting("rpc_workers", "STRATA_RPC", list, [], "RPC workers",

@@ -35,6 +35,10 @@ class Inventory:
     # ggml CPU backend features ("AVX2", "AVX512", "NEON", "DOTPROD", "MATMUL_INT8", "SVE_CNT=32", "REPACK", ...):
     # decide which weights llama.cpp repacks on the CPU (app.engine.planner.repack); () = unknown, no repacking modelled
     cpu_features: tuple[str, ...] = field(default_factory=tuple)
+    # the bytes a plan may use in all (GPUs and host RAM together) under Strata's memory cap (STRATA_MAX_MEMORY /
+    # Settings), less what Strata's loaded models hold (`subtract`); None: no cap. The planner honours it as it
+    # honours free memory (engine/planner/placement.py)
+    memory_cap: int | None = None
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -53,4 +57,21 @@ def subtract(inv: Inventory, used: dict[str, int]) -> Inventory:
     if not used:
         return inv
     devices = tuple(replace(d, free=max(0, d.free - used.get(d.id, 0))) for d in inv.devices)
-    return replace(inv, devices=devices, host_ram_available=max(0, inv.host_ram_available - used.get("CPU", 0)))
+    cap = None if inv.memory_cap is None else max(0, inv.memory_cap - sum(used.values()))
+    return replace(inv, devices=devices, host_ram_available=max(0, inv.host_ram_available - used.get("CPU", 0)),
+                   memory_cap=cap)
+
+
+def with_cap(inv: Inventory, cap: int | None) -> Inventory:
+    """`inv` under a memory cap of `cap` bytes in all (None or 0: none)."""
+    return replace(inv, memory_cap=cap or None)
+
+
+def within_cap(inv: Inventory) -> Inventory:
+    """`inv` as a plan may use it under its memory cap: no device offers more than the cap (the placement then
+    checks the plan's total against it)."""
+    if inv.memory_cap is None:
+        return inv
+    cap = inv.memory_cap
+    return replace(inv, devices=tuple(replace(d, free=min(d.free, cap)) for d in inv.devices),
+                   host_ram_available=min(inv.host_ram_available, cap))

@@ -19,7 +19,8 @@ from app.gui import mcp_tools
 from app.settings import BY_KEY, EXTERNAL_SOURCES, SOURCE_LABELS, SettingsError
 
 INT_MAX = {"num_parallel": 256, "num_ctx": 1 << 20, "num_threads": 1024, "prompt_cache_mib": 1 << 20,
-           "ctx_checkpoints": 1024, "checkpoint_mib": 1 << 20, "gpu_margin_mib": 1 << 20, "cache_reuse": 1 << 20}
+           "ctx_checkpoints": 1024, "checkpoint_mib": 1 << 20, "gpu_margin_mib": 1 << 20, "cache_reuse": 1 << 20,
+           "max_memory_mib": 1 << 30}
 
 
 def split_host(host: str) -> tuple[str, int]:
@@ -130,8 +131,10 @@ class SettingsDialog(QDialog):
         box = QGroupBox("Models")
         form = QFormLayout(box)
         for key in ("num_parallel", "num_ctx", "num_threads", "prompt_cache_mib", "ctx_checkpoints", "checkpoint_mib",
-                    "cache_reuse", "gpu_margin_mib"):
+                    "cache_reuse", "gpu_margin_mib", "max_memory_mib"):
             self._row(form, key, self._spin(key))
+        self.fields["max_memory_mib"].setSpecialValueText("no cap")
+        self.fields["max_memory_mib"].setSingleStep(1024)
         self.fields["num_threads"].setSpecialValueText("automatic (the physical cores)")
         self.fields["prompt_cache_mib"].setSpecialValueText("automatic (10% of free RAM, at most 4 GiB)")   # -1; 0 = off
         self.fields["num_ctx"].setSingleStep(1024)

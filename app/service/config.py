@@ -24,6 +24,9 @@ Environment variables (all optional):
   STRATA_RUNNER_STEP_FLOOR seconds one decode step may always run before the runner is called stuck; beyond it
                        the limit is 20x what the model's measured steps predict for that batch (default 120)
   STRATA_GPU_MARGIN_MIB    memory the planner leaves free on each device (default 512)
+  STRATA_MAX_MEMORY    Strata's memory cap: the most its loaded models may hold in all (GPUs and host RAM
+                       together), as a size ("16GiB", "12000MiB") or MiB; 0 or unset = none. The planner honours
+                       it as it honours free memory (a load that does not fit under it evicts idle models or is a 507)
   STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
 Passed down to every runner child (engine/runner_settings.RunnerSettings; the runner reads no variable itself):
   STRATA_SPECULATIVE   speculative decoding: auto (default), off, on, or a longest draft (runner/speculation/drafting.py)
@@ -47,6 +50,7 @@ from dataclasses import dataclass, field, replace
 
 from app import settings as settings_file
 from app.discovery.host import compute_threads
+from app.discovery.simulated import parse_size
 from app.engine.runner_settings import RunnerSettings
 from app.engine.runner_watch import WatchLimits
 
@@ -117,6 +121,17 @@ def _float_env(name: str, default: float, *, env: Mapping[str, str], unit: str =
     return v
 
 
+def _size_env(name: str, *, env: Mapping[str, str]) -> int:
+    """A size in bytes from "16GiB", "12000 MiB" or a bare number of MiB (the Settings dialog's unit); 0 when unset."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return 0
+    try:
+        return int(float(raw) * (1 << 20)) if raw.replace(".", "", 1).isdigit() else parse_size(raw, name)
+    except ValueError:
+        raise ConfigError(f"{name} must be a size like 16GiB or 12000MiB (a bare number is MiB), got {raw!r}") from None
+
+
 def _runner_settings(env: Mapping[str, str]) -> RunnerSettings:
     raw = (env.get("STRATA_STREAM_INTERVAL_MS") or "").strip()
     level = (env.get("STRATA_RUNNER_LOG") or "WARNING").strip().upper()
@@ -173,6 +188,7 @@ class ServiceConfig:
     checkpoint_mib: int = 1024                 # their host RAM bound per slot; 0 = the count alone
     cache_reuse: int = 0                       # cache reuse's minimum chunk (tokens; llama-server's --cache-reuse); 0 = off
     gpu_margin_mib: int = 512
+    max_memory: int = 0                        # Strata's memory cap in bytes (STRATA_MAX_MEMORY); 0 = none
     external_sources: tuple[str, ...] = settings_file.EXTERNAL_SOURCES
     runner_watchdog_s: float = 8.0             # heartbeat silence that means frozen; 0 = no watchdog
     runner_step_floor_s: float = 120.0         # a step may always run this long (runner_watch.WatchLimits)
@@ -201,6 +217,7 @@ class ServiceConfig:
             checkpoint_mib=_int_env("STRATA_CHECKPOINT_MIB", 1024, env=env),
             cache_reuse=_int_env("STRATA_CACHE_REUSE", 0, minimum=0, env=env),
             gpu_margin_mib=_int_env("STRATA_GPU_MARGIN_MIB", 512, env=env),
+            max_memory=_size_env("STRATA_MAX_MEMORY", env=env),
             external_sources=_sources(env.get("STRATA_EXTERNAL_MODELS")),
             runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 8.0, env=env),
             runner_step_floor_s=_float_env("STRATA_RUNNER_STEP_FLOOR", 120.0, env=env),

@@ -146,8 +146,8 @@ def measure(info: ModelInfo, inventory: Inventory, options: PlanOptions,
     if inventory.simulated or not inventory.gpus:
         # GPU-specific options mean nothing to the CPU-only measurement (and would not validate without GPUs)
         cpu_opts = replace(options, num_gpu=None, main_gpu=None, tensor_split=None, cpu_moe=None)
-        lay = plan(info, _cpu_only(replace(inventory, host_ram_available=max(inventory.host_ram_available, 1 << 50))),
-                   cpu_opts)
+        lay = plan(info, _cpu_only(replace(inventory, host_ram_available=max(inventory.host_ram_available, 1 << 50),
+                                           memory_cap=None)), cpu_opts)
         res = cached_dry_run(lay)
         cpu = int(res["compute"].get("CPU", 0))
         out = {"CPU": cpu}

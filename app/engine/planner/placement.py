@@ -16,7 +16,7 @@ import itertools
 import struct
 from dataclasses import dataclass, replace
 
-from app.discovery.inventory import Device, Inventory
+from app.discovery.inventory import Device, Inventory, within_cap
 from app.engine.layout.types import Layout, PlanOptions
 from app.engine.planner import network
 from app.engine.planner.device_plans import device_plans
@@ -438,6 +438,7 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         reasons.append(f"KV cache as the dry run measured it: {human_size(sum(kv))} (the {info.architecture} KV shape "
                        f"predicted {human_size(sum(mm.kv))})")
         mm = replace(mm, kv=kv)
+    inventory = within_cap(inventory)       # Strata's memory cap: no device offers more than is left of it
     gpus = usable_gpus(inventory)
     host_budget = max(0, inventory.host_ram_available - o.margin)
     cs = Costs(info, mm, gpus, o, host_budget, compute)
@@ -474,6 +475,11 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         reasons.append("op_offload on (all layers on GPU; no effect)")
 
     devices, layer_dev, exp_dev = device_plans(cs, c, gpus, o, mm)
+    total = sum(d.total for d in devices)
+    if inventory.memory_cap is not None and total > inventory.memory_cap:
+        fits = False
+        reasons.append(f"needs {human_size(total)} in all; Strata's memory cap leaves {human_size(inventory.memory_cap)}"
+                       " (STRATA_MAX_MEMORY / Settings, less what the loaded models hold)")
     if devices[0].weights.get("repack"):
         reasons.append(f"the CPU backend repacks {devices[0].weights['repack'] / MiB:.0f} MiB of CPU weights for "
                        f"{'/'.join(f for f in ('AVX512', 'AVX2', 'NEON') if f in mm.cpu_features) or 'this CPU'} "

@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import replace
 
-from app.discovery.inventory import Inventory
+from app.discovery.inventory import Inventory, with_cap
 from app.engine.gguf.errors import GGUFError
 from app.engine.layout.types import Layout, PlanOptions
 from app.engine.planner.context import ContextChoice
@@ -47,7 +47,7 @@ class Loader:
     # ---- devices ---------------------------------------------------------------------------------------------
 
     async def refresh_inventory(self) -> Inventory:
-        self.inventory = await self.deps.discover()
+        self.inventory = with_cap(await self.deps.discover(), self.config.max_memory)    # STRATA_MAX_MEMORY
         return self.inventory
 
     async def get_inventory(self) -> Inventory:
