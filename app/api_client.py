@@ -119,6 +119,20 @@ class ApiClient:
         return await self.request("POST", "/api/generate", {"model": model, "keep_alive": 0, "stream": False},
                                   timeout=NO_TOTAL)
 
+    async def pins(self) -> list[dict]:
+        """Every model's pin and default keep_alive that a user set (GET /api/pin)."""
+        return (await self.request("GET", "/api/pin")).get("models", [])
+
+    async def pin(self, model: str, pinned: bool | None = None, keep_alive: str | None | bool = False) -> dict:
+        """Set a model's pin and/or default keep_alive (POST /api/pin); `keep_alive` None clears it, False leaves
+        it as it is."""
+        body: dict = {"model": model}
+        if pinned is not None:
+            body["pinned"] = pinned
+        if keep_alive is not False:
+            body["keep_alive"] = keep_alive
+        return await self.request("POST", "/api/pin", body)
+
     async def show(self, model: str) -> dict:
         return await self.request("POST", "/api/show", {"model": model})
 

@@ -43,6 +43,17 @@ def register(sub) -> None:
     p.add_argument("model")
     p.set_defaults(func=cmd_stop)
 
+    p = sub.add_parser("pin", help="keep a model loaded (never unloaded for another model), set its default "
+                                   "keep-alive, or list both (no NAME)")
+    p.add_argument("model", nargs="?", help="the model (none: list every pin and keep-alive set)")
+    p.add_argument("--off", action="store_true", help="unpin it (it may be unloaded for another model again)")
+    p.add_argument("--keep-alive", dest="keep_alive", metavar="DURATION",
+                   help="its default keep-alive when a request sets none: 5m, 1h, -1 (forever), 'default' (the "
+                        "server's)")
+    p.add_argument("--no-pin", dest="no_pin", action="store_true",
+                   help="with --keep-alive: only set the keep-alive, leave the pin as it is")
+    p.set_defaults(func=cmd_pin)
+
 
 # ---- serve --------------------------------------------------------------------------------------------
 
@@ -265,7 +276,7 @@ def cmd_ps(args) -> int:
     finally:
         loop.run(client.close())
         loop.close()
-    rows = [("NAME", "STATE", "SIZE", "PROCESSOR", "SLOTS", "CONTEXT", "UNTIL")]
+    rows = [("NAME", "STATE", "SIZE", "PROCESSOR", "SLOTS", "CONTEXT", "UNTIL", "PINNED")]
     for m in models:
         s = m.get("strata", {})
         size, vram = m.get("size", 0), m.get("size_vram", 0)
@@ -274,11 +285,40 @@ def cmd_ps(args) -> int:
             state = f"loading {100 * s.get('progress', 0):.0f}%"
         rows.append((m["name"], state, format_bytes(size, si=True), _processor(size, vram),
                      f"{s.get('slots_busy', 0)}/{s.get('slots_total', 0)}", str(m.get("context_length", "")),
-                     _until(m.get("expires_at", ""))))
+                     _until(m.get("expires_at", "")), "yes" if s.get("pinned") else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return 0
+
+
+def cmd_pin(args) -> int:
+    """`strata pin NAME` pins; `--off` unpins; `--keep-alive D` sets its default keep-alive (with the pin, unless
+    --no-pin or --off says otherwise); no NAME lists what is set."""
+    loop, client = LoopThread(), _client()
+    try:
+        if not args.model:
+            rows = [("NAME", "PINNED", "KEEP ALIVE")]
+            for m in loop.run(client.pins()):
+                rows.append((m["name"], "yes" if m.get("pinned") else "", m.get("keep_alive") or "the server's"))
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            for r in rows:
+                print("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            return 0
+        pinned = False if args.off else (None if args.no_pin else True)
+        keep: str | None | bool = False
+        if args.keep_alive is not None:
+            keep = None if args.keep_alive.strip().lower() in ("default", "") else args.keep_alive
+        out = loop.run(client.pin(args.model, pinned, keep))
+        print(f"{out['name']}: {'pinned' if out.get('pinned') else 'not pinned'}, keep-alive "
+              f"{out.get('keep_alive') or 'the server default'}")
+        return 0
+    except ApiError as e:
+        print(f"strata pin: {e}", file=sys.stderr)
+        return 1
+    finally:
+        loop.run(client.close())
+        loop.close()
 
 
 def cmd_stop(args) -> int:

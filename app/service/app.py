@@ -21,7 +21,7 @@ from .http import request_log
 from .http.metrics import Metrics
 from .http.security import make_middlewares
 from .scheduling import fair_slots
-from .scheduling.scheduler import Scheduler
+from .scheduling.scheduler import ModelSettings, Scheduler
 from .store.model_store import ModelStore
 from .store.proxy import AsyncStore
 
@@ -87,6 +87,11 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     async def lifecycle(app: web.Application):
         scheduler = Scheduler(config, events, metrics, collaborators.live(config, store))
         app[keys.SCHEDULER] = scheduler
+        try:            # the pins and default keep-alives users set (strata pin, POST /api/pin)
+            for name, st in (await store.model_settings()).items():
+                scheduler.settings[name] = ModelSettings(**st)
+        except Exception as e:  # noqa: BLE001 - an unreadable store fails its own requests with a clear error
+            log.warning("model settings: %s", e)
 
         async def discover():
             try:

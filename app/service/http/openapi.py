@@ -111,6 +111,10 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
     ("GET", "/api/devices"): ("strata", "Device inventory (GPUs, host RAM); ?refresh=1 discovers again", None),
     ("POST", "/api/layout"): ("strata", "Plan a model's layout without loading it (what-if)",
                               _obj({"model": STR, "options": OBJ, "devices": OBJ}, ["model"])),
+    ("GET", "/api/pin"): ("strata", "Every model's pin and default keep_alive that a user set", None),
+    ("POST", "/api/pin"): ("strata", "Pin a model (never unloaded for another model, never expires) and/or set its "
+                                     "default keep_alive (null: the server's); a field left out keeps its value",
+                           _obj({"model": STR, "pinned": BOOL, "keep_alive": KEEP_ALIVE}, ["model"])),
     ("POST", "/api/import"): ("strata", "Import a GGUF file on this machine into the store (NDJSON progress: "
                                         "hashing/copying completed of total; closing the stream cancels)",
                               _obj({"path": STR, "model": STR, "link": BOOL, "stream": BOOL}, ["path"])),

@@ -5,8 +5,9 @@ layouts the planner returned (no I/O, no await, no scheduler state), so each rul
   the inventory with the RPC workers other models hold left out (`free_memory`), and room kept for a vision
   projector where mtmd puts it (`with_projector_room`).
 - A model's plan completed with its draft model and projector (`with_draft`, `with_projector`).
-- Eviction: the least recently used idle model goes first (`eviction_victim`); what cannot fit is a 507 naming
-  the size, or a 503 when max_loaded_models busy models are in the way (`no_room`).
+- Eviction: the least recently used idle model goes first, a pinned one never (`eviction_victim`); what cannot fit
+  is a 507 naming the size, a 503 when max_loaded_models busy models are in the way (`no_room`), or a 503 naming
+  the pinned models whose memory it needs (`pinned_in_the_way`).
 - Context growth (docs/architecture.md, "Context"): how far a model may grow (`growth_ceiling`) and the sizes to
   try, largest first (`growth_sizes`).
 Covered by tests/unit/service/scheduling/test_fit.py and test_scheduler_units.py.
@@ -92,10 +93,20 @@ def on_rpc_workers(layout: Layout | None) -> bool:
     return layout is not None and bool(rpc.endpoints_of(layout.gpu_devices))
 
 
-def eviction_victim(others: Iterable[LoadedModel]) -> LoadedModel | None:
-    """The idle model to unload first (least recently used); None when every one has requests."""
-    idle = sorted((m for m in others if m.pending == 0), key=lambda m: m.last_used)
+def eviction_victim(others: Iterable[LoadedModel], pinned=lambda name: False) -> LoadedModel | None:
+    """The idle model to unload first (least recently used), never a pinned one (`pinned(name)`); None when every
+    one has requests or is pinned."""
+    idle = sorted((m for m in others if m.pending == 0 and not pinned(m.name)), key=lambda m: m.last_used)
     return idle[0] if idle else None
+
+
+def pinned_in_the_way(model: LoadedModel, pinned: list[LoadedModel]) -> ApiError:
+    """A load that needs the memory (or the place, under max_loaded_models) pinned models hold: a 503 naming them
+    and what would free it; pins are never evicted, so waiting would not help."""
+    names = ", ".join(sorted(m.name for m in pinned))
+    return ApiError(503, f"model {model.name!r} cannot be loaded: it needs the memory held by pinned "
+                         f"model{'s' if len(pinned) > 1 else ''} {names}, which stay loaded until unpinned "
+                         f"(strata pin --off NAME, or unload one with strata stop NAME)", code="pinned_models")
 
 
 def no_room(model: LoadedModel, layout: Layout | None, n_others: int, max_loaded_models: int) -> ApiError:

@@ -27,6 +27,18 @@ class Lease:
         return self.model.client
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    """What a user set for one model (the store's model_settings table; `strata pin`, POST /api/pin, the model
+    manager): a pin keeps it loaded and never evicted for another model; `keep_alive` its default (a duration as
+    keep_alive takes it; None: the server's)."""
+    pinned: bool = False
+    keep_alive: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"pinned": self.pinned, "keep_alive": self.keep_alive}
+
+
 class LoadedModel:
     def __init__(self, name: str, record, info, options: PlanOptions):
         self.name = name
@@ -53,6 +65,7 @@ class LoadedModel:
         self.load_seconds = 0.0
         self.closing = False
         self.unload_requested = False    # keep_alive 0 on an empty request while busy: unload when idle
+        self.pinned = False              # never expires, never evicted for another model (Scheduler.settings)
         self.asked_ctx: int | None = None    # num_ctx the request / Modelfile set; None: chosen from memory
         self.growth_refused = 0          # the smallest larger context that did not fit the free memory (0: none)
         self.runner_ended: str | None = None     # why its runner process ended (then its queue moves on)
@@ -105,6 +118,7 @@ class LoadedModel:
             "slots_total": self.slots_total,
             "queued": max(0, self.queued),
             "keep_alive": self.keep_alive,
+            "pinned": self.pinned,
             "pid": getattr(self.client, "pid", None),
             "prompt_cache": self.prompt_cache(),
             "context": dict(self.layout.context) if self.layout else {},

@@ -14,7 +14,10 @@ injected collaborators (collaborators.py), so its rules are tested with fakes in
   memory holds, up to the model's training context and STRATA_NUM_CTX (planner.context.context_for); a request
   whose prompt outgrows it reloads the model with a larger one when that fits and nothing else runs on it
   (`grow_context`). Both are logged and published (docs/architecture.md, "Context").
-- keep_alive: after a model's last request ends, it stays loaded that long (None = forever, 0 = unload now).
+- keep_alive: after a model's last request ends, it stays loaded that long (None = forever, 0 = unload now): the
+  request's, else the model's own default (`settings`: strata pin --keep-alive, POST /api/pin), else the server's.
+- Pins (`settings[name].pinned`): a pinned model never expires and is never unloaded for another model (only an
+  explicit unload ends it). A load that needs the memory pinned models hold is a 503 naming them at once.
 - A failed load answers every waiting request with the error, and shows as "failed" in /api/ps until the next try.
 - The runner is a child process: if it dies (or its watchdog kills it), the model is dropped and the next request
   loads it again. Requests that were only queued for it (waiting for a slot, never sent to the runner) are not
@@ -42,14 +45,14 @@ from ..http.events import EventBus
 from ..http.metrics import Metrics
 from . import fit
 from .fair_slots import current_client
-from .loaded_model import Lease, LoadedModel
+from .loaded_model import Lease, LoadedModel, ModelSettings
 from .loader import Loader
 
 log = logging.getLogger("strata.scheduler")
 
 REROUTES = 3        # times one queued request follows its model to a new runner before it fails with the last error
 
-__all__ = ["Lease", "LoadedModel", "Scheduler"]
+__all__ = ["Lease", "LoadedModel", "ModelSettings", "Scheduler"]
 
 
 class Scheduler:
@@ -64,6 +67,7 @@ class Scheduler:
         self._idle = asyncio.Condition()
         self._closed = False
         self._tasks: set[asyncio.Task] = set()     # loads and keep-alive unloads running in the background
+        self.settings: dict[str, ModelSettings] = {}   # per model (the store's name): pin, default keep_alive
 
     def _background(self, coro, name: str) -> asyncio.Task:
         """A task close() waits for: one still running when the loop stops would be destroyed half-way."""
@@ -81,9 +85,35 @@ class Scheduler:
         inventory = self.loader.inventory
         return fit.remaining(inventory, self.used_bytes()) if inventory else None
 
-    def keep_alive_for(self, keep_alive: KeepAlive) -> float | None:
-        """A request's parsed keep_alive, or the server's (STRATA_KEEP_ALIVE) for DEFAULT."""
-        return parse_keep_alive(self.config.keep_alive) if isinstance(keep_alive, Default) else keep_alive
+    def keep_alive_for(self, keep_alive: KeepAlive, name: str | None = None) -> float | None:
+        """How long model `name` stays after a request with `keep_alive`: forever when it is pinned; else the
+        request's, or for DEFAULT the model's own default keep_alive, else the server's (STRATA_KEEP_ALIVE)."""
+        own = self.settings.get(name) if name is not None else None
+        if own is not None and own.pinned:
+            return FOREVER
+        if not isinstance(keep_alive, Default):
+            return keep_alive
+        if own is not None and own.keep_alive is not None:
+            return parse_keep_alive(own.keep_alive)
+        return parse_keep_alive(self.config.keep_alive)
+
+    def pinned(self, name: str) -> bool:
+        s = self.settings.get(name)
+        return s is not None and s.pinned
+
+    def set_settings(self, name: str, settings: "ModelSettings") -> None:
+        """Model `name`'s pin and default keep_alive (the store keeps them; the route writes both). A loaded model
+        takes them at once: pinned, it stays; unpinned, its keep-alive runs from now."""
+        if settings.pinned or settings.keep_alive is not None:
+            self.settings[name] = settings
+        else:
+            self.settings.pop(name, None)
+        model = self.models.get(name)
+        if model is not None:
+            model.pinned = settings.pinned
+            model.keep_alive = self.keep_alive_for(DEFAULT, name)
+            if model.pending == 0:
+                self._schedule_expiry(model)
 
     # ---- the request side ------------------------------------------------------------------------------------
 
@@ -96,10 +126,10 @@ class Scheduler:
         on the way to the first token); a reroute resolves the name again. Slots go to waiting requests watched
         first (`priority` 1: streamed), then round-robin across clients (fair_slots.py)."""
         ro = ro or RequestOptions()
-        ka = self.keep_alive_for(keep_alive)
         t0 = time.monotonic()
         for attempt in range(REROUTES + 1):
             model = await self._admit(name, ro, record if attempt == 0 else None)
+            ka = self.keep_alive_for(keep_alive, model.name)
             model.keep_alive = ka
             acquired = False
             try:
@@ -183,6 +213,7 @@ class Scheduler:
         model = self.models.get(name)      # another request may have started the load during the await
         if model is None:
             model = self.loader.new_model(record, info, ro)
+            model.pinned = self.pinned(name)
             self.models[name] = model
             self.failed.pop(name, None)
             self._background(self._load(model), f"load {name}")
@@ -248,12 +279,16 @@ class Scheduler:
                 if layout.fits:
                     log.info("loading %s with %s", model.name, layout.context.get("reason"))
                     return layout
-            victim = fit.eviction_victim(others)
+            victim = fit.eviction_victim(others, self.pinned)
             if victim is not None:
                 log.info("unloading %s (least recently used) to make room for %s", victim.name, model.name)
                 await self.unload(victim.name, reason=f"evicted for {model.name}")
                 continue
-            if others and time.monotonic() < deadline:
+            pinned = [m for m in others if self.pinned(m.name)]
+            busy = len(others) > len(pinned)         # unpinned models with requests: they may go idle
+            if pinned and not busy and (too_many or await self._fits_without(model, pinned, inventory)):
+                raise fit.pinned_in_the_way(model, pinned)   # waiting would not help: pins are never evicted
+            if busy and time.monotonic() < deadline:
                 async with self._idle:      # every other model is busy: wait until one goes idle
                     try:
                         await asyncio.wait_for(self._idle.wait(), max(0.1, deadline - time.monotonic()))
@@ -261,6 +296,14 @@ class Scheduler:
                         pass
                 continue
             raise fit.no_room(model, layout, len(others), self.config.max_loaded_models)
+
+    async def _fits_without(self, model: LoadedModel, pinned: list[LoadedModel], inventory: Inventory) -> bool:
+        """Whether `model` would fit if the `pinned` models gave their memory back (then they are what is in the
+        way: a 503 naming them, not a 507 for a model that fits nowhere)."""
+        names = {m.name for m in pinned}
+        used = fit.used_bytes([m for m in self.models.values() if m.name not in names], model.name)
+        _, layout = await self.loader.plan_load(model, model.options, model.asked_ctx, inventory, used)
+        return layout.fits
 
     # ---- a larger context for a request that needs it -------------------------------------------------------
 
@@ -383,6 +426,8 @@ class Scheduler:
         if model.state != "loaded" or self.models.get(model.name) is not model:
             return
         ka = 0 if model.unload_requested else model.keep_alive
+        if self.pinned(model.name) and not model.unload_requested:
+            ka = FOREVER                    # a pinned model stays, whatever its requests asked
         loop = asyncio.get_running_loop()
         if ka is FOREVER:
             model.expires_at = None

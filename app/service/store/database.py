@@ -30,6 +30,11 @@ CREATE TABLE IF NOT EXISTS models (
     manifest    TEXT,                       -- a registry pull's manifest, as the registry sent it
     projector   TEXT                        -- the vision projector GGUF (mmproj), in the store's folder
 );
+CREATE TABLE IF NOT EXISTS model_settings (  -- what a user set per model (any model: built-in and external too)
+    name       TEXT PRIMARY KEY,            -- the model's name as the store lists it
+    pinned     INTEGER NOT NULL DEFAULT 0,  -- never unloaded for another model, never expires
+    keep_alive TEXT                         -- its default keep_alive (a duration); NULL: the server's
+);
 CREATE TABLE IF NOT EXISTS file_hashes (   -- sha256 of files we do not own (built-in, external), by version
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL
 );

@@ -295,6 +295,23 @@ class ModelStore:
                          license if license is not None else base.license, all_adapters,
                          projector=projector if projector is not None else base.projector)
 
+    # ---- per-model settings (pins, default keep_alive) -------------------------------------------------------
+    def model_settings(self) -> dict[str, dict]:
+        """{name: {"pinned": bool, "keep_alive": str | None}} for every model a user set something for."""
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT name, pinned, keep_alive FROM model_settings ORDER BY name").fetchall()
+        return {r["name"]: {"pinned": bool(r["pinned"]), "keep_alive": r["keep_alive"]} for r in rows}
+
+    def set_model_settings(self, name: str, pinned: bool, keep_alive: str | None) -> None:
+        """Model `name`'s (a listed name: the caller resolved it) pin and default keep_alive; neither set: none."""
+        with closing(self._connect()) as db, db:
+            if not pinned and keep_alive is None:
+                db.execute("DELETE FROM model_settings WHERE name = ?", (name,))
+            else:
+                db.execute("INSERT INTO model_settings (name, pinned, keep_alive) VALUES (?, ?, ?) ON CONFLICT(name) "
+                           "DO UPDATE SET pinned = excluded.pinned, keep_alive = excluded.keep_alive",
+                           (name, int(pinned), keep_alive))
+
     def copy(self, src: str, dst: str) -> ModelRecord:
         rec = self.get(src)
         key = canonical_name(dst)

@@ -101,6 +101,12 @@ class AsyncStore:
         return await self._run(lambda s: s.create(name, from_name_or_path, parameters, template, system, license,
                                                   adapters, projector))
 
+    async def model_settings(self) -> dict[str, dict]:
+        return await self._run(lambda s: s.model_settings())
+
+    async def set_model_settings(self, name: str, pinned: bool, keep_alive: str | None) -> None:
+        return await self._run(lambda s: s.set_model_settings(name, pinned, keep_alive))
+
     async def copy(self, src: str, dst: str) -> ModelRecord:
         return await self._run(lambda s: s.copy(src, dst))
 

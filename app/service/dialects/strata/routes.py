@@ -13,6 +13,7 @@ from app.discovery.simulated import inventory_from_dict
 
 from ... import appkeys as keys
 
+from ...generation.keep_alive import parse_keep_alive
 from ...generation.options import parse_ollama_options
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, SSEWriter, read_json
@@ -20,12 +21,47 @@ from ...http.errors import ApiError
 from ...http.events import Event
 from ...http.openapi import build_openapi
 from ...http.request_log import server_stats
+from ...scheduling.loaded_model import ModelSettings
 from ...store.proxy import store_error
 
 PING_SECONDS = 15.0
 STATS_SECONDS = 1.0
 LAYOUT_OPTION_KEYS = ("draft", "num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe",
                       "kv_type", "flash_attn", "num_batch")
+
+
+async def pins(request):
+    """GET /api/pin: every model's pin and default keep_alive that a user set."""
+    scheduler = request.app[keys.SCHEDULER]
+    return web.json_response({"models": [{"name": n, **st.to_dict()} for n, st in sorted(scheduler.settings.items())]})
+
+
+async def pin(request):
+    """POST /api/pin {"model", "pinned": bool, "keep_alive": duration | null}: a model's pin (never unloaded for
+    another model, never expires) and default keep_alive (a request that sets none gets it; null: the server's).
+    A field left out keeps its value. Kept in the store, so they outlive the service; applied at once to a loaded
+    model."""
+    scheduler, store = request.app[keys.SCHEDULER], request.app[keys.STORE]
+    body = await read_json(request)
+    record = await scheduler.loader.resolve(model_name(body))
+    old = scheduler.settings.get(record.name) or ModelSettings()
+    pinned = field(body, "pinned", bool, old.pinned)
+    keep_alive = old.keep_alive
+    if "keep_alive" in body:
+        raw = body["keep_alive"]
+        if raw is None or raw == "":
+            keep_alive = None
+        else:
+            parse_keep_alive(raw)                   # a 400 naming keep_alive when it is not a duration
+            keep_alive = str(raw).strip()
+    settings = ModelSettings(pinned, keep_alive)
+    try:
+        await store.set_model_settings(record.name, pinned, keep_alive)
+    except Exception as e:  # noqa: BLE001 - mapped by type
+        raise store_error(e, record.name) from None
+    scheduler.set_settings(record.name, settings)
+    request.app[keys.EVENTS].publish("model_settings", {"model": record.name, **settings.to_dict()})
+    return web.json_response({"name": record.name, **settings.to_dict()})
 
 
 async def devices(request):
@@ -200,6 +236,8 @@ async def openapi(request):
 def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/devices", devices)
+    r.add_get("/api/pin", pins)
+    r.add_post("/api/pin", pin)
     r.add_post("/api/layout", layout)
     r.add_post("/api/import", import_model)
     r.add_get("/api/events", events)
