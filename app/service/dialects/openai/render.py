@@ -32,12 +32,17 @@ def tool_call_json(ev: ToolCallEvent) -> dict:
             "function": {"name": ev.name, "arguments": json.dumps(ev.arguments, ensure_ascii=False)}}
 
 
-def usage(done: Finished | None) -> dict:
+def usage(done: Finished | None, reasoning: int = 0) -> dict:
+    """`reasoning`: the completion tokens that were thinking (OpenAI's completion_tokens_details.reasoning_tokens,
+    sent when there were any)."""
     p = done.prompt_tokens if done else 0
     c = done.completion_tokens if done else 0
     cached = done.cached_tokens if done else 0          # prompt tokens found in the prompt cache (like OpenAI)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    u = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+         "prompt_tokens_details": {"cached_tokens": cached}}
+    if reasoning:
+        u["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return u
 
 
 def timings(done: Finished | None) -> dict | None:
@@ -104,9 +109,9 @@ class _OpenAIRenderer(Renderer):
         a client that drops a silent stream (OpenCode's chunk timeout, Bun's 5-minute idle limit) stays on."""
         return [SSEComment("keepalive")]
 
-    def _usage_chunk(self, done: Finished | None) -> dict:
+    def _usage_chunk(self, done: Finished | None, reasoning: int = 0) -> dict:
         return {"id": self.id, "object": self.object_name, "created": self.created, "model": self.model,
-                "system_fingerprint": FINGERPRINT, "choices": [], "usage": usage(done)}
+                "system_fingerprint": FINGERPRINT, "choices": [], "usage": usage(done, reasoning)}
 
 
 class ChatRenderer(_OpenAIRenderer):
@@ -158,7 +163,7 @@ class ChatRenderer(_OpenAIRenderer):
         if self.trailer:                                      # the fit's facts the headers could not carry
             out[0]["strata"] = dict(self.trailer)
         if self.wire.include_usage:
-            out.append(self._usage_chunk(result.finished))
+            out.append(self._usage_chunk(result.finished, result.thinking_tokens))
         return out + ["[DONE]"]
 
     @staticmethod
@@ -179,7 +184,7 @@ class ChatRenderer(_OpenAIRenderer):
             "system_fingerprint": FINGERPRINT,
             "choices": [{"index": 0, "message": self._message(result), "logprobs": lp,
                          "finish_reason": finish_reason(result.finished, result.tool_calls)}],
-            "usage": usage(result.finished),
+            "usage": usage(result.finished, result.thinking_tokens),
             "timings": timings(result.finished),
         }
 
