@@ -211,7 +211,8 @@ def test_openai_reasoning_content(ai):
                                    temperature=0)
     msg = r.choices[0].message
     assert msg.model_extra["reasoning_content"] and not msg.content
-    stream = ai.chat.completions.create(model="thinker:test", messages=ASK, max_tokens=8, temperature=0, stream=True)
+    stream = ai.chat.completions.create(model="thinker:test", messages=ASK, reasoning_effort="low", max_tokens=8,
+                                        temperature=0, stream=True)     # the same effort: the same thinking budget
     pieces = [c.choices[0].delta.model_extra.get("reasoning_content") for c in stream if c.choices]
     assert "".join(p for p in pieces if p) == msg.model_extra["reasoning_content"]
 
