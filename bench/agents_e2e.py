@@ -6,8 +6,8 @@
 
 Not part of the test suite (an agent's first request carries 5,000-20,000 prompt tokens; on 2 CPU cores a run takes
 minutes per agent). What runs:
-- the agent CLIs from npm (installed with `npm install -g` when missing: @anthropic-ai/claude-code, @openai/codex,
-  opencode-ai);
+- the agent CLIs (app/cli/agents.py's AGENTS; one from npm is installed with `npm install -g` when missing, one
+  from PyPI must be on PATH), each in its non-interactive mode with its tools allowed;
 - `strata serve` in a fresh STRATA_HOME with the model imported as `coder:0.5b` (tests/support/model_cache.py's
   Qwen fixture by default), loaded once before the agents start so load time is not counted as a first token;
 - a logging proxy in this process between the agent and the service: every request, its status, a refusal's
@@ -57,8 +57,8 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 MODEL = "coder:0.5b"
 TASK = "Create a file named hello.txt in the current directory containing exactly the word hi."
 FILE, CONTENT = "hello.txt", "hi"
-NPM = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "opencode": "opencode-ai"}
-RUNS = ("claude", "codex", "codex-oss", "opencode")
+RUNS = ("claude", "codex", "codex-oss", "opencode", "qwen", "crush", "droid", "pi", "continue", "copilot", "aider",
+        "mini")
 OSS_PORT = 11434
 
 
@@ -73,6 +73,12 @@ def agent_command(run: str, task: str) -> list[str]:
                 "--dangerously-bypass-approvals-and-sandbox", task]
     if run == "opencode":
         return ["opencode", "--model", MODEL, "--", "run", task]
+    tails = {"qwen": [task, "--yolo"], "crush": ["-y", "run", task], "droid": ["exec", "--auto", "high", task],
+             "pi": ["-p", task], "continue": ["-p", task, "--auto"], "copilot": ["-p", task, "--allow-all"],
+             "aider": ["--yes-always", "--no-git", "--message", task, FILE],
+             "mini": ["-t", task, "-y", "--exit-immediately"]}
+    if run in tails:
+        return [run, "--model", MODEL, "--", *tails[run]]
     raise ValueError(run)
 
 
@@ -449,13 +455,15 @@ def port_lock(path: str):
 
 
 def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, lock_path: str) -> Result:
+    from app.cli.agents import AGENTS
     res = Result(run)
-    agent = run.split("-")[0]
-    if shutil.which(agent) is None:
-        print(f"{agent} missing: npm install -g {NPM[agent]}", flush=True)
-        subprocess.run(["npm", "install", "-g", NPM[agent]], check=False)
-        if shutil.which(agent) is None:
-            res.notes.append(f"{agent} could not be installed")
+    agent = AGENTS[run.split("-")[0]]
+    if shutil.which(agent.command) is None:
+        print(f"{agent.command} missing: {agent.install_hint}", flush=True)
+        if agent.registry == "npm":
+            subprocess.run(["npm", "install", "-g", agent.package], check=False)
+        if shutil.which(agent.command) is None:
+            res.notes.append(f"{agent.title} could not be installed")
             return res
     folder = out / run
     folder.mkdir(parents=True, exist_ok=True)
@@ -548,10 +556,13 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="agents-e2e-strata-"))
     print(f"logs in {out}; load {open('/proc/loadavg').read().strip()}", flush=True)
-    for agent in sorted({r.split('-')[0] for r in runs}):
-        path = shutil.which(agent)
-        version = subprocess.run([agent, "--version"], capture_output=True, text=True).stdout.strip() if path else "-"
-        print(f"{agent}: {version}", flush=True)
+    from app.cli.agents import AGENTS
+    for name in sorted({r.split('-')[0] for r in runs}):
+        command = AGENTS[name].command
+        path = shutil.which(command)
+        version = (subprocess.run([command, "--version"], capture_output=True, text=True, timeout=120).stdout.strip()
+                   if path else "-")
+        print(f"{name}: {version}", flush=True)
     slots = 2 * len(runs) if args.parallel else 4
     proc, url, _ = start_service(home, model_file, out / "serve.log", slots)
     summaries = []

@@ -1,21 +1,43 @@
-"""Models → Launch a coding agent…: the `strata launch` command for Claude Code, Codex and OpenCode on a model
-that can call tools, ready to copy into a terminal (an agent runs in the user's terminal, in the project's
-folder; the command gives it this server's settings without touching its own configuration).
+"""Models → Launch a coding agent…: the `strata launch` command of each coding agent on a model that can call
+tools, ready to copy into a terminal, or started in the user's own terminal emulator in a project folder they
+pick ("Open in terminal", app/gui/terminal.py). The command gives the agent this server's settings without
+touching its own configuration. An agent that is not installed (its command is not on PATH) shows its install
+command instead of the button.
 
 The models offered are the installed ones whose /api/tags entry lists the `tools` capability, a loaded one
 first. When the service is not at the default address, the command carries STRATA_HOST.
-Covered by tests/gui/test_gui_agent_launch.py (the menu entry, the commands, Copy)."""
+AGENTS mirrors app/cli/agents.py's list (the GUI does not import the CLI; a unit test holds them equal).
+Covered by tests/gui/test_gui_agent_launch.py (the menu entry, the commands, Copy, Open in terminal with a
+stand-in terminal, offscreen and under Xvfb)."""
 from __future__ import annotations
 
 import shlex
+import shutil
+import sys
+from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QGridLayout, QLabel, QLineEdit, QPushButton,
-                               QVBoxLayout)
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QPushButton, QVBoxLayout)
 
 from app.gui.state import ServiceState
+from app.gui.terminal import NoTerminal, open_in_terminal
 
-AGENTS = (("claude", "Claude Code"), ("codex", "Codex"), ("opencode", "OpenCode"))
+# (launch name, title, executable, install command): app/cli/agents.py's AGENTS
+AGENTS = (
+    ("claude", "Claude Code", "claude", "npm install -g @anthropic-ai/claude-code"),
+    ("codex", "Codex", "codex", "npm install -g @openai/codex"),
+    ("opencode", "OpenCode", "opencode", "npm install -g opencode-ai"),
+    ("qwen", "Qwen Code", "qwen", "npm install -g @qwen-code/qwen-code"),
+    ("crush", "Crush", "crush", "npm install -g @charmland/crush"),
+    ("droid", "Factory Droid", "droid", "npm install -g @factory/cli"),
+    ("pi", "Pi", "pi", "npm install -g @mariozechner/pi-coding-agent"),
+    ("continue", "Continue CLI", "cn", "npm install -g @continuedev/cli"),
+    ("copilot", "GitHub Copilot CLI", "copilot", "npm install -g @github/copilot"),
+    ("aider", "aider", "aider", "pipx install aider-chat   (or: python3 -m pip install aider-chat)"),
+    ("mini", "mini-swe-agent", "mini", "pipx install mini-swe-agent   (or: python3 -m pip install mini-swe-agent)"),
+)
 DEFAULT_URL = "http://127.0.0.1:11434"
 
 
@@ -26,10 +48,17 @@ def tool_models(state: ServiceState) -> list[str]:
     return sorted(names, key=lambda n: (n not in loaded, n))
 
 
-def launch_command(agent: str, model: str, base_url: str) -> str:
+def launch_command(agent: str, model: str, base_url: str, strata: str = "strata") -> str:
+    """The shell command line; `strata`: how the shell reaches the CLI (the name on PATH, or this app's own)."""
     host = base_url.removeprefix("http://").rstrip("/")
     prefix = "" if base_url.rstrip("/") in (DEFAULT_URL, "http://localhost:11434") else f"STRATA_HOST={host} "
-    return f"{prefix}strata launch {agent} --model {shlex.quote(model)}"
+    return f"{prefix}{strata} launch {agent} --model {shlex.quote(model)}"
+
+
+def strata_command() -> str:
+    """How a new terminal's shell runs this Strata's CLI: `strata` on PATH, else this interpreter's `-m app`."""
+    found = shutil.which("strata")
+    return shlex.quote(found) if found else f"{shlex.quote(sys.executable)} -m app"
 
 
 class AgentLaunchDialog(QDialog):
@@ -39,9 +68,10 @@ class AgentLaunchDialog(QDialog):
         self.setWindowTitle("Launch a coding agent")
         self.setObjectName("agentLaunchDialog")
         lay = QVBoxLayout(self)
-        intro = QLabel("Run one of these in a terminal, in your project's folder. Strata gives the agent this "
-                       "server's address, the model for every task it asks for, the model's context window, and "
-                       "turns its telemetry off, without changing the agent's own settings.")
+        intro = QLabel("Run one of these in a terminal, in your project's folder, or open it in a terminal here. "
+                       "Strata gives the agent this server's address, the model for every task it asks for, the "
+                       "model's context window, and turns its telemetry off, without changing the agent's own "
+                       "settings.")
         intro.setWordWrap(True)
         lay.addWidget(intro)
         self.model = QComboBox(objectName="agentModel")
@@ -50,27 +80,42 @@ class AgentLaunchDialog(QDialog):
                             "(for example a Qwen2.5-Coder or Qwen3 GGUF).")
         self.empty.setWordWrap(True)
         lay.addWidget(self.empty)
+        where = QHBoxLayout()
+        where.addWidget(QLabel("Project folder:"))
+        self.folder = QLineEdit(str(Path.home()), objectName="agentFolder")
+        where.addWidget(self.folder, 1)
+        choose = QPushButton("Choose…", objectName="agentFolderChoose")
+        choose.clicked.connect(self.choose_folder)
+        where.addWidget(choose)
+        lay.addLayout(where)
         grid = QGridLayout()
         self.commands: dict[str, QLineEdit] = {}
-        for row, (agent, title) in enumerate(AGENTS):
+        self.opens: dict[str, QPushButton] = {}
+        self.missing: dict[str, QLabel] = {}
+        for row, (agent, title, _command, install) in enumerate(AGENTS):
             grid.addWidget(QLabel(title), row, 0)
             line = QLineEdit(readOnly=True, objectName=f"command:{agent}")
             grid.addWidget(line, row, 1)
             copy = QPushButton("Copy", objectName=f"copy:{agent}")
             copy.clicked.connect(lambda _checked=False, a=agent: self.copy(a))
             grid.addWidget(copy, row, 2)
-            self.commands[agent] = line
+            start = QPushButton("Open in terminal", objectName=f"open:{agent}")
+            start.clicked.connect(lambda _checked=False, a=agent: self.open_terminal(a))
+            grid.addWidget(start, row, 3)
+            missing = QLabel(f"Not installed: <code>{install}</code>", objectName=f"install:{agent}")
+            missing.setTextInteractionFlags(missing.textInteractionFlags() | Qt.TextSelectableByMouse)
+            grid.addWidget(missing, row, 3)
+            self.commands[agent], self.opens[agent], self.missing[agent] = line, start, missing
         lay.addLayout(grid)
-        note = QLabel("Not installed? <code>npm install -g @anthropic-ai/claude-code</code>, "
-                      "<code>@openai/codex</code> or <code>opencode-ai</code>.")
-        note.setWordWrap(True)
-        lay.addWidget(note)
+        self.status = QLabel("", objectName="agentStatus")
+        self.status.setWordWrap(True)
+        lay.addWidget(self.status)
         buttons = QDialogButtonBox(QDialogButtonBox.Close)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
         self.model.currentTextChanged.connect(lambda _t: self._fill())
         state.models_changed.connect(self.reload)
-        self.resize(640, 260)
+        self.resize(900, 480)
         self.reload()
 
     def reload(self) -> None:
@@ -89,8 +134,37 @@ class AgentLaunchDialog(QDialog):
         model = self.model.currentText()
         for agent, line in self.commands.items():
             line.setText(launch_command(agent, model, self.state.bridge.base_url) if model else "")
+        for agent, _title, command, _install in AGENTS:
+            installed = shutil.which(command) is not None
+            self.opens[agent].setVisible(installed)
+            self.opens[agent].setEnabled(bool(model))
+            self.missing[agent].setVisible(not installed)
 
     def copy(self, agent: str) -> None:
         text = self.commands[agent].text()
         if text:
             QGuiApplication.clipboard().setText(text)
+
+    def choose_folder(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Project folder", self.folder.text())
+        if chosen:
+            self.folder.setText(chosen)
+
+    def open_terminal(self, agent: str) -> list[str] | None:
+        """Start `strata launch AGENT --model M` in the user's terminal, in the chosen folder; says what it did."""
+        model, folder = self.model.currentText(), self.folder.text().strip()
+        if not model:
+            return None
+        if not Path(folder).is_dir():
+            self.status.setText(f"No such folder: {folder}")
+            return None
+        command = launch_command(agent, model, self.state.bridge.base_url, strata_command())
+        try:
+            argv = open_in_terminal(command, folder)
+        except (NoTerminal, OSError) as e:
+            self.status.setText(f"Could not open a terminal ({e}). Run this in one, in {folder}:\n"
+                                f"{self.commands[agent].text()}")
+            return None
+        self.status.setText(f"Started in a terminal ({Path(argv[0]).name}), in {folder}: "
+                            f"{self.commands[agent].text()}")
+        return argv

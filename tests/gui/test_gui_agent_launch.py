@@ -4,6 +4,9 @@ that can call tools (a synthetic model whose chat template renders tools; SmolLM
 Copy puts the command on the clipboard. Real service, real Desktop."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import httpx
 import pytest
 from PySide6.QtCore import Qt
@@ -11,7 +14,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLabel, QLineEdit, QPushButton
 
-from app.gui.agent_launch import AgentLaunchDialog
+from app.gui.agent_launch import AGENTS, AgentLaunchDialog
 from gguf_variants import write_llama
 from gui_util import SHORT, WAIT, click_menu, open_menu_bar
 
@@ -45,12 +48,92 @@ def test_models_menu_offers_the_launch_command_of_each_agent(qtbot, service):
         qtbot.waitUntil(lambda: dlg.model.count() == 1, timeout=WAIT)
         assert dlg.model.itemText(0) == TOOLY          # SmolLM2 cannot call tools: not offered
         host = service.url.removeprefix("http://")
-        for agent in ("claude", "codex", "opencode"):
+        for agent, _title, _command, _install in AGENTS:
             line = dlg.findChild(QLineEdit, f"command:{agent}")
             assert line.text() == f"STRATA_HOST={host} strata launch {agent} --model {TOOLY}"
         QTest.mouseClick(dlg.findChild(QPushButton, "copy:codex"), Qt.LeftButton)
         assert QGuiApplication.clipboard().text() == f"STRATA_HOST={host} strata launch codex --model {TOOLY}"
         assert not dlg.empty.isVisible()
         assert any("npm install -g" in w.text() for w in dlg.findChildren(QLabel))
+        assert {a for a, *_ in AGENTS} >= {"claude", "codex", "opencode", "qwen", "aider", "mini"}
+    finally:
+        d.shutdown()
+
+
+# ---- Open in terminal ----------------------------------------------------------------------------------------------
+# A stand-in terminal first on PATH (named x-terminal-emulator, the first one looked for on Linux) records its argv
+# and folder, then runs the command it was given as a terminal would (`-e sh -c LINE`); a stand-in `claude` records
+# what `strata launch` gave it. So the button's whole path is real: the terminal's command line, the shell line,
+# the `strata launch` it runs against this service, the agent started in the chosen folder.
+
+TERMINAL = """#!/bin/sh
+python3 -c 'import json, os, sys; json.dump({"argv": sys.argv[1:], "cwd": os.getcwd()}, open(os.environ["REC"] + "/terminal.json", "w"))' "$@"
+shift
+exec "$@"
+"""
+AGENT = """#!/bin/sh
+python3 -c 'import json, os, sys; json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "base": os.environ.get("ANTHROPIC_BASE_URL")}, open(os.environ["REC"] + "/claude.json", "w"))' "$@"
+"""
+
+
+@pytest.fixture()
+def stand_ins(tmp_path, monkeypatch):
+    bindir, rec, project = tmp_path / "bin", tmp_path / "rec", tmp_path / "my project"
+    for d in (bindir, rec, project):
+        d.mkdir()
+    for name, text in (("x-terminal-emulator", TERMINAL), ("claude", AGENT)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("REC", str(rec))
+    monkeypatch.setenv("SHELL", "/bin/true")      # the shell the terminal leaves behind: ends at once here
+    return rec, project
+
+
+def test_open_in_terminal_starts_the_agent_in_the_chosen_folder(qtbot, service, stand_ins):
+    from app.gui.desktop import Desktop
+
+    rec, project = stand_ins
+    d = Desktop(service.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    d.open_chat()
+    try:
+        qtbot.waitUntil(lambda: TOOLY in d.state.installed_names(), timeout=WAIT)
+        dlg: AgentLaunchDialog = d.open_agents()
+        qtbot.waitUntil(lambda: dlg.model.count() == 1, timeout=WAIT)
+        # installed (on PATH) -> the button; not installed -> its install command
+        for agent, _title, command, install in AGENTS:
+            found = shutil.which(command) is not None
+            assert dlg.findChild(QPushButton, f"open:{agent}").isVisibleTo(dlg) == found, agent
+            label = dlg.findChild(QLabel, f"install:{agent}")
+            assert label.isVisibleTo(dlg) == (not found) and install in label.text()
+        assert not dlg.findChild(QLabel, "install:claude").isVisibleTo(dlg)
+        assert dlg.findChild(QLabel, "install:crush").isVisibleTo(dlg)     # never on this PATH
+        dlg.folder.setText(str(project))
+        QTest.mouseClick(dlg.findChild(QPushButton, "open:claude"), Qt.LeftButton)
+        qtbot.waitUntil(lambda: (rec / "claude.json").exists(), timeout=WAIT)
+        term = json.loads((rec / "terminal.json").read_text())
+        assert term["cwd"] == str(project) and term["argv"][:3] == ["-e", "sh", "-c"]
+        assert f"launch claude --model {TOOLY}" in term["argv"][3]
+        got = json.loads((rec / "claude.json").read_text())
+        assert got["argv"] == ["--model", TOOLY] and got["cwd"] == str(project) and got["base"] == service.url
+        assert "Started in a terminal (x-terminal-emulator)" in dlg.status.text()
+    finally:
+        d.shutdown()
+
+
+def test_a_folder_that_does_not_exist_is_said_and_nothing_starts(qtbot, service, stand_ins, tmp_path):
+    from app.gui.desktop import Desktop
+
+    rec, _ = stand_ins
+    d = Desktop(service.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    try:
+        qtbot.waitUntil(lambda: TOOLY in d.state.installed_names(), timeout=WAIT)
+        dlg = d.open_agents()
+        qtbot.waitUntil(lambda: dlg.model.count() == 1, timeout=WAIT)
+        dlg.folder.setText(str(tmp_path / "nowhere"))
+        assert dlg.open_terminal("claude") is None
+        assert "No such folder" in dlg.status.text() and not (rec / "terminal.json").exists()
     finally:
         d.shutdown()
