@@ -5,6 +5,7 @@ Copy puts the command on the clipboard. Real service, real Desktop."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import httpx
@@ -94,6 +95,8 @@ def test_open_in_terminal_starts_the_agent_in_the_chosen_folder(qtbot, service, 
     from app.gui.desktop import Desktop
 
     rec, project = stand_ins
+    # offscreen here; tests/gui/test_gui_xvfb.py runs this same test on xcb under Xvfb
+    assert QGuiApplication.platformName() == os.environ.get("QT_QPA_PLATFORM", "offscreen")
     d = Desktop(service.url, use_tray=False, poll_ms=300)
     qtbot.addWidget(d.chat)
     d.open_chat()

@@ -154,3 +154,15 @@ def test_strata_gui_under_x_every_window_by_keyboard_and_quit_from_the_last(disp
             proc.kill()
             proc.wait()
         log.close()
+
+
+def test_open_in_terminal_under_x(display):
+    """Models -> Launch a coding agent -> Open in terminal, on Qt's xcb platform against this Xvfb: the offscreen
+    test (a stand-in terminal that records its argv and runs the command, a stand-in agent that records what
+    `strata launch` gave it) run again with QT_QPA_PLATFORM=xcb and this DISPLAY; it checks Qt's platform itself."""
+    env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
+    test = "tests/gui/test_gui_agent_launch.py::test_open_in_terminal_starts_the_agent_in_the_chosen_folder"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], env=env, cwd=root,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
