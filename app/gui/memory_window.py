@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.memory_data import format_bytes, predicted_vs_actual
+from app.gui.model_data import cap_text
 from app.gui.memory_view import LayoutView
 from app.gui.models import ComparisonTableModel, DeviceTableModel
 from app.gui.state import ServiceState
@@ -124,8 +125,9 @@ class LiveTab(QWidget):
             self.status.setText(f"{name}: {st['error']}")
         else:
             busy, total = st.get("slots_busy"), st.get("slots_total")
-            self.status.setText(f"{name}: {st.get('state', 'loaded')}"
-                                + (f", {busy}/{total} slots busy" if total else "") + prompt_cache_text(cache))
+            self.status.setText(f"{name}: {st.get('state', 'loaded')}" + (", pinned" if st.get("pinned") else "")
+                                + (f", {busy}/{total} slots busy" if total else "") + prompt_cache_text(cache)
+                                + "\n" + cap_text(self.state.inventory, self.state.ps))
 
 
 class MemoryWindow(QMainWindow):

@@ -8,7 +8,9 @@ digest", "writing manifest", "success"; an {"error": ...} line ends it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
+from app.format import format_duration
 from app.gui.memory_data import format_bytes
 
 SOURCE_LABELS = {"store": "Strata store", "builtin": "Built-in", "ollama": "Ollama", "lmstudio": "LM Studio",
@@ -30,6 +32,13 @@ class ModelRow:
     path: str = ""
     digest: str = ""
     state: str = ""                 # "" | "loading" | "loaded" | "failed"
+    pinned: bool = False            # kept loaded, never unloaded for another model (/api/pin)
+    keep_alive: str = ""            # its own default keep-alive ("" = the server's)
+    until: str = ""                 # loaded: when it unloads ("Forever", "in 4m 10s"), from /api/ps
+
+    @property
+    def keep_alive_label(self) -> str:
+        return self.keep_alive or "server default"
 
     @property
     def source_label(self) -> str:
@@ -48,10 +57,37 @@ class ModelRow:
                 "name of your own for it.")
 
 
-def model_rows(tags: list[dict], ps: list[dict], shown: dict[str, dict], progress: dict[str, float]) -> list[ModelRow]:
+def until_text(expires_at: str, now: datetime | None = None) -> str:
+    """/api/ps's expires_at as a person reads it: "Forever" (a pin, keep-alive -1), "in 4m 10s", "now"."""
+    try:
+        t = datetime.fromisoformat((expires_at or "").replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    secs = (t - (now or datetime.now(timezone.utc))).total_seconds()
+    if secs > 3600 * 24 * 365:
+        return "Forever"
+    return f"in {format_duration(secs)}" if secs > 0 else "now"
+
+
+def cap_text(inventory: dict | None, ps: list[dict]) -> str:
+    """Strata's memory cap (STRATA_MAX_MEMORY / Settings) and what the loaded models hold of it, for the model
+    manager and the memory view."""
+    cap = (inventory or {}).get("memory_cap")
+    used = sum(int(m.get("size") or 0) for m in ps)
+    pinned = [m.get("name") or m.get("model") for m in ps if (m.get("strata") or {}).get("pinned")]
+    pins = f"; pinned: {', '.join(pinned)}" if pinned else ""
+    if not cap:
+        return f"No memory cap: loaded models hold {format_bytes(used)} (Settings → Memory cap){pins}"
+    return (f"Memory cap {format_bytes(int(cap))}: loaded models hold {format_bytes(used)}, "
+            f"{format_bytes(max(0, int(cap) - used))} left{pins}")
+
+
+def model_rows(tags: list[dict], ps: list[dict], shown: dict[str, dict], progress: dict[str, float],
+               pins: dict[str, dict] | None = None) -> list[ModelRow]:
     """Rows for the manager's table. `shown`: /api/show answers by name (capabilities and the exact parameter
-    count come from there; a model not shown yet just lacks them)."""
+    count come from there; a model not shown yet just lacks them); `pins`: /api/pin's settings by name."""
     running = {(m.get("name") or m.get("model")): m for m in ps}
+    pins = pins or {}
     rows = []
     for t in tags:
         name = t.get("name") or t.get("model")
@@ -69,7 +105,9 @@ def model_rows(tags: list[dict], ps: list[dict], shown: dict[str, dict], progres
             parameter_count=int((show.get("model_info") or {}).get("general.parameter_count") or 0),
             capabilities=tuple(show.get("capabilities") or ()), source=strata.get("source", "store"),
             read_only=bool(strata.get("read_only")), path=strata.get("path", ""), digest=t.get("digest") or "",
-            state=state))
+            state=state, pinned=bool((pins.get(name) or {}).get("pinned")),
+            keep_alive=str((pins.get(name) or {}).get("keep_alive") or ""),
+            until=until_text(running[name].get("expires_at", "")) if name in running else ""))
     return rows
 
 

@@ -1,6 +1,7 @@
 """The model manager window (Models → Manage models, or the tray): every model Strata can run with its size,
-quantization, architecture, parameter count, capabilities, source and state; import (file dialog or a .gguf
-dropped on the window), copy, rename, delete, load / unload, "plan on this machine", and pull from a registry.
+quantization, architecture, parameter count, capabilities, source and state, its pin and keep-alive; import (file
+dialog or a .gguf dropped on the window), copy, rename, delete, load / unload, pin / unpin, its own keep-alive,
+"plan on this machine", and pull from a registry; below the list, Strata's memory cap and what loaded models hold.
 
 Read-only models (the built-in one, and those found in Ollama's, LM Studio's or the Hugging Face cache's
 folders) cannot be renamed or removed here: the buttons say why instead. Every question is a window-modal dialog
@@ -18,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.memory_data import format_bytes
-from app.gui.model_data import ModelRow, model_rows
+from app.gui.model_data import ModelRow, cap_text, model_rows
 from app.gui.models import ModelTableModel
 from app.gui.state import ServiceState
 from app.gui.transfers import ImportPanel, PullPanel
@@ -49,6 +50,7 @@ class ModelManagerWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._build()
         state.models_changed.connect(self.on_models)
+        state.devices_changed.connect(self.on_models)
         self.on_models()
 
     # construction --------------------------------------------------------------------------------------------
@@ -83,6 +85,9 @@ class ModelManagerWindow(QMainWindow):
         tl.addLayout(self._build_buttons())
         tl.addWidget(self.table, 1)
         tl.addWidget(self.detail)
+        self.cap_label = QLabel()               # Strata's memory cap and what the loaded (and pinned) models hold
+        self.cap_label.setObjectName("capLabel")
+        tl.addWidget(self.cap_label)
         hint = QLabel("Drop a .gguf file on this window to import it.")
         hint.setObjectName("layoutSummary")
         tl.addWidget(hint)
@@ -104,6 +109,7 @@ class ModelManagerWindow(QMainWindow):
                                 ("rename", "Rename…", self.rename_selected),
                                 ("delete", "Delete…", self.delete_selected), ("load", "Load", self.load_selected),
                                 ("unload", "Unload", self.unload_selected),
+                                ("pin", "Pin", self.pin_selected), ("keepalive", "Keep-alive…", self.keep_alive_selected),
                                 ("plan", "Plan on this machine", self.plan_selected)):
             b = QPushButton(text)
             b.setObjectName(f"{key}Button")
@@ -115,7 +121,8 @@ class ModelManagerWindow(QMainWindow):
 
     # the list ----------------------------------------------------------------------------------------------------
     def on_models(self) -> None:
-        rows = model_rows(self.state.tags, self.state.ps, self.shown, self.state.progress)
+        rows = model_rows(self.state.tags, self.state.ps, self.shown, self.state.progress, self.state.pins)
+        self.cap_label.setText(cap_text(self.state.inventory, self.state.ps))
         keep = self.selected_name()
         if self._pending_select and any(r.name == self._pending_select for r in rows):
             keep, self._pending_select = self._pending_select, ""
@@ -160,11 +167,14 @@ class ModelManagerWindow(QMainWindow):
 
     def _update_buttons(self) -> None:
         r = self.selected()
-        for key in ("copy", "rename", "delete", "load", "unload", "plan"):
+        for key in ("copy", "rename", "delete", "load", "unload", "pin", "keepalive", "plan"):
             self.buttons[key].setEnabled(r is not None)
         if r is None:
             self.detail.setText("")
             return
+        self.buttons["pin"].setText("Unpin" if r.pinned else "Pin")
+        self.buttons["pin"].setToolTip("Let it be unloaded for other models again" if r.pinned else
+                                       "Keep it loaded: never unloaded for another model, never expires")
         self.buttons["load"].setEnabled(r.state == "")
         self.buttons["unload"].setEnabled(r.state in ("loaded", "loading", "failed"))
         why = r.why_read_only()
@@ -176,6 +186,8 @@ class ModelManagerWindow(QMainWindow):
             lines.append(f"Digest: sha256:{r.digest}")
         if r.parameter_count:
             lines.append(f"{r.parameter_count:,} parameters")
+        lines.append(("Pinned: stays loaded, never unloaded for another model" if r.pinned else "Not pinned")
+                     + f"; keep-alive {r.keep_alive_label}" + (f"; unloads {r.until.lower()}" if r.until else ""))
         if why:
             lines.append(f"<i>Read-only:</i> {why}")
         self.detail.setText("<br>".join(lines))
@@ -234,6 +246,26 @@ class ModelManagerWindow(QMainWindow):
         if r is not None and r.state:
             self._run(lambda c: c.unload(r.name), f"{r.name} is unloaded.")
 
+    def pin_selected(self) -> None:
+        r = self.selected()
+        if r is not None:
+            pinned = not r.pinned
+            self._run(lambda c: c.pin(r.name, pinned), f"{r.name} is {'pinned' if pinned else 'unpinned'}.")
+
+    def keep_alive_selected(self) -> None:
+        """Ask for the model's own keep-alive (5m, 1h, -1 for ever; empty: the server's)."""
+        r = self.selected()
+        if r is not None:
+            self._ask_name("keepAliveDialog", "Keep-alive",
+                           f"How long {r.name} stays loaded after its last request when a request does not say "
+                           "(5m, 1h, -1 = forever; empty = the server's default):", r.keep_alive,
+                           lambda text: self._set_keep_alive(r.name, text), allow_empty=True)
+
+    def _set_keep_alive(self, name: str, text: str) -> None:
+        value = text.strip() or None
+        self._run(lambda c: c.pin(name, keep_alive=value),
+                  f"{name}: keep-alive {value or 'the server default'}.")
+
     def plan_selected(self) -> None:
         r = self.selected()
         if r is not None:
@@ -273,13 +305,13 @@ class ModelManagerWindow(QMainWindow):
         self.state.refresh()
 
     # dialogs -----------------------------------------------------------------------------------------------------
-    def _ask_name(self, object_name: str, title: str, label: str, value: str, then) -> None:
+    def _ask_name(self, object_name: str, title: str, label: str, value: str, then, allow_empty=False) -> None:
         dlg = QInputDialog(self)
         dlg.setObjectName(object_name)
         dlg.setWindowTitle(title)
         dlg.setLabelText(label)
         dlg.setTextValue(value)
-        dlg.textValueSelected.connect(lambda text: text.strip() and then(text.strip()))
+        dlg.textValueSelected.connect(lambda text: (allow_empty or text.strip()) and then(text.strip()))
         self._open_dialog(dlg)
 
     def _explain(self, title: str, text: str) -> None:

@@ -226,7 +226,8 @@ class ComparisonTableModel(_TableModel):
 
 class ModelTableModel(_TableModel):
     """The model manager's table: one `ModelRow` per installed model."""
-    HEADERS = ("Model", "Size", "Quantization", "Architecture", "Parameters", "Capabilities", "Source", "State")
+    HEADERS = ("Model", "Size", "Quantization", "Architecture", "Parameters", "Capabilities", "Source", "State",
+               "Pinned", "Keep-alive", "Unloads")
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -250,7 +251,8 @@ class ModelTableModel(_TableModel):
         state = r.state or "not loaded"
         params = r.parameters or (f"{r.parameter_count:,}" if r.parameter_count else "")
         return (r.name, format_bytes(r.size), r.quantization, r.architecture, params, ", ".join(r.capabilities),
-                r.source_label + (" (read-only)" if r.read_only and r.source != "builtin" else ""), state)[col]
+                r.source_label + (" (read-only)" if r.read_only and r.source != "builtin" else ""), state,
+                "pinned" if r.pinned else "", r.keep_alive_label, r.until)[col]
 
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid() or index.row() >= len(self.rows):

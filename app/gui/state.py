@@ -1,4 +1,5 @@
-"""What the windows know about the service: installed models, running models, devices, load progress.
+"""What the windows know about the service: installed models, running models, pins and keep-alives, devices, load
+progress.
 
 Kept fresh by the service's event stream (`/api/events`) plus a slow poll (for changes no event announces,
 like a model created from the command line). All requests are asynchronous through the bridge.
@@ -26,6 +27,7 @@ class ServiceState(QObject):
         self.bridge = bridge
         self.tags: list[dict] = []
         self.ps: list[dict] = []
+        self.pins: dict[str, dict] = {}            # /api/pin: each model's pin and own keep-alive, by name
         self.inventory: dict | None = None
         self.progress: dict[str, float] = {}       # model -> progress while loading
         self.connected = False
@@ -96,7 +98,7 @@ class ServiceState(QObject):
         self._refreshing = True
 
         async def both(client):
-            return await client.tags(), await client.ps()
+            return await client.tags(), await client.ps(), await client.pins()
 
         call = self.bridge.call(both)
         call.finished.connect(self._on_models)
@@ -104,7 +106,8 @@ class ServiceState(QObject):
 
     def _on_models(self, result) -> None:
         self._refreshing = False
-        tags, ps = result
+        tags, ps, pin_list = result
+        pins = {p["name"]: p for p in pin_list}
         for m in ps:
             st = m.get("strata") or {}
             name = m.get("name") or m.get("model")
@@ -112,8 +115,8 @@ class ServiceState(QObject):
                 self.progress[name] = float(st.get("progress") or 0.0)
             else:
                 self.progress.pop(name, None)
-        if tags != self.tags or ps != self.ps:
-            self.tags, self.ps = tags, ps
+        if tags != self.tags or ps != self.ps or pins != self.pins:
+            self.tags, self.ps, self.pins = tags, ps, pins
             self.models_changed.emit()
         if self._dirty:
             self._dirty = False
@@ -150,6 +153,8 @@ class ServiceState(QObject):
         elif etype == "load_progress":
             self.progress[model] = float(data.get("progress") or 0.0)
             self.load_progress.emit(model, self.progress[model])
+        elif etype == "model_settings":          # a pin or keep-alive set (here, by the CLI or the API)
+            self.refresh()
         elif etype == "loaded":
             self.progress.pop(model, None)
             self.load_finished.emit(model, data)

@@ -84,7 +84,7 @@ def import_by_dialog(qtbot, m, path) -> None:
 def test_every_model_is_listed_with_its_facts(qtbot, manager, tmp_path):
     m = manager
     qtbot.waitUntil(lambda: MODEL in m.shown, timeout=WAIT)        # capabilities come from /api/show
-    name, size, quant, arch, params, caps, source, state = row_texts(m, MODEL)
+    name, size, quant, arch, params, caps, source, state = row_texts(m, MODEL)[:8]
     assert (name, quant, arch, params, source) == (MODEL, "Q4_1", "llama", "134.52M", "Built-in")
     assert size.endswith("MiB") and "completion" in caps and state in ("not loaded", "loaded")
     click_row(qtbot, m, MODEL)
@@ -370,3 +370,48 @@ def test_pickers_double_click_and_the_live_tab(qtbot, manager, service, dense_gg
     assert live.view.bars.zoom is True
     click(qtbot, live.view.zoom)
     assert live.view.bars.zoom is False
+
+
+def test_pins_keep_alive_and_the_memory_cap_are_shown_and_set(qtbot, live_service, tmp_path, smollm2_path):
+    """Pin a model and give it its own keep-alive from the manager's buttons (and see a pin set from the API
+    appear); the memory cap (STRATA_MAX_MEMORY) and the loaded, pinned models below the list."""
+    from app.gui.desktop import Desktop
+
+    svc = live_service(n_threads=1, num_parallel=1, num_ctx=512, keep_alive="10m", max_memory=3 << 30)
+    d = Desktop(svc.url, use_tray=False, poll_ms=300)
+    qtbot.addWidget(d.chat)
+    try:
+        m = d.open_models()
+        qtbot.waitUntil(lambda: m.table_model.row_of(MODEL) >= 0, timeout=WAIT)
+        qtbot.waitUntil(lambda: "Memory cap 3.0 GiB" in m.cap_label.text(), timeout=WAIT)
+        assert row_texts(m, MODEL)[8:10] == ["", "server default"]
+        click_row(qtbot, m, MODEL)
+        assert m.buttons["pin"].text() == "Pin"
+        click(qtbot, m.buttons["pin"])
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[8] == "pinned", timeout=WAIT)
+        assert api(svc.url, "/api/pin")["models"] == [{"name": MODEL, "pinned": True, "keep_alive": None}]
+        qtbot.waitUntil(lambda: m.buttons["pin"].text() == "Unpin", timeout=SHORT)
+        assert "Pinned: stays loaded" in m.detail.text()
+        click(qtbot, m.buttons["keepalive"])
+        answer_text(qtbot, dialog_of(qtbot, m, "keepAliveDialog"), "1h")
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[9] == "1h", timeout=WAIT)
+        # loaded, a pinned model unloads never, and the cap line names it
+        click(qtbot, m.buttons["load"])
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[7] == "loaded", timeout=WAIT)
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[10] == "Forever", timeout=WAIT)
+        qtbot.waitUntil(lambda: f"pinned: {MODEL}" in m.cap_label.text() and "left" in m.cap_label.text(),
+                        timeout=WAIT)
+        ps = api(svc.url, "/api/ps")["models"][0]
+        assert ps["strata"]["pinned"] is True and ps["expires_at"].startswith("2318")
+        # unpinned from the API (strata pin --off does this): the window follows, the model's 1h applies
+        api(svc.url, "/api/pin", {"model": MODEL, "pinned": False})
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[8] == "" and row_texts(m, MODEL)[10].startswith("in "),
+                        timeout=WAIT)
+        assert m.buttons["pin"].text() == "Pin"
+        click(qtbot, m.buttons["keepalive"])
+        answer_text(qtbot, dialog_of(qtbot, m, "keepAliveDialog"), "")          # empty: the server's again
+        qtbot.waitUntil(lambda: row_texts(m, MODEL)[9] == "server default", timeout=WAIT)
+        assert api(svc.url, "/api/pin")["models"] == []
+    finally:
+        d.shutdown()
+        svc.stop()
