@@ -50,6 +50,26 @@ def test_serve_run_ps_stop(serve):
     assert r.returncode == 1 and "not found" in r.stderr
 
 
+def test_pin_keep_alive_and_ps(serve):
+    """`strata pin` keeps a model loaded and sets its own keep-alive; `strata ps` shows the pin; --off undoes it."""
+    url, env, proc = serve
+    r = _strata("pin", MODEL, "--keep-alive", "1h", env=env)
+    assert r.returncode == 0 and f"{MODEL}: pinned, keep-alive 1h" in r.stdout, r.stderr
+    listed = _strata("pin", env=env).stdout.splitlines()
+    assert listed[0].split() == ["NAME", "PINNED", "KEEP", "ALIVE"] and listed[1].split() == [MODEL, "yes", "1h"]
+    assert _strata("run", MODEL, "Hi", env=env).returncode == 0
+    ps = _strata("ps", env=env).stdout.splitlines()
+    assert ps[0].split()[-1] == "PINNED" and MODEL in ps[1] and "Forever" in ps[1] and ps[1].endswith("yes"), ps
+    r = _strata("pin", MODEL, "--off", env=env)
+    assert r.returncode == 0 and "not pinned, keep-alive 1h" in r.stdout
+    ps = _strata("ps", env=env).stdout.splitlines()
+    assert not ps[1].endswith("yes") and "from now" in ps[1], ps        # its own 1h runs now
+    r = _strata("pin", "no-such-model", env=env)
+    assert r.returncode == 1 and "not found" in r.stderr
+    r = _strata("pin", MODEL, "--keep-alive", "soon", env=env)
+    assert r.returncode == 1 and "keep_alive" in r.stderr
+
+
 def test_serve_on_a_taken_port_exits_nonzero(serve):
     url, env, proc = serve
     r = _strata("serve", env=env, timeout=60)
