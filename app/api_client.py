@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from contextlib import aclosing
 from typing import Any, AsyncIterator
 
@@ -206,9 +207,15 @@ class ApiClient:
         except aiohttp.ClientError as e:
             raise ApiError(f"connection to the service lost: {e}") from e
 
-    async def requests(self) -> list[dict]:
-        """The service's request log, newest first (GET /api/requests)."""
-        return (await self.request("GET", "/api/requests")).get("requests", [])
+    async def requests(self, **filters) -> list[dict]:
+        """The service's request log, newest first (GET /api/requests); `filters`: client, model, status, path,
+        before, limit (those that are set)."""
+        query = urllib.parse.urlencode({k: v for k, v in filters.items() if v not in (None, "")})
+        return (await self.request("GET", "/api/requests" + (f"?{query}" if query else ""))).get("requests", [])
+
+    async def replay(self, rid: int) -> dict:
+        """Send a logged request again (POST /api/requests/{id}/replay): {"replayed", "record", "status"}."""
+        return await self.request("POST", f"/api/requests/{int(rid)}/replay", timeout=NO_TOTAL)
 
     async def request_detail(self, rid: int) -> dict:
         """One logged request with its headers and bounded bodies (GET /api/requests/{id})."""

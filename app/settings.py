@@ -64,6 +64,9 @@ SETTINGS: tuple[Setting, ...] = (
             "when a prompt differs early from a cached one (an agent's date), move cached chunks of at least this "
             "many tokens that it repeats further on instead of computing them (llama-server's --cache-reuse); "
             "approximate, so 0 = off", minimum=0),
+    Setting("request_bodies", "STRATA_REQUEST_BODIES", int, 1, "Request log keeps bodies",
+            "1: the Server window's request log (kept on disk, bounded) includes each request's and reply's body "
+            "(credentials masked); 0: only metadata, timings and token counts (privacy)", minimum=0),
     Setting("gpu_margin_mib", "STRATA_GPU_MARGIN_MIB", int, 512, "GPU margin (MiB)",
             "memory the planner leaves free on each device for other programs"),
     Setting("max_memory_mib", "STRATA_MAX_MEMORY", int, 0, "Memory cap (MiB)",

@@ -195,6 +195,7 @@ class DoneEvent:
     reused_tokens: int = 0                  # of cached_tokens, how many cache reuse moved from other positions
     draft_tokens: int = 0                   # speculative decoding: tokens drafted for this reply (verified)
     draft_accepted: int = 0                 # ... of which accepted (part of completion_tokens)
+    report: dict | None = None              # the cache-miss explainer and prompt anatomy (runner/cache/explain.py)
 
 
 @dataclass

@@ -16,7 +16,7 @@ HIT_RATE_SECONDS = 60           # the prompt-cache hit rate is over the last min
 MAX_RECORDS = 1000              # rows the window keeps (the service keeps its own ring)
 OWN_CLIENT = "strata-desktop"   # the User-Agent prefix of this app's own requests
 
-COLUMNS = ("Time", "Client", "API", "Model", "Status", "Prompt", "Cached", "Reply", "TTFT", "Tok/s",
+COLUMNS = ("Time", "Client", "API", "Model", "Status", "Prompt", "Cached", "Reuse", "Reply", "TTFT", "Tok/s",
            "Drafted", "Accepted", "Queued", "Duration")
 
 PHASES = ("prepare", "load", "queued", "prefill", "decode", "finish", "answer")
@@ -83,6 +83,8 @@ def cell(rec: dict, column: str) -> str:
         return str(rec["prompt_tokens"]) if "prompt_tokens" in rec else ""
     if column == "Cached":
         return str(rec["cached_tokens"]) if "prompt_tokens" in rec else ""
+    if column == "Reuse":
+        return reuse_text(rec.get("cache"))
     if column == "Reply":
         if "completion_tokens" in rec:
             return str(rec["completion_tokens"])
@@ -105,6 +107,175 @@ def cell(rec: dict, column: str) -> str:
     raise KeyError(column)
 
 
+# the cache report (runner/cache/explain.py; http/request_log.cache_summary) -------------------------------------
+SOURCE_NAMES = {"slot": "the slot", "host": "host RAM", "sequence": "another running sequence", "disk": "disk",
+                "none": "nowhere"}
+PART_COLORS = {"system": "#4c78a8", "tool": "#f58518", "template": "#9aa5b1", "message": "#54a24b",
+               "tail": "#e45756"}
+
+
+def part_name(part: dict) -> str:
+    """"user #3", "system #0", "tool Bash", "template text"."""
+    if part.get("kind") == "tool":
+        return f"tool {part.get('label', '')}"
+    if part.get("kind") in ("message", "system"):
+        return f"{part.get('role', '')} #{part.get('index', '')}"
+    return part.get("label") or part.get("kind", "")
+
+
+def reuse_text(c: dict | None) -> str:
+    """The Reuse column: what the cache did for a request, in a few words; "⚠" when it computed more than its
+    new tail."""
+    if not c:
+        return ""
+    v = c.get("verdict")
+    mark = "⚠ " if c.get("flagged") else ""
+    if v == "tail":
+        return "all but the new tail"
+    if v == "changed" or v == "branched":
+        div = c.get("divergence") or {}
+        where = part_name(div.get("part") or {})
+        return f"{mark}{'changed' if v == 'changed' else 'branched'} at {where}"
+    if v == "evicted":
+        return f"{mark}not in the cache any more"
+    if v == "off":
+        return "cache off"
+    return "new prompt" if v == "new" else str(v or "")
+
+
+def _esc(text: str) -> str:
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "⏎")
+            .replace(" ", "&nbsp;"))
+
+
+def cache_html(c: dict | None) -> str:
+    """The explainer for the detail pane, as HTML: the verdict, what was reused from where, and the divergence
+    with the changed text highlighted in both versions."""
+    if not c:
+        return "<p>No cache report for this request (not a generation, or it did not finish).</p>"
+    n = int(c.get("prompt_tokens") or 0)
+    cached = int(c.get("cached") or 0)
+    src = SOURCE_NAMES.get(c.get("source") or "none", c.get("source"))
+    lines = [f"<p><b>{_esc(reuse_text(c)) or 'no verdict'}</b> — {cached:,} of {n:,} prompt tokens reused from "
+             f"{src}" + (f" ({c['moved']:,} moved after a change)" if c.get("moved") else "") + "; "
+             f"{n - cached:,} computed, the new tail is {int(c.get('new_tail') or 0):,}.</p>"]
+    if c.get("flagged"):
+        lines.append(f"<p style='color:#d62728'>Computed {c['recomputed_beyond_tail']:,} tokens more than its new "
+                     "tail.</p>")
+    cands = c.get("candidates") or {}
+    if cands:
+        lines.append("<p>Cached prefixes offered: " + ", ".join(
+            f"{SOURCE_NAMES.get(k, k)} {v:,}" for k, v in cands.items()) + "</p>")
+    prev = c.get("previous")
+    if prev:
+        rec = f" (request #{prev['record']})" if prev.get("record") else ""
+        lines.append(f"<p>The most similar earlier prompt{rec} has {prev['tokens']:,} tokens; this one shares its "
+                     f"first {prev['shared']:,}.</p>")
+    div = c.get("divergence")
+    if div:
+        part = div.get("part") or {}
+        lines.append(f"<p>Diverged at token {div['token']:,}, in <b>{_esc(part_name(part))}</b> "
+                     f"({_esc(part.get('label', ''))}), {div.get('offset', part.get('offset', 0)):,} characters "
+                     "into it" + (f"; {div['repeated_after']:,} tokens after the change were the same as before"
+                                  if div.get("repeated_after") else "") + ":</p>")
+        style = "font-family:monospace; white-space:pre-wrap"
+        lines.append(f"<p style='{style}'>before: {_esc(div.get('before', ''))}"
+                     f"<span style='background:#f4b6b6'>{_esc(div.get('old', ''))}</span>"
+                     f"{_esc(div.get('after_old', ''))}</p>")
+        lines.append(f"<p style='{style}'>now:&nbsp;&nbsp;&nbsp; {_esc(div.get('before', ''))}"
+                     f"<span style='background:#b6e3b6'>{_esc(div.get('new', ''))}</span>"
+                     f"{_esc(div.get('after_new', ''))}</p>")
+    return "\n".join(lines)
+
+
+def anatomy_segments(c: dict | None) -> list[dict]:
+    """The anatomy bar's segments in prompt order: the system message (with the template's own text), each tool,
+    the history by user turn, and the new tail (the tokens after the cached prefix, whatever part they are in).
+    Each: name, kind (a PART_COLORS key), tokens, seconds (None when no prefill rate was measured)."""
+    parts = (c or {}).get("anatomy") or []
+    cached = int((c or {}).get("cached") or 0)
+    rate = (c or {}).get("prefill_rate")
+    out: list[dict] = []
+
+    def add(name, kind, tokens):
+        if tokens <= 0:
+            return
+        if out and out[-1]["name"] == name and out[-1]["kind"] == kind:
+            out[-1]["tokens"] += tokens
+        else:
+            out.append({"name": name, "kind": kind, "tokens": tokens})
+    for p in parts:
+        kind = p.get("kind")
+        if kind == "message":
+            name, k = f"turn {p.get('turn', 0)}", "message"
+        elif kind == "tool":
+            name, k = f"tool {p.get('label', '')}", "tool"
+        elif kind == "system":
+            name, k = "system", "system"
+        else:
+            name, k = "template", "template"
+        start, end = p["token"], p["token"] + p["tokens"]
+        add(name, k, min(end, cached) - start if start < cached else 0)
+        add("new tail", "tail", end - max(start, cached) if end > cached else 0)
+    for seg in out:
+        seg["seconds"] = seg["tokens"] / rate if rate else None
+    return out
+
+
+def _sh(text: str) -> str:
+    """`text` as one single-quoted shell word."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+MASK = "•••"                    # what the service's request log shows for a credential's value
+CURL_SKIPPED = {"host", "content-length", "connection", "accept-encoding", "keep-alive", "transfer-encoding"}
+
+
+def curl_command(detail: dict, base_url: str) -> str:
+    """A logged request (its detail: method, path, headers, body) as a curl command line against `base_url`.
+    Headers the log masked (credentials) are left out, except that an Authorization header becomes one that reads
+    $STRATA_API_KEY; a body the log did not keep whole is sent as far as it was kept (and said so)."""
+    url = base_url.rstrip("/") + (detail.get("path") or "/")
+    parts = ["curl", "-sS", "-X", detail.get("method") or "GET", _sh(url)]
+    for k, v in (detail.get("headers") or {}).items():
+        if k.lower() in CURL_SKIPPED:
+            continue
+        if v == MASK:
+            if k.lower() == "authorization":
+                parts += ["-H", '"Authorization: Bearer $STRATA_API_KEY"']
+            continue
+        parts += ["-H", _sh(f"{k}: {v}")]
+    body = detail.get("request_body") or ""
+    note = ""
+    if body:
+        parts += ["--data-binary", _sh(body)]
+        size = int(detail.get("request_bytes") or 0)
+        if size > len(body.encode("utf-8")):
+            note = f"# the log kept {len(body.encode('utf-8'))} of this body's {size} bytes\n"
+    return note + " ".join(parts)
+
+
+def matches(rec: dict, client: str = "", model: str = "", status: str = "") -> bool:
+    """The window's search: a part of the client (User-Agent) and of the model, case-insensitive, and a status
+    ("ok", "error", "4xx", "5xx", or a code); as the service's `GET /api/requests` filters."""
+    if client and client.lower() not in (rec.get("client") or "").lower():
+        return False
+    if model and model.lower() not in (rec.get("model") or "").lower():
+        return False
+    s, code = status.strip().lower(), rec.get("status")
+    if not s:
+        return True
+    if code is None:
+        return False
+    if s == "ok":
+        return code < 400
+    if s == "error":
+        return code >= 400
+    if len(s) == 3 and s.endswith("xx") and s[0].isdigit():
+        return code // 100 == int(s[0])
+    return s.isdigit() and code == int(s)
+
+
 def timeline(rec: dict) -> list[tuple[str, float, float]]:
     """(phase, start, seconds) from the request's arrival; the parts end where the next begins, and the last ends
     at the request's duration."""
@@ -122,6 +293,8 @@ def summary(rec: dict) -> str:
         parts.append(f"model {rec['model']}")
     if "prompt_tokens" in rec:
         parts.append(f"prompt {rec['prompt_tokens']} tokens ({rec.get('cached_tokens', 0)} from the cache)")
+        if rec.get("cache"):
+            parts.append(f"cache: {reuse_text(rec['cache'])}")
         reason = f" ({rec['reason']})" if rec.get("reason") else ""
         parts.append(f"reply {rec.get('completion_tokens', 0)} tokens{reason}")
     if rec.get("ttft") is not None:
@@ -166,10 +339,12 @@ class ServerFeed:
             self._spread_prompt(rec)
         return new
 
-    def ordered(self, hide_own: bool = False) -> list[dict]:
+    def ordered(self, hide_own: bool = False, client: str = "", model: str = "", status: str = "") -> list[dict]:
         recs = sorted(self.records.values(), key=lambda r: r["id"], reverse=True)
         if hide_own:
             recs = [r for r in recs if not (is_own(r) and r.get("method") in ("GET", "HEAD"))]
+        if client or model or status:
+            recs = [r for r in recs if matches(r, client, model, status)]
         return recs
 
     def clear(self) -> None:

@@ -20,13 +20,15 @@ import pyqtgraph as pg  # noqa: E402
 from PySide6.QtCore import QAbstractTableModel, QEvent, QModelIndex, QRectF, Qt, QTimer, Signal  # noqa: E402
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
-    QAbstractItemView, QCheckBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QMainWindow, QPlainTextEdit,
-    QPushButton, QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget,
+    QAbstractItemView, QApplication, QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
+    QMainWindow, QPlainTextEdit,
+    QPushButton, QSplitter, QTableView, QTableWidget, QTableWidgetItem, QTabWidget, QTextBrowser, QVBoxLayout,
+    QWidget,
 )
 
 from app.gui.server_data import (  # noqa: E402
-    COLUMNS, MEMORY_LABELS, MEMORY_ORDER, PHASE_COLORS, PHASE_HELP, ServerFeed, _ms, cell, memory_text, summary,
-    timeline,
+    COLUMNS, MEMORY_LABELS, MEMORY_ORDER, PART_COLORS, PHASE_COLORS, PHASE_HELP, ServerFeed, _ms, anatomy_segments,
+    cache_html, cell, curl_command, memory_text, part_name, summary, timeline,
 )
 from app.gui.state import ServiceState  # noqa: E402
 
@@ -75,6 +77,8 @@ class RequestTableModel(QAbstractTableModel):
             return summary(rec) if column != "Client" else rec.get("client") or "(no User-Agent)"
         if role == Qt.ForegroundRole and column == "Status" and (rec.get("status") or 0) >= 400:
             return QColor("#d62728")
+        if role == Qt.ForegroundRole and column == "Reuse" and (rec.get("cache") or {}).get("flagged"):
+            return QColor("#d6611f")
         if role == Qt.TextAlignmentRole and column in ("Prompt", "Cached", "Reply", "TTFT", "Tok/s", "Drafted",
                                                        "Accepted", "Duration"):
             return int(Qt.AlignRight | Qt.AlignVCenter)
@@ -149,6 +153,60 @@ class TimelineView(QWidget):
         p.end()
 
 
+class AnatomyBar(QWidget):
+    """Where a prompt's tokens went, to scale: the system message, each tool's schema, the history by turn and
+    the new tail (the tokens computed), each segment's width in proportion to its tokens."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.segments: list[dict] = []
+        self.setMinimumHeight(44)
+
+    def set_report(self, cache: dict | None) -> None:
+        self.segments = anatomy_segments(cache)
+        self.setToolTip("\n".join(f"{s['name']}: {s['tokens']:,} tokens"
+                                   + (f", {_ms(s['seconds'])} to compute" if s.get("seconds") else "")
+                                   for s in self.segments))
+        self.update()
+
+    def segment_rects(self) -> list[tuple[dict, QRectF]]:
+        total = sum(s["tokens"] for s in self.segments)
+        left, width = 8.0, max(1.0, self.width() - 16.0)
+        out, x = [], left
+        for seg in self.segments:
+            w = seg["tokens"] / total * width if total else 0.0
+            out.append((seg, QRectF(x, 6.0, w, 18.0)))
+            x += w
+        return out
+
+    def paintEvent(self, _ev) -> None:
+        p = QPainter(self)
+        text = self.palette().color(QPalette.WindowText)
+        if not self.segments:
+            p.setPen(text)
+            p.drawText(self.rect(), Qt.AlignCenter, "No prompt anatomy for this request.")
+            return
+        for seg, r in self.segment_rects():
+            p.fillRect(r, QColor(PART_COLORS.get(seg["kind"], "#888888")))
+            if r.width() >= 3:
+                p.setPen(QPen(self.palette().color(QPalette.Base), 1))
+                p.drawLine(r.topRight(), r.bottomRight())
+        fm = p.fontMetrics()
+        x, y = 8, 30
+        totals: dict[str, int] = {}
+        for seg in self.segments:
+            totals[seg["kind"]] = totals.get(seg["kind"], 0) + seg["tokens"]
+        names = {"system": "system", "tool": "tools", "template": "template", "message": "history",
+                 "tail": "new tail (computed)"}
+        for kind, n in totals.items():
+            label = f"{names.get(kind, kind)} {n:,}"
+            p.fillRect(QRectF(x, y + (fm.height() - 10) / 2, 10, 10), QColor(PART_COLORS.get(kind, "#888888")))
+            p.setPen(text)
+            p.drawText(x + 14, y + fm.ascent(), label)
+            x += 14 + fm.horizontalAdvance(label) + 14
+        p.end()
+
+
 def _plot(layout, title: str, left: str):
     item = layout.addPlot(title=title)
     item.showGrid(x=True, y=True, alpha=0.25)
@@ -189,12 +247,46 @@ class ServerWindow(QMainWindow):
         self.clear_button = QPushButton("Clear")
         self.clear_button.setToolTip("Empty the list in this window (the service's log stays)")
         self.export_button = QPushButton("Export…")
-        self.export_button.setToolTip("Save the requests in the list, as JSON")
+        self.export_button.setToolTip("Save the requests in the list, as JSON lines (or JSON, by the file's name)")
         self.status = QLabel("Connecting…")
         top = QHBoxLayout()
         for w in (self.pause, self.hide_own, self.clear_button, self.export_button):
             top.addWidget(w)
         top.addWidget(self.status, 1)
+        # the search: the service's log (kept on disk, earlier runs included) by client, model and status
+        self.filter_client = QLineEdit()
+        self.filter_client.setPlaceholderText("client (e.g. claude-cli)")
+        self.filter_model = QLineEdit()
+        self.filter_model.setPlaceholderText("model")
+        self.filter_status = QComboBox()
+        self.filter_status.addItems(["any status", "ok", "error", "4xx", "5xx"])
+        for w, name in ((self.filter_client, "filterClient"), (self.filter_model, "filterModel"),
+                        (self.filter_status, "filterStatus")):
+            w.setObjectName(name)
+        self.copy_curl = QPushButton("Copy as curl")
+        self.copy_curl.setToolTip("The selected request as a curl command line (credentials left out)")
+        self.replay_button = QPushButton("Replay")
+        self.replay_button.setToolTip("Send the selected request to the service again, as it was")
+        for b in (self.copy_curl, self.replay_button):
+            b.setEnabled(False)
+        search = QHBoxLayout()
+        search.addWidget(QLabel("Search:"))
+        search.addWidget(self.filter_client, 2)
+        search.addWidget(self.filter_model, 2)
+        search.addWidget(self.filter_status)
+        search.addStretch(1)
+        search.addWidget(self.copy_curl)
+        search.addWidget(self.replay_button)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(300)
+        self._search_timer.timeout.connect(self._search)
+        self.filter_client.textChanged.connect(lambda _t: self._search_timer.start())
+        self.filter_model.textChanged.connect(lambda _t: self._search_timer.start())
+        self.filter_status.currentIndexChanged.connect(lambda _i: self._search_timer.start())
+        self.copy_curl.clicked.connect(lambda: self.copy_as_curl())
+        self.replay_button.clicked.connect(lambda: self.replay())
+        self.replayed: dict | None = None
 
         # the plots
         pg.setConfigOptions(antialias=True)
@@ -235,7 +327,7 @@ class ServerWindow(QMainWindow):
         header.setSectionResizeMode(QHeaderView.Interactive)
         for i, name in enumerate(COLUMNS):
             header.resizeSection(i, {"Time": 64, "Client": 124, "API": 220, "Model": 120, "Status": 160,
-                                     "TTFT": 70, "Drafted": 60, "Accepted": 66, "Queued": 70,
+                                     "Reuse": 150, "TTFT": 70, "Drafted": 60, "Accepted": 66, "Queued": 70,
                                      "Duration": 70}.get(name, 56))
         header.setStretchLastSection(True)
 
@@ -248,7 +340,27 @@ class ServerWindow(QMainWindow):
         self.request_text.setReadOnly(True)
         self.reply_text = QPlainTextEdit()
         self.reply_text.setReadOnly(True)
+        self.cache_text = QTextBrowser()
+        self.cache_text.setOpenLinks(False)
+        self.anatomy = AnatomyBar()
+        self.parts_table = QTableWidget(0, 4)
+        self.parts_table.setHorizontalHeaderLabels(["Part", "Tokens", "Cached", "Cost"])
+        self.parts_table.verticalHeader().setVisible(False)
+        self.parts_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.parts_table.setSortingEnabled(True)
+        self.parts_table.horizontalHeader().setStretchLastSection(True)
+        self.parts_table.horizontalHeader().resizeSection(0, 260)
+        cache_tab = QWidget()
+        cl = QVBoxLayout(cache_tab)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.anatomy)
+        cache_split = QSplitter(Qt.Horizontal)
+        cache_split.addWidget(self.cache_text)
+        cache_split.addWidget(self.parts_table)
+        cache_split.setSizes([640, 420])
+        cl.addWidget(cache_split, 1)
         self.bodies = QTabWidget()
+        self.bodies.addTab(cache_tab, "Cache")
         self.bodies.addTab(self.request_text, "Request")
         self.bodies.addTab(self.reply_text, "Reply")
         detail = QWidget()
@@ -266,6 +378,7 @@ class ServerWindow(QMainWindow):
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.addLayout(top)
+        lay.addLayout(search)
         lay.addWidget(split, 1)
         self.setCentralWidget(central)
 
@@ -349,10 +462,22 @@ class ServerWindow(QMainWindow):
         elif etype == "stats":
             self.take_sample(data)
 
+    def filters(self) -> dict:
+        status = self.filter_status.currentText()
+        return {"client": self.filter_client.text().strip(), "model": self.filter_model.text().strip(),
+                "status": "" if status == "any status" else status}
+
+    def _search(self) -> None:
+        self.refresh_table()
+        if self.connected:
+            self.read_log()
+
     def read_log(self) -> None:
-        """Take in the service's ring of recent requests (GET /api/requests)."""
+        """Take in the service's log of recent requests (GET /api/requests, with the search's filters: the service
+        looks in its history on disk too)."""
         self._reading = True
-        call = self.bridge.call(lambda c: c.requests())
+        filters = self.filters()
+        call = self.bridge.call(lambda c: c.requests(**filters))
         call.finished.connect(self._on_snapshot)
         call.failed.connect(lambda _m: setattr(self, "_reading", False))
 
@@ -361,7 +486,8 @@ class ServerWindow(QMainWindow):
         records = records or []
         for rec in reversed(records):
             self.feed.upsert(rec)
-        self.feed.settle_missing({r["id"] for r in records if isinstance(r.get("id"), int)})
+        if not any(self.filters().values()):      # a filtered answer does not list every request in the log
+            self.feed.settle_missing({r["id"] for r in records if isinstance(r.get("id"), int)})
         self.refresh_table()
         self.feed_changed.emit()
 
@@ -399,7 +525,7 @@ class ServerWindow(QMainWindow):
 
     # views ------------------------------------------------------------------------------------------------------
     def refresh_table(self) -> None:
-        self.model.set_rows(self.feed.ordered(hide_own=self.hide_own.isChecked()))
+        self.model.set_rows(self.feed.ordered(hide_own=self.hide_own.isChecked(), **self.filters()))
         if self.selected_id is not None:
             row = self.model.row_of(self.selected_id)
             current = self.table.selectionModel().selectedRows()
@@ -452,6 +578,8 @@ class ServerWindow(QMainWindow):
             return
         self.summary.setText(summary(rec))
         self.timeline.set_record(rec)
+        if not (self.detail or {}).get("cache"):
+            self._show_cache(rec.get("cache"))
         if refetch:
             rid = rec["id"]
             call = self.bridge.call(lambda c: c.request_detail(rid))
@@ -463,10 +591,13 @@ class ServerWindow(QMainWindow):
         if rid != self.selected_id:
             return
         self.detail = d
+        self.copy_curl.setEnabled("error_fetching" not in d)
+        self.replay_button.setEnabled("error_fetching" not in d and d.get("state") == "done")
         if "error_fetching" in d:
             self.request_text.setPlainText(d["error_fetching"])
             self.reply_text.setPlainText("")
             return
+        self._show_cache(d.get("cache"))
         head = "\n".join(f"{k}: {v}" for k, v in (d.get("headers") or {}).items())
         self.request_text.setPlainText(f"{d.get('method', '')} {d.get('path', '')}\n{head}\n\n"
                                        + _pretty(d.get("request_body", ""), d.get("request_bytes", 0),
@@ -475,6 +606,27 @@ class ServerWindow(QMainWindow):
         if d.get("error"):
             reply = f"Error: {d['error']}\n\n{reply}"
         self.reply_text.setPlainText(reply)
+
+    def _show_cache(self, cache: dict | None) -> None:
+        """The Cache tab: the explainer's text, the anatomy bar and its parts (sortable by tokens or cost)."""
+        self.cache_text.setHtml(cache_html(cache))
+        self.anatomy.set_report(cache)
+        parts = (cache or {}).get("anatomy") or []
+        table = self.parts_table
+        table.setSortingEnabled(False)
+        table.setRowCount(len(parts))
+        for i, part in enumerate(parts):
+            secs = part.get("seconds")
+            cells = [(f"{part_name(part)}  {part.get('label', '') if part.get('kind') != 'tool' else ''}".strip(),
+                      None), (f"{part['tokens']:,}", part["tokens"]), (f"{part.get('cached', 0):,}",
+                                                                        part.get("cached", 0)),
+                     (_ms(secs) if secs is not None else "", secs if secs is not None else -1.0)]
+            for j, (text, key) in enumerate(cells):
+                item = _SortItem(text, key)
+                if j:
+                    item.setTextAlignment(int(Qt.AlignRight | Qt.AlignVCenter))
+                table.setItem(i, j, item)
+        table.setSortingEnabled(True)
 
     # actions ------------------------------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -485,18 +637,69 @@ class ServerWindow(QMainWindow):
         self.summary.setText("Select a request to see its timeline and bodies.")
         self.request_text.clear()
         self.reply_text.clear()
+        self._show_cache(None)
         self.refresh_table()
 
+    def copy_as_curl(self) -> str:
+        """The selected request as a curl command, put on the clipboard."""
+        if not self.detail or "error_fetching" in self.detail:
+            return ""
+        text = curl_command(self.detail, self.bridge.client.base_url)
+        QApplication.clipboard().setText(text)
+        self.statusBar().showMessage("Copied the request as a curl command", 5000)
+        return text
+
+    def replay(self) -> None:
+        """Send the selected request again (the service replays it from its log); the new request is selected
+        when it is listed."""
+        rid = self.selected_id
+        if rid is None:
+            return
+        self.replay_button.setEnabled(False)
+        call = self.bridge.call(lambda c: c.replay(rid))
+        call.finished.connect(self._on_replayed)
+        call.failed.connect(lambda msg: (self.statusBar().showMessage(f"Replay failed: {msg}", 10000),
+                                         self.replay_button.setEnabled(True)))
+
+    def _on_replayed(self, answer: dict) -> None:
+        self.replayed = answer
+        self.replay_button.setEnabled(True)
+        new = answer.get("record")
+        self.statusBar().showMessage(f"Replayed request #{answer.get('replayed')}: status {answer.get('status')}"
+                                     + (f", listed as #{new}" if new else ""), 10000)
+        self.feed_changed.emit()
+        if isinstance(new, int):
+            QTimer.singleShot(300, lambda: self.select_request(new))
+
     def export(self, path: str | None = None) -> str | None:
-        """Write the listed requests as JSON (the only thing this window ever writes to disk)."""
+        """Write the listed requests as JSON lines, one record a line (or one JSON document when the name ends in
+        .json): the only thing this window ever writes to disk."""
         if path is None:
-            path, _ = QFileDialog.getSaveFileName(self, "Export requests", "strata-requests.json", "JSON (*.json)")
+            path, _ = QFileDialog.getSaveFileName(self, "Export requests", "strata-requests.jsonl",
+                                                  "JSON lines (*.jsonl);;JSON (*.json)")
             if not path:
                 return None
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"requests": self.model.rows}, f, indent=1, ensure_ascii=False)
+            if path.endswith(".json"):
+                json.dump({"requests": self.model.rows}, f, indent=1, ensure_ascii=False)
+            else:
+                for rec in self.model.rows:
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         self.statusBar().showMessage(f"Saved {len(self.model.rows)} requests to {path}", 8000)
         return path
+
+
+class _SortItem(QTableWidgetItem):
+    """A table cell sorted by its number (tokens, seconds) rather than its text."""
+
+    def __init__(self, text: str, key=None):
+        super().__init__(text)
+        self.key = key
+
+    def __lt__(self, other) -> bool:
+        if isinstance(other, _SortItem) and self.key is not None and other.key is not None:
+            return self.key < other.key
+        return self.text() < other.text()          # (QTableWidgetItem.__lt__ would call this one again)
 
 
 def _pretty(text: str, size: int, limit: int) -> str:

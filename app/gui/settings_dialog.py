@@ -125,6 +125,8 @@ class SettingsDialog(QDialog):
         self.rpc_workers.setPlaceholderText("one host:port per line (strata worker on another computer)")
         self.rpc_workers.setMaximumHeight(48)
         self._row(form, "rpc_workers", self.rpc_workers)
+        self.request_bodies = QCheckBox("keep each request's and reply's body (credentials masked)")
+        self._row(form, "request_bodies", self.request_bodies)
         return box
 
     def _build_models(self) -> QGroupBox:
@@ -198,6 +200,7 @@ class SettingsDialog(QDialog):
         for key in INT_MAX:
             self.fields[key].setValue(v[key])
         self.keep_alive.setText(v["keep_alive"])
+        self.request_bodies.setChecked(bool(v["request_bodies"]))
         for src, cb in self.sources.items():
             cb.setChecked(src in v["external_sources"])
 
@@ -206,6 +209,7 @@ class SettingsDialog(QDialog):
                "origins": [o.strip() for o in self.origins.toPlainText().splitlines() if o.strip()],
                "rpc_workers": [w.strip() for w in self.rpc_workers.toPlainText().splitlines() if w.strip()],
                "keep_alive": self.keep_alive.text().strip(),
+               "request_bodies": int(self.request_bodies.isChecked()),
                "external_sources": [s for s, cb in self.sources.items() if cb.isChecked()]}
         out.update({key: self.fields[key].value() for key in INT_MAX})
         return out

@@ -17,7 +17,7 @@ from .dialects.rerank import routes as rerank_routes
 from .dialects.strata import routes as strata_routes
 from .dialects.whole import Joins
 from .http.events import EventBus
-from .http import request_log
+from .http import request_history, request_log
 from .http.metrics import Metrics
 from .http.security import make_middlewares
 from .scheduling import fair_slots
@@ -26,6 +26,20 @@ from .store.model_store import ModelStore
 from .store.proxy import AsyncStore
 
 log = logging.getLogger("strata.service")
+
+
+async def _open_request_history(config: ServiceConfig, store: AsyncStore, requests) -> None:
+    """The request log on disk (http/request_history.py) beside the store's database (the data dir, where the
+    prompt cache on disk lives too), unless turned off; when it cannot be opened the log lives in memory only."""
+    if not config.request_history:
+        return
+    try:
+        folder = await store.folder()
+        history = await asyncio.to_thread(request_history.RequestHistory, folder / request_history.FILE_NAME)
+    except Exception as e:  # noqa: BLE001 - a log that cannot be opened must not stop the service
+        log.warning("request history not kept: %s", e)
+        return
+    requests.attach_history(history)
 
 
 def _default_store(config: ServiceConfig) -> ModelStore:
@@ -63,12 +77,13 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     config = config or ServiceConfig.from_env()
     metrics = Metrics()
     events = EventBus()
-    requests = request_log.RequestLog(events)
+    requests = request_log.RequestLog(events, bodies=config.request_bodies)
     # order: request log and metrics (outermost, see the final status) -> errors -> security -> handler
     app = web.Application(client_max_size=config.max_body,
                           middlewares=[request_log.middleware(requests), fair_slots.middleware(),
                                        _metrics_middleware(metrics),
                                        *make_middlewares(config)])
+    app.on_response_prepare.append(request_log.on_prepare)
     store = AsyncStore(store_factory or (lambda: _default_store(config)))
     app[keys.CONFIG] = config
     app[keys.METRICS] = metrics
@@ -92,6 +107,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
                 scheduler.settings[name] = ModelSettings(**st)
         except Exception as e:  # noqa: BLE001 - an unreadable store fails its own requests with a clear error
             log.warning("model settings: %s", e)
+        await _open_request_history(config, store, requests)
 
         async def discover():
             try:
@@ -104,6 +120,8 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
         task.cancel()
         await scheduler.close()
         store.close()
+        if requests.history is not None:
+            await asyncio.get_running_loop().run_in_executor(None, requests.history.close)
 
     app.cleanup_ctx.append(lifecycle)
     return app

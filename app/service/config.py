@@ -28,6 +28,10 @@ Environment variables (all optional):
                        together), as a size ("16GiB", "12000MiB") or MiB; 0 or unset = none. The planner honours
                        it as it honours free memory (a load that does not fit under it evicts idle models or is a 507)
   STRATA_EXTERNAL_MODELS   other apps' folders to scan: 0 (none), 1 (all) or a list like "ollama,lmstudio"
+  STRATA_REQUEST_HISTORY   1 (default): the request log keeps finished requests in requests.db in the data dir
+                       (bounded; the Server window lists them after a restart); 0: memory only
+  STRATA_REQUEST_BODIES    1 (default): the request log keeps bounded request and reply bodies (credentials
+                       masked); 0: metadata, timings and usage only (privacy)
 Passed down to every runner child (engine/runner_settings.RunnerSettings; the runner reads no variable itself):
   STRATA_SPECULATIVE   speculative decoding: auto (default), off, on, or a longest draft (runner/speculation/drafting.py)
   STRATA_STREAM_INTERVAL_MS  how long new text may be held before it is sent (default: 50 ms when every CPU
@@ -193,6 +197,8 @@ class ServiceConfig:
     runner_watchdog_s: float = 8.0             # heartbeat silence that means frozen; 0 = no watchdog
     runner_step_floor_s: float = 120.0         # a step may always run this long (runner_watch.WatchLimits)
     runner: RunnerSettings = RunnerSettings()  # what every runner child is told at start (speculation, ...)
+    request_history: bool = True               # the request log's finished requests kept on disk (requests.db)
+    request_bodies: bool = True                # ... and in memory with their bodies (False: metadata only)
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceConfig":
@@ -222,6 +228,8 @@ class ServiceConfig:
             runner_watchdog_s=_float_env("STRATA_RUNNER_WATCHDOG", 8.0, env=env),
             runner_step_floor_s=_float_env("STRATA_RUNNER_STEP_FLOOR", 120.0, env=env),
             runner=_runner_settings(env),
+            request_history=_int_env("STRATA_REQUEST_HISTORY", 1, minimum=0, env=env) > 0,
+            request_bodies=_int_env("STRATA_REQUEST_BODIES", 1, minimum=0, env=env) > 0,
         )
         return replace(cfg, **overrides) if overrides else cfg
 

@@ -1,7 +1,9 @@
 """The Server window (pytest-qt, offscreen) against the real service and SmolLM2, fed by requests from the official
 `ollama`, `openai` and `anthropic` clients: each request appears with the figures its client was answered with,
 an error with its message, a selected request's timeline adds up to its time and is drawn to scale, credentials
-are never shown, the plots move, and a closed window leaves the service's feed with no listener."""
+are never shown, the plots move, and a closed window leaves the service's feed with no listener. A cache miss
+is explained on its request (the divergence highlighted, the prompt's anatomy), a request copies as curl and
+replays, and after a restart the window lists the earlier requests (the log on disk), searchable."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,7 @@ import ollama
 import openai
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
 from app.gui.server_data import COLUMNS, ServerFeed, cell, client_name, timeline
@@ -263,3 +266,78 @@ def test_the_feed_spreads_a_prompt_over_its_prefill_and_keeps_the_window():
     assert client_name("ollama-python/0.4.7 (x86_64 linux) Python/3.11.2") == "ollama-python/0.4.7"
     assert client_name("Python/3.11 aiohttp/3.9.5") == "aiohttp/3.9.5"
     assert client_name("") == "(no User-Agent)"
+
+
+def test_a_cache_miss_is_explained_on_the_request_which_copies_as_curl_and_replays(qtbot, desk, win, service):
+    """One early byte of the system prompt changed between two requests (the day): the second request's Reuse
+    cell is marked, its Cache tab shows the divergence with the old and the new text highlighted, the anatomy
+    bar adds up to the prompt, the parts sort by their tokens; "Copy as curl" leaves the credential out and
+    "Replay" sends it again, listed as a replay of it."""
+    ai = openai.OpenAI(base_url=service.url + "/v1", api_key=SECRET_OPENAI, max_retries=0)
+    rule = "Answer briefly and plainly, in one sentence, without lists, headings or code. " * 5
+    for day in ("Monday", "Tuesday"):
+        ai.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
+            {"role": "system", "content": f"Today is {day}. {rule}"}, {"role": "user", "content": "Say hi."}])
+    rec = record(qtbot, win, lambda r: (r.get("cache") or {}).get("verdict") == "changed"
+                 and "Today is Tuesday" in r["cache"]["divergence"]["part"]["label"], "the changed request")
+    cells = row_cells(win, rec["id"])
+    assert cells["Reuse"] == "⚠ changed at system #0", cells
+    row = win.model.row_of(rec["id"])
+    assert win.model.data(win.model.index(row, COLUMNS.index("Reuse")), Qt.ForegroundRole) is not None
+    win.select_request(rec["id"])
+    qtbot.waitUntil(lambda: win.detail is not None and win.detail.get("id") == rec["id"], timeout=WAIT)
+    div = win.detail["cache"]["divergence"]
+    assert div["before"].endswith("Today is ") and (div["old"], div["new"]) == ("Mon", "Tues"), div
+    html = win.cache_text.toHtml()
+    assert "Mon</span>" in html and "Tues</span>" in html and "system #0" in win.cache_text.toPlainText()
+    segments = win.anatomy.segments
+    assert sum(s["tokens"] for s in segments) == rec["prompt_tokens"]
+    assert {s["kind"] for s in segments} >= {"system", "tail"}
+    assert sum(s["tokens"] for s in segments if s["kind"] == "tail") == rec["prompt_tokens"] - rec["cached_tokens"]
+    table = win.parts_table
+    assert table.rowCount() == len(win.detail["cache"]["anatomy"])
+    table.sortItems(1, Qt.DescendingOrder)                          # by tokens
+    tokens = [int(table.item(i, 1).text().replace(",", "")) for i in range(table.rowCount())]
+    assert tokens == sorted(tokens, reverse=True)
+    curl = win.copy_as_curl()
+    assert curl.startswith("curl ") and "/v1/chat/completions" in curl and "--data-binary" in curl
+    assert SECRET_OPENAI not in curl and "$STRATA_API_KEY" in curl and "Tuesday" in curl
+    assert QApplication.clipboard().text() == curl
+    qtbot.waitUntil(win.replay_button.isEnabled, timeout=WAIT)
+    qtbot.mouseClick(win.replay_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: win.replayed is not None, timeout=WAIT)
+    assert win.replayed["status"] == 200 and win.replayed["replayed"] == rec["id"]
+    again = record(qtbot, win, lambda r: r.get("replay_of") == rec["id"], "the replay")
+    assert again["prompt_tokens"] == rec["prompt_tokens"] and again["model"] == MODEL
+    # the search: errors only, then everything again
+    win.filter_status.setCurrentText("error")
+    qtbot.waitUntil(lambda: all((r.get("status") or 0) >= 400 for r in win.model.rows), timeout=WAIT)
+    win.filter_status.setCurrentText("any status")
+    qtbot.waitUntil(lambda: win.model.row_of(again["id"]) >= 0, timeout=WAIT)
+
+
+def test_after_a_restart_the_window_lists_the_earlier_requests(qtbot, live_service):
+    """`strata serve` stopped and started again on the same data dir: the Server window of the new one lists the
+    requests the old one answered (the request log on disk), and the search finds them by client and status."""
+    from app.gui.desktop import Desktop
+
+    with live_service.running(n_threads=1, num_parallel=1, num_ctx=512) as old:
+        home = old.home
+        oc = ollama.Client(host=old.url)
+        with pytest.raises(ollama.ResponseError):
+            oc.show("no-such-model")
+        oc.show(MODEL)
+    with live_service.running(home=home, n_threads=1, num_parallel=1, num_ctx=512) as new:
+        d = Desktop(new.url, use_tray=False, poll_ms=1000)
+        qtbot.addWidget(d.chat)
+        try:
+            w = d.open_server()
+            qtbot.waitUntil(lambda: w.connected, timeout=WAIT)
+            earlier = record(qtbot, w, lambda r: r["path"] == "/api/show" and r["status"] == 404, "earlier 404")
+            assert earlier["client"].startswith("ollama-python") and "no-such-model" in earlier["error"]
+            record(qtbot, w, lambda r: r["path"] == "/api/show" and r["status"] == 200, "earlier show")
+            w.filter_client.setText("ollama-python")
+            w.filter_status.setCurrentText("4xx")
+            qtbot.waitUntil(lambda: [r["id"] for r in w.model.rows] == [earlier["id"]], timeout=WAIT)
+        finally:
+            d.shutdown()

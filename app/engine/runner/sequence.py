@@ -36,6 +36,7 @@ class Admitted:
         self.error: str | None = None   # why admission refused the request (it never reaches the loop)
         self.error_kind = "error"
         self.error_data: dict | None = None     # numbers for the client's error (a context overflow's counts)
+        self.report: dict | None = None # the prompt's anatomy and comparison with earlier prompts (cache/explain.py)
 
 
 class OutputState:
@@ -75,6 +76,8 @@ class Seq:
         self.history: list[int] = []    # the tokens in KV, for the re-process fallback and `context`
         self.n_cached = 0               # prompt tokens found in KV cells (prompt cache), not decoded again
         self.n_reused = 0               # of n_cached, those cache reuse moved from other positions (approximate)
+        self.cache_source = ""          # where n_cached came from: "slot" | "host" | "sequence" | "disk"
+        self.cache_candidates: dict[str, int] = {}   # the longest common prefix each source offered
         self.checkpoint_at: list[int] = []   # prompt positions still to take a context checkpoint at
         self.n_exact: int | None = None  # after a context shift: how many leading cells equal a cold computation
         self.wait_src = None            # state WAIT: the running Seq whose first `wait_n` cells this one copies

@@ -295,7 +295,8 @@ class Generation:
             self._metrics.count_drafts(self.lease.model.name, ev.draft_tokens, ev.draft_accepted)
             return Finished(ev.reason, ev.prompt_tokens, ev.completion_tokens, ev.prompt_seconds,
                             ev.generation_seconds, tuple(ev.context_tokens) if ev.context_tokens else None,
-                            ev.cached_tokens, ev.stop_string, ev.draft_tokens, ev.draft_accepted, ev.reused_tokens)
+                            ev.cached_tokens, ev.stop_string, ev.draft_tokens, ev.draft_accepted, ev.reused_tokens,
+                            ev.report)
         raise ApiError(500, f"model {self.job.model!r}: unexpected runner message {ev!r}")
 
     async def collect(self) -> GenerationResult:

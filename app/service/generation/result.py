@@ -68,6 +68,7 @@ class Finished:
     draft_tokens: int = 0                # speculative decoding: tokens drafted and verified for this reply
     draft_accepted: int = 0              # ... of which accepted (part of completion_tokens)
     reused_tokens: int = 0               # of cached_tokens, how many cache reuse moved from other positions
+    report: dict | None = None           # the cache-miss explainer and prompt anatomy (runner/cache/explain.py)
 
 
 Event = TextDelta | ThinkingDelta | ToolCallStart | ToolCallArguments | ToolCallEvent | Finished

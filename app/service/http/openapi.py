@@ -122,10 +122,13 @@ ROUTES: dict[tuple[str, str], tuple[str, str, dict | None]] = {
                                        "load_failed, memory; `: ping` every 15 s. `?include=request,stats` adds "
                                        "a `request` event per request start, lease and end, and a `stats` sample "
                                        "every second (the Server window's feed)", None),
-    ("GET", "/api/requests"): ("strata", "The last requests (a ring in memory): route, client, status, error, "
+    ("GET", "/api/requests"): ("strata", "The last requests (in memory and on disk; filters client, model, status, "
+                                         "path; format=jsonl exports): route, client, status, error, "
                                          "tokens, cache, drafts, time to first token, timeline", None),
     ("GET", "/api/requests/{id}"): ("strata", "One logged request with its headers (credentials masked) and "
                                               "its bodies (bounded)", None),
+    ("POST", "/api/requests/{id}/replay"): ("strata", "Send a logged request again as it was; names the new "
+                                                      "request's record", None),
     ("GET", "/metrics"): ("strata", "Prometheus metrics (text format)", None),
     ("GET", "/api/openapi.json"): ("strata", "This document", None),
 }

@@ -1,5 +1,7 @@
 """The request log: what every API request did, kept in memory for the desktop's Server window and
-`GET /api/requests`. A ring of the last requests (nothing on disk); while a subscriber of `/api/events` asked for
+`GET /api/requests`. A ring of the last requests in memory, and the finished ones that carry work (not GET/HEAD:
+a client polling /api/tags would push the generations out) in SQLite in the data dir (request_history.py), so
+they outlive a restart; while a subscriber of `/api/events` asked for
 them (`?include=request`), each request is also published as it starts, gets its model and ends.
 
 Fed without touching the dialects: `middleware` opens a record per HTTP request (route, client, status, the error
@@ -28,12 +30,15 @@ from typing import Any
 from aiohttp import web
 
 BODY_LIMIT = 16 * 1024          # bytes of a request or reply body a record keeps (the rest is counted, not kept)
+HISTORY_BODY_LIMIT = 1024 * 1024   # ... of a request body the history on disk keeps (enough to replay an agent's)
 RING = 500                      # records kept of requests that carry work (anything but GET/HEAD)
 RING_READS = 100                # ... and of GET/HEAD requests, kept apart so a client polling /api/tags every few
                                 # seconds cannot push the generations out
 QUEUED_AFTER = 0.010            # seconds of waiting for a slot that count as "queued"
 NOT_LOGGED = ("/api/events", "/api/requests")    # the window's own feed
 CLIENT_CLOSED_REQUEST = 499
+REPLAY_HEADER = "X-Strata-Replay-Of"     # a replayed request names the one it replays
+ID_HEADER = "X-Strata-Request-Id"       # every logged request's answer names its record
 
 # Headers whose values are credentials: shown by name only.
 SECRET_HEADERS = {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie",
@@ -43,6 +48,8 @@ _SECRET_FIELDS = re.compile(
     r'("(?:api_?key|apiKey|x-api-key|authorization|password|secret|client_secret|access_token|refresh_token|'
     r'token|bearer)"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE)
 MASK = "•••"
+FLAG_TOKENS = 8                 # a request that computed more than this beyond its new tail is marked
+RATE_MIN_TOKENS = 64            # a request that computed fewer prompt tokens does not measure the prefill rate
 
 _current: contextvars.ContextVar["RequestRecord | None"] = contextvars.ContextVar("strata_request", default=None)
 
@@ -117,12 +124,16 @@ class RequestRecord:
     request_body: str = ""
     request_bytes: int = 0
     reply_body: str = ""
+    request_body_full: str = ""         # a longer request body, until the history has written it
+    replay_of: int | None = None        # the request this one replays (POST /api/requests/{id}/replay)
     reply_bytes: int = 0
     load_wait: float = 0.0
     queue_wait: float = 0.0
     t_slot: float | None = None                                 # monotonic instants the request passed
     t_end: float | None = None
     result: Any = None          # the generation's GenerationResult when it had one (http/ cannot import generation/)
+    prefill_rate: float | None = None   # prompt tokens/s of the model when it ended (this request's own, when it
+                                        # computed enough of its prompt to measure): what a part of it costs
     log: "RequestLog | None" = field(default=None, repr=False)  # where its updates go out
 
     @property
@@ -166,6 +177,7 @@ class RequestRecord:
             "load_wait": self.load_wait, "queue_wait": self.queue_wait,
             "queued": self.queue_wait >= QUEUED_AFTER,
             "ttft": (first - self.t0) if first is not None else None,
+            "replay_of": self.replay_of,
             "output_tokens": getattr(r, "output_tokens", 0),
         }
         if fin is not None:
@@ -175,10 +187,16 @@ class RequestRecord:
                      tokens_per_second=(fin.completion_tokens / fin.generation_seconds
                                         if fin.generation_seconds > 0 else None),
                      drafted=fin.draft_tokens, accepted=fin.draft_accepted)
+            if fin.report:
+                cache = d["cache"] = cache_summary(fin.report, self.prefill_rate, detail)
+                prev = cache.get("previous")
+                if prev and self.log is not None:
+                    prev["record"] = self.log.by_runner_id.get(prev.get("request"))
         if detail:
+            keep = self.log is None or self.log.bodies
             d.update(headers=self.headers, request_body=self.request_body, request_bytes=self.request_bytes,
-                     reply_body=self.reply_body or self._reply_from_result(), reply_bytes=self.reply_bytes,
-                     body_limit=BODY_LIMIT)
+                     reply_body=(self.reply_body or self._reply_from_result()) if keep else "",
+                     reply_bytes=self.reply_bytes, body_limit=BODY_LIMIT if keep else 0)
         return d
 
     def _reply_from_result(self) -> str:
@@ -202,18 +220,24 @@ class RequestRecord:
 class RequestLog:
     """The rings of records, the totals the Server window's plots read (`stats`), and the bus they go out on."""
 
-    def __init__(self, bus=None, ring: int = RING, ring_reads: int = RING_READS):
+    def __init__(self, bus=None, ring: int = RING, ring_reads: int = RING_READS, history=None,
+                 bodies: bool = True):
         self.bus = bus
+        self.history = history          # request_history.RequestHistory: finished work requests on disk, or None
+        self.bodies = bodies            # False: no request or reply bodies are kept (privacy), in memory or on disk
         self._work: deque[RequestRecord] = deque(maxlen=ring)
         self._reads: deque[RequestRecord] = deque(maxlen=ring_reads)
         self.running: set[RequestRecord] = set()
-        self._next = 1
+        self._next = (history.last_id() + 1) if history is not None else 1    # ids go on across restarts
         # totals of finished generations (the live part of running ones is added by `totals`)
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.output_tokens = 0
         self.requests = 0
         self.errors = 0
+        self.prefill_rates: dict[str, float] = {}      # model -> prompt tokens/s (see _prefill_rate)
+        self.by_runner_id: dict[str, int] = {}         # a runner's request id -> its record's (the explainer
+                                                        # names the previous prompt by the former)
 
     def begin(self, request: web.Request) -> RequestRecord:
         rec = RequestRecord(self._next, request.method, request.path, request.headers.get("User-Agent", ""),
@@ -232,12 +256,40 @@ class RequestLog:
             self.errors += 1
         fin = rec._finished()
         if fin is not None:
+            rec.prefill_rate = self._prefill_rate(rec.model, fin)
+            if fin.report and fin.report.get("request"):
+                self.by_runner_id[fin.report["request"]] = rec.id
+                while len(self.by_runner_id) > RING:
+                    self.by_runner_id.pop(next(iter(self.by_runner_id)))
             self.prompt_tokens += fin.prompt_tokens
             self.cached_tokens += fin.cached_tokens
             self.output_tokens += fin.completion_tokens
         elif rec.result is not None:
             self.output_tokens += getattr(rec.result, "output_tokens", 0)
         self.publish(rec)
+        if self.history is not None and rec.method not in ("GET", "HEAD"):
+            full = rec.to_dict(detail=True)
+            if rec.request_body_full:
+                full["request_body"], full["body_limit"] = rec.request_body_full, HISTORY_BODY_LIMIT
+                rec.request_body_full = ""
+            self.history.add(full)
+
+    def attach_history(self, history) -> None:
+        """Keep finished work requests on disk from now on (the service's startup opens it); ids go on from the
+        last one it holds."""
+        self.history = history
+        self._next = max(self._next, history.last_id() + 1)
+
+    def _prefill_rate(self, model: str, fin) -> float | None:
+        """Prompt tokens a second on `model` as measured now: this request's when it computed at least
+        RATE_MIN_TOKENS of its prompt (kept, per model, as a moving average), else the model's last."""
+        computed = fin.prompt_tokens - fin.cached_tokens
+        if computed >= RATE_MIN_TOKENS and fin.prompt_seconds > 0:
+            rate = computed / fin.prompt_seconds
+            old = self.prefill_rates.get(model)
+            self.prefill_rates[model] = rate if old is None else 0.5 * old + 0.5 * rate
+            return rate
+        return self.prefill_rates.get(model)
 
     def publish(self, rec: RequestRecord) -> None:
         if self.bus is not None and self.bus.wants("request"):
@@ -253,6 +305,33 @@ class RequestLog:
                 return r
         return None
 
+    def detail(self, rid: int) -> dict | None:
+        """One request with its headers and bodies: from memory, else from the history on disk (whose request body
+        may be longer: HISTORY_BODY_LIMIT)."""
+        rec = self.get(rid)
+        stored = self.history.get(rid) if self.history is not None and (
+            rec is None or (rec.t_end is not None and rec.request_bytes > BODY_LIMIT)) else None
+        if rec is None:
+            return stored
+        d = rec.to_dict(detail=True)
+        if stored and len(stored.get("request_body") or "") > len(d["request_body"]):
+            d["request_body"], d["body_limit"] = stored["request_body"], stored.get("body_limit", d["body_limit"])
+        return d
+
+    def listing(self, *, client: str = "", model: str = "", status: str = "", path: str = "",
+                before: int | None = None, limit: int | None = None) -> list[dict]:
+        """Records newest first (the list view's, without bodies): the rings in memory, and with a history on disk
+        the finished requests it holds too (earlier runs of the service included), filtered as
+        RequestHistory.search says (case-insensitive parts of the client and model, a status code or class)."""
+        rows = {r.id: r.to_dict() for r in self.records()}
+        if self.history is not None:
+            for d in self.history.search(client=client, model=model, status=status, path=path, before=before,
+                                         limit=limit or RING):
+                rows.setdefault(int(d["id"]), d)
+        out = [d for d in rows.values() if _matches(d, client, model, status, path, before)]
+        out.sort(key=lambda d: d["id"], reverse=True)
+        return out[:limit] if limit else out
+
     def totals(self) -> dict:
         """Counters since the service started; generated tokens include what running replies streamed so far."""
         live = 0
@@ -266,6 +345,35 @@ class RequestLog:
                 "output_tokens": self.output_tokens + live}
 
 
+def _matches(d: dict, client: str, model: str, status: str, path: str, before: int | None) -> bool:
+    if client and client.lower() not in (d.get("client") or "").lower():
+        return False
+    if model and model.lower() not in (d.get("model") or "").lower():
+        return False
+    if path and path.lower() not in (d.get("path") or "").lower():
+        return False
+    if before is not None and d["id"] >= before:
+        return False
+    if status:
+        code, s = d.get("status"), status.strip().lower()
+        if s == "error":
+            return code is not None and code >= 400
+        if s == "ok":
+            return code is not None and code < 400
+        if len(s) == 3 and s.endswith("xx") and s[0].isdigit():
+            return code is not None and code // 100 == int(s[0])
+        if s.isdigit():
+            return code == int(s)
+    return True
+
+
+async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """Every logged request's answer names its record (X-Strata-Request-Id): a replay finds its new record."""
+    rec = _current.get()
+    if rec is not None:
+        response.headers[ID_HEADER] = str(rec.id)
+
+
 def middleware(log: RequestLog):
     """One record per request, outermost (after the error middleware has made every failure a JSON answer)."""
     @web.middleware
@@ -275,13 +383,17 @@ def middleware(log: RequestLog):
         rec = log.begin(request)
         token = _current.set(rec)
         rec.headers = safe_headers(request.headers)
+        replay = request.headers.get(REPLAY_HEADER, "")
+        rec.replay_of = int(replay) if replay.isdigit() else None
         try:
             resp = await handler(request)
             rec.status = resp.status
+            if not resp.prepared:
+                resp.headers[ID_HEADER] = str(rec.id)
             body = getattr(resp, "body", None) if isinstance(resp, web.Response) else None
             if isinstance(body, (bytes, bytearray)):
                 rec.reply_bytes = len(body)
-                rec.reply_body = safe_text(bytes(body))
+                rec.reply_body = safe_text(bytes(body)) if log.bodies else ""
                 if resp.status >= 400 and not rec.error:
                     rec.error = error_message(bytes(body))
             return resp
@@ -306,6 +418,20 @@ def middleware(log: RequestLog):
     return record
 
 
+def cache_summary(report: dict, rate: float | None, detail: bool) -> dict:
+    """A generation's cache report (runner/cache/explain.py) as the log shows it: in the list, the verdict, what was
+    reused from where and the divergence; in detail also the anatomy, each part with what it costs to compute at
+    the measured prefill `rate` (seconds; None before anything was measured)."""
+    keys = ("verdict", "source", "cached", "moved", "new_tail", "recomputed_beyond_tail", "candidates", "previous",
+            "divergence", "prompt_tokens")
+    out = {k: report[k] for k in keys if k in report}
+    out["flagged"] = report.get("recomputed_beyond_tail", 0) > FLAG_TOKENS
+    out["prefill_rate"] = rate
+    if detail and report.get("anatomy"):
+        out["anatomy"] = [dict(p, seconds=(p["tokens"] / rate if rate else None)) for p in report["anatomy"]]
+    return out
+
+
 # ---- hooks (each a no-op outside a logged request) -----------------------------------------------------------
 
 def note_body(raw: bytes) -> None:
@@ -313,7 +439,12 @@ def note_body(raw: bytes) -> None:
     rec = _current.get()
     if rec is not None:
         rec.request_bytes = len(raw)
-        rec.request_body = safe_text(raw)
+        keep = rec.log is None or rec.log.bodies
+        rec.request_body = safe_text(raw) if keep else ""
+        if keep and rec.log is not None and rec.log.history is not None and len(raw) > BODY_LIMIT:
+            # the history on disk keeps more of it (an agent's 120 KB request can be replayed from there); the
+            # record holds it only until it is written
+            rec.request_body_full = safe_text(raw, HISTORY_BODY_LIMIT)
 
 
 def note_model(body: dict) -> None:

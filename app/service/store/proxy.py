@@ -54,6 +54,10 @@ class AsyncStore:
         on disk). Read from the store once it exists (it does after the first lookup), else the app's data dir."""
         return self._store.db_path.parent if self._store is not None else paths.data_dir()
 
+    async def folder(self) -> Path:
+        """`data_dir`, once the store exists (it is made here when it does not yet)."""
+        return await self._run(lambda s: s.db_path.parent)
+
     # ---- reading ---------------------------------------------------------------------------------------------
     async def list(self) -> list[ModelRecord]:
         return await self._run(lambda s: s.list())

@@ -47,6 +47,18 @@ def common_prefix(a, b) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+def common_prefix_chars(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share (binary search over slice equality: C-speed compares)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class SlotCache:
     """What each slot's KV cells hold while no sequence runs in it."""
 

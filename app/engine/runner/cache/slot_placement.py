@@ -100,18 +100,24 @@ class Placement:
             entry, n_host, v_host = self._best_entry_with_reuse(prompt, limit)
             if disk is not None:
                 v_disk = n_disk + self._reuse_gain(disk.tokens, prompt, n_disk, limit)
+        # what each source offered (the cache report: cache/explain.py)
+        seq.cache_candidates = {"slot": v_slot, "host": v_host, "sequence": n_src, "disk": v_disk}
         if disk is not None and v_disk >= max(v_slot, v_host, n_src) + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
+            seq.cache_source = "disk"
             self._start(seq, slot, *self._restore_disk(disk, slot, n_disk, seq))
             return slot
         if src is not None and n_src >= max(v_slot, v_host) + MIN_SHARE_TOKENS:
             slot = self._take(self.slots.victim(free), 0)
+            seq.cache_source = "sequence"
             self._share(seq, slot, src, n_src)
             return slot
         if entry is not None and v_host >= v_slot + MIN_RESTORE_GAIN:
             slot = self._take(self.slots.victim(free), 0)
+            seq.cache_source = "host"
             self._start(seq, slot, *self._restore_entry(entry, slot, n_host, seq))
             return slot
+        seq.cache_source = "slot"
         cached = self.slots.tokens[slot]
         self._take(slot, n_slot)
         if v_slot > n_slot and self._reusable(seq, slot):

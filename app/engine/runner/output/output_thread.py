@@ -12,6 +12,7 @@ import time
 
 from app.discovery.host import cpu_cores
 from app.engine import protocol as P
+from app.engine.runner.cache import explain
 from app.engine.runner.output.text import logprobs_from_logits
 from app.engine.runner.output.output_port import (Admit, EmbedInputs, EmbedJob, LoopPort, OutputItem, Quit, Released,
                                            StepTokens)
@@ -173,7 +174,18 @@ class OutputThread:
             prompt_seconds=max(0.0, t_first - seq.t_admit) if seq.t_admit else 0.0,
             generation_seconds=max(0.0, seq.t_done - t_first) if seq.t_admit else 0.0,
             context_tokens=ctx_tokens, stop_string=out.stop.matched if out.stop is not None else None,
-            cached_tokens=seq.n_cached, reused_tokens=seq.n_reused, draft_tokens=seq.n_drafted, draft_accepted=seq.n_accepted))
+            cached_tokens=seq.n_cached, reused_tokens=seq.n_reused, draft_tokens=seq.n_drafted, draft_accepted=seq.n_accepted,
+            report=self._report(seq)))
+
+    def _report(self, seq: Seq) -> dict | None:
+        """The request's cache report (cache/explain.py): admission's part plus what the placement found."""
+        try:
+            return explain.finish(seq.adm.report, prompt_tokens=seq.adm.n_prompt, cached=seq.n_cached,
+                                  moved=seq.n_reused, source=seq.cache_source, candidates=seq.cache_candidates,
+                                  cache_prompt=bool(getattr(seq.req, "cache_prompt", True)))
+        except Exception:  # noqa: BLE001 - a report is an extra: never fail the request's end for it
+            log.exception("cache report of %s failed", seq.id)
+            return None
 
     def on_embed(self, req: P.EmbedRequest):
         try:

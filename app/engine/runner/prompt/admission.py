@@ -13,6 +13,7 @@ it says (docs/architecture.md, "Tool calls").
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +23,7 @@ from app.engine.chat.formats import GENERIC, format_for
 from app.engine.chat.plan import ChatPlan
 from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.protocol import has_images
+from app.engine.runner.cache.explain import PromptHistory
 from app.engine.runner.cache.prompt_cache import common_prefix
 from app.engine.runner.embedding.embeddings import tokenize
 from app.engine.runner.output.text import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
@@ -31,6 +33,8 @@ from app.engine.runner.sampling import chain as sampling, grammar, think_budget,
 from app.engine.runner.sampling.constrained import SeqSampler
 from app.engine.runner.sampling.greedy import greedy_pick
 from app.engine.runner.sequence import N_KEEP, Seq
+
+log = logging.getLogger("strata.engine")
 
 
 def validate(req) -> None:
@@ -70,6 +74,7 @@ class Admission:
         self.media = None               # media.Media when the model has a projector (runner main)
         self.vision_missing = ""        # why it has none though its layout names one (mtmd_lib.VisionUnavailable)
         self.prefix_tokens = PrefixTokens(self.vocab, vocab_out.piece)
+        self.history = PromptHistory(vocab_out.piece)   # the cache-miss explainer's earlier prompts (explain.py)
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
@@ -104,6 +109,8 @@ class Admission:
             adm.checkpoint_at = self.last_user_start(req, toks)
         adm.prompt = np.asarray(toks, dtype=np.int32)
         adm.n_prompt = len(toks)
+        if adm.media is None:
+            adm.report = self.explain(seq, req, text if chat and not adm.truncated_tokens else "", toks)
         g, label = self.grammar(req)
         chain = sampling.build_chain(req.sampling, self.n_vocab, self.n_ctx_seq)
         window = sampling.penalty_window(req.sampling, self.n_ctx_seq)
@@ -126,6 +133,19 @@ class Admission:
         stops = list(req.stop) + (self.turn_stops if chat else [])
         seq.out.stop = StopMatcher(stops)
         adm.stop_bytes = StopBytes(stops) if any(stops) else None
+
+    def explain(self, seq: Seq, req, text: str, toks: list[int]) -> dict | None:
+        """The prompt's anatomy and how it compares with this runner's earlier prompts (cache/explain.py); None
+        when that fails (it never fails the request)."""
+        try:
+            msgs = None
+            if text:
+                msgs = req.messages if req.messages is not None else \
+                    chat_template.prompt_messages(req.prompt, req.system)
+            return self.history.admit(seq.id, text, toks, msgs, req.tools if req.render_tools else None)
+        except Exception:  # noqa: BLE001 - a report is an extra: the request goes on without one
+            log.exception("explaining the prompt of %s failed", seq.id)
+            return None
 
     def fit(self, seq: Seq, req, toks: list[int], text: str) -> tuple[list[int], str]:
         """The prompt fitted to the context by the request's `overflow` rule (context_fit.py); what was dropped

@@ -24,23 +24,12 @@ from collections import OrderedDict
 import numpy as np
 from llama_cpp import llama_cpp as L
 
+from app.engine.runner.cache.prompt_cache import common_prefix_chars
 from app.engine.runner.embedding.embeddings import tokenize
 
 MIN_CHARS = 8192            # below this a whole tokenization costs less than looking for a shared prefix
 KEPT = 4                    # texts remembered (an agent, its side requests, another client)
 SPECIAL = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
-
-
-def common_prefix_chars(a: str, b: str) -> int:
-    """How many leading characters `a` and `b` share (binary search over slice equality: C-speed compares)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class _Entry:

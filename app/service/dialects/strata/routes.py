@@ -4,8 +4,10 @@ Covered by tests/integration/service/test_service_api.py and test_import_api.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
+import aiohttp
 from aiohttp import web
 
 from app.discovery.inventory import subtract
@@ -20,6 +22,7 @@ from ...http.bodies import NDJSONWriter, SSEWriter, read_json
 from ...http.errors import ApiError
 from ...http.events import Event
 from ...http.openapi import build_openapi
+from ...http import request_log
 from ...http.request_log import server_stats
 from ...scheduling.loaded_model import ModelSettings
 from ...store.proxy import store_error
@@ -205,8 +208,24 @@ async def events(request):
 
 
 async def requests_list(request):
-    """GET /api/requests: the request log's records, newest first (without bodies)."""
-    return web.json_response({"requests": [r.to_dict() for r in request.app[keys.REQUESTS].records()]})
+    """GET /api/requests: the request log's records, newest first (without bodies): those in memory and, with the
+    history on disk, earlier ones (earlier runs of the service too). Filters: `client`, `model` (a part of the
+    name), `status` (a code, "4xx", "error", "ok"), `path`; `before` (an id) and `limit` page. `format=jsonl`:
+    the records with their bodies as JSON lines (an export)."""
+    q = request.query
+    try:
+        before = int(q["before"]) if q.get("before") else None
+        limit = int(q["limit"]) if q.get("limit") else None
+    except ValueError:
+        raise ApiError(400, "before and limit must be integers") from None
+    log = request.app[keys.REQUESTS]
+    rows = log.listing(client=q.get("client", ""), model=q.get("model", ""), status=q.get("status", ""),
+                       path=q.get("path", ""), before=before, limit=limit)
+    if q.get("format") == "jsonl":
+        lines = [json.dumps(log.detail(d["id"]) or d, ensure_ascii=False, default=str) for d in rows]
+        return web.Response(text="\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson",
+                            headers={"Content-Disposition": 'attachment; filename="strata-requests.jsonl"'})
+    return web.json_response({"requests": rows})
 
 
 async def request_detail(request):
@@ -215,10 +234,46 @@ async def request_detail(request):
         rid = int(request.match_info["id"])
     except ValueError:
         raise ApiError(400, "request id must be an integer", param="id") from None
-    rec = request.app[keys.REQUESTS].get(rid)
+    rec = request.app[keys.REQUESTS].detail(rid)
     if rec is None:
         raise ApiError(404, f"request {rid} is no longer in the log (it keeps the last requests only)")
-    return web.json_response(rec.to_dict(detail=True))
+    return web.json_response(rec)
+
+
+# headers of a logged request that belong to its connection, not to the request
+_NOT_REPLAYED = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "accept-encoding",
+                 "te", "upgrade", "expect"}
+
+
+async def request_replay(request):
+    """POST /api/requests/{id}/replay: send a logged request again, as it was (its method, path, headers whose
+    values were kept, and body), to this service; -> {"replayed", "record" (the new request's id), "status"}.
+    Refused (409) when its body was not kept whole (a body over the history's bound, or bodies turned off)."""
+    try:
+        rid = int(request.match_info["id"])
+    except ValueError:
+        raise ApiError(400, "request id must be an integer", param="id") from None
+    d = request.app[keys.REQUESTS].detail(rid)
+    if d is None:
+        raise ApiError(404, f"request {rid} is no longer in the log (it keeps the last requests only)")
+    body = (d.get("request_body") or "").encode("utf-8")
+    size = int(d.get("request_bytes") or 0)
+    if size and len(body) < size:
+        raise ApiError(409, f"request {rid}'s body was not kept whole ({len(body)} of {size} bytes): it cannot "
+                            "be replayed")
+    headers = {k: v for k, v in (d.get("headers") or {}).items()
+               if k.lower() not in _NOT_REPLAYED and v != request_log.MASK}
+    if request.headers.get("Authorization"):
+        headers["Authorization"] = request.headers["Authorization"]     # the caller was let in: so is its replay
+    headers[request_log.REPLAY_HEADER] = str(rid)
+    url = f"{request.url.origin()}{d.get('path') or '/'}"
+    async with aiohttp.ClientSession() as session:
+        async with session.request(d.get("method") or "POST", url, data=body or None, headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=None)) as resp:
+            await resp.read()
+            new_id = resp.headers.get(request_log.ID_HEADER, "")
+            return web.json_response({"replayed": rid, "status": resp.status,
+                                      "record": int(new_id) if new_id.isdigit() else None})
 
 
 async def metrics(request):
@@ -243,5 +298,6 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/api/events", events)
     r.add_get("/api/requests", requests_list)
     r.add_get("/api/requests/{id}", request_detail)
+    r.add_post("/api/requests/{id}/replay", request_replay)
     r.add_get("/metrics", metrics)
     r.add_get("/api/openapi.json", openapi)
