@@ -422,6 +422,9 @@ def droid_settings(t: Target) -> dict:
 def droid_plan(t: Target, extra: list[str], state_dir: Path) -> LaunchPlan:
     home = state_dir / "droid" / _slug(t.model)
     env = {"FACTORY_HOME_OVERRIDE": str(home), "STRATA_API_KEY": _key(t),
+           # its air-gapped mode: nothing sent to Factory (without it, telemetry and session sync go to
+           # telemetry.factory.ai / api.factory.ai on every run, a BYOK model or not); no sign-in needed
+           "FACTORY_AIRGAP_ENABLED": "true",
            "FACTORY_DROID_AUTO_UPDATE_ENABLED": "false", "FACTORYD_DISABLE_AUTO_UPDATE": "1"}
     notes = [f"Droid's home in Strata's folder ({home}): custom model {DROID_MODEL_ID} -> {t.model} at "
              f"{t.base_url}/v1 (generic Chat Completions); `droid exec` takes it as `-m {DROID_MODEL_ID}` too"]

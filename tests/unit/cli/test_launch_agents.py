@@ -287,7 +287,7 @@ def test_droid_gets_a_home_with_one_custom_model(tmp_path):
     assert m["provider"] == "generic-chat-completion-api" and m["apiKey"] == "${STRATA_API_KEY}"
     assert m["maxOutputTokens"] == 8192 and m["maxContextLimit"] == CODER.input_budget
     assert s["sessionDefaultSettings"]["model"] == DROID_MODEL_ID == "custom:Strata-0"
-    assert p.env["FACTORY_DROID_AUTO_UPDATE_ENABLED"] == "false"
+    assert p.env["FACTORY_DROID_AUTO_UPDATE_ENABLED"] == "false" and p.env["FACTORY_AIRGAP_ENABLED"] == "true"
 
 
 def test_pi_gets_a_provider_extension(tmp_path):
