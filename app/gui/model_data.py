@@ -35,6 +35,7 @@ class ModelRow:
     pinned: bool = False            # kept loaded, never unloaded for another model (/api/pin)
     keep_alive: str = ""            # its own default keep-alive ("" = the server's)
     until: str = ""                 # loaded: when it unloads ("Forever", "in 4m 10s"), from /api/ps
+    sampling: str = ""              # the sampler values a request that sets none gets, where not the engine's
 
     @property
     def keep_alive_label(self) -> str:
@@ -82,6 +83,16 @@ def cap_text(inventory: dict | None, ps: list[dict]) -> str:
             f"{format_bytes(max(0, int(cap) - used))} left{pins}")
 
 
+SAMPLING_SOURCES = {"gguf": "from the GGUF", "modelfile": "Modelfile"}
+
+
+def sampling_text(sampling: dict | None) -> str:
+    """/api/show's strata.sampling as a line: "temperature 0.6 (from the GGUF), top_k 20 (Modelfile)"; the values
+    that are the engine's own defaults are left out ("" when all are)."""
+    return ", ".join(f"{k} {v.get('value')} ({SAMPLING_SOURCES.get(v.get('source'), v.get('source'))})"
+                     for k, v in (sampling or {}).items() if v.get("source") not in (None, "default"))
+
+
 def model_rows(tags: list[dict], ps: list[dict], shown: dict[str, dict], progress: dict[str, float],
                pins: dict[str, dict] | None = None) -> list[ModelRow]:
     """Rows for the manager's table. `shown`: /api/show answers by name (capabilities and the exact parameter
@@ -107,7 +118,8 @@ def model_rows(tags: list[dict], ps: list[dict], shown: dict[str, dict], progres
             read_only=bool(strata.get("read_only")), path=strata.get("path", ""), digest=t.get("digest") or "",
             state=state, pinned=bool((pins.get(name) or {}).get("pinned")),
             keep_alive=str((pins.get(name) or {}).get("keep_alive") or ""),
-            until=until_text(running[name].get("expires_at", "")) if name in running else ""))
+            until=until_text(running[name].get("expires_at", "")) if name in running else "",
+            sampling=sampling_text((show.get("strata") or {}).get("sampling"))))
     return rows
 
 

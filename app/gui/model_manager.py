@@ -186,6 +186,8 @@ class ModelManagerWindow(QMainWindow):
             lines.append(f"Digest: sha256:{r.digest}")
         if r.parameter_count:
             lines.append(f"{r.parameter_count:,} parameters")
+        if r.sampling:
+            lines.append(f"Sampling: {r.sampling}")
         lines.append(("Pinned: stays loaded, never unloaded for another model" if r.pinned else "Not pinned")
                      + f"; keep-alive {r.keep_alive_label}" + (f"; unloads {r.until.lower()}" if r.until else ""))
         if why:

@@ -374,8 +374,10 @@ def test_pickers_double_click_and_the_live_tab(qtbot, manager, service, dense_gg
 
 def test_pins_keep_alive_and_the_memory_cap_are_shown_and_set(qtbot, live_service, tmp_path, smollm2_path):
     """Pin a model and give it its own keep-alive from the manager's buttons (and see a pin set from the API
-    appear); the memory cap (STRATA_MAX_MEMORY) and the loaded, pinned models below the list."""
+    appear); the memory cap (STRATA_MAX_MEMORY) and the loaded, pinned models below the list; a model's sampling
+    defaults from its GGUF and Modelfile in its detail line."""
     from app.gui.desktop import Desktop
+    from gguf_variants import write_llama
 
     svc = live_service(n_threads=1, num_parallel=1, num_ctx=512, keep_alive="10m", max_memory=3 << 30)
     d = Desktop(svc.url, use_tray=False, poll_ms=300)
@@ -412,6 +414,13 @@ def test_pins_keep_alive_and_the_memory_cap_are_shown_and_set(qtbot, live_servic
         answer_text(qtbot, dialog_of(qtbot, m, "keepAliveDialog"), "")          # empty: the server's again
         qtbot.waitUntil(lambda: row_texts(m, MODEL)[9] == "server default", timeout=WAIT)
         assert api(svc.url, "/api/pin")["models"] == []
+        # a GGUF with its publisher's sampling defaults: the detail line says them and where they come from
+        path = write_llama(tmp_path / "pub.gguf", n_layer=1, sampling={"temp": 0.25, "top_k": 7})
+        api(svc.url, "/api/create", {"model": "pub:test", "from": str(path), "stream": False,
+                                     "parameters": {"top_k": 3}})
+        click_row(qtbot, m, "pub:test")
+        qtbot.waitUntil(lambda: "Sampling: temperature 0.25 (from the GGUF), top_k 3 (Modelfile)" in m.detail.text(),
+                        timeout=WAIT)
     finally:
         d.shutdown()
         svc.stop()
