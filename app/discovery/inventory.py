@@ -67,11 +67,12 @@ def with_cap(inv: Inventory, cap: int | None) -> Inventory:
     return replace(inv, memory_cap=cap or None)
 
 
-def within_cap(inv: Inventory) -> Inventory:
-    """`inv` as a plan may use it under its memory cap: no device offers more than the cap (the placement then
+def within_cap(inv: Inventory, margin: int = 0) -> Inventory:
+    """`inv` as a plan may use it under its memory cap: no device offers more than the cap beyond the `margin` the
+    planner keeps free on each (so a device's budget, free less margin, is at most the cap; the placement then
     checks the plan's total against it)."""
     if inv.memory_cap is None:
         return inv
-    cap = inv.memory_cap
-    return replace(inv, devices=tuple(replace(d, free=min(d.free, cap)) for d in inv.devices),
-                   host_ram_available=min(inv.host_ram_available, cap))
+    room = inv.memory_cap + max(0, margin)
+    return replace(inv, devices=tuple(replace(d, free=min(d.free, room)) for d in inv.devices),
+                   host_ram_available=min(inv.host_ram_available, room))

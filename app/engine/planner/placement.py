@@ -438,7 +438,7 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         reasons.append(f"KV cache as the dry run measured it: {human_size(sum(kv))} (the {info.architecture} KV shape "
                        f"predicted {human_size(sum(mm.kv))})")
         mm = replace(mm, kv=kv)
-    inventory = within_cap(inventory)       # Strata's memory cap: no device offers more than is left of it
+    inventory = within_cap(inventory, o.margin)     # Strata's memory cap: no device offers more than is left of it
     gpus = usable_gpus(inventory)
     host_budget = max(0, inventory.host_ram_available - o.margin)
     cs = Costs(info, mm, gpus, o, host_budget, compute)

@@ -191,6 +191,10 @@ class _Suggester:
                  f"= {fmt_bytes(host_budget)}")
         if gpus:
             where += "; GPUs: " + ", ".join(f"{d.id} {fmt_bytes(max(0, d.free - o.margin))}" for d in gpus)
+        cap = inventory.memory_cap
+        if cap is not None and cap < budget:       # Strata's memory cap is the tighter bound
+            budget = cap
+            where = f"Strata's memory cap (STRATA_MAX_MEMORY), less what the loaded models hold, leaves {fmt_bytes(cap)}"
         if budget <= 0:      # no model fits in nothing: the memory (or the margin) is the problem, not the model
             self.out.append(f"free some memory: the planner's budget is 0 MiB ({where}), so no model fits; the least "
                             f"demanding plan for this one (num_ctx={CTX_STEP}, one sequence, {_kv(least.kv_type)}) "

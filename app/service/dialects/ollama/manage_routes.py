@@ -18,6 +18,7 @@ from ...generation.options import sampling_view
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
+from ...scheduling.loaded_model import ModelSettings
 from ...store.modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
 from ...store.proxy import store_error, with_digest
 from . import transfer_routes as model_routes
@@ -214,6 +215,9 @@ async def delete(request):
         if record.name in scheduler.models:
             await scheduler.unload(record.name, reason="deleted")
         await store.remove(name)
+        if record.name in scheduler.settings:   # its pin and keep-alive go with it (a later model of that name
+            await store.set_model_settings(record.name, False, None)     # starts without them)
+            scheduler.set_settings(record.name, ModelSettings())
     except Exception as e:  # noqa: BLE001
         raise store_error(e, name) from None
     return web.json_response({})

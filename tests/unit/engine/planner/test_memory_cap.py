@@ -54,6 +54,22 @@ def test_within_cap_offers_no_device_more_than_the_cap():
     inv = with_cap(load_simulated(SIM_DEVICES / "two_24gb.json"), 10 * GiB)
     capped = within_cap(inv)
     assert all(d.free <= 10 * GiB for d in capped.devices) and capped.host_ram_available <= 10 * GiB
+    # the margin the planner keeps free comes off free memory, not off the cap: budgets are at most the cap
+    capped = within_cap(inv, 512 * MiB)
+    assert all(d.free - 512 * MiB <= 10 * GiB for d in capped.devices)
+    assert capped.host_ram_available - 512 * MiB == 10 * GiB
+
+
+def test_a_cap_below_the_margin_still_plans_a_small_model():
+    info = model_shapes.tiny()
+    inv = load_simulated(SIM_DEVICES / "small_box.json")
+    o = plan_options({}, num_ctx_default=512, num_parallel=1, n_ctx_train=info.context_length)
+    need = _total(place(info, inv, o, None))
+    assert need < 512 * MiB                             # smaller than the planner's margin
+    lay = place(info, with_cap(inv, need + MiB), o, None)
+    assert lay.fits and _total(lay) <= need + MiB
+    lay = place(info, with_cap(inv, need - MiB), o, None)
+    assert not lay.fits and any("memory cap" in r for r in lay.reasons)
 
 
 def test_loaded_models_come_off_the_cap():
