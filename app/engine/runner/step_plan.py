@@ -50,6 +50,7 @@ class StepPlan:
     outs: list[SampleRow] = field(default_factory=list)
     image: Seq | None = None            # its next prompt item is an image (encoded and decoded on its own)
     gen_only: bool = False              # every span is a generating sequence (drafting's step costs time such steps)
+    allowance: float = 0.0              # seconds of prompt time its writers allowed beyond their step alone (step_budget)
     # set once the sequences were moved on for this plan's decode (step_update.StepUpdate.advance): where each was
     # before, so a failed decode can put them back
     advanced: list[Moved] | None = None

@@ -180,8 +180,10 @@ class StepLoop:
             self.clock.record(result.t_decode, t_end - plan.t_start, plan.batch.n)
             if plan.image is None:          # what steps cost, for the next steps' prompt budgets (step_budget.py)
                 n_prompt = sum(s.n for s in plan.spans if s.prefill)
-                self.scheduler.costs.observe(n_prompt, len(plan.spans) - sum(s.prefill for s in plan.spans),
-                                             t_end - plan.t_start)
+                writers = len(plan.spans) - sum(s.prefill for s in plan.spans)
+                self.scheduler.costs.observe(n_prompt, writers, t_end - plan.t_start, plan.allowance)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("step prompt=%d writers=%d s=%.3f", n_prompt, writers, t_end - plan.t_start)
             ph = self.clock.phases
             ph.steps += 1
             ph.rows += plan.batch.n

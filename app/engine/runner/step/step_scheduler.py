@@ -10,15 +10,18 @@ context checkpoint is due, and at most one image.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import NamedTuple
 
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.cache.slot_placement import Placement
 from app.engine.runner.sequence import GEN, PREFILL, Seq
-from app.engine.runner.step.step_budget import (DEFAULT_FACTOR, PaceCosts, Reader, finishing_cut, prefill_shares,
-                                                prompt_budget, share_budget)
+from app.engine.runner.step.step_budget import (DEFAULT_FACTOR, PaceCosts, Reader, allowance, effective_factor,
+                                                finishing_cut, prefill_shares, prompt_budget, share_budget)
 from app.engine.runner.step_plan import SampleRow, Span, StepPlan
+
+log = logging.getLogger("strata.engine")
 
 
 class Prepared(NamedTuple):
@@ -40,7 +43,6 @@ class StepScheduler:
         self.n_ctx_seq = n_ctx_seq
         self.costs = PaceCosts()            # what steps cost here (the loop feeds it: StepLoop._step)
         self.latency_factor = latency_factor
-        self._last_budget: int | None = None    # the last mixed step's prompt budget (its growth is bounded)
         self.placement = placement
         self.slots = slots
         # two batches alternate, so a step's rows stay intact while the next one is built
@@ -64,10 +66,16 @@ class StepScheduler:
                     if not span.prefill:
                         token[row] = span.seq.pending
                 plan.t_start = t0
-                return plan
+                return self._planned(plan)
             self._k, self._rr = prepared.k, prepared.rr      # as if it had not been prepared
         plan = self._build()
         plan.t_start = t0
+        return self._planned(plan)
+
+    def _planned(self, plan: StepPlan) -> StepPlan:
+        """The plan goes to execution: the step budget counts what it should spend until its time is known."""
+        if plan.allowance > 0:
+            self.costs.planned(sum(s.n for s in plan.spans if s.prefill), plan.allowance)
         return plan
 
     def prepare(self) -> None:
@@ -143,17 +151,22 @@ class StepScheduler:
         return len(draft)
 
     def prompt_budget(self, plan: StepPlan, prefill: list[Seq]) -> int:
-        """Prompt rows this step may carry (step_budget.prompt_budget), its writers' rows already in `plan`."""
+        """Prompt rows this step may carry (step_budget.prompt_budget), its writers' rows already in `plan`; notes in
+        the plan what its writers allow prompts (the bank earns it once the step's time is known)."""
         writers = [s.seq for s in plan.spans if not s.prefill]
         if not writers:
-            self._last_budget = None
             return plan.batch.free
+        n_watched, watched_reader = sum(watched(s) for s in writers), any(watched(s) for s in prefill)
+        alone = self.costs.alone_s(len(writers))
+        if alone is not None and self.latency_factor > 0:
+            plan.allowance = allowance(alone, effective_factor(self.latency_factor, n_watched, watched_reader))
         budget = prompt_budget(self.costs, capacity=plan.batch.free, writers=len(writers),
-                               watched_writers=sum(watched(s) for s in writers),
-                               watched_reader=any(watched(s) for s in prefill), factor=self.latency_factor,
-                               last=self._last_budget)
-        if budget:
-            self._last_budget = budget
+                               watched_writers=n_watched, watched_reader=watched_reader, factor=self.latency_factor)
+        if log.isEnabledFor(logging.DEBUG):
+            c = self.costs
+            log.debug("prompt budget %d of %d: writers=%d readers=%d alone=%s per_token=%s bank=%.3f steps=%d",
+                      budget, plan.batch.free, len(writers), len(prefill), alone, c.per_prompt_token(), c.bank,
+                      c.steps)
         return budget
 
     def _plan_prefill(self, plan: StepPlan, prefill: list[Seq]) -> None:
