@@ -315,7 +315,7 @@ def test_a_cancel_landing_as_the_step_decode_ends_does_not_stop_the_next_draft(s
 
 def test_a_step_with_a_writer_carries_the_prompt_tokens_its_measured_costs_allow(loop):
     """step_budget.py in the loop: the loop's steps teach the scheduler what they cost; while a sequence writes, a
-    prompt gets the chunk those costs allow (here set by the test: 100 ms alone, 10 ms per prompt token, 3x),
+    prompt gets the chunk those costs allow (here set by the test: 100 ms alone, 5 ms per prompt token, 3x),
     and the full batch again once nothing writes."""
     import time as _time
 
@@ -335,10 +335,15 @@ def test_a_step_with_a_writer_carries_the_prompt_tokens_its_measured_costs_allow
         assert writer.state == GEN
         lp.inbox.ready(reader)
         lp.slots.admit_ready()
-        sched.costs = PaceCosts(prompt_s=0.014, mixed_s=0.010, alone={1: (0.100, 5)}, steps=5)
-        sched.latency_factor = 3.0
+        sched.costs = PaceCosts(prompt_s=0.014, mixed_s=0.005, alone={1: (0.100, 5)}, steps=5)
+        sched.latency_factor = 1.5                                        # 10 tokens a step: it saves up first
         plan = sched.schedule()
-        assert [(s.seq.id, s.prefill, s.n) for s in plan.spans] == [("w", False, 1), ("r", True, 20)]
+        assert [(s.seq.id, s.prefill, s.n) for s in plan.spans] == [("w", False, 1)]
+        assert plan.allowance == pytest.approx(0.05)
+        lp.update(plan, lp.executor.execute(plan))
+        sched.latency_factor = 3.0                                        # 40 tokens, and the 10 saved (that
+        plan = sched.schedule()                                           # step was not timed: as expected)
+        assert [(s.seq.id, s.prefill, s.n) for s in plan.spans] == [("w", False, 1), ("r", True, 50)]
         assert plan.allowance == pytest.approx(0.2)                       # what the bank earns for it
         lp.update(plan, lp.executor.execute(plan))
         writer.finish = "stop"                                            # the writer ends ...
