@@ -161,3 +161,22 @@ def test_show_names_the_attention_kind(tmp_path, capsys):
         assert main(["import", str(src), "--name", f"{fam}-fam"]) == 0
         assert main(["show", f"{fam}-fam"]) == 0
         assert line in capsys.readouterr().out
+
+
+def test_show_lists_the_publishers_sampling(tmp_path, capsys):
+    """`strata show` prints a GGUF's general.sampling.* under "Sampling (from the GGUF)", and says which of them a
+    Modelfile PARAMETER replaces; `--json` carries them as `info.sampling`."""
+    from app.service.store.model_store import ModelStore
+    from gguf_variants import write_llama
+
+    src = write_llama(tmp_path / "pub.gguf", n_layer=1, sampling={"temp": 0.6, "top_k": 20})
+    assert main(["import", str(src), "--name", "pub:v1"]) == 0
+    capsys.readouterr()
+    assert main(["show", "pub:v1"]) == 0
+    out = capsys.readouterr().out
+    assert "  Sampling (from the GGUF)\n    temperature         0.6\n    top_k               20\n" in out
+    ModelStore().create("pub:v2", "pub:v1", parameters={"top_k": 5})
+    assert main(["show", "pub:v2"]) == 0
+    assert "    top_k               20  (the Modelfile's PARAMETER wins)" in capsys.readouterr().out
+    assert main(["show", "pub:v1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["info"]["sampling"] == [["temperature", 0.6], ["top_k", 20]]
