@@ -156,6 +156,46 @@ async def resolve_target(client: ApiClient, base_url: str, api_key: str | None,
     return Target(base_url=base_url, model=model, context=context, capabilities=caps, api_key=api_key), why
 
 
+LONG_READ_S = 30.0       # a request reading its prompt this long on a CPU-only model is a long prompt being read
+
+
+def busy_note(model: str, ps: list[dict], requests: list[dict]) -> str | None:
+    """A note when other requests are reading long prompts on `model` and it runs on the CPU alone: the agent's
+    first prompt shares the CPU with them (README, "Several agents at once"). `ps`: /api/ps's models, `requests`:
+    /api/requests' records."""
+    def base(name: str) -> str:
+        return name.removesuffix(":latest")
+
+    entry = next((m for m in ps if base(str(m.get("name", ""))) == base(model)), None)
+    if entry is None or entry.get("size_vram", 0):
+        return None
+    reading = [t for r in requests
+               if r.get("state") == "running" and r.get("ttft") is None and base(str(r.get("model", ""))) == base(model)
+               and (t := _reading_s(r.get("phases") or [])) >= LONG_READ_S]
+    if not reading:
+        return None
+    return (f"note: {len(reading)} other request{'s' if len(reading) > 1 else ''} on {model} "
+            f"{'have' if len(reading) > 1 else 'has'} been reading {'their' if len(reading) > 1 else 'its'} prompt "
+            f"for up to {max(reading):.0f} s on the CPU: the agent's first prompt (5,000-20,000 tokens) shares the "
+            f"CPU with {'them' if len(reading) > 1 else 'it'} and may take several minutes")
+
+
+def _reading_s(phases: list) -> float:
+    """Seconds a running request without output has held its slot: its phases after "queued" (the request log's
+    timeline: prepare, load, queued, then the time since)."""
+    names = [p[0] for p in phases]
+    if "queued" not in names:
+        return 0.0
+    return sum(p[1] for p in phases[names.index("queued") + 1:])
+
+
+async def _busy_note(client: ApiClient, model: str) -> str | None:
+    try:
+        return busy_note(model, await client.ps(), await client.requests(model=model.removesuffix(":latest")))
+    except ApiError:
+        return None
+
+
 def _shown_env(p: LaunchPlan, api_key: str | None) -> list[str]:
     lines = []
     for k, v in p.env.items():
@@ -207,6 +247,7 @@ def cmd_launch(args) -> int:
             _say(_not_running_hint(url))
             return 1
         target, why = loop.run(resolve_target(client, url, api_key, args.model))
+        busy = loop.run(_busy_note(client, target.model))
     except ApiError as e:
         _say(str(e))
         return 1
@@ -225,6 +266,8 @@ def cmd_launch(args) -> int:
     warning = agent.context_warning(target)
     if warning:
         _say(warning)
+    if busy:
+        _say(busy)
     if args.print_only:
         print_plan(agent, launch_plan, api_key)
         if executable is None:
