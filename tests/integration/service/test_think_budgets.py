@@ -48,6 +48,7 @@ def server(live_service, tmp_path_factory):
                 ("dsv31:test", {"from": str(write_llama(d / "dsv31.gguf", n_layer=2,
                                                         template=template_text("deepseek-ai-DeepSeek-V3.1.jinja")))}),
                 ("r1:test", {"from": str(write_llama(d / "r1.gguf", n_layer=2, template=R1))}),
+                ("r1-short:test", {"from": "r1:test", "parameters": {"num_ctx": 256}}),
                 ("magistral:test", {"from": str(write_llama(d / "magistral.gguf", n_layer=2, template=MAGISTRAL))}),
                 ("magistral-budget:test", {"from": "magistral:test", "parameters": {"think_budget": 24}}),
                 ("cmdr:test", {"from": str(write_llama(d / "cmdr.gguf", n_layer=2, template=CMDR))}),
@@ -118,6 +119,19 @@ def test_openai_effort_values_and_refusals(ai):
         ai.chat.completions.create(model="dsv31:test", messages=ASK, max_tokens=4,
                                    extra_body={"reasoning_effort": "extreme"})
     assert e.value.body["param"] == "reasoning_effort" and "reasoning_effort" in e.value.body["message"]
+
+
+def test_without_max_tokens_the_room_is_what_the_context_leaves(ai):
+    """No max_tokens: the budget is the level's share of what the context leaves after the prompt."""
+    from app.engine.runner.sampling.think_budget import effort_budget
+
+    raw = ai.chat.completions.with_raw_response.create(model="r1-short:test", messages=ASK, reasoning_effort="low",
+                                                       extra_body=TINY)
+    r = raw.parse()
+    budget = effort_budget("low", 256 - r.usage.prompt_tokens)
+    assert raw.headers["x-strata-think-budget"] == str(budget) and 100 < budget < 200
+    assert r.usage.completion_tokens_details.reasoning_tokens == budget and r.choices[0].message.content
+    assert r.usage.prompt_tokens + r.usage.completion_tokens == 256 and r.choices[0].finish_reason == "length"
 
 
 # ---- OpenAI Responses: reasoning.effort --------------------------------------------------------------------------
