@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.cli import configured
 from app.discovery import discover
+from app.discovery.inventory import with_cap
 from app.engine.gguf.model_info import GGUFError, read_model_info
 from app.engine.planner.options import plan_layout, plan_options
 from app.engine.layout.types import KV_TYPES
@@ -68,7 +69,8 @@ def cmd_plan(args) -> int:
     try:
         path = resolve_model(args.model)
         info = read_model_info(path)
-        inv = discover(args.devices or configured.config().devices_json)
+        cfg = configured.config()
+        inv = with_cap(discover(args.devices or cfg.devices_json), cfg.max_memory)     # STRATA_MAX_MEMORY
         split = None
         if args.tensor_split:
             try:

@@ -66,3 +66,12 @@ def test_strata_plan_shows_remote_columns(tmp_path, smollm2_path):
     d = subprocess.run([sys.executable, "-m", "app", "devices", "--devices", str(sim)], capture_output=True,
                        text=True, timeout=60)
     assert f"remote (strata worker at {W1})" in d.stdout
+
+
+def test_strata_plan_honours_the_memory_cap(smollm2_path):
+    """STRATA_MAX_MEMORY bounds `strata plan` as it bounds a load: under a cap below the model's need the plan does
+    not fit and says why."""
+    args = ("plan", str(smollm2_path), "--devices", str(SIM / "one_6gb.json"), "--no-measure", "--ctx", "2048")
+    assert _cli(*args).returncode == 0
+    p = _cli(*args, env_extra={"STRATA_MAX_MEMORY": "50MiB"})
+    assert p.returncode == 1 and "DOES NOT FIT" in p.stdout and "memory cap" in p.stdout + p.stderr, p.stdout
