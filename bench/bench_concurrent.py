@@ -3,7 +3,8 @@ is read, and what does that cost the long prompt? Strata's service against llama
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
     .venv/bin/python bench/bench_concurrent.py [--sizes 6000,16000] [--reps 1] [--threads 2] [--model PATH]
-                                               [--server PATH] [--only-strata] [--json out.json]
+                                               [--engines strata,strata=0,llama-server] [--server PATH]
+                                               [--only-strata] [--no-mixed] [--json out.json]
 
 Model: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (~/.cache/strata-test-models, `make test-models`) unless --model. Both
 servers at their defaults but for the slots: 4 slots with room for the longest prompt (llama-server: `-np 4 -c
@@ -156,12 +157,16 @@ def llama_server(model: str, threads: int, ctx: int) -> Endpoint:
     return Endpoint("llama-server", cmd, port, "model")
 
 
-def strata(threads: int, home: str, model_path: str, ctx: int) -> Endpoint:
+def strata(threads: int, home: str, model_path: str, ctx: int, factor: str | None = None) -> Endpoint:
+    """Strata's service; `factor`: its STRATA_DECODE_LATENCY_FACTOR ("0": prompts take whole batches, as before
+    the step budget), named in the engine's label."""
     port = free_port()
     cmd = [sys.executable, __file__, "--serve-strata", str(port), "--threads", str(threads), "--home", home,
            "--model", model_path, "--ctx", str(ctx)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return Endpoint("strata", cmd, port, "bench-model", env=env)
+    if factor is not None:
+        env["STRATA_DECODE_LATENCY_FACTOR"] = factor
+    return Endpoint("strata" if factor is None else f"strata factor {factor}", cmd, port, "bench-model", env=env)
 
 
 def serve_strata(port: int, threads: int, home: str, model_path: str, ctx: int) -> None:
@@ -280,14 +285,20 @@ async def main(args):
         sys.exit(f"{model} is missing: `make test-models`, or --model PATH")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     ctx = max(sizes) + max(sizes) // 4 + 1024
-    engines = [strata(args.threads, tempfile.mkdtemp(prefix="strata-bench-conc-"), model, ctx)]
-    if not args.only_strata:
-        if not SERVER.exists():
-            sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first (or --server PATH)")
-        engines.append(llama_server(model, args.threads, ctx))
+    engines = []
+    for name in args.engines.split(","):
+        if name == "strata":
+            engines.append(strata(args.threads, tempfile.mkdtemp(prefix="strata-bench-conc-"), model, ctx))
+        elif name.startswith("strata="):        # strata=0: the old chunking, for comparison
+            engines.append(strata(args.threads, tempfile.mkdtemp(prefix="strata-bench-conc-"), model, ctx,
+                                  factor=name.split("=", 1)[1]))
+        elif name == "llama-server" and not args.only_strata:
+            if not SERVER.exists():
+                sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first (or --server PATH)")
+            engines.append(llama_server(model, args.threads, ctx))
     results = {}
     for i, e in enumerate(engines):                # one engine at a time: each has the machine to itself
-        await e.start("/api/version" if e.name == "strata" else "/health")
+        await e.start("/health" if e.name == "llama-server" else "/api/version")
         try:
             await e.chat([{"role": "user", "content": "Hello"}], 8)       # load and warm up
             results[e.name] = await one_engine(e, sizes, args.reps, seed0=1000 * (i + 1) + int(time.time()) % 997)
@@ -309,6 +320,9 @@ if __name__ == "__main__":
     ap.add_argument("--no-mixed", dest="mixed", action="store_false", help="skip the four-client run")
     ap.add_argument("--server", default=None, help="llama-server binary (default: bench/_build/llama-server)")
     ap.add_argument("--only-strata", action="store_true", help="no llama-server")
+    ap.add_argument("--engines", default="strata,llama-server",
+                    help="which, in order: strata, strata=FACTOR (its STRATA_DECODE_LATENCY_FACTOR; 0 = the old "
+                         "whole-batch chunking), llama-server")
     ap.add_argument("--json", default=None, help="also write raw results here")
     ap.add_argument("--serve-strata", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--home", default=None, help=argparse.SUPPRESS)
