@@ -117,6 +117,8 @@ class LoadedModel:
             "slots_busy": self.slots_busy,
             "slots_total": self.slots_total,
             "queued": max(0, self.queued),
+            # the requests waiting for a slot, in the order they will get one (fair_slots.py)
+            "waiting": [{"client": c, "watched": p > 0} for c, p in self.slots.order()],
             "keep_alive": self.keep_alive,
             "pinned": self.pinned,
             "pid": getattr(self.client, "pid", None),

@@ -568,6 +568,9 @@ def test_the_scheduler_serves_queued_requests_in_the_fair_order():
             tasks.append(asyncio.create_task(one(client, prio, tag)))
             n = len(tasks)
             await until(lambda: s.models["m"].queued == n, f"{tag} queued")
+        waiting = s.models["m"].strata_info()["waiting"]       # as /api/ps shows it
+        assert [(w["client"], w["watched"]) for w in waiting] == [("chat", True), ("agent", False), ("other", False),
+                                                                  ("agent", False), ("agent", False)]
         release.set()
         await asyncio.gather(holder, *tasks)
         assert served == ["chat-1", "agent-1", "other-1", "agent-2", "agent-3"]
