@@ -118,6 +118,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
         task = asyncio.get_running_loop().create_task(discover())
         yield
         task.cancel()
+        await app[keys.JOINS].close()           # abandoned non-streamed requests kept for a resend
         await scheduler.close()
         store.close()
         if requests.history is not None:

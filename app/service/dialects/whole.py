@@ -93,6 +93,13 @@ class Joins:
         self.orphans[shared.key] = shared
         shared.timer = asyncio.get_running_loop().call_later(JOIN_GRACE_S, self._expire, shared)
 
+    async def close(self) -> None:
+        """The service stops: nobody will resend; cancel what was kept (and wait for it to let go of its slot)."""
+        orphans, self.orphans = list(self.orphans.values()), {}
+        for shared in orphans:
+            self._cancel(shared)
+        await asyncio.gather(*(o.task for o in orphans), return_exceptions=True)
+
     def _expire(self, shared: Shared) -> None:
         if self.orphans.get(shared.key) is shared:
             del self.orphans[shared.key]
