@@ -24,18 +24,28 @@ from app.engine.chat.plan import EITHER, FORCED, LAZY, ChatPlan, plan_chat
 from app.engine.runner.sampling.grammar import GrammarError, schema_grammar
 
 
-# A reply that opens with a bare call: whitespace, optionally a Markdown code fence (small models such as
-# Qwen2.5-Coder-0.5B write ```json around their calls), then `{`, the JSON whitespace the grammar's `space`
-# rule admits (json_schema_grammar.SPACE_RULE) and the "name" key, so the trigger fires only on text the
-# grammar accepts.
-_BARE_START = re.compile(rb'\s*(?P<fence>```(?:json)?[ \t]*\n\s*)?(?P<call>\{(?: |\n{1,2}[ \t]{0,20})?"name")')
+# A reply that opens with a bare call: whitespace, optionally ReAct's `Action:` label (what smolagents'
+# ToolCallingAgent prompt teaches), optionally a Markdown code fence (small models such as Qwen2.5-Coder-0.5B
+# write ```json around their calls), optionally one stray character glued to the object ('>{"' is one Qwen
+# token), then `{`, the JSON whitespace the grammar's `space` rule admits (json_schema_grammar.SPACE_RULE) and
+# the "name" key, so the trigger fires only on text the grammar accepts. The service's reply parser reads the
+# same forms (service/generation/toolcalls/stream.py).
+_BARE_START = re.compile(rb'\s*(?:Action:\s*)?(?P<fence>```(?:json)?[ \t]*\n\s*)?[>,(:]?'
+                         rb'(?P<call>\{(?: |\n{1,2}[ \t]{0,20})?"name")')
 _FENCE_LINE = 16                     # a fence line longer than this is not "```json"
+_LABEL = b"Action:"
 BARE, FENCED, MARKER = "bare", "fenced", "marker"
 
 
 def may_open_bare(text: bytes | bytearray) -> bool:
     """Whether the reply so far can still grow into a bare (or fenced) call's start."""
     t = text.lstrip()
+    if t.startswith(_LABEL):
+        t = t[len(_LABEL):].lstrip()
+    elif t and _LABEL.startswith(t):
+        return True
+    if t[:1] in (b">", b",", b"(", b":"):
+        return len(t) == 1 or t[1:2] == b"{"
     if t.startswith(b"```"):
         nl = t.find(b"\n")
         if nl < 0:
@@ -50,6 +60,7 @@ class ToolGrammar:
     lazy: bool = False
     opener: str | None = None                # lazy: the family's call marker
     wrapped: str = ""                        # lazy: the root expression for calls that start at the marker
+    bare: str = "call"                       # lazy: the root expression for a bare call (several, in parallel)
 
     def find_trigger(self, text: bytes | bytearray, start: int = 0, bare: bool = True) -> tuple[int, str] | None:
         """Where the constrained part starts in `text` (the reply so far, special tokens as text) and how:
@@ -69,7 +80,7 @@ class ToolGrammar:
     def triggered(self, kind: str, prefix: str) -> str:
         """The grammar from the trigger on: `prefix` (the text of the trigger's first token before the trigger,
         already written) and then the calls."""
-        body = self.wrapped if kind == MARKER else 'call tc-ws "```"' if kind == FENCED else "call"
+        body = self.wrapped if kind == MARKER else 'call tc-ws "```"' if kind == FENCED else self.bare
         lead = f'"{_gbnf_str(prefix)}" ' if prefix else ""
         return f"root ::= {lead}({body})\n{self.gbnf}"
 
@@ -118,7 +129,9 @@ def lazy(tools: list[dict], shape: CallGrammar, parallel: bool = True) -> ToolGr
         end = f' tc-ws "{_gbnf_str(closer)}"' if closer else ""
         wrapped = f'("{_gbnf_str(opener)}" tc-ws {inner}{end} tc-ws)' + ("+" if parallel else "")
     # a bare call at the start is `call` (llama3's bare JSON uses its own key too)
-    return ToolGrammar(f"tc-ws ::= [ \\t\\n]*\n{body}", lazy=True, opener=opener, wrapped=wrapped)
+    # bare calls in parallel: one object per line, as small models write them when they drop their markers
+    bare = 'call ("\\n" call)* "\\n"?' if parallel else "call"
+    return ToolGrammar(f"tc-ws ::= [ \\t\\n]*\n{body}", lazy=True, opener=opener, wrapped=wrapped, bare=bare)
 
 
 def with_format(tools: list[dict], family: str, format_gbnf: str, parallel: bool = True) -> str:

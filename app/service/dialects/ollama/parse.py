@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...generation import images as image_input
 from ...generation.request import EmbeddingRequest, GenerationRequest, field, in_range, model_name
-from ...generation.tools import check_tool_results, parse_tool_calls, parse_tools
+from ...generation.tools import check_tool_results, parse_tool_calls, parse_tool_choice, parse_tools
 from ...http.errors import ApiError
 from ...generation.keep_alive import request_keep_alive
 
@@ -101,12 +101,25 @@ def parse_messages(raw, key: str = "messages") -> list[dict]:
     return out
 
 
+def tool_choice(raw, tools: list[dict] | None) -> str | None:
+    """`tool_choice` on /api/chat. Ollama's API has none and ignores the field, but clients send one to force a
+    tool: the AI SDK's ollama-ai-provider-v2 ("required", "none", "auto" or {"type": "function", "name"}), and
+    others OpenAI's {"type": "function", "function": {"name"}}. Those are honoured as on /v1 (a forced call
+    through the grammar); anything else, or a choice the tools cannot meet, is ignored as Ollama ignores it (the
+    tools then mean "auto"), never a 400."""
+    try:
+        return parse_tool_choice(raw, tools)
+    except ApiError:
+        return None
+
+
 def parse_chat(body: dict) -> GenerationRequest:
     """/api/chat. No messages means "load the model" (or unload it, with keep_alive 0)."""
     req = GenerationRequest(model=model_name(body))
     req.messages = parse_messages(body.get("messages"))
     _common(req, body)
-    req.tools = parse_tools(body.get("tools"))    # Ollama has no tool_choice: tools mean "auto"
+    req.tools = parse_tools(body.get("tools"))
+    req.tool_choice = tool_choice(body.get("tool_choice"), req.tools)
     # a chat longer than the context: Ollama drops the oldest messages (system and last kept), or 400s with
     # truncate=false
     req.overflow = "drop_messages" if field(body, "truncate", bool, True) else "error"

@@ -28,7 +28,12 @@ from .types import ToolCall
 
 
 def hermes(body: str) -> list[ToolCall] | None:
-    return calls_from_text(body)
+    calls = calls_from_text(body)
+    if calls is None:                     # `<tool_call>>{...}`: a stray character before the object
+        text = body.strip()
+        if len(text) > 1 and text[0] in ">,(:" and text[1] == "{":
+            calls = calls_from_text(text[1:])
+    return calls
 
 
 _QC_FUNC = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.S)

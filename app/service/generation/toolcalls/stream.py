@@ -9,7 +9,12 @@ not parse is kept as content (markers removed): a call is never silently lost.
 
 The fallback for models that drop their markers: when tools were supplied and the reply (or what follows a
 call) starts with a JSON object or list (optionally in a ```json fence) that names one of the supplied tools,
-it is a call. Anything else that starts that way is content, released once the JSON value is complete.
+it is a call. Anything else that starts that way is content, released once the JSON value is complete. Two
+forms small models write count as such a start: the ReAct label `Action:` before the JSON (what smolagents'
+ToolCallingAgent prompt teaches; Qwen2.5-Coder-0.5B writes it on every dialect), and one stray punctuation
+character glued to the object (`>{"name": ...}`, `,{"`, `({"`: single tokens in Qwen's vocabulary that a
+repeat penalty on `{"` makes the greedy pick). Inside a call section the same stray character is skipped
+(`<tool_call>>{...}`), as Ollama's own parser finds the first object after the tag.
 """
 from __future__ import annotations
 
@@ -26,6 +31,23 @@ MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as cont
 _PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PY_OPEN = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*$")
 _BETWEEN_CALLS = " \t\r\n,;]"              # what may stand between and after streamed calls
+ACTION_LABEL = "Action:"                   # ReAct's label before a call (smolagents' ToolCallingAgent prompt)
+STRAY = ">,(:"                             # one character glued before a call's `{` ('>{"' is one Qwen token)
+
+
+def after_label(s: str) -> str | None:
+    """`s` (stripped on the left) without a leading `Action:` label and the whitespace after it; `s` itself when it
+    has none; None while `s` may still grow into the label."""
+    if s.startswith(ACTION_LABEL):
+        return s[len(ACTION_LABEL):].lstrip()
+    if ACTION_LABEL.startswith(s):
+        return None
+    return s
+
+
+def without_stray(s: str) -> str:
+    """`s` without one stray punctuation character glued before a JSON object (`>{"name"...`)."""
+    return s[1:] if len(s) > 1 and s[0] in STRAY and s[1] == "{" else s
 
 
 class OutputParser:
@@ -197,7 +219,7 @@ class OutputParser:
         return True
 
     def _bare(self, out: Delta, final: bool) -> bool:
-        s = self.buf.lstrip()
+        s = without_stray(after_label(self.buf.lstrip()) or "")     # _bare_start saw a complete label
         if s.startswith("```"):
             nl = s.find("\n")
             close = self._fence_close(s, nl, final) if nl >= 0 else -1
@@ -274,8 +296,16 @@ class OutputParser:
         s = self.buf.lstrip()
         if not s:
             return None if not final else False
+        rest = after_label(s)
+        if rest is None or (rest is not s and not rest):      # the label, or all of it with nothing after yet
+            return None if not final else False
+        s = rest
         if s[0] == "{":
             return True
+        if s[0] in STRAY:
+            if len(s) < 2:
+                return None if not final else False
+            return s[1] == "{"
         if s[0] == "[":
             if self.fmt.bare_pythonic:
                 if _PY_LIST.match(s):

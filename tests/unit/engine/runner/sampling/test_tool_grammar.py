@@ -92,6 +92,28 @@ def test_fenced_call_at_the_start_is_constrained_and_closed(vocab):
     s.free()
 
 
+@pytest.mark.parametrize("start", ['Action:\n{\n    "name"', 'Action: {"name"', '>{"name"', 'Action:\n```json\n{"name"'])
+def test_a_react_label_or_a_stray_character_before_a_bare_call_triggers(vocab, start):
+    """What Qwen2.5-Coder-0.5B writes under smolagents' ToolCallingAgent prompt (`Action:` and a JSON blob whose
+    name it made up, `weather_interpreter`) and after a repeat penalty on `{"` (`>{"`): the grammar starts at the
+    brace, so the name must be one of the tools."""
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+    s = lazy_sampler(vocab, "hermes")
+    watch_text(vocab, s, start + ': "')
+    assert s.grammar is not None
+    ok = allowed(vocab, s.grammar, n_vocab)
+    assert ok[piece_id(vocab, "get")] and not ok[piece_id(vocab, "weather")]
+    s.free()
+
+
+def test_a_label_that_leads_elsewhere_stays_free(vocab):
+    for text in ("Action: I will answer directly.", "Actually, {\"name\"", "> quote {\"name\""):
+        s = lazy_sampler(vocab, "generic")
+        watch_text(vocab, s, text)
+        assert s.grammar is None and s.lazy is None, text
+        s.free()
+
+
 def test_text_the_grammar_rejects_stays_free(vocab):
     """The marker completed by a token that also holds text no call can continue from (`>.`): the grammar is
     dropped (it is never fed a token it rejects), the reply stays free, and a later marker starts it again."""

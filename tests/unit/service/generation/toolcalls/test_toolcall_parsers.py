@@ -296,3 +296,33 @@ def test_random_markup_never_leaks_and_streaming_agrees(family):
         s_content, s_thinking, s_calls = streamed(family, text)
         assert (s_content, s_thinking, [(c.name, c.arguments) for c in s_calls]) == \
             (whole.content, whole.thinking, [(c.name, c.arguments) for c in whole.calls]), text
+
+
+# ---- forms small models write (Qwen2.5-Coder-0.5B under agent frameworks) -----------------------------------
+
+def test_react_action_label_before_a_call():
+    # smolagents' ToolCallingAgent prompt teaches `Action:` + a JSON blob; the model answers that way on every dialect
+    text = 'Action:\n{\n    "name": "get_weather",\n    "arguments": {"city": "Paris"}\n}\n'
+    check("hermes", text, calls=[W])
+    check("generic", "  Action: " + text[len("Action:\n"):], calls=[W])
+    check("hermes", 'Action:\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```', calls=[W])
+
+
+def test_react_action_label_needs_a_supplied_tool_and_a_call():
+    # a name that is not a tool (the 0.5B model's `weather_interpreter`), prose after the label, the label alone
+    bad = 'Action:\n{"name": "weather_interpreter", "arguments": {"location": "Paris"}}'
+    check("hermes", bad, content=bad)
+    check("hermes", "Action: none needed, it is sunny.", content="Action: none needed, it is sunny.")
+    check("hermes", "Action:", content="Action:")
+    check("hermes", "Act now.", content="Act now.")
+
+
+def test_stray_character_glued_to_a_call():
+    # '>{"' is one token of Qwen's vocabulary; a repeat penalty on '{"' makes it the greedy pick after a few calls
+    check("hermes", '>{"name": "get_weather", "arguments": {"city": "Paris"}}\n', calls=[W])
+    check("hermes", '<tool_call>>{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', calls=[W])
+    check("hermes", ',{"name": "get_weather", "arguments": {"city": "Paris"}}', calls=[W])
+    # not a tool, or not glued: content as written
+    check("hermes", '>{"name": "Alice"}', content='>{"name": "Alice"}')
+    check("hermes", '> quoted {"name": "get_weather"}', content='> quoted {"name": "get_weather"}')
+    check("hermes", ">", content=">")
