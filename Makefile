@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.strata-installed
 
-.PHONY: run test test-unit test-models fuzz setup serve bench agents-e2e screenshots package clean rebuild-engine
+.PHONY: run test test-unit test-models fuzz setup serve bench agents-e2e frameworks-e2e screenshots package clean rebuild-engine
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -66,6 +66,14 @@ bench: $(STAMP)
 agents-e2e: $(STAMP)
 	$(BIN)/python tests/support/model_cache.py
 	$(BIN)/python bench/agents_e2e.py $(E2E_ARGS)
+
+# Agent frameworks' own examples (smolagents + litellm on /api/chat; the Vercel AI SDK through
+# @ai-sdk/openai-compatible and ollama-ai-provider-v2, npm packages pinned in bench/frameworks/package.json and
+# installed into ~/.cache/strata-frameworks) against a live Strata on the Qwen fixture at temperature 0, behind the
+# recording proxy (bench/frameworks_e2e.py). Slow: not in CI (the suite replays their requests).
+frameworks-e2e: $(STAMP)
+	$(BIN)/python tests/support/model_cache.py
+	$(BIN)/python bench/frameworks_e2e.py $(E2E_ARGS)
 
 # Render the desktop app's windows to docs/screenshots/*.png under a virtual X display (real service, SmolLM2).
 # Needs: apt-get install xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0

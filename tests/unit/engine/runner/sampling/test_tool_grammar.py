@@ -46,9 +46,9 @@ def test_named_tool_choice_admits_only_that_name(vocab):
         tg.for_request(TOOLS, "no_such_tool", "generic")
 
 
-def lazy_sampler(vocab, family):
+def lazy_sampler(vocab, family, parallel=True):
     n_vocab = L.llama_vocab_n_tokens(vocab)
-    return SeqSampler(None, vocab, n_vocab, tg.for_request(TOOLS, "auto", family), "tool-call",
+    return SeqSampler(None, vocab, n_vocab, tg.for_request(TOOLS, "auto", family, parallel), "tool-call",
                       Vocab(vocab, n_vocab).piece)
 
 
@@ -103,6 +103,24 @@ def test_a_react_label_or_a_stray_character_before_a_bare_call_triggers(vocab, s
     assert s.grammar is not None
     ok = allowed(vocab, s.grammar, n_vocab)
     assert ok[piece_id(vocab, "get")] and not ok[piece_id(vocab, "weather")]
+    s.free()
+
+
+def test_bare_calls_one_per_line_in_parallel(vocab):
+    """Qwen2.5-Coder-0.5B, given a tool result, writes its next calls as bare objects one per line: the grammar
+    admits the next call after a newline (cutting the reply after the first left the model's second call unsaid),
+    or the end; without parallel calls only the end."""
+    eos = L.llama_vocab_eos(vocab)
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    s = lazy_sampler(vocab, "hermes")
+    watch_text(vocab, s, call)
+    assert s.allows(s.grammar, eos) and s.allows(s.grammar, piece_id(vocab, "\n"))
+    watch_text(vocab, s, '\n{"name": "get_time", "arguments": {}}')
+    assert s.allows(s.grammar, eos)
+    s.free()
+    s = lazy_sampler(vocab, "hermes", parallel=False)
+    watch_text(vocab, s, call)
+    assert s.allows(s.grammar, eos) and not s.allows(s.grammar, piece_id(vocab, "\n"))
     s.free()
 
 
