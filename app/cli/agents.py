@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MAX_OUTPUT_CAP = 32000       # the largest reply an agent is told to ask for (Claude Code's own default)
@@ -112,19 +112,20 @@ class Agent:
 
 
 # first prompts measured by bench/agents_e2e.py on Qwen2.5-Coder's tokenizer (Claude Code 2.1, Codex 0.171,
-# OpenCode 1.18) and, for the others, by their runs through `strata launch` recorded for docs/agents.md
+# OpenCode 1.18, Qwen Code 0.15, Pi 0.73, Copilot CLI 1.0.102, mini-swe-agent 2.4: their recorded first requests
+# under tests/support/fixtures/agents/); Crush, Droid, Continue and aider: estimates until a run measures them
 CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code", 18_000)
 CODEX = Agent("codex", "Codex", "codex", "@openai/codex", 4_600)
 OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai", 7_500)
-QWEN = Agent("qwen", "Qwen Code", "qwen", "@qwen-code/qwen-code", 12_000)
+QWEN = Agent("qwen", "Qwen Code", "qwen", "@qwen-code/qwen-code", 17_300)
 CRUSH = Agent("crush", "Crush", "crush", "@charmland/crush", 8_000)
 DROID = Agent("droid", "Factory Droid", "droid", "@factory/cli", 10_000)
-PI = Agent("pi", "Pi", "pi", "@mariozechner/pi-coding-agent", 2_000, model_flags=("--model", "--provider"))
+PI = Agent("pi", "Pi", "pi", "@mariozechner/pi-coding-agent", 1_400, model_flags=("--model", "--provider"))
 CONTINUE = Agent("continue", "Continue CLI", "cn", "@continuedev/cli", 8_000, model_flags=("--model", "--config"))
-COPILOT = Agent("copilot", "GitHub Copilot CLI", "copilot", "@github/copilot", 10_000, model_flags=("--model",))
+COPILOT = Agent("copilot", "GitHub Copilot CLI", "copilot", "@github/copilot", 11_100, model_flags=("--model",))
 AIDER = Agent("aider", "aider", "aider", "aider-chat", 2_500, registry="pypi",
               model_flags=("--model", "--weak-model", "--editor-model", "--openai-api-base"))
-MINI = Agent("mini", "mini-swe-agent", "mini", "mini-swe-agent", 1_500, registry="pypi",
+MINI = Agent("mini", "mini-swe-agent", "mini", "mini-swe-agent", 900, registry="pypi",
              model_flags=("-m", "--model", "--model-class"))
 AGENTS = {a.name: a for a in (CLAUDE, CODEX, OPENCODE, QWEN, CRUSH, DROID, PI, CONTINUE, COPILOT, AIDER, MINI)}
 
@@ -173,6 +174,11 @@ def _key(t: Target) -> str:
 # it would lock the user's own /autocompact setting.
 CLAUDE_COMPACT_BUFFER = 13_000
 
+
+def claude_compacts_at(t: Target) -> int:
+    """The prompt size past which Claude Code compacts, by its own arithmetic on what launch tells it."""
+    return t.context - min(t.max_output, 20_000) - CLAUDE_COMPACT_BUFFER
+
 def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
     env = {
         "ANTHROPIC_BASE_URL": t.base_url,
@@ -207,6 +213,13 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
              f"Claude Code's input budget: {t.context:,} - {min(t.max_output, 20_000):,} (its reply) = "
              f"{t.context - min(t.max_output, 20_000):,} tokens; it compacts the conversation "
              f"{CLAUDE_COMPACT_BUFFER:,} below that"]
+    if claude_compacts_at(t) < CLAUDE.first_prompt:
+        enough = t.context
+        while claude_compacts_at(replace(t, context=enough)) < CLAUDE.first_prompt:
+            enough += 1024
+        notes.append(f"Claude Code compacts past {claude_compacts_at(t):,} tokens and its own first request is about "
+                     f"{CLAUDE.first_prompt:,}: it may compact from the first turn on; a context of {enough:,} or "
+                     "more avoids it")
     if not t.thinking:
         env["CLAUDE_CODE_DISABLE_THINKING"] = "1"
         notes.append(f"{t.model} cannot think: Claude Code's thinking is off")
@@ -333,18 +346,23 @@ def opencode_plan(t: Target, extra: list[str]) -> LaunchPlan:
 
 # ---- Qwen Code -------------------------------------------------------------------------------------------------
 
+QWEN_COMPRESS_AT = 0.9
+
+
 def qwen_settings(t: Target) -> dict:
     """Qwen Code's settings, read as its *system* settings file (QWEN_CODE_SYSTEM_SETTINGS_PATH), which overrides the
     user's and the project's: one OpenAI-compatible provider entry for the model (its generationConfig is sealed:
     nothing of the user's leaks into it), the model for the main loop and the `fastModel` (suggestions,
-    speculation), the input budget as its context window (it compresses the chat at 70% of it and does not
-    subtract the reply itself), usage statistics, telemetry and auto-update off."""
+    speculation), the input budget as its context window (it does not subtract the reply itself) and compression
+    at 90% of it, usage statistics, telemetry and auto-update off."""
     generation: dict = {"timeout": WAIT_MS, "contextWindowSize": t.input_budget}
     if t.vision:
         generation["modalities"] = {"image": True}
     return {
         "security": {"auth": {"selectedType": "openai"}},
-        "model": {"name": t.model},
+        # it compresses at 70% of the window by default; the window here is already the input budget (the reply
+        # is set apart), and its own first request (~17,000 tokens) is 70% of a 24,576 budget: 90%
+        "model": {"name": t.model, "chatCompression": {"contextPercentageThreshold": QWEN_COMPRESS_AT}},
         "fastModel": t.model,
         "modelProviders": {"openai": [{"id": t.model, "name": f"{t.model} (Strata)", "envKey": "STRATA_API_KEY",
                                        "baseUrl": t.base_url + "/v1", "generationConfig": generation}]},

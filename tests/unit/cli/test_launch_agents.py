@@ -210,6 +210,11 @@ def test_claude_codes_token_countdown_is_off(tmp_path):
 def test_claude_code_says_where_it_compacts(tmp_path):
     notes = " ".join(plan(CLAUDE, CODER, [], state_dir=tmp_path).notes)
     assert "32,768 - 8,192 (its reply) = 24,576 tokens" in notes and "13,000 below" in notes
+    # 24,576 - 13,000 is below its own first request: said, with the context that avoids it
+    assert "compacts past 11,576 tokens" in notes and "41,984 or more" in notes
+    assert Target(BASE, "m", 41984).context * 3 // 4 - 13000 >= CLAUDE.first_prompt
+    big = Target(BASE, "big", 131072, ("completion", "tools"))
+    assert "may compact" not in " ".join(plan(CLAUDE, big, [], state_dir=tmp_path).notes)
 
 
 def test_codex_compacts_at_the_input_budget(tmp_path):
@@ -250,7 +255,9 @@ def test_qwen_code_gets_a_system_settings_file_with_one_sealed_provider(tmp_path
     (entry,) = s["modelProviders"]["openai"]
     assert entry["id"] == s["model"]["name"] == s["fastModel"] == "coder:0.5b"
     assert entry["baseUrl"] == BASE + "/v1" and entry["envKey"] == "STRATA_API_KEY"
-    assert entry["generationConfig"]["contextWindowSize"] == CODER.input_budget   # it compresses at 70% of it
+    assert entry["generationConfig"]["contextWindowSize"] == CODER.input_budget
+    # compressing at 90% of the budget, above its own first request (17,221 tokens recorded)
+    assert s["model"]["chatCompression"]["contextPercentageThreshold"] * CODER.input_budget > QWEN.first_prompt
     assert entry["generationConfig"]["timeout"] == 1_800_000
     assert s["security"]["auth"]["selectedType"] == "openai"
     assert s["privacy"]["usageStatisticsEnabled"] is False and s["telemetry"]["enabled"] is False
