@@ -244,7 +244,8 @@ class RunnerClient:
             return RunnerExited(str(self.exit_error), self.exit_error.kind)
         return RunnerError("its runner is not running")
 
-    async def generate(self, req: P.GenerateRequest) -> AsyncGenerator[P.Admitted | P.TokenEvent | P.DoneEvent, None]:
+    async def generate(self, req: P.GenerateRequest) -> AsyncGenerator[P.Admitted | P.PromptProgress | P.TokenEvent |
+                                                                         P.DoneEvent, None]:
         if not self.alive:
             raise self._not_running()
         if req.id in self._streams:
@@ -443,7 +444,7 @@ class RunnerClient:
             if isinstance(msg, P.DiskCacheState):
                 self.disk_cache = msg
                 continue
-            if isinstance(msg, (P.TokenEvent, P.DoneEvent, P.Admitted)) or (isinstance(msg, P.ErrorEvent)
+            if isinstance(msg, (P.TokenEvent, P.DoneEvent, P.Admitted, P.PromptProgress)) or (isinstance(msg, P.ErrorEvent)
                                                                              and rid in self._streams):
                 q = self._streams.get(rid)
                 if q is not None:

@@ -1,7 +1,7 @@
 """Typed messages between the service (parent) and a runner process (child). Contract.
 
 Plain dataclasses sent over a multiprocessing Connection. Parent -> runner: GenerateRequest, EmbedRequest,
-Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, Admitted, TokenEvent, DoneEvent, ErrorEvent,
+Cancel, Shutdown, StatsRequest, TokenizeRequest. Runner -> parent: LoadProgress, Loaded, LoadFailed, Admitted, PromptProgress, TokenEvent, DoneEvent, ErrorEvent,
 EmbedResult, Stats, TokenizeResult, Heartbeat, PromptCacheState.
 """
 from __future__ import annotations
@@ -196,6 +196,16 @@ class DoneEvent:
     draft_tokens: int = 0                   # speculative decoding: tokens drafted for this reply (verified)
     draft_accepted: int = 0                 # ... of which accepted (part of completion_tokens)
     report: dict | None = None              # the cache-miss explainer and prompt anatomy (runner/cache/explain.py)
+
+
+@dataclass
+class PromptProgress:
+    """A long prompt is being read: after each prefill chunk but the last (llama-server's `prompt_progress`)."""
+    id: str
+    total: int                              # the prompt's tokens
+    cached: int                             # ... found in the cache
+    processed: int                          # ... in KV cells now (the cached ones included)
+    seconds: float                          # since the request got its slot
 
 
 @dataclass

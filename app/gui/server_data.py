@@ -58,9 +58,20 @@ def _ms(seconds) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
+def progress_text(p: dict) -> str:
+    """A prompt being read: "reading the prompt 42% (8,200 tokens), about 12 s left"."""
+    total = int(p.get("total") or 0)
+    done = int(p.get("processed") or 0)
+    pct = 100 * done // total if total else 0
+    eta = p.get("eta")
+    return f"reading the prompt {pct}% ({total:,} tokens)" + (f", about {_ms(eta)} left" if eta is not None else "")
+
+
 def status_text(rec: dict) -> str:
     if rec.get("status") is None:
-        return "running…" if rec.get("state") != "done" else f"? {rec.get('error') or ''}".strip()
+        if rec.get("state") != "done":
+            return progress_text(rec["progress"]) if rec.get("progress") else "running…"
+        return f"? {rec.get('error') or ''}".strip()
     s = str(rec["status"])
     if rec.get("error"):
         s += " " + " ".join(str(rec["error"]).split())

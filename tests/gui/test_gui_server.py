@@ -266,6 +266,11 @@ def test_the_feed_spreads_a_prompt_over_its_prefill_and_keeps_the_window():
     assert client_name("ollama-python/0.4.7 (x86_64 linux) Python/3.11.2") == "ollama-python/0.4.7"
     assert client_name("Python/3.11 aiohttp/3.9.5") == "aiohttp/3.9.5"
     assert client_name("") == "(no User-Agent)"
+    # a running request whose long prompt is being read: how far, and the time left at the measured rate
+    feed.upsert({"id": 3, "state": "running", "time": 1004.0, "status": None, "phases": [["prefill", 2.0]],
+                 "progress": {"total": 10000, "cached": 0, "processed": 4200, "seconds": 2.0, "rate": 2100.0,
+                              "eta": 5800 / 2100}})
+    assert cell(feed.records[3], "Status") == "reading the prompt 42% (10,000 tokens), about 2762 ms left"
 
 
 def test_a_cache_miss_is_explained_on_the_request_which_copies_as_curl_and_replays(qtbot, desk, win, service):

@@ -15,8 +15,8 @@ from aiohttp import web
 from .. import appkeys as keys
 from ..generation import pipeline
 from ..generation.request import GenerationRequest
-from ..generation.result import (Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments,
-                                 ToolCallEvent, ToolCallStart)
+from ..generation.result import (Finished, GenerationResult, PromptProgress, TextDelta, ThinkingDelta,
+                                 ToolCallArguments, ToolCallEvent, ToolCallStart)
 from ..http.bodies import NDJSONWriter, SSEComment, SSEEvent
 from ..http import request_log
 from ..http.errors import ApiError
@@ -73,6 +73,11 @@ class Renderer:
 
     def complete(self, result: GenerationResult) -> dict:
         raise NotImplementedError
+
+    def progress(self, ev: PromptProgress) -> Iterable[Frame]:
+        """A long prompt's progress, for a client that asked (`return_progress`); dialects without a frame for it
+        send nothing."""
+        return ()
 
     def keepalive(self) -> Iterable[Frame]:
         """Sent while a stream has had nothing to say for KEEPALIVE_S seconds (a long prompt being read): bytes
@@ -228,6 +233,9 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
                     await _send(w, renderer.tool_call(ev))
                 elif isinstance(ev, Finished):
                     await _send(w, renderer.finished(ev))
+                elif isinstance(ev, PromptProgress):
+                    if req.return_progress:
+                        await _send(w, renderer.progress(ev))
     except ApiError as e:
         if not w.resp.prepared:
             raise

@@ -31,7 +31,7 @@ from . import chat_features, images
 from .gotemplate import TemplateError, render as render_template
 from .options import RequestOptions, parse_ollama_options
 from .request import EmbeddingRequest, GenerationRequest
-from .result import EmbeddingResult, Event, Finished, GenerationResult, TextDelta
+from .result import EmbeddingResult, Event, Finished, GenerationResult, PromptProgress, TextDelta
 
 
 log = logging.getLogger("strata.generation")
@@ -272,6 +272,11 @@ class Generation:
         try:
             async for ev in self._runner_events():
                 out = self._translate(ev)
+                if isinstance(out, PromptProgress):      # not output: past the reply's parser, to the log
+                    self.result.add(out)
+                    request_log.note_progress(out)
+                    yield out
+                    continue
                 if reader is None:
                     events = [out]
                 elif isinstance(out, TextDelta):
@@ -287,6 +292,8 @@ class Generation:
             await self.close()
 
     def _translate(self, ev) -> Event:
+        if isinstance(ev, protocol.PromptProgress):
+            return PromptProgress(ev.total, ev.cached, ev.processed, ev.seconds)
         if isinstance(ev, protocol.TokenEvent):
             return TextDelta(ev.text, tuple(ev.logprobs or ()), ev.n_tokens)
         if isinstance(ev, protocol.DoneEvent):

@@ -49,6 +49,8 @@ class GenerationRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     stream: bool = False
+    return_progress: bool = False                # a stream also says how a long prompt's reading goes (llama-server's
+                                                 # `return_progress`; each dialect's renderer has its own frame)
     want_context: bool = False                   # Ollama /api/generate: return the context token ids
     context: list[int] | None = None             # Ollama /api/generate: token ids of a previous reply, before prompt
     # tools, thinking, fill-in-the-middle (tools.py has the shapes; docs/architecture.md, "Tool calls")

@@ -71,7 +71,23 @@ class Finished:
     report: dict | None = None           # the cache-miss explainer and prompt anatomy (runner/cache/explain.py)
 
 
-Event = TextDelta | ThinkingDelta | ToolCallStart | ToolCallArguments | ToolCallEvent | Finished
+@dataclass(frozen=True)
+class PromptProgress:
+    """A long prompt is being read (llama-server's `prompt_progress`): of its `total` tokens, `processed` are
+    done (the `cached` ones included), `seconds` after the request got its slot. Not output: renderers show it
+    only to a client that asked (`return_progress`)."""
+    total: int
+    cached: int
+    processed: int
+    seconds: float
+
+    def wire(self) -> dict:
+        """llama-server's `prompt_progress` object."""
+        return {"total": self.total, "cache": self.cached, "processed": self.processed,
+                "time_ms": round(self.seconds * 1000)}
+
+
+Event = TextDelta | ThinkingDelta | ToolCallStart | ToolCallArguments | ToolCallEvent | Finished | PromptProgress
 
 
 @dataclass
@@ -95,8 +111,12 @@ class GenerationResult:
     first_output: float | None = None                # time.monotonic() of the first event a client was given
     finished_at: float | None = None                 # ... and of Finished
     output_tokens: int = 0                           # tokens of the text and thinking streamed so far
+    progress: PromptProgress | None = None           # the prompt's last progress while it was read
 
     def add(self, ev: Event) -> None:
+        if isinstance(ev, PromptProgress):
+            self.progress = ev                       # not output: the first output's time stays unset
+            return
         now = time.monotonic()
         if isinstance(ev, Finished):
             self.finished_at = now

@@ -126,6 +126,7 @@ class RequestRecord:
     reply_body: str = ""
     request_body_full: str = ""         # a longer request body, until the history has written it
     replay_of: int | None = None        # the request this one replays (POST /api/requests/{id}/replay)
+    t_progress: float = 0.0             # when its prefill progress was last published
     reply_bytes: int = 0
     load_wait: float = 0.0
     queue_wait: float = 0.0
@@ -180,6 +181,9 @@ class RequestRecord:
             "replay_of": self.replay_of,
             "output_tokens": getattr(r, "output_tokens", 0),
         }
+        prog = getattr(r, "progress", None)
+        if fin is None and prog is not None and getattr(r, "first_output", None) is None:
+            d["progress"] = progress_summary(prog, self.log.prefill_rates.get(self.model) if self.log else None)
         if fin is not None:
             d.update(prompt_tokens=fin.prompt_tokens, cached_tokens=fin.cached_tokens,
                      completion_tokens=fin.completion_tokens, reason=fin.reason,
@@ -418,6 +422,16 @@ def middleware(log: RequestLog):
     return record
 
 
+def progress_summary(p, model_rate: float | None) -> dict:
+    """A prompt being read: its counts, the rate measured on it so far (else the model's last), and the seconds
+    left at that rate (None when nothing measures it yet)."""
+    done = p.processed - p.cached
+    rate = done / p.seconds if done >= RATE_MIN_TOKENS and p.seconds > 0 else model_rate
+    left = max(0, p.total - p.processed)
+    return {"total": p.total, "cached": p.cached, "processed": p.processed, "seconds": p.seconds,
+            "rate": rate, "eta": left / rate if rate else None}
+
+
 def cache_summary(report: dict, rate: float | None, detail: bool) -> dict:
     """A generation's cache report (runner/cache/explain.py) as the log shows it: in the list, the verdict, what was
     reused from where and the divergence; in detail also the anatomy, each part with what it costs to compute at
@@ -465,6 +479,21 @@ def leased(lease, result) -> None:
     rec.model = lease.model.name
     rec.result = result
     if rec.log is not None:
+        rec.log.publish(rec)
+
+
+PROGRESS_EVERY_S = 0.5          # a running request's prefill progress goes out at most this often
+
+
+def note_progress(progress) -> None:
+    """A long prompt's progress (generation.result.PromptProgress; the record reads it from its result): published
+    to the window at most every PROGRESS_EVERY_S."""
+    rec = _current.get()
+    if rec is None or rec.log is None:
+        return
+    now = time.monotonic()
+    if now - rec.t_progress >= PROGRESS_EVERY_S:
+        rec.t_progress = now
         rec.log.publish(rec)
 
 

@@ -39,11 +39,17 @@ class EmbedInputs(NamedTuple):
     req: P.EmbedRequest
 
 
+class PrefillProgress(NamedTuple):
+    """A prefill chunk of `seq` was decoded and its prompt goes on: `processed` of its tokens are in KV cells."""
+    seq: Seq
+    processed: int
+
+
 class Quit(NamedTuple):
     """The runner stops: the output thread ends."""
 
 
-OutputItem = Union[Admit, StepTokens, Released, EmbedInputs, Quit]
+OutputItem = Union[Admit, StepTokens, Released, EmbedInputs, PrefillProgress, Quit]
 
 
 # ---- output thread -> loop (the port) -----------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from app.discovery.host import cpu_cores
 from app.engine import protocol as P
 from app.engine.runner.cache import explain
 from app.engine.runner.output.text import logprobs_from_logits
-from app.engine.runner.output.output_port import (Admit, EmbedInputs, EmbedJob, LoopPort, OutputItem, Quit, Released,
-                                           StepTokens)
+from app.engine.runner.output.output_port import (Admit, EmbedInputs, EmbedJob, LoopPort, OutputItem,
+                                                  PrefillProgress, Quit, Released, StepTokens)
 from app.engine.runner.sequence import Seq
 from app.engine.runner.testhooks import Hooks
 
@@ -74,6 +74,11 @@ class OutputThread:
                     self.on_admit(item.seq)
                 elif kind is EmbedInputs:
                     self.on_embed(item.req)
+                elif kind is PrefillProgress:
+                    seq = item.seq
+                    self.send(P.PromptProgress(seq.id, total=seq.adm.n_prompt, cached=seq.n_cached,
+                                               processed=item.processed,
+                                               seconds=max(0.0, time.perf_counter() - seq.t_admit)))
             except Exception:
                 log.exception("output thread: %s failed", kind.__name__)
                 if kind is Released:

@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from app.engine.runner.cache.slot_placement import Placement
-from app.engine.runner.output.output_port import StepTokens
+from app.engine.runner.output.output_port import PrefillProgress, StepTokens
 from app.engine.runner.sequence import GEN, Seq
 from app.engine.runner.step.step_clock import StepClock
 from app.engine.runner.step_plan import Moved, Sampled, StepPlan, StepResult
@@ -41,6 +41,8 @@ class StepUpdate:
         for span in plan.spans:
             if span.prefill:
                 self.placement.after_prefill(span.seq)   # a context checkpoint where one is due (reads the state)
+                if span.seq.todo < len(span.seq.prompt) and span.seq.n_exact is None:
+                    self.out_q.put(PrefillProgress(span.seq, span.seq.todo))    # a long prompt goes on
         finished = []
         n_tokens = 0
         for s in result.sampled:

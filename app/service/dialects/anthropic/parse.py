@@ -334,6 +334,7 @@ def check_ignored(body: dict) -> None:
 def parse_messages_request(body: dict, *, count_only: bool = False) -> tuple[GenerationRequest, WireChoices]:
     """/v1/messages (and /v1/messages/count_tokens, which takes the same body and needs no max_tokens)."""
     req = GenerationRequest(model=model_name(body), messages=parse_messages(body.get("messages")))
+    req.return_progress = bool(field(body, "return_progress", bool, False))
     system = parse_system(body.get("system"))
     if system:
         req.messages = [{"role": "system", "content": system}] + (req.messages or [])

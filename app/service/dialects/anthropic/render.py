@@ -7,8 +7,8 @@ import json
 import uuid
 from typing import Any
 
-from ...generation.result import (Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments,
-                                 ToolCallEvent, ToolCallStart)
+from ...generation.result import (Finished, GenerationResult, PromptProgress, TextDelta, ThinkingDelta,
+                                 ToolCallArguments, ToolCallEvent, ToolCallStart)
 from ...http.bodies import SSEEvent, SSEWriter
 from ...http.errors import ApiError, anthropic_error
 from ..base import Renderer
@@ -128,6 +128,10 @@ class MessagesRenderer(Renderer):
 
     def keepalive(self):
         return [self._ev("ping", {})]
+
+    def progress(self, ev: PromptProgress):
+        """A `ping` (which every client skips) carrying llama-server's `prompt_progress`."""
+        return [self._ev("ping", {"prompt_progress": ev.wire()})]
 
     # ---- whole ----------------------------------------------------------------------------------------------
     def complete(self, result: GenerationResult) -> dict:

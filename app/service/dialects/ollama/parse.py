@@ -51,6 +51,7 @@ def _images(obj: dict, where: str) -> list[bytes] | None:
 def parse_generate(body: dict) -> GenerationRequest:
     """/api/generate. An empty prompt means "load the model" (or unload it, with keep_alive 0)."""
     req = GenerationRequest(model=model_name(body), prompt=field(body, "prompt", str, ""))
+    req.return_progress = bool(field(body, "return_progress", bool, False))
     suffix = field(body, "suffix", str)
     req.system = field(body, "system", str)
     req.template = field(body, "template", str)
@@ -116,6 +117,7 @@ def tool_choice(raw, tools: list[dict] | None) -> str | None:
 def parse_chat(body: dict) -> GenerationRequest:
     """/api/chat. No messages means "load the model" (or unload it, with keep_alive 0)."""
     req = GenerationRequest(model=model_name(body))
+    req.return_progress = bool(field(body, "return_progress", bool, False))
     req.messages = parse_messages(body.get("messages"))
     _common(req, body)
     req.tools = parse_tools(body.get("tools"))

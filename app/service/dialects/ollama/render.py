@@ -7,7 +7,8 @@ from typing import Any
 from app.engine.protocol import TokenLogprob
 
 from ...generation.request import EmbeddingRequest, GenerationRequest
-from ...generation.result import EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta, ToolCallEvent
+from ...generation.result import (EmbeddingResult, Finished, GenerationResult, PromptProgress, TextDelta,
+                                 ThinkingDelta, ToolCallEvent)
 from ...http.errors import ApiError
 from ..base import Renderer
 from .schema import now_iso
@@ -96,6 +97,12 @@ class OllamaRenderer(Renderer):
     def tool_call(self, ev: ToolCallEvent):
         """Each complete call in its own done:false chunk, as Ollama streams them."""
         return [self._chunk("", None, calls=[ev])]
+
+    def progress(self, ev: PromptProgress):
+        """A done:false chunk with no text and llama-server's `prompt_progress` (Strata's addition)."""
+        d = self._chunk("", None)
+        d["prompt_progress"] = ev.wire()
+        return [d]
 
     def closing(self, result: GenerationResult):
         return [self._final(result, "", None)]

@@ -190,6 +190,7 @@ def parse_reasoning_effort(body: dict) -> tuple[bool | str | None, str | None]:
 def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
     """/v1/chat/completions."""
     req = GenerationRequest(model=model_name(body), messages=parse_messages(body.get("messages")))
+    req.return_progress = bool(field(body, "return_progress", bool, False))
     req.stream = field(body, "stream", bool, False)
     wire = WireChoices(include_usage=_include_usage(body))
     _check_n(body)
@@ -210,6 +211,7 @@ def parse_chat(body: dict) -> tuple[GenerationRequest, WireChoices]:
 def parse_completion(body: dict) -> tuple[GenerationRequest, WireChoices]:
     """/v1/completions."""
     req = GenerationRequest(model=model_name(body), raw=True)
+    req.return_progress = bool(field(body, "return_progress", bool, False))
     prompt = body.get("prompt", "")
     if isinstance(prompt, list):
         if len(prompt) == 1 and isinstance(prompt[0], str):

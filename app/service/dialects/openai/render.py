@@ -8,8 +8,8 @@ import struct
 import time
 from typing import Any
 
-from ...generation.result import (EmbeddingResult, Finished, GenerationResult, TextDelta, ThinkingDelta,
-                                 ToolCallArguments, ToolCallEvent, ToolCallStart)
+from ...generation.result import (EmbeddingResult, Finished, GenerationResult, PromptProgress, TextDelta,
+                                 ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart)
 from ...http.bodies import SSEComment, SSEWriter
 from ...http.errors import ApiError
 from ..base import Renderer
@@ -129,6 +129,12 @@ class ChatRenderer(_OpenAIRenderer):
         if self.wire.include_usage:
             d["usage"] = None
         return d
+
+    def progress(self, ev: PromptProgress):
+        """llama-server's progress chunk: an empty assistant delta with `prompt_progress` beside the choices."""
+        d = self._chunk({"role": "assistant", "content": None})
+        d["prompt_progress"] = ev.wire()
+        return [d]
 
     def opening(self):
         return [self._chunk({"role": "assistant", "content": ""})]

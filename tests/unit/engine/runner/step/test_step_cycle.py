@@ -12,7 +12,7 @@ from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
 from app.engine.runner.cache.prompt_cache import SlotCache
-from app.engine.runner.output.output_port import Released, StepTokens
+from app.engine.runner.output.output_port import PrefillProgress, Released, StepTokens
 from app.engine.runner.output.text import Vocab
 from app.engine.runner.sampling.chain import build_chain
 from app.engine.runner.sampling.constrained import SeqSampler
@@ -82,8 +82,9 @@ def test_a_step_is_schedule_execute_update(loop):
     assert short.state == GEN and short.n_past == 10 and short.pending == tok and short.n_gen == 1
     assert long.todo == N_BATCH - 10 and long.state == PREFILL
     items = drain(lp.out_q)
-    assert [type(i) for i in items] == [StepTokens]
-    assert [(s.seq, *t) for s in items[0].sampled for t in s.tokens] == [(short, tok, None, False)]
+    assert [type(i) for i in items] == [PrefillProgress, StepTokens]   # the long prompt goes on: its progress
+    assert (items[0].seq, items[0].processed) == (long, N_BATCH - 10)
+    assert [(s.seq, *t) for s in items[1].sampled for t in s.tokens] == [(short, tok, None, False)]
 
     plan = lp.scheduler.schedule()                       # generating rows first, then the rest of the prompt
     assert [(s.seq.id, s.prefill, s.pos0, s.n) for s in plan.spans] == [("short", False, 10, 1),
