@@ -168,6 +168,6 @@ class ServiceState(QObject):
             self.unloaded.emit(model)
             self.refresh()
         elif etype == "memory":
-            if data.get("inventory"):
-                self.inventory = data["inventory"]
+            if data.get("inventory"):      # what the loaded models leave; the cap itself, as /api/devices says it
+                self.inventory = {**data["inventory"], "memory_cap": data.get("memory_cap")}
                 self.devices_changed.emit()

@@ -405,6 +405,10 @@ def test_pins_keep_alive_and_the_memory_cap_are_shown_and_set(qtbot, live_servic
                         timeout=WAIT)
         ps = api(svc.url, "/api/ps")["models"][0]
         assert ps["strata"]["pinned"] is True and ps["expires_at"].startswith("2318")
+        mem = d.open_memory()                               # the memory view names the pin and the cap too
+        qtbot.waitUntil(lambda: f"{MODEL}: loaded, pinned" in mem.live.status.text()
+                        and "Memory cap 3.0 GiB" in mem.live.status.text(), timeout=WAIT)
+        assert "Memory cap 3.0 GiB" in m.cap_label.text()  # after the load's memory event as before it
         # unpinned from the API (strata pin --off does this): the window follows, the model's 1h applies
         api(svc.url, "/api/pin", {"model": MODEL, "pinned": False})
         qtbot.waitUntil(lambda: row_texts(m, MODEL)[8] == "" and row_texts(m, MODEL)[10].startswith("in "),

@@ -451,7 +451,9 @@ class Scheduler:
     def _publish_memory(self) -> None:
         inv = self.effective_inventory()
         if inv is not None:
-            self.events.publish("memory", {"inventory": inv.to_dict(), "used": self.used_bytes()})
+            # the inventory as the loaded models leave it (its memory_cap: what is left of the cap), and the cap
+            self.events.publish("memory", {"inventory": inv.to_dict(), "used": self.used_bytes(),
+                                           "memory_cap": self.config.max_memory or None})
 
     # ---- views and shutdown ----------------------------------------------------------------------------
 
