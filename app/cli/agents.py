@@ -112,18 +112,19 @@ class Agent:
 
 
 # first prompts measured by bench/agents_e2e.py on Qwen2.5-Coder's tokenizer (Claude Code 2.1, Codex 0.171,
-# OpenCode 1.18, Qwen Code 0.15, Pi 0.73, Copilot CLI 1.0.102, mini-swe-agent 2.4: their recorded first requests
-# under tests/support/fixtures/agents/); Crush, Droid, Continue and aider: estimates until a run measures them
+# OpenCode 1.18, Qwen Code 0.15, Droid 0.225, Pi 0.73, Continue CLI 1.5, Copilot CLI 1.0.102, aider 0.86,
+# mini-swe-agent 2.4: their recorded first requests under tests/support/fixtures/agents/); Crush: an estimate (it
+# could not be installed where the others were recorded)
 CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code", 18_000)
 CODEX = Agent("codex", "Codex", "codex", "@openai/codex", 4_600)
 OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai", 7_500)
 QWEN = Agent("qwen", "Qwen Code", "qwen", "@qwen-code/qwen-code", 17_300)
 CRUSH = Agent("crush", "Crush", "crush", "@charmland/crush", 8_000)
-DROID = Agent("droid", "Factory Droid", "droid", "@factory/cli", 10_000)
+DROID = Agent("droid", "Factory Droid", "droid", "@factory/cli", 9_900)
 PI = Agent("pi", "Pi", "pi", "@mariozechner/pi-coding-agent", 1_400, model_flags=("--model", "--provider"))
-CONTINUE = Agent("continue", "Continue CLI", "cn", "@continuedev/cli", 8_000, model_flags=("--model", "--config"))
+CONTINUE = Agent("continue", "Continue CLI", "cn", "@continuedev/cli", 1_900, model_flags=("--model", "--config"))
 COPILOT = Agent("copilot", "GitHub Copilot CLI", "copilot", "@github/copilot", 11_100, model_flags=("--model",))
-AIDER = Agent("aider", "aider", "aider", "aider-chat", 2_500, registry="pypi",
+AIDER = Agent("aider", "aider", "aider", "aider-chat", 700, registry="pypi",
               model_flags=("--model", "--weak-model", "--editor-model", "--openai-api-base"))
 MINI = Agent("mini", "mini-swe-agent", "mini", "mini-swe-agent", 900, registry="pypi",
              model_flags=("-m", "--model", "--model-class"))
