@@ -220,10 +220,14 @@ def client_traffic(url: str, model: str) -> None:
         return
     ai = openai.OpenAI(base_url=url + "/v1", api_key="sk-not-shown", max_retries=0)
     reply = ""
+    turns[0] = {"role": "system", "content": "Today's date is 2026-11-27. " + system}
     for c in ai.chat.completions.create(model=model, messages=turns, max_tokens=40, seed=2, stream=True):
         reply += "".join(ch.delta.content or "" for ch in c.choices)
     turns += [{"role": "assistant", "content": reply}, {"role": "user", "content": "Now one about mountains."}]
     ai.chat.completions.create(model=model, messages=turns, max_tokens=40, seed=2)
+    # the next day, the same conversation again: one early byte of the system prompt changed (the explainer)
+    turns[0] = {"role": "system", "content": "Today's date is 2026-11-28. " + system}
+    ai.chat.completions.create(model=model, messages=turns, max_tokens=16, seed=2)
     anthropic.Anthropic(base_url=url, api_key="sk-ant-not-shown", max_retries=0).messages.create(
         model=model, max_tokens=24, messages=[{"role": "user", "content": "Name a prime number."}])
     try:
@@ -243,7 +247,8 @@ def listen_hidden(desk) -> None:
 
 def shoot_server(app, desk, out: Path) -> None:
     """The Server window after the chat and other apps' requests: the list, the plots, and one request's
-    timeline. It was opened at the start, so its plots cover the whole session."""
+    timeline and Cache tab (the next day's request: where its prompt diverged, and its anatomy). It was opened at
+    the start, so its plots cover the whole session."""
     import threading
 
     win = desk.open_server()
@@ -254,9 +259,10 @@ def shoot_server(app, desk, out: Path) -> None:
     wait(app, lambda: not t.is_alive(), 600, "the other apps' requests")
     wait(app, lambda: any((r.get("status") or 0) >= 400 for r in win.model.rows), 30, "the refused request")
     settle(app, 2.5)          # two more samples for the plots
-    done = [r for r in win.model.rows if r.get("completion_tokens") and r.get("cached_tokens")]
-    if done:                  # the follow-up that found most of its prompt in the cache
-        win.select_request(max(done, key=lambda r: r["cached_tokens"])["id"])
+    changed = [r for r in win.model.rows if (r.get("cache") or {}).get("flagged")]
+    done = changed or [r for r in win.model.rows if r.get("completion_tokens") and r.get("cached_tokens")]
+    if done:                  # the next day's request (its cache miss explained), else the cached follow-up
+        win.select_request(max(done, key=lambda r: r["id"] if changed else r["cached_tokens"])["id"])
         wait(app, lambda: win.detail is not None, 30, "the request's detail")
     settle(app)
     save(win, out / "server.png")

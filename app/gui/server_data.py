@@ -121,8 +121,7 @@ def cell(rec: dict, column: str) -> str:
 # the cache report (runner/cache/explain.py; http/request_log.cache_summary) -------------------------------------
 SOURCE_NAMES = {"slot": "the slot", "host": "host RAM", "sequence": "another running sequence", "disk": "disk",
                 "none": "nowhere"}
-PART_COLORS = {"system": "#4c78a8", "tool": "#f58518", "template": "#9aa5b1", "message": "#54a24b",
-               "tail": "#e45756"}
+PART_COLORS = {"system": "#4c78a8", "tool": "#f58518", "template": "#9aa5b1", "message": "#54a24b"}
 
 
 def part_name(part: dict) -> str:
@@ -160,8 +159,8 @@ def _esc(text: str) -> str:
 
 
 def cache_html(c: dict | None) -> str:
-    """The explainer for the detail pane, as HTML: the verdict, what was reused from where, and the divergence
-    with the changed text highlighted in both versions."""
+    """The explainer for the detail pane, as HTML: the verdict, the divergence with the changed text highlighted in
+    both versions, what was reused from where and what each source offered."""
     if not c:
         return "<p>No cache report for this request (not a generation, or it did not finish).</p>"
     n = int(c.get("prompt_tokens") or 0)
@@ -169,65 +168,63 @@ def cache_html(c: dict | None) -> str:
     src = SOURCE_NAMES.get(c.get("source") or "none", c.get("source"))
     lines = [f"<p><b>{_esc(reuse_text(c)) or 'no verdict'}</b> — {cached:,} of {n:,} prompt tokens reused from "
              f"{src}" + (f" ({c['moved']:,} moved after a change)" if c.get("moved") else "") + "; "
-             f"{n - cached:,} computed, the new tail is {int(c.get('new_tail') or 0):,}.</p>"]
-    if c.get("flagged"):
-        lines.append(f"<p style='color:#d62728'>Computed {c['recomputed_beyond_tail']:,} tokens more than its new "
-                     "tail.</p>")
-    cands = c.get("candidates") or {}
-    if cands:
-        lines.append("<p>Cached prefixes offered: " + ", ".join(
-            f"{SOURCE_NAMES.get(k, k)} {v:,}" for k, v in cands.items()) + "</p>")
+             f"{n - cached:,} computed, the new tail is {int(c.get('new_tail') or 0):,}."
+             + (f" <span style='color:#d62728'>{c['recomputed_beyond_tail']:,} tokens more than the new tail were "
+                "computed.</span>" if c.get("flagged") else "") + "</p>"]
+    div = c.get("divergence")
+    if div:
+        part = div.get("part") or {}
+        lines.append(f"<p>Diverged at token {div['token']:,}, {part.get('offset', 0):,} characters into "
+                     f"<b>{_esc(part_name(part))}</b>" + (f"; {div['repeated_after']:,} tokens after the change were "
+                                                         "the same as before" if div.get("repeated_after") else "")
+                     + ":</p>")
+        style = "font-family:monospace; white-space:pre-wrap"
+        lines.append(f"<p style='{style}'>before: {_esc(div.get('before', ''))}"
+                     f"<span style='background:#f4b6b6'>{_esc(div.get('old', ''))}</span>"
+                     f"{_esc(div.get('after_old', ''))}<br>"
+                     f"now:&nbsp;&nbsp;&nbsp; {_esc(div.get('before', ''))}"
+                     f"<span style='background:#b6e3b6'>{_esc(div.get('new', ''))}</span>"
+                     f"{_esc(div.get('after_new', ''))}</p>")
     prev = c.get("previous")
     if prev:
         rec = f" (request #{prev['record']})" if prev.get("record") else ""
         lines.append(f"<p>The most similar earlier prompt{rec} has {prev['tokens']:,} tokens; this one shares its "
                      f"first {prev['shared']:,}.</p>")
-    div = c.get("divergence")
-    if div:
-        part = div.get("part") or {}
-        lines.append(f"<p>Diverged at token {div['token']:,}, in <b>{_esc(part_name(part))}</b> "
-                     f"({_esc(part.get('label', ''))}), {div.get('offset', part.get('offset', 0)):,} characters "
-                     "into it" + (f"; {div['repeated_after']:,} tokens after the change were the same as before"
-                                  if div.get("repeated_after") else "") + ":</p>")
-        style = "font-family:monospace; white-space:pre-wrap"
-        lines.append(f"<p style='{style}'>before: {_esc(div.get('before', ''))}"
-                     f"<span style='background:#f4b6b6'>{_esc(div.get('old', ''))}</span>"
-                     f"{_esc(div.get('after_old', ''))}</p>")
-        lines.append(f"<p style='{style}'>now:&nbsp;&nbsp;&nbsp; {_esc(div.get('before', ''))}"
-                     f"<span style='background:#b6e3b6'>{_esc(div.get('new', ''))}</span>"
-                     f"{_esc(div.get('after_new', ''))}</p>")
+    cands = c.get("candidates") or {}
+    if cands:
+        lines.append("<p>Cached prefixes offered: " + ", ".join(
+            f"{SOURCE_NAMES.get(k, k)} {v:,}" for k, v in cands.items()) + "</p>")
     return "\n".join(lines)
 
 
 def anatomy_segments(c: dict | None) -> list[dict]:
-    """The anatomy bar's segments in prompt order: the system message (with the template's own text), each tool,
-    the history by user turn, and the new tail (the tokens after the cached prefix, whatever part they are in).
-    Each: name, kind (a PART_COLORS key), tokens, seconds (None when no prefill rate was measured)."""
+    """The anatomy bar's segments in prompt order: the system message, each tool, the template's own text, the
+    history by user turn; each split where the cached prefix ends (`computed`: the tokens after it, this request's
+    work). Each: name, kind (a PART_COLORS key), tokens, computed, seconds (at the measured prefill rate; None
+    when none was measured)."""
     parts = (c or {}).get("anatomy") or []
     cached = int((c or {}).get("cached") or 0)
     rate = (c or {}).get("prefill_rate")
     out: list[dict] = []
 
-    def add(name, kind, tokens):
+    def add(name, kind, tokens, computed):
         if tokens <= 0:
             return
-        if out and out[-1]["name"] == name and out[-1]["kind"] == kind:
+        if out and out[-1]["name"] == name and out[-1]["computed"] == computed:
             out[-1]["tokens"] += tokens
         else:
-            out.append({"name": name, "kind": kind, "tokens": tokens})
+            out.append({"name": name, "kind": kind, "tokens": tokens, "computed": computed})
     for p in parts:
         kind = p.get("kind")
         if kind == "message":
-            name, k = f"turn {p.get('turn', 0)}", "message"
+            name = f"turn {p.get('turn', 0)}"
         elif kind == "tool":
-            name, k = f"tool {p.get('label', '')}", "tool"
-        elif kind == "system":
-            name, k = "system", "system"
+            name = f"tool {p.get('label', '')}"
         else:
-            name, k = "template", "template"
+            name, kind = ("system", "system") if kind == "system" else ("template", "template")
         start, end = p["token"], p["token"] + p["tokens"]
-        add(name, k, min(end, cached) - start if start < cached else 0)
-        add("new tail", "tail", end - max(start, cached) if end > cached else 0)
+        add(name, kind, min(end, cached) - start, False)
+        add(name, kind, end - max(start, cached), True)
     for seg in out:
         seg["seconds"] = seg["tokens"] / rate if rate else None
     return out

@@ -18,7 +18,7 @@ os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")      # pyqtgraph binds to t
 
 import pyqtgraph as pg  # noqa: E402
 from PySide6.QtCore import QAbstractTableModel, QEvent, QModelIndex, QRectF, Qt, QTimer, Signal  # noqa: E402
-from PySide6.QtGui import QColor, QPainter, QPalette, QPen  # noqa: E402
+from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
     QAbstractItemView, QApplication, QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
     QMainWindow, QPlainTextEdit,
@@ -154,8 +154,9 @@ class TimelineView(QWidget):
 
 
 class AnatomyBar(QWidget):
-    """Where a prompt's tokens went, to scale: the system message, each tool's schema, the history by turn and
-    the new tail (the tokens computed), each segment's width in proportion to its tokens."""
+    """Where a prompt's tokens went, to scale: the system message, each tool's schema, the template's text and
+    the history by turn, each segment's width in proportion to its tokens; the tokens this request computed (after
+    its cached prefix) hatched."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -164,7 +165,8 @@ class AnatomyBar(QWidget):
 
     def set_report(self, cache: dict | None) -> None:
         self.segments = anatomy_segments(cache)
-        self.setToolTip("\n".join(f"{s['name']}: {s['tokens']:,} tokens"
+        self.setToolTip("\n".join(f"{s['name']}: {s['tokens']:,} tokens" + (" computed" if s["computed"] else
+                                                                            " from the cache")
                                    + (f", {_ms(s['seconds'])} to compute" if s.get("seconds") else "")
                                    for s in self.segments))
         self.update()
@@ -186,8 +188,11 @@ class AnatomyBar(QWidget):
             p.setPen(text)
             p.drawText(self.rect(), Qt.AlignCenter, "No prompt anatomy for this request.")
             return
+        hatch = QBrush(QColor(255, 255, 255, 150), Qt.BDiagPattern)
         for seg, r in self.segment_rects():
             p.fillRect(r, QColor(PART_COLORS.get(seg["kind"], "#888888")))
+            if seg["computed"]:
+                p.fillRect(r, hatch)
             if r.width() >= 3:
                 p.setPen(QPen(self.palette().color(QPalette.Base), 1))
                 p.drawLine(r.topRight(), r.bottomRight())
@@ -196,11 +201,16 @@ class AnatomyBar(QWidget):
         totals: dict[str, int] = {}
         for seg in self.segments:
             totals[seg["kind"]] = totals.get(seg["kind"], 0) + seg["tokens"]
-        names = {"system": "system", "tool": "tools", "template": "template", "message": "history",
-                 "tail": "new tail (computed)"}
-        for kind, n in totals.items():
-            label = f"{names.get(kind, kind)} {n:,}"
-            p.fillRect(QRectF(x, y + (fm.height() - 10) / 2, 10, 10), QColor(PART_COLORS.get(kind, "#888888")))
+        names = {"system": "system", "tool": "tools", "template": "template", "message": "history"}
+        legend = [(f"{names.get(k, k)} {n:,}", QColor(PART_COLORS.get(k, "#888888")), False)
+                  for k, n in totals.items()]
+        legend.append((f"computed {sum(s['tokens'] for s in self.segments if s['computed']):,}", QColor("#888888"),
+                       True))
+        for label, color, hatched in legend:
+            box = QRectF(x, y + (fm.height() - 10) / 2, 10, 10)
+            p.fillRect(box, color)
+            if hatched:
+                p.fillRect(box, hatch)
             p.setPen(text)
             p.drawText(x + 14, y + fm.ascent(), label)
             x += 14 + fm.horizontalAdvance(label) + 14
@@ -374,7 +384,7 @@ class ServerWindow(QMainWindow):
         split.addWidget(self.plots)
         split.addWidget(self.table)
         split.addWidget(detail)
-        split.setSizes([330, 290, 240])
+        split.setSizes([250, 230, 380])
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.addLayout(top)
@@ -617,8 +627,7 @@ class ServerWindow(QMainWindow):
         table.setRowCount(len(parts))
         for i, part in enumerate(parts):
             secs = part.get("seconds")
-            cells = [(f"{part_name(part)}  {part.get('label', '') if part.get('kind') != 'tool' else ''}".strip(),
-                      None), (f"{part['tokens']:,}", part["tokens"]), (f"{part.get('cached', 0):,}",
+            cells = [(part.get("label") if part.get("kind") in ("message", "system") else part_name(part), None), (f"{part['tokens']:,}", part["tokens"]), (f"{part.get('cached', 0):,}",
                                                                         part.get("cached", 0)),
                      (_ms(secs) if secs is not None else "", secs if secs is not None else -1.0)]
             for j, (text, key) in enumerate(cells):
@@ -627,6 +636,8 @@ class ServerWindow(QMainWindow):
                     item.setTextAlignment(int(Qt.AlignRight | Qt.AlignVCenter))
                 table.setItem(i, j, item)
         table.setSortingEnabled(True)
+        # the costliest parts first (by tokens where no prefill rate was measured yet)
+        table.sortItems(3 if any(p.get("seconds") is not None for p in parts) else 1, Qt.DescendingOrder)
 
     # actions ------------------------------------------------------------------------------------------------------
     def clear(self) -> None:

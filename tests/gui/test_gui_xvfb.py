@@ -166,3 +166,17 @@ def test_open_in_terminal_under_x(display):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], env=env, cwd=root,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_server_window_explainer_and_history_under_x(display):
+    """The Server window's cache-miss explainer, Copy as curl and Replay, and the earlier requests listed after a
+    restart (tests/gui/test_gui_server.py), run again on Qt's xcb platform against this Xvfb; the first checks
+    Qt's platform itself."""
+    env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
+    tests = ["tests/gui/test_gui_server.py::"
+             "test_a_cache_miss_is_explained_on_the_request_which_copies_as_curl_and_replays",
+             "tests/gui/test_gui_server.py::test_after_a_restart_the_window_lists_the_earlier_requests"]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], env=env, cwd=root,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
