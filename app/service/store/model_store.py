@@ -81,6 +81,11 @@ class ModelStore:
                             projector=str(m.projector) if m.projector else None)
                 for m in discover_external(sources=sources)]
 
+    def folder(self) -> Path:
+        """The folder of its database: where data that belongs with this store lives (the prompt cache and the
+        request log on disk)."""
+        return self.db_path.parent
+
     def list(self) -> list[ModelRecord]:
         """Store models, then the built-in one, then external finds; a name appears once (first wins)."""
         with closing(self._connect()) as db:

@@ -56,7 +56,7 @@ class AsyncStore:
 
     async def folder(self) -> Path:
         """`data_dir`, once the store exists (it is made here when it does not yet)."""
-        return await self._run(lambda s: s.db_path.parent)
+        return await self._run(lambda s: s.folder())
 
     # ---- reading ---------------------------------------------------------------------------------------------
     async def list(self) -> list[ModelRecord]:
