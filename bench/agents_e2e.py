@@ -59,6 +59,7 @@ TASK = "Create a file named hello.txt in the current directory containing exactl
 FILE, CONTENT = "hello.txt", "hi"
 RUNS = ("claude", "codex", "codex-oss", "opencode", "qwen", "crush", "droid", "pi", "continue", "copilot", "aider",
         "mini")
+DEFAULT_RUNS = ("claude", "codex", "codex-oss", "opencode")     # `make agents-e2e`; the others with --agents
 OSS_PORT = 11434
 
 
@@ -532,7 +533,7 @@ def table(results: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--agents", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    ap.add_argument("--agents", default=",".join(DEFAULT_RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     ap.add_argument("--model-file", help="GGUF (default: the Qwen2.5-Coder-0.5B test fixture)")
     ap.add_argument("--timeout", type=float, default=1500, help="seconds per agent")
     ap.add_argument("--task", default=TASK)
