@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -60,7 +61,7 @@ def long_prompt(tokens: int, seed: int) -> str:
         k = rnd.randint(0, 999)
         line = f"def {a}_{b}_{k}(x, y):\n    return {c}_table[x] + y * {k}  # {a} {b} {c}"
         lines.append(line)
-        n += 27                                  # ~tokens per line for this tokenizer
+        n += 31                                  # ~tokens per line for Qwen2.5's tokenizer
     return "\n".join(lines) + "\nSummarise in one sentence."
 
 
@@ -182,6 +183,7 @@ def serve_strata(port: int, threads: int, home: str, model_path: str, ctx: int) 
     cfg = ServiceConfig.from_env(port=port, n_threads=threads, num_ctx=ctx, num_parallel=N_PAR, keep_alive=-1)
     svc = ServiceThread(cfg, store_factory=lambda: ModelStore(db_path=h / "strata.db", models_dir=h / "models",
                                                               discover_external=False)).start()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))     # stopped: the service stops its runner too
     try:
         while True:
             time.sleep(3600)
