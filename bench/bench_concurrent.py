@@ -261,6 +261,8 @@ def report(results: dict, args) -> None:
     print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for name, r in results.items():
         alone = r["alone_reply"]
+        if not alone:
+            continue
         a_pace = statistics.median(x["pace"] for x in alone)
         for size, s in r["sizes"].items():
             tog, al = s["together"], s["alone_long"]
@@ -303,7 +305,8 @@ async def main(args):
         await e.start("/health" if e.name == "llama-server" else "/api/version")
         try:
             await e.chat([{"role": "user", "content": "Hello"}], 8)       # load and warm up
-            results[e.name] = await one_engine(e, sizes, args.reps, seed0=1000 * (i + 1) + int(time.time()) % 997)
+            results[e.name] = (await one_engine(e, sizes, args.reps, seed0=1000 * (i + 1) + int(time.time()) % 997)
+                               if not args.only_mixed else {"alone_reply": [], "sizes": {}})
             if args.mixed:
                 results[e.name]["mixed4"] = await mixed4(e, sizes[0], seed=7000 + i + int(time.time()) % 991)
         finally:
@@ -320,6 +323,7 @@ if __name__ == "__main__":
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--sizes", default="6000,16000", help="long prompts' sizes in tokens, comma-separated")
     ap.add_argument("--no-mixed", dest="mixed", action="store_false", help="skip the four-client run")
+    ap.add_argument("--only-mixed", action="store_true", help="only the four-client run")
     ap.add_argument("--server", default=None, help="llama-server binary (default: bench/_build/llama-server)")
     ap.add_argument("--only-strata", action="store_true", help="no llama-server")
     ap.add_argument("--engines", default="strata,llama-server",
