@@ -106,6 +106,10 @@ class RequestHistory:
     def _write(self, db: sqlite3.Connection, full: dict) -> None:
         record = {k: v for k, v in full.items() if k not in DETAIL_KEYS}
         detail = {k: full[k] for k in DETAIL_KEYS if k in full}
+        if isinstance(record.get("cache"), dict) and "anatomy" in record["cache"]:
+            # the anatomy belongs with the detail, as in memory (a long session's has a part per message)
+            record["cache"] = dict(record["cache"])
+            detail["anatomy"] = record["cache"].pop("anatomy")
         rtext = json.dumps(record, ensure_ascii=False, default=str)
         dtext = json.dumps(detail, ensure_ascii=False, default=str)
         with db:
@@ -189,7 +193,11 @@ class RequestHistory:
             row = self._read.execute("SELECT record, detail FROM requests WHERE id = ?", (int(rid),)).fetchone()
         if row is None:
             return None
-        return {**json.loads(row[0]), **json.loads(row[1])}
+        record, detail = json.loads(row[0]), json.loads(row[1])
+        anatomy = detail.pop("anatomy", None)
+        if anatomy is not None and isinstance(record.get("cache"), dict):
+            record["cache"]["anatomy"] = anatomy
+        return {**record, **detail}
 
     def count(self) -> tuple[int, int]:
         with self._read_lock:

@@ -107,3 +107,18 @@ def test_the_cache_report_reaches_the_list_with_each_parts_cost():
     assert listed["prefill_rate"] == 450.0
     detail = rec.to_dict(detail=True)["cache"]
     assert [p["seconds"] for p in detail["anatomy"]] == [400 / 450, 600 / 450]
+
+
+def test_on_disk_the_anatomy_stays_with_the_detail(tmp_path):
+    log = RequestLog(history=RequestHistory(tmp_path / "r.db"))
+    report = {"request": "r1", "prompt_tokens": 10, "verdict": "new", "cached": 0, "new_tail": 10,
+              "recomputed_beyond_tail": 0, "anatomy": [{"kind": "system", "label": "system", "token": 0,
+                                                        "tokens": 10}]}
+    rec = log.begin(req())
+    finish(log, rec, prompt=10, report=report)
+    log.history.flush()
+    log._work.clear()
+    listed = log.listing()[0]["cache"]
+    assert listed["verdict"] == "new" and "anatomy" not in listed
+    assert log.detail(rec.id)["cache"]["anatomy"][0]["tokens"] == 10
+    log.history.close()
