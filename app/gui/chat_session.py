@@ -28,6 +28,18 @@ TOP_LOGPROBS = 5
 CONTINUE_PROMPT = "Continue exactly where your last reply stopped. Do not repeat anything."
 
 
+def progress_text(p: dict) -> str:
+    """llama-server's `prompt_progress` ({total, cache, processed, time_ms}) as the status bar says it: "Reading
+    the prompt: 42% of 10,000 tokens, about 12 s left" (the time left at the rate measured on this prompt)."""
+    total, cache, done = int(p.get("total") or 0), int(p.get("cache") or 0), int(p.get("processed") or 0)
+    seconds = float(p.get("time_ms") or 0) / 1000
+    pct = 100 * done // total if total else 0
+    text = f"Reading the prompt: {pct}% of {total:,} tokens"
+    if done > cache and seconds > 0:
+        left = (total - done) * seconds / (done - cache)
+        text += f", about {left:.0f} s left" if left >= 1 else ", almost done"
+    return text
+
 class ChatHost(Protocol):
     """What the session needs from the window that shows the chat."""
     conversation: Conversation | None     # the chat shown (None: none yet)
@@ -179,6 +191,7 @@ class ChatSession(QObject):
         body["logprobs"] = True
         if self.host.wants_alternatives():
             body["top_logprobs"] = TOP_LOGPROBS
+        body["return_progress"] = True          # a long prompt's reading shows in the status bar (progress_text)
         return body
 
     # the reply ---------------------------------------------------------------------------------------------------
@@ -223,6 +236,9 @@ class ChatSession(QObject):
     def _on_chunk(self, obj: dict) -> None:
         p = self.pending
         if p is None:
+            return
+        if obj.get("prompt_progress"):          # a long prompt is being read: how far, and the time left
+            self.host.show_status(progress_text(obj["prompt_progress"]))
             return
         grew = p.add(obj)
         transcript = self.host.transcript
