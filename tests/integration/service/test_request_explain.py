@@ -71,6 +71,11 @@ def test_a_recorded_session_reuses_all_but_each_new_tail_and_a_changed_date_is_s
         assert c["verdict"] == "tail" and c["source"] == "slot" and not c["flagged"], c
         assert c["recomputed_beyond_tail"] == 0 and c["new_tail"] == rec["prompt_tokens"] - rec["cached_tokens"]
         assert c["previous"]["shared"] == c["previous"]["tokens"] and c["previous"]["record"] == rec["id"] - 1
+        # the tools the session called so far, and what the others' schemas cost
+        tools = {p["label"]: p["tokens"] for p in c["anatomy"] if p["kind"] == "tool"}
+        called = set(c["tools_called"])
+        assert called and called <= set(tools) and c["tools_unused"] == {
+            "names": [n for n in tools if n not in called], "tokens": sum(t for n, t in tools.items() if n not in called)}
     # the next request, with the date in the first message's reminder changed (one byte)
     rec = send(http, with_date(bodies[3], "2026-11-28"))
     c = rec["cache"]

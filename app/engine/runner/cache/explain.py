@@ -104,6 +104,17 @@ def _tool_needles(t: dict) -> list[str]:
     return out
 
 
+def called_tools(messages) -> list[str]:
+    """The names of the tools the assistant messages called, sorted."""
+    names = set()
+    for m in messages or ():
+        for call in (m.get("tool_calls") or ()) if isinstance(m, dict) else ():
+            fn = call.get("function", call) if isinstance(call, dict) else {}
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                names.add(fn["name"])
+    return sorted(names)
+
+
 def _tool_name(t: dict, i: int) -> str:
     fn = t.get("function", t) if isinstance(t, dict) else {}
     name = fn.get("name") if isinstance(fn, dict) else None
@@ -220,6 +231,8 @@ class PromptHistory:
         anatomy = [p.as_dict(max(0, bounds[i + 1] - p.token)) for i, p in enumerate(parts)
                    if bounds[i + 1] > p.token or i == 0]
         report: dict = {"request": rid, "prompt_tokens": n, "anatomy": anatomy}
+        if tools:       # which offered tools the conversation so far called (the others only cost their schemas)
+            report["tools_called"] = called_tools(messages)
         prev, shared = self._most_similar(toks)
         if prev is not None:
             report["previous"] = {"request": prev.rid, "tokens": len(prev.tokens), "shared": shared}

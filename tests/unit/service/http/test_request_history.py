@@ -107,6 +107,11 @@ def test_the_cache_report_reaches_the_list_with_each_parts_cost():
     assert listed["prefill_rate"] == 450.0
     detail = rec.to_dict(detail=True)["cache"]
     assert [p["seconds"] for p in detail["anatomy"]] == [400 / 450, 600 / 450]
+    assert "tools_unused" not in detail                     # (the report named no calls: no tools offered)
+    report["tools_called"] = []
+    rec = log.begin(req())
+    finish(log, rec, prompt=1000, cached=100, seconds=2.0, report=report)
+    assert rec.to_dict(detail=True)["cache"]["tools_unused"] == {"names": ["Bash"], "tokens": 600}
 
 
 def test_on_disk_the_anatomy_stays_with_the_detail(tmp_path):

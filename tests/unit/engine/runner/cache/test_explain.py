@@ -68,6 +68,16 @@ def test_anatomy_covers_the_prompt_and_names_every_part():
     assert [p["turn"] for p in parts if p["kind"] == "message"] == [1, 1, 1, 1, 1]
 
 
+def test_the_tools_called_so_far_are_named():
+    history = explain.PromptHistory(piece)
+    msgs = session(turns=2) + [{"role": "assistant", "content": "",
+                                "tool_calls": [{"function": {"name": "Bash", "arguments": {"cmd": "ls"}}}]},
+                               {"role": "tool", "content": "notes.txt"}]
+    report, _ = admit(history, "r", msgs)
+    assert report["tools_called"] == ["Bash"]
+    assert "tools_called" not in admit(history, "s", session(), tools=None)[0]
+
+
 def test_a_session_that_only_appends_reuses_all_but_the_tail():
     history = explain.PromptHistory(piece)
     r1, t1 = admit(history, "r1", session(turns=1))
