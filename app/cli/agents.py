@@ -95,6 +95,7 @@ class Agent:
     first_prompt: int  # tokens of its first request as launched (system prompt, tools, a one-line task), measured
     registry: str = "npm"                   # "npm" or "pypi"
     model_flags: tuple[str, ...] = ("-m", "--model")   # its own options that choose a model (refused after `--`)
+    client: str = ""   # part of the User-Agent its requests carry (the request log's client; fixtures/agents/)
 
     def context_warning(self, t: Target) -> str | None:
         """A note when the context leaves this agent's first prompt too little room for a reply."""
@@ -115,19 +116,22 @@ class Agent:
 # OpenCode 1.18, Qwen Code 0.15, Droid 0.225, Pi 0.73, Continue CLI 1.5, Copilot CLI 1.0.102, aider 0.86,
 # mini-swe-agent 2.4: their recorded first requests under tests/support/fixtures/agents/); Crush: an estimate (it
 # could not be installed where the others were recorded)
-CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code", 18_000)
-CODEX = Agent("codex", "Codex", "codex", "@openai/codex", 4_600)
-OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai", 7_500)
-QWEN = Agent("qwen", "Qwen Code", "qwen", "@qwen-code/qwen-code", 17_300)
+CLAUDE = Agent("claude", "Claude Code", "claude", "@anthropic-ai/claude-code", 18_000, client="claude-cli")
+CODEX = Agent("codex", "Codex", "codex", "@openai/codex", 4_600, client="codex")
+OPENCODE = Agent("opencode", "OpenCode", "opencode", "opencode-ai", 7_500, client="opencode")
+QWEN = Agent("qwen", "Qwen Code", "qwen", "@qwen-code/qwen-code", 17_300, client="QwenCode")
 CRUSH = Agent("crush", "Crush", "crush", "@charmland/crush", 8_000)
-DROID = Agent("droid", "Factory Droid", "droid", "@factory/cli", 9_900)
-PI = Agent("pi", "Pi", "pi", "@mariozechner/pi-coding-agent", 1_400, model_flags=("--model", "--provider"))
-CONTINUE = Agent("continue", "Continue CLI", "cn", "@continuedev/cli", 1_900, model_flags=("--model", "--config"))
-COPILOT = Agent("copilot", "GitHub Copilot CLI", "copilot", "@github/copilot", 11_100, model_flags=("--model",))
+DROID = Agent("droid", "Factory Droid", "droid", "@factory/cli", 9_900, client="factory-cli")
+PI = Agent("pi", "Pi", "pi", "@mariozechner/pi-coding-agent", 1_400, model_flags=("--model", "--provider"),
+           client="OpenAI/JS")
+CONTINUE = Agent("continue", "Continue CLI", "cn", "@continuedev/cli", 1_900, model_flags=("--model", "--config"),
+                 client="ls/JS")
+COPILOT = Agent("copilot", "GitHub Copilot CLI", "copilot", "@github/copilot", 11_100, model_flags=("--model",),
+                client="OpenAI/JS")
 AIDER = Agent("aider", "aider", "aider", "aider-chat", 700, registry="pypi",
-              model_flags=("--model", "--weak-model", "--editor-model", "--openai-api-base"))
+              model_flags=("--model", "--weak-model", "--editor-model", "--openai-api-base"), client="OpenAI/Python")
 MINI = Agent("mini", "mini-swe-agent", "mini", "mini-swe-agent", 900, registry="pypi",
-             model_flags=("-m", "--model", "--model-class"))
+             model_flags=("-m", "--model", "--model-class"), client="OpenAI/Python")
 AGENTS = {a.name: a for a in (CLAUDE, CODEX, OPENCODE, QWEN, CRUSH, DROID, PI, CONTINUE, COPILOT, AIDER, MINI)}
 
 def _refuse_model_args(agent: Agent, extra: list[str]) -> None:

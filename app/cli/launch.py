@@ -1,14 +1,17 @@
-"""`strata launch AGENT [--model NAME] [--oss] [--print] [-- AGENT ARGS...]`: start a coding agent (Claude Code,
-Codex, OpenCode, Qwen Code, Crush, Factory Droid, Pi, Continue CLI, GitHub Copilot CLI, aider, mini-swe-agent: see
-app/cli/agents.py) on this machine's Strata service, as `ollama launch` does for Ollama. Launch's options may come
-before or after the agent's name; everything after the first `--` that follows the name goes to the agent.
+"""`strata launch AGENT [--model NAME] [--oss] [--print] [--no-summary] [-- AGENT ARGS...]`: start a coding agent
+(Claude Code, Codex, OpenCode, Qwen Code, Crush, Factory Droid, Pi, Continue CLI, GitHub Copilot CLI, aider,
+mini-swe-agent: see app/cli/agents.py) on this machine's Strata service, as `ollama launch` does for Ollama. Launch's
+options may come before or after the agent's name; everything after the first `--` that follows the name goes to the
+agent.
 
 It checks that the agent is installed (else: its install command, exit 1) and that the service answers at
 STRATA_HOST (else: how to start one, exit 1), chooses the model (--model, else the model loaded now, else the
 built-in one; it says which and why), asks the service for the context a request gets and the model's
 capabilities, and starts the agent with its settings for this server (app/cli/agents.py: environment variables
 and command-line options, or settings files in Strata's own folder; the agent's own configuration files are left as
-they are). `--print` shows the command and files instead of starting it.
+they are). `--print` shows the command and files instead of starting it. It waits for the agent and then says,
+from the service's request log, which tools the agent offered and never called in this session and what their
+schemas cost (`--no-summary`: exec the agent instead).
 Covered by tests/integration/cli/test_cli_launch.py (a real `strata serve`, a stub agent executable, every
 documented form of the command line through the real entry point)."""
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -36,6 +40,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--oss", action="store_true", help="codex only: use Codex's built-in Ollama provider (--oss)")
     p.add_argument("--print", dest="print_only", action="store_true",
                    help="print the command, environment and files instead of starting the agent")
+    p.add_argument("--no-summary", dest="no_summary", action="store_true",
+                   help="hand the process over to the agent (exec) instead of waiting for it to say, when it "
+                        "exits, which offered tools it never called and what their schemas cost")
 
 
 def register(sub) -> None:
@@ -46,8 +53,8 @@ def register(sub) -> None:
                     "name the agent asks for maps to it), context window, telemetry off. The agent's own config "
                     "files are not changed. Arguments after `--` go to the agent. Agents: "
                     + ", ".join(f"{a.name} ({a.title})" for a in AGENTS.values()) + ".",
-        usage=f"strata launch [--model NAME] [--oss] [--print] {{{names}}} [--model NAME] [--oss] [--print] "
-              "[-- AGENT ARGS...]")
+        usage=f"strata launch [--model NAME] [--oss] [--print] [--no-summary] {{{names}}} [--model NAME] [--oss] "
+              "[--print] [--no-summary] [-- AGENT ARGS...]")
     _add_options(p)
     # The agent's name and everything after it, kept as typed: a positional `agent` argument would swallow a
     # `--` right after the name (argparse's pattern for one positional takes the `--` markers around it), and
@@ -79,7 +86,7 @@ def split_rest(args) -> list[str]:
     parsed, unknown = parser.parse_known_args(own)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)} (arguments for the agent go after `--`)")
-    for name in ("model", "oss", "print_only"):
+    for name in ("model", "oss", "print_only", "no_summary"):
         value = getattr(parsed, name)
         if value:
             setattr(args, name, value)
@@ -232,6 +239,99 @@ def exec_agent(executable: str, p: LaunchPlan) -> int:
     return 0      # not reached
 
 
+def run_agent(executable: str, p: LaunchPlan) -> int:
+    """Run the agent in this terminal and wait for it: its exit status (128 + the signal that ended it). Ctrl-C
+    reaches the agent (the terminal's whole foreground group gets it) and leaves launch waiting; a SIGTERM or SIGHUP
+    sent to launch is passed on to the agent."""
+    env = {**os.environ, **p.env}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "nt":
+        return subprocess.call([executable, *p.argv[1:]], env=env)
+    # handlers, not SIG_IGN: a handled signal is back to its default in the agent once it has started
+    old = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGQUIT)}
+    proc = subprocess.Popen([p.argv[0], *p.argv[1:]], executable=executable, env=env)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        old[s] = signal.signal(s, lambda sig, _frame: proc.send_signal(sig))
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
+
+
+SUMMARY_LIMIT = 1000     # requests read back for the summary at most
+
+
+def tools_summary(details: list[dict]) -> str | None:
+    """What the offered tools cost a session that never called them, from its requests' records with their cache
+    detail (GET /api/requests/{id}): the tools offered in some request and called in none, their schemas' tokens
+    (in every prompt that offered them) and the seconds those take to read at the measured prefill rate. None
+    when no request offered tools."""
+    offered: dict[str, int] = {}
+    called: set[str] = set()
+    rate = None
+    asked = 0
+    for d in details:
+        cache = d.get("cache") or {}
+        tools = {p["label"]: p["tokens"] for p in cache.get("anatomy") or () if p.get("kind") == "tool"}
+        if not tools:
+            continue
+        asked += 1
+        for name, tokens in tools.items():
+            offered[name] = max(tokens, offered.get(name, 0))
+        called.update(cache.get("tools_called") or ())
+        rate = cache.get("prefill_rate") or rate
+    if not offered:
+        return None
+    unused = sorted((n for n in offered if n not in called), key=lambda n: (-offered[n], n))
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'s' if count != 1 else ''}"
+
+    head = (f"this session sent {n(asked, 'request')} offering {n(len(offered), 'tool')}; "
+            f"called: {', '.join(sorted(called & set(offered))) or 'none'}")
+    if not unused:
+        return head
+    tokens = sum(offered[n] for n in unused)
+    seconds = tokens / rate if rate else 0.0
+    took = f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+    cost = f" (about {took} to read at the measured {rate:,.0f} tokens/s)" if rate else ""
+    shown = ", ".join(f"{n} ({offered[n]:,})" for n in unused)
+    return (f"{head}\nnever called: {n(len(unused), 'tool')} whose schemas are {tokens:,} tokens of every prompt "
+            f"that offers them{cost}: {shown}")
+
+
+async def session_requests(client: ApiClient, after: int, agent_client: str = "") -> list[dict]:
+    """The work requests logged after request `after` (the agent's session), with their detail: those whose client
+    contains `agent_client` when some do, else every client but Strata's own programs."""
+    rows = [r for r in await client.requests(limit=SUMMARY_LIMIT)
+            if int(r["id"]) > after and r.get("cache") and not str(r.get("client", "")).startswith("strata-")]
+    mine = [r for r in rows if agent_client and agent_client.lower() in str(r.get("client", "")).lower()]
+    return [await client.request_detail(int(r["id"])) for r in (mine or rows)]
+
+
+async def _last_request_id(client: ApiClient) -> int:
+    try:
+        rows = await client.requests(limit=1)
+    except ApiError:
+        return 0
+    return int(rows[0]["id"]) if rows else 0
+
+
+def _say_summary(url: str, api_key: str | None, after: int, agent: Agent) -> None:
+    loop, client = LoopThread(), ApiClient(url, api_key, user_agent=user_agent_of("strata-launch"))
+    try:
+        text = tools_summary(loop.run(session_requests(client, after, agent.client)))
+    except (ApiError, KeyError, ValueError, TypeError):
+        text = None
+    finally:
+        loop.run(client.close())
+        loop.close()
+    for line in (text or "").splitlines():
+        _say(line)
+
+
 def cmd_launch(args) -> int:
     extra = split_rest(args)
     agent = AGENTS[args.agent]
@@ -248,6 +348,7 @@ def cmd_launch(args) -> int:
             return 1
         target, why = loop.run(resolve_target(client, url, api_key, args.model))
         busy = loop.run(_busy_note(client, target.model))
+        after = loop.run(_last_request_id(client))
     except ApiError as e:
         _say(str(e))
         return 1
@@ -275,4 +376,8 @@ def cmd_launch(args) -> int:
         return 0
     write_files(launch_plan)
     assert executable is not None
-    return exec_agent(executable, launch_plan)
+    if args.no_summary:
+        return exec_agent(executable, launch_plan)
+    rc = run_agent(executable, launch_plan)
+    _say_summary(url, api_key, after, agent)
+    return rc

@@ -314,3 +314,58 @@ def test_a_mistyped_launch_is_a_usage_error_that_says_why(strata, words, said):
 def test_a_model_chosen_after_dash_dash_is_refused(strata):
     rc, out, err = strata("launch", "opencode", "--print", "--", "--model", "other")
     assert rc == 2 and "instead of '--model' after `--`" in err and out == ""
+
+
+# ---- after the agent exits: the tools it never called -----------------------------------------------------------
+# A stand-in Claude Code that sends two /v1/messages requests offering three tools, the second after a read_file
+# call; `strata launch` waits for it, then reads the session's requests back from the log (their cache detail:
+# tools_called, the anatomy's tool parts) and says which tools were never called and what their schemas cost.
+# On the Qwen2.5-Coder fixture's tokenizer twin (random weights: a prompt costs milliseconds).
+TOOLS_STUB = textwrap.dedent('''\
+    #!{python}
+    import json, os, sys, urllib.request
+    def tool(name, what):
+        return {{"name": name, "description": what,
+                 "input_schema": {{"type": "object", "properties": {{"path": {{"type": "string"}}}}}}}}
+    tools = [tool("read_file", "Read a file."), tool("write_file", "Write a file, replacing what it held."),
+             tool("web_search", "Search the web and return the first results with their titles and addresses.")]
+    turns = [[{{"role": "user", "content": "what is in a.txt?"}}]]
+    turns.append(turns[0] + [
+        {{"role": "assistant", "content": [{{"type": "tool_use", "id": "t1", "name": "read_file",
+                                            "input": {{"path": "a.txt"}}}}]}},
+        {{"role": "user", "content": [{{"type": "tool_result", "tool_use_id": "t1", "content": "hello"}}]}}])
+    for messages in turns:
+        body = {{"model": os.environ["ANTHROPIC_MODEL"], "max_tokens": 1, "tools": tools, "messages": messages}}
+        req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", json.dumps(body).encode(),
+                                     {{"content-type": "application/json",
+                                       "user-agent": "claude-cli/2.1.197 (external, sdk-cli)"}})
+        urllib.request.urlopen(req, timeout=120).read()
+    sys.exit(3)
+''')
+
+
+def test_after_the_agent_exits_launch_names_the_tools_it_never_called(serve, qwen_coder_path, tmp_path):
+    from agent_replay import write_tokenizer_twin
+    url, env = serve
+    twin = write_tokenizer_twin(qwen_coder_path, tmp_path / "twin.gguf", n_ctx=4096)
+    r = httpx.post(url + "/api/create", json={"model": "twin:tools", "from": str(twin), "stream": False}, timeout=120)
+    assert r.status_code == 200, r.text
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    stub = bindir / "claude"
+    stub.write_text(TOOLS_STUB.format(python=sys.executable))
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    r = launch(env, "claude", "--model", "twin:tools", path=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 3, r.stderr                  # the agent's own exit status
+    said = r.stderr.split("this session sent ", 1)[1]
+    assert said.startswith("2 requests offering 3 tools; called: read_file\n"), said
+    unused = said.split("never called: ", 1)[1]
+    assert unused.startswith("2 tools whose schemas are ")
+    names = unused.split(": ", 1)[1]
+    assert "web_search (" in names and "write_file (" in names and "read_file" not in names
+    # the tokens said are the anatomy's: read back from the log, the unused tools' parts add up to them
+    rows = httpx.get(url + "/api/requests", params={"client": "claude-cli"}).json()["requests"]
+    last = httpx.get(f"{url}/api/requests/{rows[0]['id']}").json()["cache"]
+    assert last["tools_called"] == ["read_file"] and sorted(last["tools_unused"]["names"]) == ["web_search",
+                                                                                               "write_file"]
+    assert f"schemas are {last['tools_unused']['tokens']:,} tokens" in unused
