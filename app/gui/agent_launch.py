@@ -1,6 +1,7 @@
 """Models → Launch a coding agent…: the `strata launch` command of each coding agent on a model that can call
 tools, ready to copy into a terminal, or started in the user's own terminal emulator in a project folder they
-pick ("Open in terminal", app/gui/terminal.py). The command gives the agent this server's settings without
+pick ("Open in terminal", app/gui/terminal.py), after which the Server window opens searched to that agent's
+client (CLIENTS: the part of its User-Agent the request log records). The command gives the agent this server's settings without
 touching its own configuration. An agent that is not installed (its command is not on PATH) shows its install
 command instead of the button.
 
@@ -16,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPushButton, QVBoxLayout)
@@ -38,6 +39,11 @@ AGENTS = (
     ("aider", "aider", "aider", "pipx install aider-chat   (or: python3 -m pip install aider-chat)"),
     ("mini", "mini-swe-agent", "mini", "pipx install mini-swe-agent   (or: python3 -m pip install mini-swe-agent)"),
 )
+# launch name -> the part of its User-Agent the request log shows as its client (app/cli/agents.py's Agent.client):
+# after "Open in terminal" the Server window is searched to it ("" for Crush: not recorded, every client shown)
+CLIENTS = {"claude": "claude-cli", "codex": "codex", "opencode": "opencode", "qwen": "QwenCode", "crush": "",
+           "droid": "factory-cli", "pi": "OpenAI/JS", "continue": "ls/JS", "copilot": "OpenAI/JS",
+           "aider": "OpenAI/Python", "mini": "OpenAI/Python"}
 DEFAULT_URL = "http://127.0.0.1:11434"
 
 
@@ -62,6 +68,10 @@ def strata_command() -> str:
 
 
 class AgentLaunchDialog(QDialog):
+    # an agent was started in a terminal: (its launch name, its client in the request log); the desktop opens the
+    # Server window searched to that client
+    launched = Signal(str, str)
+
     def __init__(self, state: ServiceState, parent=None):
         super().__init__(parent)
         self.state = state
@@ -166,5 +176,6 @@ class AgentLaunchDialog(QDialog):
                                 f"{self.commands[agent].text()}")
             return None
         self.status.setText(f"Started in a terminal ({Path(argv[0]).name}), in {folder}: "
-                            f"{self.commands[agent].text()}")
+                            f"{self.commands[agent].text()}. The Server window shows its requests.")
+        self.launched.emit(agent, CLIENTS.get(agent, ""))
         return argv

@@ -156,8 +156,15 @@ class Desktop(QObject):
         if self.agents is None:
             self.agents = AgentLaunchDialog(self.state, self.chat)
             self.actions.install(self.agents)
+            self.agents.launched.connect(lambda _agent, client: self.show_requests_of(client))
         self.agents.reload()
         return _raise(self.agents)
+
+    def show_requests_of(self, client: str) -> ServerWindow:
+        """The Server window searched to one client's requests (an agent just started from the launch dialog)."""
+        w = self.open_server()
+        w.filter_client.setText(client)
+        return w
 
     def plan_model(self, model: str) -> MemoryWindow:
         mem = self.open_memory()

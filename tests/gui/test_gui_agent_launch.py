@@ -74,6 +74,7 @@ exec "$@"
 """
 AGENT = """#!/bin/sh
 python3 -c 'import json, os, sys; json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "base": os.environ.get("ANTHROPIC_BASE_URL")}, open(os.environ["REC"] + "/claude.json", "w"))' "$@"
+python3 -c 'import os, urllib.request; urllib.request.urlopen(urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/models", headers={"User-Agent": "claude-cli/2.1.197 (external, sdk-cli)"}), timeout=60).read()'
 """
 
 
@@ -121,6 +122,13 @@ def test_open_in_terminal_starts_the_agent_in_the_chosen_folder(qtbot, service, 
         got = json.loads((rec / "claude.json").read_text())
         assert got["argv"] == ["--model", TOOLY] and got["cwd"] == str(project) and got["base"] == service.url
         assert "Started in a terminal (x-terminal-emulator)" in dlg.status.text()
+        # the Server window opens searched to the agent's client: the stand-in's request (Claude Code's User-Agent),
+        # not the desktop's own polling
+        qtbot.waitUntil(lambda: d.server is not None and d.server.isVisible(), timeout=SHORT)
+        w = d.server
+        assert w.filter_client.text() == "claude-cli"
+        qtbot.waitUntil(lambda: any(r["path"] == "/v1/models" for r in w.model.rows), timeout=WAIT)
+        assert all("claude-cli" in r["client"] for r in w.model.rows), [r["client"] for r in w.model.rows]
     finally:
         d.shutdown()
 

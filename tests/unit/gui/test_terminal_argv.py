@@ -12,6 +12,7 @@ import pytest
 
 from app.cli.agents import AGENTS as CLI_AGENTS
 from app.gui.agent_launch import AGENTS as GUI_AGENTS
+from app.gui.agent_launch import CLIENTS as GUI_CLIENTS
 from app.gui.terminal import LINUX_TERMINALS, NoTerminal, terminal_argv
 
 CMD = "strata launch claude --model 'coder:0.5b'"
@@ -68,3 +69,4 @@ def test_the_shell_line_survives_awkward_folder_names(tmp_path):
 
 def test_the_gui_offers_the_clis_agents():
     assert [(a.name, a.title, a.command, a.install_hint) for a in CLI_AGENTS.values()] == list(GUI_AGENTS)
+    assert {a.name: a.client for a in CLI_AGENTS.values()} == GUI_CLIENTS
