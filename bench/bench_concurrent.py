@@ -10,7 +10,8 @@ Model: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (~/.cache/strata-test-models, `make te
 servers at their defaults but for the slots: 4 slots with room for the longest prompt (llama-server: `-np 4 -c
 4 x ctx`, its default n_batch 2048 / n_ubatch 512; Strata: num_parallel 4, num_ctx ctx, its default num_batch 512
 on a CPU and its default step budget, STRATA_DECODE_LATENCY_FACTOR). Every prompt is new (a fresh prefix per run),
-so no cache helps either side. Measured, per engine and long-prompt size, one engine at a time:
+so no cache helps either side. Measured, per engine and long-prompt size, one engine at a time (all started, taking
+turns each repetition in swapped order, so a shared machine's load drift hits them alike):
 - alone      the short streamed reply alone (a ~40-token chat, 64 tokens, ignore_eos): time to first token and
              tokens per second after it; and the long prompt alone (streamed, max_tokens 1): its time.
 - together   the long prompt is sent; once it is being read (2 s later) the short reply is sent: the reply's time to
@@ -277,8 +278,7 @@ def report(results: dict, args) -> None:
         print("\n| engine | mixed4: tokens / wall s = tok/s | long prompt s | chats' pace median tok/s | worst chat TTFT s |")
         print("| --- | --- | ---: | ---: | ---: |")
         for name, r in results.items():
-            m = r.get("mixed4")
-            if m:
+            for m in r.get("mixed4_runs") or ([r["mixed4"]] if r.get("mixed4") else []):
                 print(f"| {name} | {m['tokens']} / {m['wall']:.1f} = {m['tok_s']:.1f} | {m['long_time']:.1f} | "
                       f"{m['chat_pace_median']:.2f} | {m['chat_ttft_max']:.1f} |")
 
@@ -300,16 +300,28 @@ async def main(args):
             if not SERVER.exists():
                 sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first (or --server PATH)")
             engines.append(llama_server(model, args.threads, ctx))
-    results = {}
-    for i, e in enumerate(engines):                # one engine at a time: each has the machine to itself
-        await e.start("/health" if e.name == "llama-server" else "/api/version")
-        try:
-            await e.chat([{"role": "user", "content": "Hello"}], 8)       # load and warm up
-            results[e.name] = (await one_engine(e, sizes, args.reps, seed0=1000 * (i + 1) + int(time.time()) % 997)
-                               if not args.only_mixed else {"alone_reply": [], "sizes": {}})
-            if args.mixed:
-                results[e.name]["mixed4"] = await mixed4(e, sizes[0], seed=7000 + i + int(time.time()) % 991)
-        finally:
+    results: dict = {}
+    try:                                           # all started (an idle server costs nothing); one measured at a time,
+        for e in engines:                          # the engines taking turns each repetition (the order swapped), so
+            await e.start("/health" if e.name == "llama-server" else "/api/version")    # a shared machine's load
+            await e.chat([{"role": "user", "content": "Hello"}], 8)   # drift hits them alike; loaded, warmed up
+            results[e.name] = {"alone_reply": [], "sizes": {}}
+        for rep in range(args.reps):
+            for i, e in enumerate(engines if rep % 2 == 0 else engines[::-1]):
+                if not args.only_mixed:
+                    one = await one_engine(e, sizes, 1, seed0=100_000 * (rep + 1) + 1000 * (i + 1)
+                                           + int(time.time()) % 997)
+                    results[e.name]["alone_reply"] += one["alone_reply"]
+                    for size, res in one["sizes"].items():
+                        mine = results[e.name]["sizes"].setdefault(size, {"alone_long": [], "together": []})
+                        mine["alone_long"] += res["alone_long"]
+                        mine["together"] += res["together"]
+                if args.mixed:
+                    results[e.name].setdefault("mixed4_runs", []).append(
+                        await mixed4(e, sizes[0], seed=7000 + 100 * rep + i + int(time.time()) % 991))
+                    results[e.name]["mixed4"] = results[e.name]["mixed4_runs"][-1]
+    finally:
+        for e in engines:
             await e.stop()
     report(results, args)
     if args.json:
