@@ -39,7 +39,7 @@ from typing import Iterable, NamedTuple
 DEFAULT_FACTOR = 1.75        # writers' steps may take this many times their alone step on average (pace >= ~0.57x)
 FLOOR_TOKENS = 32            # the smallest prompt chunk a writers' step carries (else it saves up for one): on a CPU
                              # a 17-token chunk cost 26-29 ms a token, a 512-token one 23 ms
-MIN_TARGET_S = 0.05          # a writers' step may always take this long (20 tokens/s): fast devices keep big chunks
+MIN_TARGET_S = 0.04          # a writers' step may always take this long (25 tokens/s): fast devices keep big chunks
 BANK_MAX_S = 2.0             # seconds of prompt time the writers may save up: the longest a token waits for a chunk
 BACKGROUND_FACTOR = 4.0      # only unwatched writers and a watched prompt waiting: their factor this much larger
 RATE = 0.2                   # weight of each new measurement in the moving averages

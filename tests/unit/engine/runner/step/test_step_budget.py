@@ -55,7 +55,7 @@ def test_each_count_of_writers_has_its_own_alone_step():
 def test_a_fast_device_keeps_big_chunks():
     # a GPU: a writers' step 3 ms, a prompt token 20 us: the step may still take MIN_TARGET_S
     c = costs({1: 0.003}, mixed_s=0.00002)
-    assert prompt_budget(c, capacity=2047, writers=1, factor=2.0) == 2047
+    assert prompt_budget(c, capacity=1023, writers=1, factor=2.0) == 1023
     assert prompt_budget(c, capacity=4095, writers=1, factor=2.0) == int((MIN_TARGET_S - 0.003) / 0.00002)
 
 
