@@ -473,7 +473,9 @@ class ChatWindow(QMainWindow):
     def open_dialog(self, dlg) -> None:
         dlg.setAttribute(Qt.WA_DeleteOnClose)
         self.dialog = dlg
-        dlg.finished.connect(lambda _r: setattr(self, "dialog", None))
+        # only this dialog's own end clears it: answering a question can open the next one (a reply's second tool
+        # call) before the first has finished closing
+        dlg.finished.connect(lambda _r: self.dialog is dlg and setattr(self, "dialog", None))
         dlg.open()
 
     def delete_conversation(self, conversation_id: int) -> None:
