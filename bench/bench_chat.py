@@ -82,17 +82,21 @@ def free_port() -> int:
 class Endpoint:
     """One OpenAI-compatible server process and a streaming chat call."""
 
+    TIMEOUT_S = 1200          # a whole request, at most
+    CONNECTIONS = 100         # aiohttp's default pool (0: no limit)
+    START_S = 120             # to become healthy
+
     def __init__(self, name: str, cmd: list[str], port: int, model_field: str, env=None):
         self.name, self.cmd, self.port, self.model_field, self.env = name, cmd, port, model_field, env
         self.proc = None
-        self.session = None
+        self.session: aiohttp.ClientSession | None = None
         self.url = f"http://127.0.0.1:{port}"
 
     async def start(self, health_path: str):
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1200),
-                                             connector=aiohttp.TCPConnector(force_close=True))
-        for _ in range(1200):
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.TIMEOUT_S),
+                                             connector=aiohttp.TCPConnector(force_close=True, limit=self.CONNECTIONS))
+        for _ in range(int(self.START_S * 10)):
             try:
                 async with self.session.get(self.url + health_path) as r:
                     if r.status == 200:

@@ -29,15 +29,14 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_chat import Endpoint as ChatEndpoint, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "bench" / "_build" / "llama-server"
@@ -73,36 +72,11 @@ def short_chat(seed: int) -> list[dict]:
                                         f"in plain words, for a child who likes stories."}]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Endpoint:
-    """One OpenAI-compatible server process and its streamed chat call."""
-
-    def __init__(self, name: str, cmd: list[str], port: int, model_field: str, env=None):
-        self.name, self.cmd, self.port, self.model_field, self.env = name, cmd, port, model_field, env
-        self.proc = None
-        self.session: aiohttp.ClientSession | None = None
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def start(self, health_path: str):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
-                                             connector=aiohttp.TCPConnector(force_close=True, limit=0))
-        for _ in range(3000):
-            try:
-                async with self.session.get(self.url + health_path) as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {' '.join(self.cmd)}")
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.name} did not become healthy")
+class Endpoint(ChatEndpoint):
+    """One OpenAI-compatible server process and its streamed chat call (long prompts: a longer wait, no pool limit)."""
+    TIMEOUT_S = 3600
+    CONNECTIONS = 0
+    START_S = 300
 
     async def chat(self, messages: list[dict], max_tokens: int, ignore_eos: bool = True) -> dict:
         """-> {"t0", "ttft": s, "t_end", "tokens": generated, "prompt_tokens": n, "token_times": [...]}"""
@@ -131,16 +105,6 @@ class Endpoint:
         n = usage.get("completion_tokens", len(times))
         return {"t0": t0, "ttft": (times[0] - t0) if times else t_end - t0, "t_end": t_end, "tokens": n,
                 "prompt_tokens": usage.get("prompt_tokens", 0), "token_times": times}
-
-    async def stop(self):
-        if self.session:
-            await self.session.close()
-        if self.proc:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 def pace(r: dict) -> float:
