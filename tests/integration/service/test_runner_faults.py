@@ -98,6 +98,16 @@ def _assert_idle(c: httpx.Client) -> None:
           "slots free")
 
 
+def _failure(r: httpx.Response, status: int = 500):
+    """The error a non-streamed answer carries: the body of an HTTP `status`, or, where the answer had already begun
+    with keepalive spaces when it failed (a request pending over 5 s: app/service/dialects/whole.py), a 200 whose
+    body is that same error object. Which of the two depends on the machine's speed, not on the behaviour tested."""
+    assert r.status_code in (status, 200), r.text
+    body = r.json()
+    assert "error" in body, r.text
+    return body["error"]
+
+
 def _post(url: str, path: str, body: dict, out: dict, key) -> threading.Thread:
     """A non-streamed request in a thread; its response (or exception) lands in out[key]."""
     def call():
@@ -235,8 +245,7 @@ def test_runner_abort_mid_stream(server, caplog):
         _wait(victim.under_way, "stream under way")
         r = c.post("/api/generate", json={"model": MODEL, "prompt": ABORT_MARKER, "raw": True, "stream": False,
                                           "options": {"num_predict": 4}})
-        assert r.status_code == 500, r.text
-        err = r.json()["error"]
+        err = _failure(r)
         assert "SIGABRT" in err and "ended unexpectedly" in err and err.count(MODEL) == 1, err
         tail = stderr_tail.supported()                        # POSIX: the runner's stderr is the service's pipe
         assert ABORT_MESSAGE in err or not tail, err          # the runner's last stderr line
@@ -249,8 +258,8 @@ def test_runner_abort_mid_stream(server, caplog):
 
         # OpenAI dialect: an abort before the first token is an HTTP error with an OpenAI-shaped body
         r = c.post("/v1/completions", json={"model": MODEL, "prompt": ABORT_MARKER, "max_tokens": 4})
-        assert r.status_code == 500 and r.json()["error"]["type"] == "server_error", r.text
-        assert r.json()["error"]["code"] == "runner_exited", r.text
+        err = _failure(r)
+        assert err["type"] == "server_error" and err["code"] == "runner_exited", r.text
 
         r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
                                           "options": {"num_predict": 2}})
@@ -298,10 +307,11 @@ def test_sigkill_while_loading(server):
         if not killed:
             pytest.skip("the load finished before the runner could be killed (very fast machine)")
         statuses = sorted(r.status_code for r in results)
-        failed = [r for r in results if r.status_code != 200]
+        failed = [r for r in results if r.status_code != 200 or "error" in r.json()]
         assert failed, statuses           # the waiters of the killed load were answered with its failure
         for r in failed:
-            assert r.status_code == 500 and "load" in r.json()["error"] and "SIGKILL" in r.json()["error"], r.text
+            err = _failure(r)
+            assert "load" in err and "SIGKILL" in err, r.text
         # the next request loads again, in a new process
         r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
                                           "options": {"num_predict": 2}})
@@ -388,8 +398,8 @@ def test_a_stopped_runner_is_noticed_and_its_queue_served(live_service, tmp_path
                     pass
             for key in (0, 1):
                 r = results[key]
-                assert isinstance(r, httpx.Response) and r.status_code == 500, r
-                err = r.json()["error"]
+                assert isinstance(r, httpx.Response), r
+                err = _failure(r)
                 assert MODEL in err and "froze: no heartbeat" in err and "SIGKILL" in err and "loads" in err, err
             r = results["queued"]
             assert isinstance(r, httpx.Response) and r.status_code == 200 and r.json()["done"], r
@@ -413,8 +423,7 @@ def test_a_runner_stuck_in_one_step_is_killed_by_its_step_limit(live_service, tm
         with httpx.Client(base_url=svc.url, timeout=DEADLINE) as c:
             pid = _loaded_pid(c)
             r = c.post("/v1/completions", json={"model": MODEL, "prompt": HANG_MARKER, "max_tokens": 2})
-            assert r.status_code == 500, r.text
-            err = r.json()["error"]
+            err = _failure(r)
             assert err["code"] == "runner_frozen" and "is stuck: one decode step" in err["message"], err
             assert MODEL in err["message"] and "measured steps predict" in err["message"], err
             r = c.post("/api/generate", json={"model": MODEL, "prompt": "Hi", "stream": False,
