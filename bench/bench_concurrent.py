@@ -40,7 +40,7 @@ from bench_chat import Endpoint as ChatEndpoint, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "bench" / "_build" / "llama-server"
-for alt in (ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server", Path("/work/llama-server-build/llama-server")):
+for alt in (ROOT / "bench" / "_build" / "cmake" / "bin" / "llama-server",):
     if not SERVER.exists() and alt.exists():
         SERVER = alt
 MODEL = Path.home() / ".cache" / "strata-test-models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
