@@ -173,7 +173,7 @@ async def serve(request: web.Request, req: GenerationRequest, make_renderer) -> 
     queued request may still grow it. Ollama's NDJSON has no keepalive and Ollama itself sends nothing before
     the model is scheduled: that wire waits, silent, as Ollama does (its headers always carry the fit).
     Not streamed: one JSON body, whose answer starts with leading spaces when it takes longer than
-    whole.WHOLE_KEEPALIVE_S, and which a resent request takes over when its client gave up (whole.py)."""
+    whole.WHOLE_KEEPALIVE_START_S, and which a resent request takes over when its client gave up (whole.py)."""
     scheduler, _, metrics = context(request)
     job = await pipeline.prepare(scheduler, req)
     renderer: Renderer = make_renderer(job)

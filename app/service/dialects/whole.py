@@ -3,8 +3,11 @@
 Keepalive. A non-streamed request sends nothing until its reply is complete: queued behind other clients, reading a
 long prompt on a CPU, it can take minutes, and clients with a read timeout give up and send it again (httpx's
 default is 5 s, litellm's 600 s; scripts set 30-120 s), so the same prompt is computed twice while the queue grows.
-JSON allows whitespace before a value, so a request still unanswered after WHOLE_KEEPALIVE_S starts its answer:
-status 200, the JSON content type, and a space every WHOLE_KEEPALIVE_S until the body follows. The official
+JSON allows whitespace before a value, so a request still unanswered after WHOLE_KEEPALIVE_START_S starts its
+answer: status 200, the JSON content type, and a space every WHOLE_KEEPALIVE_S until the body follows. The start
+waits half a minute because what fails after it cannot be an HTTP error any more, and the official clients do not
+see an error in a 200's body (openai's and anthropic's return an empty object, ollama's a validation error): the
+requests that take a few seconds, most of them, keep their real status; the ones that take minutes keep their client. The official
 clients (openai, anthropic, ollama, httpx's .json()) read such a body as any other.
 The status is decided when the first space goes, so the answer starts as late as it can, as a stream does
 (base.serve): once the prompt is fitted (its headers then carry the fit's facts, X-Strata-Num-Ctx...), or while
@@ -40,7 +43,8 @@ from ..http.errors import ApiError, error_body
 
 log = logging.getLogger("strata.whole")
 
-WHOLE_KEEPALIVE_S = 5.0     # silence before the answer starts, then between its leading spaces
+WHOLE_KEEPALIVE_START_S = 30.0   # silence before the answer starts (below the common 60-600 s read timeouts)
+WHOLE_KEEPALIVE_S = 5.0          # then between its leading spaces
 JOIN_GRACE_S = 10.0         # how long an abandoned computation waits for its request to come again
 
 
@@ -144,12 +148,17 @@ async def answer(request: web.Request, joins: Joins, compute, early_headers: dic
     p = shared.progress
     resp: web.StreamResponse | None = None
     early = False
+    t_start = time.monotonic() + WHOLE_KEEPALIVE_START_S
     try:
         while True:
-            done, _ = await asyncio.wait({shared.task}, timeout=WHOLE_KEEPALIVE_S)
+            before_start = t_start - time.monotonic()       # > 0: the answer may not start yet
+            wait = min(WHOLE_KEEPALIVE_S, before_start) if resp is None and before_start > 0 else WHOLE_KEEPALIVE_S
+            done, _ = await asyncio.wait({shared.task}, timeout=wait)
             if done:
                 break
             if resp is None:
+                if time.monotonic() < t_start:
+                    continue                    # a request of a few seconds keeps its real status
                 if p.headers is None and p.t_leased is not None \
                         and time.monotonic() - p.t_leased < WHOLE_KEEPALIVE_S:
                     continue                    # a fit is quick: its refusal can still be the HTTP answer

@@ -38,6 +38,7 @@ def fast_keepalive(monkeypatch):
     from app.service.dialects import whole
 
     monkeypatch.setattr(whole, "WHOLE_KEEPALIVE_S", 0.25)
+    monkeypatch.setattr(whole, "WHOLE_KEEPALIVE_START_S", 0.25)
 
 
 def _queued(url: str) -> int:
