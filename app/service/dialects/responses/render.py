@@ -10,6 +10,7 @@ import time
 import uuid
 
 from ...generation.result import GenerationResult, TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
+from ...generation.toolcalls.jsonscan import string_so_far
 from ...http.bodies import SSEEvent, SSEWriter
 from ...http.errors import ApiError
 from ..base import Renderer
@@ -52,36 +53,6 @@ def custom_input(arguments) -> str:
 
 
 _INPUT_HEAD = json.dumps({CUSTOM_INPUT: ""})[:-2]     # `{"input": "`: how a custom call's arguments begin
-_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def string_so_far(raw: str) -> tuple[str, bool]:
-    """The text of a JSON string's body written so far, as json.dumps(..., ensure_ascii=False) writes strings
-    (`raw`: after its opening quote; an escape not yet complete is left out), and whether the string closed."""
-    out: list[str] = []
-    i = 0
-    while i < len(raw):
-        c = raw[i]
-        if c == '"':
-            return "".join(out), True
-        if c != "\\":
-            j = i
-            while j < len(raw) and raw[j] not in '"\\':
-                j += 1
-            out.append(raw[i:j])
-            i = j
-            continue
-        if i + 1 >= len(raw):
-            break
-        if raw[i + 1] == "u":
-            if i + 6 > len(raw):
-                break
-            out.append(chr(int(raw[i + 2:i + 6], 16)))    # json.dumps(ensure_ascii=False): control characters
-            i += 6
-            continue
-        out.append(_SIMPLE_ESCAPES.get(raw[i + 1], raw[i + 1]))
-        i += 2
-    return "".join(out), False
 
 
 def call_payload(ev: ToolCallEvent, tool: WireTool) -> str:

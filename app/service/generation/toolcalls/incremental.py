@@ -1,18 +1,15 @@
 """Tool calls read as the model writes them, so a stream can send a call in pieces (docs/architecture.md,
-"Tool calls", "Streamed in pieces").
+"Tool calls", "Streamed in pieces"); each call's arguments are read by
+jsonscan.JsonReader.
 
-- `JsonReader` reads one JSON value a piece at a time and gives back, as soon as it is certain, the same value as
-  `json.dumps(value, ensure_ascii=False)` writes it: string contents as they come (a character once its escape
-  is complete), a number or true/false/null once it ends, a key together with its value's first character, a
-  separator with what follows it. What it gave is never taken back: `closers()` is what completes the text given
-  so far into a whole value (a value cut short), and text that is not JSON stops it (`broken`). So the pieces of
-  a call's arguments add up to exactly the arguments string a client is finally given.
 - `CallReader` reads a call section's body (or a bare call) a piece at a time: a call opens (`Open`) once its
   name is complete, names a supplied tool and its arguments object has begun; its arguments follow (`Args`); it
   closes (`Done`) when the object does. What it cannot stream (a call whose name follows its arguments, a
   wrapper, a name no tool has, Python syntax) stops it where that begins; the stream parser reads the rest
   whole at the section's end, as it reads a section that was never streamed. `MistralCalls`, `QwenXmlCalls`
   and `ArgsBody` (gpt-oss: the name came in the header) read the other syntaxes the same way.
+
+Covered by tests/unit/service/generation/toolcalls/test_toolcall_pieces.py.
 """
 from __future__ import annotations
 
@@ -23,17 +20,11 @@ from typing import Iterable
 
 from app.engine.chat.formats import MISTRAL_CALLS
 
-from .jsonscan import scan_brackets
+from .jsonscan import Brackets, JsonReader, scan_brackets
 from .section_parsers import parameter_value
 from .types import Args, CallPart, Done, Open
 
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_WORDS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")     # what json.loads reads besides numbers
-_TOKEN_CHARS = frozenset("0123456789+-.eE") | frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _WS = " \t\n\r"
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-_PLAIN = re.compile(r'[^"\\]+')
-_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def held_suffix(buf: str, markers) -> int:
@@ -45,218 +36,6 @@ def held_suffix(buf: str, markers) -> int:
                 keep = k
                 break
     return keep
-
-
-def _scalar(token: str) -> str | None:
-    """A number or a word, written as json.dumps writes what json.loads reads from it; None if it is neither."""
-    if token in _WORDS:
-        return token
-    if _NUMBER.fullmatch(token):
-        return json.dumps(json.loads(token))
-    return None
-
-
-class JsonReader:
-    """One JSON value read a piece at a time; `feed` returns the canonical text that became certain."""
-
-    def __init__(self) -> None:
-        self.stack: list[list] = []     # open containers: [closer, members so far]
-        self.state = "value"            # value | value_or_end | key_or_end | key | colon | comma_or_end | string
-        #                                 | token
-        self.pending = ""               # text held until the next value begins (", ", a key and ": ")
-        self.token = ""
-        self.in_key = False
-        self.key: list[str] = []
-        self.esc: str | None = None     # an escape being read: "" after the backslash, then "u" and hex digits
-        self.high: int | None = None    # a \uD800-\uDBFF escape waiting for its low half
-        self.done = False
-        self.broken = False
-        self.used = 0                   # characters read; once done, where the value ended
-
-    # ---- public ---------------------------------------------------------------------------------------------
-    def feed(self, text: str) -> str:
-        out: list[str] = []
-        i, n = 0, len(text)
-        while i < n and not self.done and not self.broken:
-            if self.state == "string":
-                i = self._string(text, i, out)
-                continue
-            c = text[i]
-            if self.state == "token":
-                if c in _TOKEN_CHARS:
-                    self.token += c
-                    i += 1
-                else:
-                    self._end_token(out)
-                continue
-            if c not in _WS:
-                self._structure(c, out)
-                if self.broken:
-                    break               # the character it could not read is not read
-            i += 1
-        self.used += i
-        if self.broken and self.state == "token":
-            self.used -= len(self.token)       # nor the number or word that did not parse
-        return "".join(out)
-
-    def finish(self) -> str:
-        """The end of the text: a number that was still being read (a top-level scalar) ends here."""
-        out: list[str] = []
-        if self.state == "token" and not self.broken:
-            self._end_token(out)
-        return "".join(out)
-
-    def closers(self) -> str:
-        """What completes the text given so far into a whole value: a number or word still being read (when it
-        is one), the open string's quote, the open containers' brackets. A key without its value is left out."""
-        out = ""
-        if self.state == "token" and self.stack:
-            tail = _scalar(self.token)
-            if tail is not None:
-                out += self.pending + tail
-        elif self.state == "string" and not self.in_key:
-            out += '"'
-        return out + "".join(closer for closer, _ in reversed(self.stack))
-
-    # ---- internals ------------------------------------------------------------------------------------------
-    def _structure(self, c: str, out: list[str]) -> None:
-        st = self.state
-        if st in ("value", "value_or_end"):
-            if c == "]" and st == "value_or_end":
-                self._close(c, out)
-            else:
-                self._value(c, out)
-        elif st in ("key_or_end", "key"):
-            if c == '"':
-                self.state, self.in_key, self.key = "string", True, []
-            elif c == "}" and st == "key_or_end":
-                self._close(c, out)
-            else:
-                self.broken = True
-        elif st == "colon":
-            if c == ":":
-                self.pending += encode_basestring("".join(self.key)) + ": "
-                self.state = "value"
-            else:
-                self.broken = True
-        elif st == "comma_or_end":
-            if c == ",":
-                self.pending = ", "
-                self.state = "key" if self.stack[-1][0] == "}" else "value"
-            elif c == self.stack[-1][0]:
-                self._close(c, out)
-            else:
-                self.broken = True
-        else:
-            self.broken = True
-
-    def _value(self, c: str, out: list[str]) -> None:
-        if c in "{[":
-            out.append(self.pending + c)
-            self.pending = ""
-            self.stack.append(["}" if c == "{" else "]", 0])
-            self.state = "key_or_end" if c == "{" else "value_or_end"
-        elif c == '"':
-            out.append(self.pending + '"')
-            self.pending = ""
-            self.state, self.in_key = "string", False
-        elif c in _TOKEN_CHARS:
-            self.state, self.token = "token", c
-        else:
-            self.broken = True
-
-    def _close(self, c: str, out: list[str]) -> None:
-        out.append(c)
-        self.stack.pop()
-        self._after_value()
-
-    def _after_value(self) -> None:
-        if not self.stack:
-            self.done = True
-            self.state = "done"
-        else:
-            self.stack[-1][1] += 1
-            self.state = "comma_or_end"
-
-    def _end_token(self, out: list[str]) -> None:
-        text = _scalar(self.token)
-        if text is None:
-            self.broken = True
-            return
-        out.append(self.pending + text)
-        self.pending, self.token = "", ""
-        self._after_value()
-
-    def _chars(self, s: str, out: list[str]) -> None:
-        if self.high is not None:                  # a high surrogate not followed by its low half stands alone
-            h, self.high = self.high, None
-            s = chr(h) + s
-        if not s:
-            return
-        if self.in_key:
-            self.key.append(s)
-        else:
-            out.append(encode_basestring(s)[1:-1])
-
-    def _string(self, text: str, i: int, out: list[str]) -> int:
-        n = len(text)
-        while i < n:
-            if self.esc is not None:
-                i = self._escape(text, i, out)
-                if self.broken:
-                    return i
-                continue
-            c = text[i]
-            if c == '"':
-                self._chars("", out)
-                i += 1
-                if self.in_key:
-                    self.state = "colon"
-                else:
-                    out.append('"')
-                    self._after_value()
-                return i
-            if c == "\\":
-                self.esc = ""
-                i += 1
-                continue
-            m = _PLAIN.match(text, i)
-            assert m is not None                   # text[i] is neither a quote nor a backslash
-            self._chars(m.group(0), out)
-            i = m.end()
-        return i
-
-    def _escape(self, text: str, i: int, out: list[str]) -> int:
-        c = text[i]
-        esc = self.esc or ""
-        if not esc:
-            if c == "u":
-                self.esc = "u"
-                return i + 1
-            if c not in _ESCAPES:
-                self.broken = True
-                return i
-            self.esc = None
-            self._chars(_ESCAPES[c], out)
-            return i + 1
-        if c not in _HEX:
-            self.broken = True
-            return i
-        esc += c
-        if len(esc) < 5:
-            self.esc = esc
-            return i + 1
-        self.esc = None
-        code = int(esc[1:], 16)
-        if 0xDC00 <= code <= 0xDFFF and self.high is not None:
-            h, self.high = self.high, None
-            self._chars(chr(0x10000 + ((h - 0xD800) << 10) + (code - 0xDC00)), out)
-        elif 0xD800 <= code <= 0xDBFF:
-            self._chars("", out)                   # an earlier high half stands alone
-            self.high = code
-        else:
-            self._chars(chr(code), out)
-        return i + 1
 
 
 # ---- calls ------------------------------------------------------------------------------------------------
@@ -389,28 +168,17 @@ class CallReader:
 
     def _json_head(self, out: list[CallPart]) -> bool:
         b, p = self.body, self.pos
-        in_str = esc = False
-        for j in range(p + 1, min(len(b), p + MAX_HEAD)):
-            c = b[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c in "{[}]":           # a value that is not a string: the arguments, or what is not streamed
-                m = _JSON_HEAD.fullmatch(b, p, j + 1) if c == "{" else None
-                try:
-                    name = json.loads(m.group(1), strict=False).strip() if m is not None else ""
-                except ValueError:
-                    name = ""
-                if not name:
-                    self.stopped = True
-                    return False
-                return self._open(name, j, out)
+        j = Brackets().walk(b, p + 1, stop="bracket", end=p + MAX_HEAD)
+        if j is not None:               # a value that is not a string: the arguments, or what is not streamed
+            m = _JSON_HEAD.fullmatch(b, p, j + 1) if b[j] == "{" else None
+            try:
+                name = json.loads(m.group(1), strict=False).strip() if m is not None else ""
+            except ValueError:
+                name = ""
+            if not name:
+                self.stopped = True
+                return False
+            return self._open(name, j, out)
         if len(b) - p >= MAX_HEAD:
             self.stopped = True
         return False

@@ -24,7 +24,7 @@ from app.engine.chat.formats import Section, format_for
 
 from .incremental import CallReader, held_suffix, reader_for
 from .section_parsers import SECTION_PARSERS, pythonic
-from .jsonscan import calls_from_text, json_end, mend, scan_brackets
+from .jsonscan import Brackets, calls_from_text, json_end, mend
 from .types import CallPart, Delta, Done, ToolCall
 
 MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as content past this many characters
@@ -359,21 +359,18 @@ class OutputParser:
 
 
 class _ValueEnd:
-    """`json_end` of a growing text, read once: each call scans only what was added since the last."""
+    """`json_end` of a growing text, read once: each call walks only what was added since the last."""
 
     def __init__(self) -> None:
+        self.walk = Brackets()
         self.pos: int | None = None
-        self.depth = 0
-        self.in_str = self.esc = False
         self.found: int | None = None
 
     def end(self, text: str, start: int) -> int | None:
-        if self.found is not None:
-            return self.found
-        found, self.depth, self.in_str, self.esc = scan_brackets(text, start if self.pos is None else self.pos,
-                                                                 self.depth, self.in_str, self.esc)
-        self.pos, self.found = len(text), found
-        return found
+        if self.found is None:
+            self.found = self.walk.walk(text, start if self.pos is None else self.pos)
+            self.pos = len(text)
+        return self.found
 
 
 def _fenced_calls(body: str) -> list[ToolCall] | None:

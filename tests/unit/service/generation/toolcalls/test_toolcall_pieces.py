@@ -16,7 +16,7 @@ from app.service.generation.chat_features import ReplyReader
 from app.service.generation.request import GenerationRequest
 from app.service.generation.result import TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
 from app.service.generation.toolcalls import Args, Done, Open, ToolCall, make_parser, parse_all
-from app.service.generation.toolcalls.incremental import JsonReader
+from app.service.generation.toolcalls.jsonscan import JsonReader
 from app.engine.chat.plan import plan_chat
 
 TOOLS = ["get_weather", "get_time", "write_file"]
