@@ -90,7 +90,6 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
     app[keys.EVENTS] = events
     app[keys.REQUESTS] = requests
     app[keys.STORE] = store
-    app[keys.SCHEDULER] = None
     app[keys.JOINS] = Joins()
 
     ollama_manage_routes.add_routes(app)
@@ -111,7 +110,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
 
         async def discover():
             try:
-                await scheduler.loader.get_inventory()
+                await scheduler.inventory()
             except Exception as e:  # noqa: BLE001 - planning will try again and report it
                 log.warning("%s", e)
 

@@ -8,6 +8,7 @@ from app.service.dialects.whole import Joins
 from app.service.http.events import EventBus
 from app.service.http.metrics import Metrics
 from app.service.http.request_log import RequestLog
+from app.service.scheduling.door import ServiceHost
 from app.service.store.proxy import AsyncStore
 
 CONFIG = web.AppKey("config", ServiceConfig)
@@ -15,5 +16,5 @@ METRICS = web.AppKey("metrics", Metrics)
 REQUESTS = web.AppKey("requests", RequestLog)
 EVENTS = web.AppKey("events", EventBus)
 STORE = web.AppKey("store", AsyncStore)
-SCHEDULER = web.AppKey("scheduler", object)
+SCHEDULER = web.AppKey("scheduler", ServiceHost)    # the model scheduler, through its typed door
 JOINS = web.AppKey("joins", Joins)                # abandoned non-streamed requests a resend may take over

@@ -17,6 +17,7 @@ Each import is read with `ast`, so nothing is imported to check it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from repo_paths import ROOT
@@ -40,10 +41,12 @@ SERVICE_ROOMS = {
     "http": ("config", "appkeys"),
     "store": ("http.errors",),
     "generation": ("http",),
-    "scheduling": ("http", "config", "collaborators", "generation.options", "generation.keep_alive"),
+    "scheduling": ("http", "config", "collaborators", "generation.options", "generation.keep_alive",
+                   "generation.host", "store.records"),
 }
 # ^ generation and scheduling meet one way: the scheduler takes a request's options and keep_alive (generation's
-#   values); the pipeline is handed a scheduler and imports nothing of scheduling/.
+#   values) and implements the door generation names (generation/host.py: ModelHost); the pipeline is handed that
+#   host and imports nothing of scheduling/ (nor reaches past the door: test_nothing_reaches_past_the_model_host).
 ROOMS = ("http", "store", "generation", "scheduling", "dialects")
 SERVICE_ROOT = {"app.service.app", "app.service.server"}       # the composition root that builds the app
 DIALECTS = "app.service.dialects"
@@ -250,6 +253,114 @@ def test_the_checker_sees_violations(tmp_path):
     found = imports_of(src, name, known)
     assert found == {"app.service.store", "app.gui.tray", "app.engine.runner.step.step_loop"}
     assert layer_of("app.service.store") > layer_of(name)
+
+
+# ---- the model host's door ----------------------------------------------------------------------------------------
+# Generation and the routes reach the model scheduler through its typed door only (generation/host.py: ModelHost;
+# scheduling/door.py: ServiceHost, which types appkeys.SCHEDULER): outside scheduling/ nothing reads the scheduler's
+# loader or its table of models, so mypy sees every use and a request's path to its model is one door.
+SCHEDULING = "app.service.scheduling"
+BEHIND_THE_DOOR = {"loader", "models"}
+HOST_NAME = re.compile(r"sched|host", re.IGNORECASE)     # scheduler, self._scheduler, host, model_host, ...
+HOST_GETTERS = {"context", "_ctx"}      # the dialects' `scheduler, store, metrics = context(request)`
+
+
+def _names_the_host(node: ast.AST, aliases: set[str]) -> bool:
+    """Whether `node` denotes the scheduler: a name or attribute whose name says so, `app[keys.SCHEDULER]`, or a
+    name bound to one of those."""
+    if isinstance(node, ast.Name):
+        return bool(HOST_NAME.search(node.id)) or node.id in aliases
+    if isinstance(node, ast.Attribute):
+        return bool(HOST_NAME.search(node.attr))
+    if isinstance(node, ast.Subscript):
+        return "SCHEDULER" in ast.unparse(node.slice)
+    return False
+
+
+def _host_aliases(tree: ast.AST) -> set[str]:
+    """Names bound anywhere in the module to the scheduler (`s = request.app[keys.SCHEDULER]`, `h = s`,
+    `s, store = app[keys.SCHEDULER], app[keys.STORE]`, `s, _, _ = context(request)`), to a fixed point."""
+    aliases: set[str] = set()
+    while True:
+        before = len(aliases)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value
+                if value is None:
+                    continue
+                for t in targets:
+                    if isinstance(t, ast.Name) and _names_the_host(value, aliases):
+                        aliases.add(t.id)
+                    elif isinstance(t, ast.Tuple) and t.elts and isinstance(t.elts[0], ast.Name):
+                        if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr",
+                                                                                             None)) in HOST_GETTERS:
+                            aliases.add(t.elts[0].id)
+                        elif isinstance(value, ast.Tuple) and len(value.elts) == len(t.elts):
+                            aliases.update(e.id for e, v in zip(t.elts, value.elts)
+                                           if isinstance(e, ast.Name) and _names_the_host(v, aliases))
+        if len(aliases) == before:
+            return aliases
+
+
+def reaches_past_the_host(source: str) -> list[str]:
+    """Each place `source` reads the scheduler's loader or models: `scheduler.loader.resolve(...)`,
+    `self._scheduler.models`, `app[keys.SCHEDULER].loader`, through an alias, or `getattr(scheduler, "loader")`."""
+    tree = ast.parse(source)
+    aliases = _host_aliases(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in BEHIND_THE_DOOR and _names_the_host(node.value, aliases):
+            found.append((node.lineno, ast.unparse(node)))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in BEHIND_THE_DOOR and _names_the_host(node.args[0], aliases)):
+            found.append((node.lineno, ast.unparse(node)))
+    return [f"{line}: {text}" for line, text in sorted(found)]
+
+
+def test_nothing_reaches_past_the_model_host():
+    bad = [f"{mod}:{where}" for mod, path in sorted(all_modules().items())
+           if not (mod == SCHEDULING or mod.startswith(SCHEDULING + "."))
+           for where in reaches_past_the_host(path.read_text())]
+    assert not bad, "the scheduler's loader or models read outside scheduling/ (ask its door: generation/host.py, " \
+                    "scheduling/door.py):\n" + "\n".join(bad)
+
+
+def test_the_door_check_sees_every_way_past_it():
+    src = """
+async def route(request):
+    scheduler, _, _ = context(request)
+    record = await scheduler.loader.resolve("a")
+    s = request.app[keys.SCHEDULER]
+    if "a" in s.models:
+        loader = request.app[keys.SCHEDULER].loader
+    h = s
+    h.models.get("a")
+    getattr(s, "loader")
+    first, store = request.app[keys.SCHEDULER], request.app[keys.STORE]
+    first.models.clear()
+
+class Generation:
+    def start(self):
+        self._scheduler.loader.model_info("x")
+        return self.host.models
+
+def card(host):
+    return host.models
+"""
+    found = [w.split(":")[0] for w in reaches_past_the_host(src)]
+    assert found == ["4", "6", "7", "9", "10", "12", "16", "17", "20"], reaches_past_the_host(src)
+    fine = """
+async def route(request):
+    scheduler, store, _ = context(request)
+    await scheduler.resolve("a")
+    self.models = ModelListModel(self)
+    store.models
+    spec.loader.exec_module(mod)
+    loop.scheduler.slots
+"""
+    assert reaches_past_the_host(fine) == []
 
 
 # ---- the runner's rooms -------------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ from ..generation.result import (Finished, GenerationResult, PromptProgress, Tex
 from ..http.bodies import NDJSONWriter, SSEComment, SSEEvent
 from ..http import request_log
 from ..http.errors import ApiError
+from ..http.metrics import Metrics
+from ..scheduling.door import ServiceHost
+from ..store.proxy import AsyncStore
 from . import whole
 
 Frame = dict | str | SSEEvent | SSEComment   # one streamed message: a JSON object, a raw string (SSE's "[DONE]"), a named SSE event
@@ -125,7 +128,7 @@ async def paced(events: AsyncIterator, interval) -> AsyncGenerator:
             await asyncio.gather(step, return_exceptions=True)
 
 
-def context(request: web.Request):
+def context(request: web.Request) -> tuple[ServiceHost, AsyncStore, Metrics]:
     """(scheduler, store, metrics) of the app serving this request."""
     app = request.app
     return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]

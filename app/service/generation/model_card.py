@@ -6,7 +6,8 @@ names coding agents and their providers read). See docs/architecture.md, "Model 
   template and header, `vision` when a projector is attached), in Ollama's order.
 - context: the tokens per sequence a request that sets no `num_ctx` gets now: the loaded model's, else the one a
   load would choose from the free memory (the scheduler's preview; 0 when it cannot be planned).
-The GGUF's ModelInfo and the projector's facts come through the scheduler's loader (its injected collaborators).
+The GGUF's ModelInfo and the projector's facts come through the model host (host.py; the scheduler's loader and
+its injected collaborators behind it).
 Covered by tests/integration/service/test_model_metadata.py and tests/unit/service/scheduling/test_scheduler_units.py."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from app.engine.gguf.model_info import ModelInfo
 from app.engine.gguf.projector import ProjectorInfo
 
 from .chat_features import facts_for
+from .host import ModelEntry, ModelHost
 
 
 @dataclass(frozen=True)
@@ -33,21 +35,22 @@ class ModelCard:
         return ["text", "image"] if "vision" in self.capabilities else ["text"]
 
 
-async def info_or_none(scheduler, record) -> ModelInfo | None:
+async def info_or_none(host: ModelHost, record: ModelEntry) -> ModelInfo | None:
     """The GGUF's ModelInfo, None when it cannot be read (a listing must not fail for one bad file)."""
     try:
-        return await scheduler.loader.model_info(record.path)
+        return await host.model_info(record.path)
     except Exception:  # noqa: BLE001 - an unreadable file is listed without its facts
         return None
 
 
-async def projector_or_none(scheduler, record) -> ProjectorInfo | None:
+async def projector_or_none(host: ModelHost, record: ModelEntry) -> ProjectorInfo | None:
     """The model's vision projector's facts (read through the loader's injected collaborator, as the GGUF's are),
     None without one or when unreadable."""
-    if not getattr(record, "projector", None):
+    projector = getattr(record, "projector", None)
+    if not projector:
         return None
     try:
-        return await scheduler.loader.read_projector(record.projector)
+        return await host.read_projector(projector)
     except Exception:  # noqa: BLE001 - a projector file gone since: the load says so with its own error
         return None
 
@@ -62,28 +65,21 @@ def capabilities_of(info, facts, projector) -> tuple[str, ...]:
     return tuple(caps)
 
 
-async def context_preview(scheduler, record, info) -> dict:
-    """How `record`'s context is (loaded) or would be chosen now, on what the other loaded models leave free
-    (Loader.context_preview), for /api/show and the listings."""
-    return await scheduler.loader.context_preview(record, info, scheduler.models.get(record.name),
-                                                  scheduler.used_bytes(record.name))
-
-
-async def context_of(scheduler, record, info) -> int:
+async def context_of(host: ModelHost, record: ModelEntry, info: ModelInfo | None) -> int:
     if info is None:
         return 0
     try:
-        preview = await context_preview(scheduler, record, info)
+        preview = await host.context_preview(record, info)
     except Exception:  # noqa: BLE001 - a model that cannot be planned here lists no context
         return 0
     return int(preview.get("num_ctx") or 0)
 
 
-async def model_card(scheduler, record, with_context: bool = True) -> ModelCard:
-    info = await info_or_none(scheduler, record)
+async def model_card(host: ModelHost, record: ModelEntry, with_context: bool = True) -> ModelCard:
+    info = await info_or_none(host, record)
     facts = await facts_for(record.path) if info is not None else None
-    projector = await projector_or_none(scheduler, record)
-    context = await context_of(scheduler, record, info) if with_context else 0
+    projector = await projector_or_none(host, record)
+    context = await context_of(host, record, info) if with_context else 0
     return ModelCard(capabilities=capabilities_of(info, facts, projector), context=context,
                      context_train=int(getattr(info, "context_length", 0) or 0), info=info, facts=facts,
                      projector=projector)

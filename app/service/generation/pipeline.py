@@ -1,14 +1,15 @@
 """Running an internal request, whichever dialect asked for it.
 
-    job = await prepare(scheduler, req)                    # model found, its defaults applied, options checked
-    async with generate(scheduler, metrics, job) as gen:   # loaded, a slot taken (gen.lease)
+    job = await prepare(host, req)                    # model found, its defaults applied, options checked
+    async with generate(host, metrics, job) as gen:   # loaded, a slot taken (gen.lease)
         await gen.start()                                  # prompt fitted (or the context grown, or a 400)
         async for ev in gen.events():                      # TextDelta..., then one Finished
             ...
     # leaving the block closes the runner's stream (a request still running there is cancelled) and frees
     # the slot, so a client that disconnects frees its slot
 
-Runner events become the service's own typed events (result.py); a runner's error becomes an ApiError.
+`host` is the model scheduler as generation sees it (host.py: ModelHost, the one door to the models). Runner
+events become the service's own typed events (result.py); a runner's error becomes an ApiError.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncGenerator, AsyncIterator
 
+from app.engine.gguf.chat_facts import ChatFacts
+
 from app.engine import protocol
 from app.engine.client import ContextOverflowError, RequestError, RunnerError, RunnerExited
 from app.engine.protocol import has_images
@@ -29,6 +32,7 @@ from ..http.errors import ApiError, ContextLengthError
 from .keep_alive import DEFAULT, KeepAlive
 from . import chat_features, images
 from .gotemplate import TemplateError, render as render_template
+from .host import HostLease, ModelEntry, ModelHost
 from .options import RequestOptions, parse_ollama_options
 from .request import EmbeddingRequest, GenerationRequest
 from .result import EmbeddingResult, Event, Finished, GenerationResult, PromptProgress, TextDelta
@@ -78,9 +82,9 @@ class Job:
     model: str                          # the store's name for it
     options: RequestOptions
     runner_request: protocol.GenerateRequest
-    facts: object = None                # engine.gguf.chat_facts.ChatFacts (None: unreadable; plain text)
+    facts: ChatFacts | None = None      # the model's chat facts (None: unreadable; plain text)
     parse_reply: bool = False           # read thinking and tool calls out of the reply (chat_features)
-    record: object = None               # the store's record `model` was resolved to (the lease needs no lookup)
+    record: ModelEntry | None = None    # the store's record `model` was resolved to (the lease needs no lookup)
     call_pieces: bool = False           # stream each tool call in pieces as it is written (the renderer asks)
 
     @property
@@ -88,9 +92,9 @@ class Job:
         return self.request.keep_alive
 
 
-async def prepare(scheduler, req: GenerationRequest) -> Job:
+async def prepare(host: ModelHost, req: GenerationRequest) -> Job:
     """Find the model (404), check the options over its defaults (400), apply its SYSTEM and TEMPLATE."""
-    record = await scheduler.loader.resolve(req.model)
+    record = await host.resolve(req.model)
     facts = await chat_features.facts_for(record.path)
     ro = request_options(req.options, record.parameters, req.logit_bias, facts.sampling if facts else ())
     prompt, messages, system, raw = req.prompt, req.messages, req.system, req.raw
@@ -185,14 +189,15 @@ def runner_error(e: Exception, model: str) -> ApiError:
 class Generation:
     """A running generation: the lease it holds and its typed event stream. Made by generate()."""
 
-    def __init__(self, lease, job: Job, metrics, result: GenerationResult, scheduler=None):
+    def __init__(self, lease: HostLease, job: Job, metrics, result: GenerationResult, host: ModelHost | None = None):
         self.lease = lease
         self.job = job
         self.result = result
         self._metrics = metrics
-        self._scheduler = scheduler
+        self._host = host
         self._stream: AsyncGenerator | None = None     # the runner's events for this request (start)
-        self._first = None                  # a runner event start() read that is not Admitted (fakes send none)
+        # a runner event start() read that is not Admitted (fakes send none)
+        self._first: protocol.PromptProgress | protocol.TokenEvent | protocol.DoneEvent | None = None
         self._started = False
 
     async def start(self) -> None:
@@ -209,8 +214,8 @@ class Generation:
         req = self.job.runner_request
         policy, hard = req.overflow, req.reserve
         model = self.lease.model
-        grow = (self._scheduler is not None and "num_ctx" not in self.job.options.plan
-                and self._scheduler.growth_ceiling(model) > 0)
+        host = self._host
+        grow = host is not None and "num_ctx" not in self.job.options.plan and host.growth_ceiling(model) > 0
         if grow:
             room = max(self.job.options.num_predict, min(REPLY_RESERVE, model.options.num_ctx // 4))
             req.overflow, req.reserve = "error", max(hard, room)
@@ -221,9 +226,9 @@ class Generation:
             except ContextOverflowError as e:
                 await self.close()
                 n = int(e.data.get("prompt_tokens", 0))
-                if grow:
+                if grow and host is not None:
                     grow = False
-                    await self._scheduler.grow_context(model, n + req.reserve, n + 1)
+                    await host.grow_context(model, n + req.reserve, n + 1)
                     req.id, req.overflow, req.reserve = new_id(), policy, hard
                     continue
                 raise ContextLengthError(self.job.model, n, int(e.data.get("reserve", hard)),
@@ -320,24 +325,25 @@ class Generation:
 
 
 @asynccontextmanager
-async def leased(scheduler, name: str, ro: RequestOptions, keep_alive: KeepAlive, record=None, result=None,
-                 priority: int = 0):
+async def leased(host: ModelHost, name: str, ro: RequestOptions, keep_alive: KeepAlive,
+                 record: ModelEntry | None = None, result: GenerationResult | None = None,
+                 priority: int = 0) -> AsyncIterator[HostLease]:
     """The model's lease (loaded, a slot taken), noted in the request log: the Server window's record of the
     request gets the model, its load and queue waits, and the generation's `result` (None for embeddings,
     reranking, token counts). `priority` 1: a person watches (a streamed generation): its slot comes first."""
-    async with scheduler.lease(name, ro, keep_alive, record=record, priority=priority) as lease:
+    async with host.lease(name, ro, keep_alive, record=record, priority=priority) as lease:
         request_log.leased(lease, result)
         yield lease
 
 
 @asynccontextmanager
-async def generate(scheduler, metrics, job: Job) -> AsyncIterator[Generation]:
+async def generate(host: ModelHost, metrics, job: Job) -> AsyncIterator[Generation]:
     """Lease the model (load it if needed, wait for a slot), then hand out the generation."""
     result = GenerationResult(model=job.model)
-    async with leased(scheduler, job.model, job.options, job.keep_alive, job.record, result,
+    async with leased(host, job.model, job.options, job.keep_alive, job.record, result,
                       job.runner_request.priority) as lease:
         result.load_wait = lease.load_wait
-        gen = Generation(lease, job, metrics, result, scheduler)
+        gen = Generation(lease, job, metrics, result, host)
         try:
             yield gen
         finally:
@@ -358,13 +364,13 @@ def fit_dimensions(vectors: list[list[float]], dims: int | None) -> list[list[fl
     return out
 
 
-async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
+async def embed(host: ModelHost, metrics, req: EmbeddingRequest) -> EmbeddingResult:
     """Embeddings of req.inputs; no inputs: only load the model (Ollama's way of preloading)."""
     t0 = time.monotonic()
-    record = await scheduler.loader.resolve(req.model)
+    record = await host.resolve(req.model)
     ro = request_options(req.options, record.parameters)
     name = record.name
-    async with leased(scheduler, name, ro, req.keep_alive, record) as lease:
+    async with leased(host, name, ro, req.keep_alive, record) as lease:
         if not req.inputs:
             return EmbeddingResult(name, [], 0, lease.load_wait, 0.0)
         try:
@@ -377,16 +383,16 @@ async def embed(scheduler, metrics, req: EmbeddingRequest) -> EmbeddingResult:
                                lease.load_wait, time.monotonic() - t0)
 
 
-async def count_prompt(scheduler, req: GenerationRequest) -> int:
+async def count_prompt(host: ModelHost, req: GenerationRequest) -> int:
     """How many tokens the request's prompt is once rendered (template, tools, SYSTEM): asked of the model's
     runner, which renders exactly as it would for a generation."""
-    return len((await render_prompt(scheduler, req)).tokens)
+    return len((await render_prompt(host, req)).tokens)
 
 
-async def render_prompt(scheduler, req: GenerationRequest):
+async def render_prompt(host: ModelHost, req: GenerationRequest) -> protocol.TokenizeResult:
     """The request's prompt as its runner renders it for a generation (protocol.TokenizeResult: text, tokens)."""
-    job = await prepare(scheduler, req)
-    async with leased(scheduler, job.model, job.options, job.keep_alive, job.record) as lease:
+    job = await prepare(host, req)
+    async with leased(host, job.model, job.options, job.keep_alive, job.record) as lease:
         try:
             return await lease.client.render_prompt(job.runner_request)
         except RunnerError as e:
@@ -418,19 +424,19 @@ class RerankResult:
     prompt_tokens: int
 
 
-async def rerank(scheduler, metrics, req: RerankRequest) -> RerankResult:
+async def rerank(host: ModelHost, metrics, req: RerankRequest) -> RerankResult:
     """Score each document against the query with a reranker GGUF (400 for any other model), through the runner's
     embedding batch (runner/embedding/embeddings.py: the pair layout and the truncation rule)."""
-    record = await scheduler.loader.resolve(req.model)
+    record = await host.resolve(req.model)
     name = record.name
-    info = await scheduler.loader.model_info(record.path)
+    info = await host.model_info(record.path)
     if getattr(info, "pooling_type", None) != RANK_POOLING:
         kind = "an embedding model" if getattr(info, "is_embedding", False) else "a generative model"
         raise ApiError(400, f"model {name!r} is not a reranker: it is {kind} (a reranker GGUF has pooling type "
                             f"'rank', e.g. the BGE or Qwen3 reranker families)", param="model")
     ro = request_options(req.options or {}, record.parameters)
     rid = new_id("rerank")
-    async with leased(scheduler, name, ro, req.keep_alive, record) as lease:
+    async with leased(host, name, ro, req.keep_alive, record) as lease:
         try:
             res = await lease.client.embed(protocol.EmbedRequest(id=rid, inputs=req.documents, truncate=req.truncate,
                                                                  normalize=False, query=req.query))

@@ -23,8 +23,12 @@ class Lease:
     queue_wait: float         # seconds it waited for a slot
 
     @property
-    def client(self):
-        return self.model.client
+    def client(self) -> RunnerClient:
+        """The model's runner: set before a lease is granted (a load starts it first) and while it is held (only
+        the holder's own growth replaces it, and a failed growth ends the request)."""
+        client = self.model.client
+        assert client is not None, f"model {self.model.name!r} has no runner"
+        return client
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ and draft model, its plan and context, its runner started, and the model marked 
 starts a runner (`start_runner`) serves a first load and a context growth alike; the ONE plan (`plan_load`) serves a
 load, a context growth and /api/layout's what-if alike, so a what-if layout is the layout a load would use. Routes
 that ask about models without leasing one (find a model, read its GGUF, the devices, a what-if plan, the context
-preview, a draft model's check) ask the loader (`scheduler.loader`) too. Which models are loaded, who waits for them
-and when one is unloaded to make room is the scheduler's (scheduler.py); this module keeps no state but the
-inventory.
+preview, a draft model's check) ask the scheduler's door (door.py), which asks the loader. Which models are loaded,
+who waits for them and when one is unloaded to make room is the scheduler's (scheduler.py); this module keeps no
+state but the inventory.
 Covered by tests/unit/service/scheduling/test_scheduler_units.py (fakes),
 tests/integration/service/test_service_scheduler.py (real runners) and test_service_api.py (/api/layout).
 """

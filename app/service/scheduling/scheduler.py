@@ -38,12 +38,14 @@ from app.engine.layout.types import Layout
 
 from ..collaborators import Collaborators
 from ..config import ServiceConfig
+from ..generation.host import HostedModel
 from ..generation.keep_alive import DEFAULT, FOREVER, Default, KeepAlive, parse_keep_alive
 from ..generation.options import RequestOptions
 from ..http.errors import ApiError
 from ..http.events import EventBus
 from ..http.metrics import Metrics
 from . import fit
+from .door import ModelDoor
 from .fair_slots import current_client
 from .loaded_model import Lease, LoadedModel, ModelSettings
 from .loader import Loader
@@ -55,7 +57,9 @@ REROUTES = 3        # times one queued request follows its model to a new runner
 __all__ = ["Lease", "LoadedModel", "ModelSettings", "Scheduler"]
 
 
-class Scheduler:
+class Scheduler(ModelDoor):
+    """The model host the routes and generation hold (door.py: ServiceHost, ModelHost)."""
+
     def __init__(self, config: ServiceConfig, events: EventBus, metrics: Metrics, deps: Collaborators):
         self.config = config
         self.events = events
@@ -76,14 +80,7 @@ class Scheduler:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # ---- memory in use (the routes ask the loader for models, devices and plans: scheduler.loader) -----------
-
-    def used_bytes(self, exclude: str | None = None) -> dict[str, int]:
-        return fit.used_bytes(self.models.values(), exclude)
-
-    def effective_inventory(self) -> Inventory | None:
-        inventory = self.loader.inventory
-        return fit.remaining(inventory, self.used_bytes()) if inventory else None
+    # ---- per-model settings (memory in use and the questions that need no lease: door.py) ----------------------
 
     def keep_alive_for(self, keep_alive: KeepAlive, name: str | None = None) -> float | None:
         """How long model `name` stays after a request with `keep_alive`: forever when it is pinned; else the
@@ -307,12 +304,12 @@ class Scheduler:
 
     # ---- a larger context for a request that needs it -------------------------------------------------------
 
-    def growth_ceiling(self, model: LoadedModel) -> int:
+    def growth_ceiling(self, model: HostedModel) -> int:
         """The largest context per sequence `model` may grow to (fit.growth_ceiling; 0: cannot grow): part of the
         growth decision the pipeline asks for, which imports nothing of scheduling/."""
-        return fit.growth_ceiling(model)
+        return fit.growth_ceiling(_own(model))
 
-    async def grow_context(self, model: LoadedModel, needed: int, at_least: int = 0) -> bool:
+    async def grow_context(self, model: HostedModel, needed: int, at_least: int = 0) -> bool:
         """Reload `model`, held by the caller's one request, with a context per sequence of `needed` tokens (twice
         the present one when that fits too, so a growing conversation does not reload every turn), capped at its
         training context: a request that wants more than the model was trained for still gets all it can, when
@@ -321,6 +318,7 @@ class Scheduler:
         or `at_least`, or no such plan fits what the other models leave free (remembered until memory is freed, so
         each request does not plan again; never an eviction for growth). The caller's lease stays valid: the model
         object is the same, with a new runner."""
+        model = _own(model)
         name, cur = model.name, model.options.num_ctx
         sizes = fit.growth_sizes(cur, fit.growth_ceiling(model), needed, at_least)
         if (model.pending != 1 or model.state != "loaded" or self.models.get(name) is not model
@@ -466,3 +464,9 @@ class Scheduler:
             await self.unload(name, reason="shutdown")
         if self._tasks:      # a keep-alive unload or a load in flight: let it finish (its runner is closed)
             await asyncio.wait(list(self._tasks), timeout=30)
+
+
+def _own(model: HostedModel) -> LoadedModel:
+    """A leased model handed back through the door (typed as generation sees it) is one of the scheduler's own."""
+    assert isinstance(model, LoadedModel), model
+    return model

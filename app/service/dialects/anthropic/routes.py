@@ -17,7 +17,7 @@ async def messages(request):
                                                                          show_thinking=req.think is not False))
 
 
-async def count_tokens(request):
+async def count_tokens(request: web.Request) -> web.StreamResponse:
     """The prompt's tokens through the model's chat template (tools included), counted by its runner."""
     scheduler, _, _ = context(request)
     req, _ = parse.parse_messages_request(await read_json(request), count_only=True)

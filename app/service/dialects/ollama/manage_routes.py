@@ -13,14 +13,16 @@ from aiohttp import web
 from app import __version__
 
 from ... import appkeys as keys
-from ...generation.model_card import context_preview, model_card
+from ...generation.model_card import model_card
 from ...generation.options import sampling_view
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
 from ...http.errors import ApiError
+from ...scheduling.door import ServiceHost
 from ...scheduling.loaded_model import ModelSettings
 from ...store.modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
-from ...store.proxy import store_error, with_digest
+from ...http.metrics import Metrics
+from ...store.proxy import AsyncStore, store_error, with_digest
 from . import transfer_routes as model_routes
 from .schema import details, digest_of, iso_time, tag_entry
 from .schema import model_info as ollama_model_info
@@ -31,7 +33,7 @@ FAR_FUTURE = "2318-01-01T00:00:00Z"     # expires_at of a model kept forever (Ol
 OLLAMA_API_VERSION = "0.13.4"
 
 
-def _ctx(request):
+def _ctx(request: web.Request) -> tuple[ServiceHost, AsyncStore, Metrics]:
     app = request.app
     return app[keys.SCHEDULER], app[keys.STORE], app[keys.METRICS]
 
@@ -46,7 +48,7 @@ async def version(request):
     return web.json_response({"version": OLLAMA_API_VERSION, "strata": {"version": __version__}})
 
 
-async def tags(request):
+async def tags(request: web.Request) -> web.StreamResponse:
     scheduler, store, _ = _ctx(request)
     records = await store.list()
     out = []
@@ -64,12 +66,12 @@ async def _model_info_or_empty(path, info, verbose: bool) -> dict:
         return {}
 
 
-async def show(request):
+async def show(request: web.Request) -> web.StreamResponse:
     scheduler, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     verbose = field(body, "verbose", bool, False)
-    record = await with_digest(store, await scheduler.loader.resolve(name))
+    record = await with_digest(store, await scheduler.resolve(name))
     card = await model_card(scheduler, record, with_context=False)
     info, facts, projector = card.info, card.facts, card.projector
     template = record.template or (facts.template if facts else None) or ""
@@ -80,7 +82,7 @@ async def show(request):
         strata["projector"] = {"path": projector.path, "projector_type": projector.projector_type,
                                "size": projector.file_size, "weight_bytes": projector.weight_bytes}
     if info is not None:      # the context a load gets (or got) and what decided it
-        strata["context"] = await context_preview(scheduler, record, info)
+        strata["context"] = await scheduler.context_preview(record, info)
     # what a request that sets nothing is sampled with: Modelfile PARAMETERs over the GGUF's general.sampling.*
     strata["sampling"] = sampling_view(record.parameters, info.sampling if info is not None else ())
     if facts is not None:     # which chat template is used and why (a GGUF without one gets a built-in)
@@ -104,7 +106,7 @@ async def show(request):
     })
 
 
-async def create(request):
+async def create(request: web.Request) -> web.StreamResponse:
     """From a Modelfile (`modelfile`), or the newer fields (`from`, `parameters`, `template`, `system`).
     `from` is a model name or a GGUF path on this machine; `files` names GGUF blobs uploaded with POST /api/blobs."""
     scheduler, store, _ = _ctx(request)
@@ -170,16 +172,17 @@ async def create(request):
     return await w.finish()
 
 
-async def _check_draft(scheduler, from_: str, name: str, draft: str) -> None:
+async def _check_draft(scheduler: ServiceHost, from_: str, name: str, draft: str) -> None:
     """A 400 naming `draft` when the model `draft` is unknown or has another vocabulary than `from_` (a model name
     or a GGUF path; an unknown `from_` is left to the store's own 404)."""
+    target: str | Path
     try:
-        target = (await scheduler.loader.resolve(from_)).path
+        target = (await scheduler.resolve(from_)).path
     except ApiError:
         target = Path(from_).expanduser()
         if not target.is_file():
             return
-    await scheduler.loader.draft_for(target, name, draft)
+    await scheduler.draft_for(target, name, draft)
 
 
 def _license(body: dict) -> str | None:
@@ -206,14 +209,13 @@ async def copy(request):
     return web.json_response({})
 
 
-async def delete(request):
+async def delete(request: web.Request) -> web.StreamResponse:
     scheduler, store, _ = _ctx(request)
     body = await read_json(request)
     name = model_name(body, "model") if body.get("model") is not None else model_name(body, "name")
     try:
         record = await store.get(name)
-        if record.name in scheduler.models:
-            await scheduler.unload(record.name, reason="deleted")
+        await scheduler.unload(record.name, reason="deleted")      # (when it is loaded)
         await store.remove(name)
         if record.name in scheduler.settings:   # its pin and keep-alive go with it (a later model of that name
             await store.set_model_settings(record.name, False, None)     # starts without them)
@@ -223,7 +225,7 @@ async def delete(request):
     return web.json_response({})
 
 
-async def ps(request):
+async def ps(request: web.Request) -> web.StreamResponse:
     scheduler, _, _ = _ctx(request)
     out = []
     now = datetime.now(timezone.utc)

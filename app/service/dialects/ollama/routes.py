@@ -7,15 +7,16 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...generation import pipeline
+from ...generation.request import GenerationRequest
 from ...http.bodies import read_json
 from ..base import context, serve
 from . import parse, render
 
 
-async def _load_or_unload(request, req, *, chat: bool) -> web.Response:
+async def _load_or_unload(request: web.Request, req: GenerationRequest, *, chat: bool) -> web.Response:
     """Empty prompt / no messages: load the model (or unload it with keep_alive 0), like Ollama."""
     scheduler, _, _ = context(request)
-    record = await scheduler.loader.resolve(req.model)
+    record = await scheduler.resolve(req.model)
     ro = pipeline.request_options(req.options, record.parameters)   # load-time options (num_ctx...) apply
     ka = scheduler.keep_alive_for(req.keep_alive)
     if ka == 0:
@@ -42,14 +43,14 @@ async def chat(request):
     return await serve(request, req, lambda job: render.OllamaRenderer(job.model, req, chat=True))
 
 
-async def embed(request):
+async def embed(request: web.Request) -> web.StreamResponse:
     scheduler, _, metrics = context(request)
     req = parse.parse_embed(await read_json(request))
     res = await pipeline.embed(scheduler, metrics, req)
     return web.json_response(render.embed_answer(req, res))
 
 
-async def embeddings(request):
+async def embeddings(request: web.Request) -> web.StreamResponse:
     scheduler, _, metrics = context(request)
     req = parse.parse_embeddings(await read_json(request))
     res = await pipeline.embed(scheduler, metrics, req)

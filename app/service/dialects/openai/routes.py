@@ -9,6 +9,8 @@ from ...generation import pipeline
 from ...generation.model_card import model_card
 from ...http.bodies import read_json
 from ...http.errors import ApiError
+from ...scheduling.door import ServiceHost
+from ...store.records import ModelRecord
 from ..base import context, serve
 from . import parse, render
 
@@ -27,7 +29,7 @@ async def completions(request):
                                                                             id=cid))
 
 
-async def apply_template(request):
+async def apply_template(request: web.Request) -> web.StreamResponse:
     """llama-server's POST /apply-template: a chat completion body -> {"prompt": the text the model would read}
     (its chat template over the messages and tools), so a client can see exactly what reached the model."""
     scheduler, _, _ = context(request)
@@ -36,14 +38,14 @@ async def apply_template(request):
     return web.json_response({"prompt": res.text, "n_tokens": len(res.tokens)})
 
 
-async def embeddings(request):
+async def embeddings(request: web.Request) -> web.StreamResponse:
     scheduler, _, metrics = context(request)
     req, encoding = parse.parse_embeddings(await read_json(request))
     res = await pipeline.embed(scheduler, metrics, req)
     return web.json_response(render.embeddings_answer(req.model, res, encoding))
 
 
-async def _model_object(scheduler, record) -> dict:
+async def _model_object(scheduler: ServiceHost, record: ModelRecord) -> dict:
     """OpenAI's model object plus what agents and their providers read to size prompts and pick features, each
     field in the spelling some client reads: `context_length` (OpenRouter, LM Studio, OpenCode's model lists),
     `max_model_len` (vLLM), `capabilities` (Ollama's names), `input_modalities` / `output_modalities` and
@@ -68,17 +70,17 @@ async def _model_object(scheduler, record) -> dict:
     return entry
 
 
-async def list_models(request):
+async def list_models(request: web.Request) -> web.StreamResponse:
     scheduler, store, _ = context(request)
     records = await store.list()
     return web.json_response({"object": "list", "data": [await _model_object(scheduler, r) for r in records]})
 
 
-async def get_model(request):
+async def get_model(request: web.Request) -> web.StreamResponse:
     scheduler, _, _ = context(request)
     name = request.match_info["model"]
     try:
-        record = await scheduler.loader.resolve(name)
+        record = await scheduler.resolve(name)
     except ApiError as e:
         if e.status == 404:
             raise ApiError(404, f"The model {name!r} does not exist", param="model", code="model_not_found") from None

@@ -33,20 +33,20 @@ LAYOUT_OPTION_KEYS = ("draft", "num_ctx", "num_parallel", "num_gpu", "main_gpu",
                       "kv_type", "flash_attn", "num_batch")
 
 
-async def pins(request):
+async def pins(request: web.Request) -> web.StreamResponse:
     """GET /api/pin: every model's pin and default keep_alive that a user set."""
     scheduler = request.app[keys.SCHEDULER]
     return web.json_response({"models": [{"name": n, **st.to_dict()} for n, st in sorted(scheduler.settings.items())]})
 
 
-async def pin(request):
+async def pin(request: web.Request) -> web.StreamResponse:
     """POST /api/pin {"model", "pinned": bool, "keep_alive": duration | null}: a model's pin (never unloaded for
     another model, never expires) and default keep_alive (a request that sets none gets it; null: the server's).
     A field left out keeps its value. Kept in the store, so they outlive the service; applied at once to a loaded
     model."""
     scheduler, store = request.app[keys.SCHEDULER], request.app[keys.STORE]
     body = await read_json(request)
-    record = await scheduler.loader.resolve(model_name(body))
+    record = await scheduler.resolve(model_name(body))
     old = scheduler.settings.get(record.name) or ModelSettings()
     pinned = field(body, "pinned", bool, old.pinned)
     keep_alive = old.keep_alive
@@ -67,21 +67,16 @@ async def pin(request):
     return web.json_response({"name": record.name, **settings.to_dict()})
 
 
-async def devices(request):
-    loader = request.app[keys.SCHEDULER].loader
-    if request.query.get("refresh") in ("1", "true"):
-        inv = await loader.refresh_inventory()
-    else:
-        inv = await loader.get_inventory()
+async def devices(request: web.Request) -> web.StreamResponse:
+    inv = await request.app[keys.SCHEDULER].inventory(refresh=request.query.get("refresh") in ("1", "true"))
     return web.json_response(inv.to_dict())
 
 
-async def layout(request):
+async def layout(request: web.Request) -> web.StreamResponse:
     """POST /api/layout: the plan a load of the model would use now (on what the loaded models leave free) or on a
     simulated inventory (`devices`), loading nothing. Planned by the load's own path (Loader.plan_load: options,
     context, the measured plan, projector, draft model, adapters), so it cannot differ from what a load does."""
     scheduler = request.app[keys.SCHEDULER]
-    loader = scheduler.loader
     body = await read_json(request)
     name = model_name(body)
     opts = field(body, "options", dict) or {}
@@ -94,7 +89,7 @@ async def layout(request):
         num_parallel = opts.pop("num_parallel")
         if isinstance(num_parallel, bool) or not isinstance(num_parallel, int) or not 1 <= num_parallel <= 256:
             raise ApiError(400, "option 'num_parallel' must be an integer between 1 and 256", param="options")
-    record = await loader.resolve(name)
+    record = await scheduler.resolve(name)
     ro = parse_ollama_options(opts, record.parameters)      # over the Modelfile's PARAMETERs, as a request's are
     devices_json = body.get("devices")
     if devices_json is not None:
@@ -107,13 +102,10 @@ async def layout(request):
             raise ApiError(400, f"'devices': {e}", param="devices") from None
         used: dict[str, int] = {}
     else:
-        inventory = await loader.get_inventory()
+        inventory = await scheduler.inventory()
         used = scheduler.used_bytes(exclude=record.name)
-    info = await loader.read_info(record)
     try:
-        model = loader.new_model(record, info, ro, num_parallel)
-        await loader.read_companions(model)
-        _, lay = await loader.plan_load(model, model.options, model.asked_ctx, inventory, used)
+        lay = await scheduler.plan_what_if(record, ro, num_parallel, inventory, used)
     except ValueError as e:
         raise ApiError(400, f"cannot plan {name!r}: {e}") from None
     return web.json_response({"model": record.name, "fits": bool(lay.fits), "layout": lay.to_dict(),
@@ -276,7 +268,7 @@ async def request_replay(request):
                                       "record": int(new_id) if new_id.isdigit() else None})
 
 
-async def metrics(request):
+async def metrics(request: web.Request) -> web.StreamResponse:
     app = request.app
     scheduler = app[keys.SCHEDULER]
     text = app[keys.METRICS].render(scheduler, scheduler.effective_inventory())

@@ -503,8 +503,9 @@ def test_growth_takes_what_memory_holds_and_remembers_what_did_not_fit():
 
 
 def test_the_scheduler_forwards_nothing_to_its_loader():
-    """Routes ask the loader (`scheduler.loader`) for models, devices and plans: no Scheduler method is a bare
-    hand-over to it, so scheduler.py holds leases, queues, eviction, expiry and growth's decision only."""
+    """Routes ask the scheduler's door (door.py: ModelDoor, which asks the loader) for models, devices and plans: no
+    method of scheduler.py's Scheduler is a bare hand-over to the loader, so scheduler.py holds leases, queues,
+    eviction, expiry and growth's decision only."""
     import ast
     import inspect
 
