@@ -166,7 +166,7 @@ def kv_bytes_per_layer(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type
 
 def checkpoint_bytes(info: ModelInfo, num_ctx: int, num_parallel: int, kv_type: str = "f16", num_batch: int = 512,
                      num_ubatch: int = 512, count: int = 32, mib_per_slot: int = 0) -> int:
-    """Host RAM the runner's context checkpoints may take (app/engine/runner/cache/prompt_cache.Checkpoints): per slot up
+    """Host RAM the runner's context checkpoints may take (app/engine/runner/cache/stores.Checkpoints): per slot up
     to `count` copies of one sequence's partial memory (what llama_state_seq_get_data_ext with PARTIAL_ONLY
     copies: the recurrent state rows, or else the sliding-window cells), at most `mib_per_slot` MiB a slot
     (0 = the count alone). 0 for a model whose cache keeps every cell (it needs no checkpoints)."""

@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from app.engine.runner.cache.prompt_cache import common_prefix
+from app.engine.runner.cache.stores import common_prefix
 
 log = logging.getLogger("strata.engine")
 

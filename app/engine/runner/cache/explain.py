@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.engine.runner.cache.chunk_reuse import _window_hashes, reuse_chunks
-from app.engine.runner.cache.prompt_cache import common_prefix, common_prefix_chars
+from app.engine.runner.cache.stores import common_prefix, common_prefix_chars
 
 KEPT = 8                # prompts remembered per runner (an agent's turns, its side requests, another client)
 MIN_SHARED = 16         # an earlier prompt sharing fewer tokens is not "the previous prompt"

@@ -26,7 +26,7 @@ from llama_cpp import llama_cpp as L
 from app.engine.runner.batch import NpBatch
 from app.engine.runner.cache.chunk_reuse import gap_spans, reuse_chunks
 from app.engine.runner.cache.disk_cache import MIN_DISK_TOKENS, DiskPromptCache
-from app.engine.runner.cache.prompt_cache import (CHECKPOINT_SPACING, MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, Checkpoints,
+from app.engine.runner.cache.stores import (CHECKPOINT_SPACING, MIN_RESTORE_GAIN, MIN_SAVE_TOKENS, Checkpoints,
                                             HostPromptCache, SlotCache, common_prefix, state_buffer)
 from app.engine.runner.sequence import PREFILL, WAIT, Seq
 

@@ -24,7 +24,7 @@ from app.engine.chat.plan import ChatPlan
 from app.engine.gguf.chat_facts import ChatFacts
 from app.engine.protocol import has_images
 from app.engine.runner.cache.explain import PromptHistory
-from app.engine.runner.cache.prompt_cache import common_prefix
+from app.engine.runner.cache.stores import common_prefix
 from app.engine.runner.embedding.embeddings import tokenize
 from app.engine.runner.output.text import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
 from app.engine.runner.prompt import chat_template, context_fit

@@ -24,7 +24,7 @@ from collections import OrderedDict
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from app.engine.runner.cache.prompt_cache import common_prefix_chars
+from app.engine.runner.cache.stores import common_prefix_chars
 from app.engine.runner.embedding.embeddings import tokenize
 
 MIN_CHARS = 8192            # below this a whole tokenization costs less than looking for a shared prefix

@@ -1,4 +1,4 @@
-"""The prompt cache's parts in-process (app/engine/runner/cache/prompt_cache.py): which free slot a prompt goes to, which
+"""The prompt cache's parts in-process (app/engine/runner/cache/stores.py): which free slot a prompt goes to, which
 slot to give up, the context checkpoints' bounds and lookup, and the host-RAM store of sequence states on a real
 llama.cpp context of a tiny synthetic model (no runner process): a saved state, restored into another slot, gives
 the same next-token logits as the slot it came from. tests/integration/engine/test_prompt_cache.py checks the
@@ -11,7 +11,7 @@ from llama_cpp import llama_cpp as L
 
 from engine_util import cleared_memory, llama_context
 from engine_util import decode_logits as decode, token_prompt as prompt
-from app.engine.runner.cache.prompt_cache import (MIN_SAVE_TOKENS, Checkpoint, Checkpoints, HostPromptCache, SlotCache,
+from app.engine.runner.cache.stores import (MIN_SAVE_TOKENS, Checkpoint, Checkpoints, HostPromptCache, SlotCache,
                                             common_prefix)
 
 N_SEQ = 3

@@ -11,7 +11,7 @@ import pytest
 from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
-from app.engine.runner.cache.prompt_cache import SlotCache
+from app.engine.runner.cache.stores import SlotCache
 from app.engine.runner.output.output_port import PrefillProgress, Released, StepTokens
 from app.engine.runner.output.text import Vocab
 from app.engine.runner.sampling.chain import build_chain
