@@ -410,7 +410,7 @@ def test_runner_rooms_import_one_way():
 def test_the_runner_room_rules_see_violations():
     g = {"app.engine.runner.sequence": {"app.engine.runner.cache.stores"},
          "app.engine.runner.speculation.drafting": {"app.engine.runner.step.step_clock"},
-         "app.engine.runner.cache.slot_placement": {"app.engine.runner.output.text"},
+         "app.engine.runner.cache.prompt_cache": {"app.engine.runner.output.text"},
          "app.engine.runner.output.text": {"app.engine.runner.cache.stores"},
          "app.engine.runner.main": {"app.engine.runner.step.step_loop"}}
     assert runner_room_violations(g) == sorted([

@@ -293,7 +293,7 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
                     latency_factor=settings.decode_latency_factor)
     admission.media = media
     admission.vision_missing = loaded.vision_missing
-    admission.mark_last_user = loop.placement.checkpoints.enabled
+    admission.mark_last_user = loop.prompt_cache.checkpoints_enabled()
     heartbeat.state = loop.step_state
     loop.start()
     send(loaded)
@@ -320,7 +320,7 @@ def _save_prefixes(loop: StepLoop, disk: DiskPromptCache | None) -> None:
         return
     deadline = time.monotonic() + SHUTDOWN_SAVE_S
     try:
-        n = loop.placement.save_all_to_disk(loop.scheduler.slots, deadline)
+        n = loop.prompt_cache.save_all_to_disk(loop.scheduler.slots, deadline)
         disk.flush(max(0.0, deadline - time.monotonic()))
         if n:
             log.info("saved %d prefixes to the prompt cache on disk at shutdown", n)

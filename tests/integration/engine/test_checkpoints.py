@@ -16,7 +16,7 @@ from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.gguf.model_info import read_model_info
 from app.engine.planner.memory import checkpoint_bytes
-from app.engine.runner.cache.slot_placement import END_BACKOFF
+from app.engine.runner.cache.prompt_cache import END_BACKOFF
 from engine_util import cpu_layout
 from gguf_factory import write_family
 

@@ -13,7 +13,7 @@ from llama_cpp import llama_cpp as L
 from app.engine import protocol as P
 from app.engine.client import RunnerClient
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.cache.slot_placement import Placement
+from app.engine.runner.cache.prompt_cache import PromptCache
 from app.engine.runner.sequence import Seq
 from engine_util import assert_greedy_agrees, cancel_stream, collect, cpu_layout, greedy, request_id, run
 from gguf_families import write_gemma2, write_mamba
@@ -286,7 +286,7 @@ def test_swa_cells_below_the_window_are_processed_again(tmp_path):
                     b.clear()
                     b.add_span(np.asarray(toks[p0:p0 + 50], dtype=np.int32), p0, 0, logits_last=True)
                     assert L.llama_decode(ctx, b.struct) == 0
-                placement = Placement(ctx, model, 2, 0)
+                placement = PromptCache(ctx, model, 2, 0)
 
                 def place(prompt):
                     placement.slots.keep(0, toks)

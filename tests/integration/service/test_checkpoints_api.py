@@ -13,7 +13,7 @@ import ollama
 import openai
 import pytest
 
-from app.engine.runner.cache.slot_placement import END_BACKOFF
+from app.engine.runner.cache.prompt_cache import END_BACKOFF
 from app.service.store.model_store import ModelStore
 from gguf_factory import write_family
 from service_util import wait_for

@@ -14,14 +14,20 @@ front of them: their cells have then attended to the moved chunks as well (text 
 prompt). A chunk's cells were computed attending to the old text before it. Both make the result approximate,
 which is why the option is off by default (docs/prompt-cache.md, "Reuse after a change").
 
-`reuse_chunks` is pure (tests/unit/engine/runner/cache/test_chunk_reuse.py); `Placement` (slot_placement.py) moves
-the cells (tests/integration/engine/test_cache_reuse.py).
+`reuse_chunks` is pure (tests/unit/engine/runner/cache/test_chunk_reuse.py); `ChunkMover` moves the cells on the
+context thread (tests/integration/engine/test_cache_reuse.py).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
+from llama_cpp import llama_cpp as L
+
+from app.engine.runner.batch import NpBatch
+
+log = logging.getLogger("strata.engine")
 
 MAX_KEY = 16            # a chunk is found by its first min(N, MAX_KEY) tokens, then extended as far as it matches
 MAX_CANDIDATES = 8      # of a key's places in the cache at or after the walk's, the first few are tried
@@ -108,3 +114,74 @@ def gap_spans(chunks: list[Chunk], n_prefix: int) -> list[tuple[int, int]]:
             spans.append((end, ch.dst))
         end = ch.dst + ch.n
     return spans
+
+
+class ChunkMover:
+    """Moves a slot's cached chunks to where a new prompt repeats them (context thread). `min_chunk`: the smallest
+    chunk worth moving (the `cache_reuse` option); `trim(slot, n)`: keep the slot's first n cells if they can
+    continue a sequence, returning how many were kept (continuation.Continuation.trim)."""
+
+    def __init__(self, ctx, mem, min_chunk: int, trim):
+        self.ctx, self.mem, self.min_chunk, self.trim = ctx, mem, min_chunk, trim
+        self._gap_batch: NpBatch | None = None
+
+    def move(self, slot: int, cached, prompt, n: int) -> tuple[int, int, int]:
+        """`slot`'s cells hold `cached` at positions 0.. and the prompt shares their first n tokens. Keep those, move
+        the chunks of the rest that the prompt repeats further on to their new positions, compute the new tokens
+        between them, and drop every other cell. Returns (the prompt tokens now in the cells, how many of them came
+        from the cache, how many of those were moved). Without a chunk worth moving: the plain prefix, (n, n, 0)."""
+        limit = len(prompt) - 1                 # the last prompt token is decoded in the step: its logits
+        chunks = reuse_chunks(cached, prompt, n, self.min_chunk, min(limit, L.llama_n_ctx_seq(self.ctx)),
+                              L.llama_n_batch(self.ctx)) if n > 0 else []
+        if not chunks:
+            n = self.trim(slot, n)
+            return n, n, 0
+        mem = self.mem
+        # drop every cell that is neither in the prefix nor in a chunk
+        end = n
+        for ch in chunks:
+            L.llama_memory_seq_rm(mem, slot, end, ch.src)
+            end = ch.src + ch.n
+        L.llama_memory_seq_rm(mem, slot, end, -1)
+        # move each chunk to its place: first all of them beyond every position in use (from the last, so none
+        # lands on one not moved yet), then each to its place (all below that). llama.cpp adds the shifts up per
+        # cell and rotates the keys once, at the next decode.
+        park = max(len(cached), len(prompt)) + 1
+        moving = [ch for ch in chunks if ch.dst != ch.src]
+        for ch in reversed(moving):
+            L.llama_memory_seq_add(mem, slot, ch.src, ch.src + ch.n, park)
+        for ch in moving:
+            L.llama_memory_seq_add(mem, slot, park + ch.src, park + ch.src + ch.n, ch.dst - ch.src - park)
+        filled = chunks[-1].dst + chunks[-1].n
+        gaps = gap_spans(chunks, n)
+        if gaps and not self._decode_gaps(slot, prompt, gaps, filled):
+            L.llama_memory_seq_rm(mem, slot, n, -1)           # the gaps could not be computed: the prefix alone
+            return n, n, 0
+        reused = sum(ch.n for ch in chunks)
+        log.info("cache reuse: %d of %d cached tokens kept (%d moved in %d chunks), %d new tokens between them",
+                 n + reused, len(cached), reused, len(chunks), sum(b - a for a, b in gaps))
+        return filled, n + reused, reused
+
+    def _decode_gaps(self, slot: int, prompt, gaps: list[tuple[int, int]], filled: int) -> bool:
+        """Compute the prompt's new tokens between the moved chunks. llama.cpp decodes a sequence only after its
+        last cell, so they go in one batch at positions `filled`.. (after the chunks) and are then moved back to
+        their places. One decode of at most n_batch tokens, between steps (as a prompt chunk would take)."""
+        total = sum(b - a for a, b in gaps)
+        if self._gap_batch is None or self._gap_batch.capacity < total:
+            self._gap_batch = NpBatch(max(total, L.llama_n_batch(self.ctx)))
+        b = self._gap_batch
+        b.clear()
+        pos = filled
+        for a, e in gaps:
+            b.add_span(prompt[a:e], pos, slot, False)
+            pos += e - a
+        rc = L.llama_decode(self.ctx, b.struct)
+        if rc != 0:
+            log.warning("cache reuse: computing %d new tokens between the moved chunks failed (llama_decode %d)",
+                        total, rc)
+            return False
+        pos = filled
+        for a, e in gaps:
+            L.llama_memory_seq_add(self.mem, slot, pos, pos + (e - a), a - pos)
+            pos += e - a
+        return True

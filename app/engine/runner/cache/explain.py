@@ -12,7 +12,7 @@ messages and tools. That
   of the previous prompt's tokens reappear after the change (what a cache that moves chunks could have kept:
   chunk_reuse.reuse_chunks over the old tokens).
 
-When the request ends (`finish`, output thread) the placement's facts are added: how many tokens were reused and
+When the request ends (`finish`, output thread) the prompt cache's facts are added: how many tokens were reused and
 from where (the slot, host RAM, another running sequence, the disk, moved by cache reuse), what each source offered
 (its longest common prefix), and the verdict:
 - "new": no earlier prompt shares anything worth naming;

@@ -1,5 +1,6 @@
-"""The prompt cache: which slot's KV cells to reuse for a new prompt, and a bounded host-RAM store of sequence
-states for conversations that had to give up their slot (docs/prompt-cache.md).
+"""Where the prompt cache keeps prefixes (prompt_cache.PromptCache's stores): what each free slot's KV cells hold,
+a bounded host-RAM store of sequence states for conversations that had to give up their slot, and context
+checkpoints (docs/prompt-cache.md).
 
 Everything here runs on the context thread (the only thread that touches the llama context).
 - `SlotCache`: per slot, the tokens whose KV cells the slot still holds (positions 0..n-1) and when it was last
@@ -101,7 +102,8 @@ class SlotCache:
         return min(free, key=lambda i: (bool(self.tokens[i]), self.last_used[i]))
 
 
-class _Entry:
+class HostEntry:
+    """A slot's state in host RAM, the tokens it holds and its checkpoints."""
     __slots__ = ("tokens", "buf", "size", "last_used", "checkpoints", "pos_min")
 
     def __init__(self, tokens: list[int], buf, size: int, checkpoints: list | None = None, pos_min: int = 0):
@@ -117,7 +119,7 @@ class HostPromptCache:
     def __init__(self, ctx, limit: int):
         self.ctx = ctx
         self.limit = max(0, int(limit))
-        self.entries: list[_Entry] = []
+        self.entries: list[HostEntry] = []
         self.bytes = 0
 
     def save(self, slot: int, tokens: list[int], checkpoints: list | None = None, pos_min: int = 0) -> bool:
@@ -141,12 +143,12 @@ class HostPromptCache:
         # entries that are prefixes of the new one are superseded by it
         for e in [e for e in self.entries if common_prefix(e.tokens, tokens) == len(e.tokens)]:
             self._drop(e)
-        entry = _Entry(list(tokens), buf, int(n), checkpoints, pos_min)
+        entry = HostEntry(list(tokens), buf, int(n), checkpoints, pos_min)
         self.entries.append(entry)
         self.bytes += entry.size
         return True
 
-    def best(self, prompt, usable=None, limit: int | None = None) -> tuple[_Entry | None, int]:
+    def best(self, prompt, usable=None, limit: int | None = None) -> tuple[HostEntry | None, int]:
         """The entry whose state continues `prompt` furthest: (entry, tokens reusable). `usable(entry, n)` and
         `limit` as in SlotCache.choose."""
         best, n_best = None, 0
@@ -160,7 +162,7 @@ class HostPromptCache:
                 best, n_best = e, n
         return best, n_best
 
-    def restore(self, entry: _Entry, slot: int) -> bool:
+    def restore(self, entry: HostEntry, slot: int) -> bool:
         """Load `entry` into `slot` (whose cells must be empty); the entry leaves the cache (the slot holds it
         now, and is saved again if it is overwritten later)."""
         ok = L.llama_state_seq_set_data(self.ctx, entry.buf, entry.size, slot) > 0
@@ -175,7 +177,7 @@ class HostPromptCache:
         while self.entries and self.bytes + size > self.limit:
             self._drop(self.entries[0])
 
-    def _drop(self, entry: _Entry) -> None:
+    def _drop(self, entry: HostEntry) -> None:
         if entry in self.entries:
             self.entries.remove(entry)
             self.bytes -= entry.size

@@ -8,7 +8,7 @@ import logging
 from typing import Protocol
 
 from app.engine import protocol as P
-from app.engine.runner.cache.slot_placement import Placement
+from app.engine.runner.cache.prompt_cache import PromptCache
 from app.engine.runner.output.output_port import EmbedJob
 
 log = logging.getLogger("strata.engine")
@@ -22,18 +22,18 @@ class StepTimer(Protocol):
     def end(self) -> None: ...
 
 
-def run_embed_job(job: EmbedJob, embedder, placement: Placement, free_slots: list[int], clock: StepTimer,
+def run_embed_job(job: EmbedJob, embedder, prompt_cache: PromptCache, free_slots: list[int], clock: StepTimer,
                   send) -> bool:
     """Run one embedding job to the end; False (job kept) while a generative model has no free slot for it
     (the service leases a slot per embedding request, so one frees up as running sequences finish)."""
     req, token_lists, n_tokens = job.req, job.token_lists, job.n_tokens
     seq_id = 0
     if embedder.is_embedding_model:
-        placement.forget_all()     # it decodes on this context and clears its memory
+        prompt_cache.forget_all()     # it decodes on this context and clears its memory
     else:
         if not free_slots:
             return False
-        seq_id = placement.borrow(free_slots)   # the least useful cached prefix goes (to the host cache)
+        seq_id = prompt_cache.borrow(free_slots)   # the least useful cached prefix goes (to the host cache)
     clock.begin(n_tokens)                       # one long step, for the heartbeat
     try:
         vectors = embedder.embed(token_lists, normalize=req.normalize, seq=seq_id)

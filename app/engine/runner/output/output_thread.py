@@ -183,7 +183,7 @@ class OutputThread:
             report=self._report(seq)))
 
     def _report(self, seq: Seq) -> dict | None:
-        """The request's cache report (cache/explain.py): admission's part plus what the placement found."""
+        """The request's cache report (cache/explain.py): admission's part plus what the prompt cache found."""
         try:
             return explain.finish(seq.adm.report, prompt_tokens=seq.adm.n_prompt, cached=seq.n_cached,
                                   moved=seq.n_reused, source=seq.cache_source, candidates=seq.cache_candidates,

@@ -70,7 +70,7 @@ class Admission:
         self._shown: dict[str, frozenset] = {}
         fim = (L.llama_vocab_fim_pre(self.vocab), L.llama_vocab_fim_suf(self.vocab), L.llama_vocab_fim_mid(self.vocab))
         self.fim = fim if all(t >= 0 for t in fim) else None
-        self.mark_last_user = False     # set when the model takes context checkpoints (slot_placement.Placement)
+        self.mark_last_user = False     # set when the model takes context checkpoints (prompt_cache.PromptCache)
         self.media = None               # media.Media when the model has a projector (runner main)
         self.vision_missing = ""        # why it has none though its layout names one (mtmd_lib.VisionUnavailable)
         self.prefix_tokens = PrefixTokens(self.vocab, vocab_out.piece)

@@ -10,16 +10,18 @@ from __future__ import annotations
 import numpy as np
 from llama_cpp import llama_cpp as L
 
+from app.engine.runner.cache.prompt_cache import PromptCache
 from app.engine.runner.sequence import PREFILL, Seq
 
 
-def context_shift(seq: Seq, mem, can_shift: bool, placement) -> None:
+def context_shift(seq: Seq, mem, can_shift: bool, prompt_cache: PromptCache) -> None:
+    assert seq.slot is not None             # a full context is a generating sequence's, in its slot
     n_keep = min(seq.adm.n_keep, max(0, seq.n_past - 2))
     n_discard = (seq.n_past - n_keep) // 2
-    if can_shift and seq.slot not in placement.slots.shared:
+    if can_shift and not prompt_cache.shares_cells(seq.slot):
         L.llama_memory_seq_rm(mem, seq.slot, n_keep, n_keep + n_discard)
         L.llama_memory_seq_add(mem, seq.slot, n_keep + n_discard, seq.n_past, -n_discard)
-        placement.shifted(seq)
+        prompt_cache.shifted(seq)
         seq.n_past -= n_discard
         seq.history = seq.history[:n_keep] + seq.history[n_keep + n_discard:]
         seq.n_exact = n_keep if seq.n_exact is None else min(seq.n_exact, n_keep)
@@ -27,7 +29,6 @@ def context_shift(seq: Seq, mem, can_shift: bool, placement) -> None:
         # would move them for both): clear this sequence's cells and re-process the kept window
         window = seq.history[:n_keep] + seq.history[n_keep + n_discard:] + [seq.pending]
         L.llama_memory_seq_rm(mem, seq.slot, -1, -1)
-        placement.slots.shared.discard(seq.slot)
-        placement.shifted(seq)
+        prompt_cache.shifted(seq, cleared=True)
         seq.history, seq.n_past, seq.n_exact = [], 0, None
         seq.prompt, seq.todo, seq.state = np.asarray(window, dtype=np.int32), 0, PREFILL

@@ -26,7 +26,7 @@ from llama_cpp import llama_cpp as L
 
 from app.discovery.host import cpu_cores
 from app.engine import protocol as P
-from app.engine.runner.cache.slot_placement import Placement
+from app.engine.runner.cache.prompt_cache import PromptCache
 from app.engine.runner.decode_abort import DecodeAbort
 from app.engine.runner.embedding.embed_job import run_embed_job
 from app.engine.runner.heartbeat import StepState
@@ -45,11 +45,6 @@ from app.engine.runner.testhooks import Hooks
 
 log = logging.getLogger("strata.engine")
 
-# A finished sequence's prefix is copied to the disk cache once the runner has been idle this long: the copy holds
-# the context thread (hundreds of MiB: 0.1-0.5 s), and a client that answers at once (a chat's title request, an
-# agent's next call after a quick tool) should not find its request waiting behind it.
-IDLE_SAVE_AFTER_S = 1.0
-
 
 class StepLoop:
     def __init__(self, model, ctx, send, *, vocab_out, embedder=None, admit=None, hooks: Hooks | None = None,
@@ -67,17 +62,17 @@ class StepLoop:
         self.out_q: queue.SimpleQueue = queue.SimpleQueue()     # output_port.OutputItem
         self.stopping = False
         self.clock = StepClock(warmup_s)
-        self.placement = Placement(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes, disk_cache,
-                                   cache_reuse=cache_reuse, can_shift=can_shift)
+        self.prompt_cache = PromptCache(ctx, model, n_slots, prompt_cache_bytes, checkpoints, checkpoint_bytes,
+                                        disk_cache, cache_reuse=cache_reuse, can_shift=can_shift)
         self.abort = DecodeAbort(model)
         self.drafting = Drafting(model, n_ctx_seq, self.abort, speculative, draft)   # draft: draft_model.DraftModel
-        self.slots = Slots(n_slots, self.placement, self.inbox, self.out_q, send, self.hooks, n_ctx_seq=n_ctx_seq,
-                           can_shift=can_shift)
+        self.slots = Slots(n_slots, self.prompt_cache, self.inbox, self.out_q, send, self.hooks, mem=mem,
+                           n_ctx_seq=n_ctx_seq, can_shift=can_shift)
         self.scheduler = StepScheduler(slots=self.slots.seqs, n_batch=L.llama_n_batch(ctx), n_ctx_seq=n_ctx_seq,
-                                       placement=self.placement, latency_factor=latency_factor)
+                                       prompt_cache=self.prompt_cache, latency_factor=latency_factor)
         self.executor = StepExecutor(model, ctx, vocab_out=vocab_out, clock=self.clock, abort=self.abort,
                                      drafting=self.drafting, hooks=self.hooks, media=media)
-        self.update = StepUpdate(self.slots.release, self.placement, self.clock, self.out_q)
+        self.update = StepUpdate(self.slots.release, self.prompt_cache, self.clock, self.out_q)
         # async batch preparation (step_prepare.py): where the next step's token-free host work runs
         self.prepare = StepPrepare(prepare_mode(async_prep, gpu, L.llama_n_threads(ctx), cpu_cores()),
                                    self.update, self.scheduler, self.clock.phases)
@@ -117,7 +112,7 @@ class StepLoop:
                        queued=len(self.inbox.ready_q), decode_fraction=self.clock.decode_fraction(),
                        id=req_id, steps=self.clock.steps, draft_tokens=d.drafted_total,
                        draft_accepted=d.accepted_total, host_phases=self.clock.phases.snapshot(),
-                       **self.placement.stats())
+                       **self.prompt_cache.stats())
 
     def step_state(self) -> StepState:
         """For the heartbeat thread (heartbeat.py)."""
@@ -142,21 +137,19 @@ class StepLoop:
                 self.inbox.event.clear()
                 self.slots.reap()
                 self.slots.admit_ready()
-                self.placement.serve_waiting(self.slots.seqs)
+                self.prompt_cache.serve_waiting(self.slots.seqs)
                 self.slots.shift_full()
                 jobs = self.inbox.embed_jobs
-                if jobs and run_embed_job(jobs[0], self.embedder, self.placement, self.slots.free(),
+                if jobs and run_embed_job(jobs[0], self.embedder, self.prompt_cache, self.slots.free(),
                                           self.clock, self.send):
                     jobs.popleft()
                     continue
                 if self._step(t_loop, c_loop):
                     t_busy = time.perf_counter()
                     continue
-                idle_s = time.perf_counter() - t_busy
-                if idle_s < IDLE_SAVE_AFTER_S and self.placement.disk_due:
-                    self.inbox.event.wait(IDLE_SAVE_AFTER_S - idle_s)
-                elif not self.placement.save_due(limit=1):  # idle: a prefix due on disk, then look for work again
-                    self.inbox.event.wait(0.5)
+                wait = self.prompt_cache.idle(time.perf_counter() - t_busy)    # idle: a prefix due on disk may go
+                if wait > 0:
+                    self.inbox.event.wait(wait)
         except BaseException:  # an engine bug: end the process so the parent fails requests instead of hanging
             log.exception("context thread crashed")
             os._exit(70)

@@ -15,7 +15,7 @@ import time
 from typing import NamedTuple
 
 from app.engine.runner.batch import NpBatch
-from app.engine.runner.cache.slot_placement import Placement
+from app.engine.runner.cache.prompt_cache import PromptCache
 from app.engine.runner.sequence import GEN, PREFILL, Seq
 from app.engine.runner.step.step_budget import (DEFAULT_FACTOR, PaceCosts, Reader, allowance, effective_factor,
                                                 finishing_cut, prefill_shares, prompt_budget, share_budget)
@@ -38,12 +38,12 @@ class StepScheduler:
     a writing sequence's step may take this many times its alone step while prompts are read (step_budget.py;
     0: prompts always take the whole batch)."""
 
-    def __init__(self, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, placement: Placement,
+    def __init__(self, *, slots: list[Seq | None], n_batch: int, n_ctx_seq: int, prompt_cache: PromptCache,
                  latency_factor: float = DEFAULT_FACTOR):
         self.n_ctx_seq = n_ctx_seq
         self.costs = PaceCosts()            # what steps cost here (the loop feeds it: StepLoop._step)
         self.latency_factor = latency_factor
-        self.placement = placement
+        self.prompt_cache = prompt_cache
         self.slots = slots
         # two batches alternate, so a step's rows stay intact while the next one is built
         self.batches = (NpBatch(n_batch), NpBatch(n_batch))
@@ -188,7 +188,7 @@ class StepScheduler:
                     continue
                 if nxt is not None:
                     k = min(k, nxt - seq.todo)               # a text chunk ends where an image starts
-            stops = self.placement.checkpoint_stops(seq)     # a chunk ends where a checkpoint is due
+            stops = self.prompt_cache.checkpoint_stops(seq)     # a chunk ends where a checkpoint is due
             if stops:
                 k = min(k, stops[0] - seq.todo)
             if k <= 0:

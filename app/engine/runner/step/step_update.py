@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from app.engine.runner.cache.slot_placement import Placement
+from app.engine.runner.cache.prompt_cache import PromptCache
 from app.engine.runner.output.output_port import PrefillProgress, StepTokens
 from app.engine.runner.sequence import GEN, Seq
 from app.engine.runner.step.step_clock import StepClock
@@ -22,8 +22,8 @@ class StepUpdate:
     """`release(seq, reason)`: give a finished sequence's slot back and hand it to the output thread
     (slots.Slots.release)."""
 
-    def __init__(self, release: Callable[[Seq, str], None], placement: Placement, clock: StepClock, out_q):
-        self.release, self.placement, self.clock, self.out_q = release, placement, clock, out_q
+    def __init__(self, release: Callable[[Seq, str], None], prompt_cache: PromptCache, clock: StepClock, out_q):
+        self.release, self.prompt_cache, self.clock, self.out_q = release, prompt_cache, clock, out_q
 
     def __call__(self, plan: StepPlan, result: StepResult) -> None:
         if plan.image is not None:
@@ -35,12 +35,12 @@ class StepUpdate:
             self._decode_failed(plan, result)
             return
         self.clock.steps += 1
-        self.placement.pending_copy.clear()          # llama.cpp did the queued KV copies first
+        self.prompt_cache.decoded()                  # llama.cpp did the queued KV copies first
         if plan.advanced is None:
             self.advance(plan)
         for span in plan.spans:
             if span.prefill:
-                self.placement.after_prefill(span.seq)   # a context checkpoint where one is due (reads the state)
+                self.prompt_cache.after_prefill(span.seq)   # a context checkpoint where one is due (reads the state)
                 if span.seq.todo < len(span.seq.prompt) and span.seq.n_exact is None:
                     self.out_q.put(PrefillProgress(span.seq, span.seq.todo))    # a long prompt goes on
         finished = []
@@ -68,7 +68,7 @@ class StepUpdate:
         n = seq.media.images[start][1]
         seq.history.extend(seq.prompt[start:start + n].tolist())
         seq.todo, seq.n_past = start + n, result.image_n_past
-        self.placement.after_prefill(seq)
+        self.prompt_cache.after_prefill(seq)
 
     def _decode_failed(self, plan: StepPlan, result: StepResult) -> None:
         if result.rc == 2:                           # aborted for a cancel: the others retry next step,

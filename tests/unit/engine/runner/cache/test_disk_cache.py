@@ -144,15 +144,15 @@ def test_off_when_the_limit_is_zero_and_file_identity(tmp_path, dense_gguf):
 
 
 def test_at_shutdown_the_slots_and_the_host_cache_go_to_disk(dense_gguf, tmp_path):
-    """Placement.save_all_to_disk (runner shutdown: a reload, the app quitting): a slot's kept prefix and a host-RAM
+    """PromptCache.save_all_to_disk (runner shutdown: a reload, the app quitting): a slot's kept prefix and a host-RAM
     entry (a conversation that lost its slot) are written; one the disk holds already is not written again."""
     from app.engine.runner.cache.disk_cache import MIN_DISK_TOKENS
-    from app.engine.runner.cache.slot_placement import Placement
+    from app.engine.runner.cache.prompt_cache import PromptCache
 
     n = MIN_DISK_TOKENS + 40
     with llama_context(dense_gguf, n_ctx=2 * 1536, n_batch=512, n_seq=2) as (model, ctx):
         disk = DiskPromptCache(tmp_path, FACTS, 256 << 20)
-        pl = Placement(ctx, model, 2, host_cache_bytes=256 << 20, disk=disk)
+        pl = PromptCache(ctx, model, 2, host_cache_bytes=256 << 20, disk=disk)
         a, b = prompt(n, salt=1), prompt(n, salt=2)
         for i in range(0, n, 256):
             decode(ctx, a[i:i + 256], 0, pos0=i)
@@ -171,16 +171,16 @@ def test_at_shutdown_the_slots_and_the_host_cache_go_to_disk(dense_gguf, tmp_pat
 def test_a_finished_prefix_goes_to_disk_when_idle_or_before_its_slot_is_reused(dense_gguf, tmp_path):
     """A sequence that computed a long prefix leaves its slot without waiting for the state's copy (it would hold
     back the reply's end and every other sequence's next step); the copy is made when the runner is idle
-    (`save_due`, the step loop's idle branch) or, at the latest, before a new sequence takes the slot."""
+    (`save_due`, the saver's idle branch) or, at the latest, before a new sequence takes the slot."""
     from app.engine import protocol as P
     from app.engine.runner.cache.disk_cache import MIN_DISK_TOKENS
-    from app.engine.runner.cache.slot_placement import Placement
+    from app.engine.runner.cache.prompt_cache import PromptCache
     from app.engine.runner.sequence import GEN, Seq
 
     n = MIN_DISK_TOKENS + 40
     with llama_context(dense_gguf, n_ctx=2 * 1536, n_batch=512, n_seq=2) as (model, ctx):
         disk = DiskPromptCache(tmp_path, FACTS, 256 << 20)
-        pl = Placement(ctx, model, 2, disk=disk)
+        pl = PromptCache(ctx, model, 2, disk=disk)
 
         def finished(slot: int, salt: int) -> list[int]:
             tokens = prompt(n, salt=salt)
@@ -193,16 +193,16 @@ def test_a_finished_prefix_goes_to_disk_when_idle_or_before_its_slot_is_reused(d
             return tokens
 
         a = finished(0, salt=1)
-        assert disk.flush(30) and disk.entries == [] and pl.disk_due == {0}     # nothing copied at release
-        assert pl.save_due() == 1 and disk.flush(30)                             # idle: copied
+        assert disk.flush(30) and disk.entries == [] and pl.saver.due == {0}   # nothing copied at release
+        assert pl.saver.save_due() == 1 and disk.flush(30)                       # idle: copied
         assert [len(e.tokens) for e in disk.entries] == [n] and disk.best(a)[1] == n
-        assert pl.save_due() == 0
+        assert pl.saver.save_due() == 0
 
         b = finished(1, salt=2)
         c = finished(0, salt=3)
-        assert pl.disk_due == {0, 1}
-        assert pl.save_due(limit=1) == 1 and pl.disk_due == {1}                  # idle: one copy per pass
+        assert pl.saver.due == {0, 1}
+        assert pl.saver.save_due(limit=1) == 1 and pl.saver.due == {1}      # idle: one copy per pass
         running = Seq(P.GenerateRequest(id="running"))
         pl.place(Seq(P.GenerateRequest(id="next", cache_prompt=False)), [running, None])  # reuses slot 1: b first
-        assert pl.disk_due == set() and disk.flush(30)
+        assert pl.saver.due == set() and disk.flush(30)
         assert disk.best(b)[1] == n and disk.best(c)[1] == n

@@ -11,7 +11,6 @@ import pytest
 from llama_cpp import llama_cpp as L
 
 from app.engine import protocol as P
-from app.engine.runner.cache.stores import SlotCache
 from app.engine.runner.output.output_port import PrefillProgress, Released, StepTokens
 from app.engine.runner.output.text import Vocab
 from app.engine.runner.sampling.chain import build_chain
@@ -133,7 +132,9 @@ def _drive(lp, vocab, prepare) -> tuple[list, int]:
     # each run from the same start: the same cells (where cells sit changes the order of the attention's sums, and
     # so a near-tie's greedy pick), the same slot choices and round-robin start
     L.llama_memory_clear(lp.executor.mem, True)
-    lp.placement.slots = SlotCache(len(lp.slots.seqs))
+    kept = lp.prompt_cache.slots                         # the kept slots as new: empty, never used
+    kept.forget_all()
+    kept.last_used[:] = [0.0] * len(kept.last_used)
     lp.scheduler._rr = lp.scheduler._k = 0
     lp.inbox.ready(seqs["long"])
     lp.inbox.ready(seqs["short"])
