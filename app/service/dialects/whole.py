@@ -182,14 +182,14 @@ async def answer(request: web.Request, joins: Joins, compute, early_headers: dic
         if resp is None:
             raise
         request_log.note_error(e.message)
-        body = error_body(request.path, e)
+        body = error_body(request, e)
     except Exception as e:  # noqa: BLE001 - a bug on our side, after the 200 went: say so in the body
         if resp is None:
             raise
         log.exception("non-streamed request failed after its keepalive began")
         err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
         request_log.note_error(err.message)
-        body = error_body(request.path, err)
+        body = error_body(request, err)
     if resp is None:
         return web.json_response(body, headers=p.headers or {})
     await resp.write(json.dumps(body).encode())

@@ -1,6 +1,16 @@
-"""One exception type for every answer that is not a success, rendered by the error middleware in the dialect
-of the route: Ollama's `{"error": "..."}` or OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
+"""One exception type for every answer that is not a success, rendered by the error middleware (security.py) and
+a non-streamed answer's late failure (dialects/whole.py) in the body of the route's dialect: each dialect registers
+its routes with its own error body (`ErrorBodies.speaking`: Ollama's `{"error": "..."}`, OpenAI's `{"error":
+{"message", "type", "param", "code"}}`, Anthropic's `{"type": "error", "error": {...}}`, ...); a path no route
+serves (a 404, a 405) gets the body of the dialect whose namespace holds it (`/v1`: OpenAI's, `/v1/messages`:
+Anthropic's), else the plain one.
+Covered by tests/unit/service/http/test_error_bodies.py (every route's body) and the integration tests' clients."""
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from aiohttp import web
 
 
 class ApiError(Exception):
@@ -13,6 +23,14 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+
+    def openai_message(self) -> str:
+        """The message as OpenAI's error object words it (ContextLengthError has its own words)."""
+        return self.message
+
+    def anthropic_message(self) -> str:
+        """The message as Anthropic's error words it (ContextLengthError has its own words)."""
+        return self.message
 
 
 class ContextLengthError(ApiError):
@@ -56,28 +74,56 @@ def _default_type(status: int) -> str:
     return "server_error"
 
 
-def is_openai_path(path: str) -> bool:
-    return path.startswith("/v1/") or path == "/v1"
+ErrorBody = Callable[[ApiError], dict]      # an error as one dialect's JSON body
 
 
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
-
-
-def is_anthropic_path(path: str) -> bool:
-    return path == "/v1/messages" or path.startswith("/v1/messages/")
-
-
-def anthropic_error(err: ApiError) -> dict:
-    kind = ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-    message = err.anthropic_message() if isinstance(err, ContextLengthError) else err.message
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def error_body(path: str, err: ApiError) -> dict:
-    if is_anthropic_path(path):
-        return anthropic_error(err)
-    if is_openai_path(path):
-        message = err.openai_message() if isinstance(err, ContextLengthError) else err.message
-        return {"error": {"message": message, "type": err.type, "param": err.param, "code": err.code}}
+def plain_body(err: ApiError) -> dict:
+    """`{"error": "..."}`: Ollama's error body, and that of a path no dialect speaks for."""
     return {"error": err.message}
+
+
+class ErrorBodies:
+    """Which body each route's errors are rendered in: the one of the dialect that added the route (`speaking`);
+    for a request no route serves, the one of the dialect whose namespace holds its path (the longest), else
+    `plain_body`."""
+
+    def __init__(self) -> None:
+        self._routes: dict[web.AbstractRoute, ErrorBody] = {}
+        self._namespaces: dict[str, ErrorBody] = {}
+
+    @contextmanager
+    def speaking(self, app: web.Application, body: ErrorBody, namespace: str | None = None) -> Iterator[None]:
+        """Every route `app` gains inside the block renders its errors with `body`; `namespace` (a path prefix such
+        as "/v1"): so do the paths under it that no route serves."""
+        before = set(app.router.routes())
+        yield
+        for route in app.router.routes():
+            if route not in before:
+                self._routes[route] = body
+        if namespace is not None:
+            self._namespaces[namespace] = body
+
+    def body_for(self, request: web.Request) -> ErrorBody:
+        body = self._routes.get(request.match_info.route)
+        if body is not None:
+            return body
+        path = request.path
+        claims = [ns for ns in self._namespaces if path == ns or path.startswith(ns.rstrip("/") + "/")]
+        return self._namespaces[max(claims, key=len)] if claims else plain_body
+
+
+ERROR_BODIES = web.AppKey("error_bodies", ErrorBodies)
+
+
+def error_bodies(app: web.Application) -> ErrorBodies:
+    """The app's ErrorBodies (made on first use, while the routes are added)."""
+    bodies = app.get(ERROR_BODIES)
+    if bodies is None:
+        bodies = app[ERROR_BODIES] = ErrorBodies()
+    return bodies
+
+
+def error_body(request: web.Request, err: ApiError) -> dict:
+    """`err` as the body of the dialect that serves `request`'s route (ErrorBodies)."""
+    bodies = request.app.get(ERROR_BODIES)
+    return (bodies.body_for(request) if bodies is not None else plain_body)(err)

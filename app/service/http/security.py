@@ -121,21 +121,21 @@ async def _errors_as_json(request: web.Request, handler):
     try:
         return await handler(request)
     except ApiError as e:
-        return web.json_response(error_body(request.path, e), status=e.status, headers=e.headers)
+        return web.json_response(error_body(request, e), status=e.status, headers=e.headers)
     except web.HTTPException as e:
         if e.status < 400:
             raise
         msg = _http_message(e, request)
         err = ApiError(e.status, msg)
         headers = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after", "www-authenticate")}
-        return web.json_response(error_body(request.path, err), status=e.status, headers=headers)
+        return web.json_response(error_body(request, err), status=e.status, headers=headers)
     except (ConnectionResetError, web.RequestPayloadError) as e:   # client went away / sent garbage mid-body
         err = ApiError(400, f"could not read the request body: {e}")
-        return web.json_response(error_body(request.path, err), status=400)
+        return web.json_response(error_body(request, err), status=400)
     except Exception as e:  # a bug on our side: say so, keep serving
         log.exception("unhandled error on %s %s", request.method, request.path)
         err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
-        return web.json_response(error_body(request.path, err), status=500)
+        return web.json_response(error_body(request, err), status=500)
 
 
 def _security_middleware(guard: Guard, api_key: str | None):

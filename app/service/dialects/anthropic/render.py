@@ -10,9 +10,18 @@ from typing import Any
 from ...generation.result import (Finished, GenerationResult, PromptProgress, TextDelta, ThinkingDelta,
                                  ToolCallArguments, ToolCallEvent, ToolCallStart)
 from ...http.bodies import SSEEvent, SSEWriter
-from ...http.errors import ApiError, anthropic_error
+from ...http.errors import ApiError
 from ..base import Renderer
 from .parse import WireChoices
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def error_body(err: ApiError) -> dict:
+    """An error as Anthropic's API answers it (the HTTP body, and a stream's `error` event)."""
+    kind = ERROR_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": err.anthropic_message()}}
 
 def new_message_id() -> str:
     return "msg_" + uuid.uuid4().hex[:24]
@@ -124,7 +133,7 @@ class MessagesRenderer(Renderer):
         return out
 
     def error(self, err: ApiError):
-        return [SSEEvent("error", anthropic_error(err))]
+        return [SSEEvent("error", error_body(err))]
 
     def keepalive(self):
         return [self._ev("ping", {})]

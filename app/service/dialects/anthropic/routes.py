@@ -7,6 +7,7 @@ from aiohttp import web
 
 from ...generation import pipeline
 from ...http.bodies import read_json
+from ...http.errors import error_bodies
 from ..base import context, serve
 from . import parse, render
 
@@ -27,5 +28,6 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_post("/v1/messages", messages)
-    r.add_post("/v1/messages/count_tokens", count_tokens)
+    with error_bodies(app).speaking(app, render.error_body, namespace="/v1/messages"):
+        r.add_post("/v1/messages", messages)
+        r.add_post("/v1/messages/count_tokens", count_tokens)

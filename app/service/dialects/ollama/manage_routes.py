@@ -17,13 +17,14 @@ from ...generation.model_card import model_card
 from ...generation.options import sampling_view
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, read_json
-from ...http.errors import ApiError
+from ...http.errors import ApiError, error_bodies
+from ...http.metrics import Metrics
 from ...scheduling.door import ServiceHost
 from ...scheduling.loaded_model import ModelSettings
 from ...store.modelfile import ModelfileError, parse_modelfile, parse_param_value, render_modelfile, render_parameters
-from ...http.metrics import Metrics
 from ...store.proxy import AsyncStore, store_error, with_digest
 from . import transfer_routes as model_routes
+from .render import error_body
 from .schema import details, digest_of, iso_time, tag_entry
 from .schema import model_info as ollama_model_info
 
@@ -252,11 +253,12 @@ async def ps(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/", root)
-    r.add_get("/api/version", version)
-    r.add_get("/api/tags", tags)
-    r.add_post("/api/show", show)
-    r.add_post("/api/create", create)
-    r.add_post("/api/copy", copy)
-    r.add_delete("/api/delete", delete)
-    r.add_get("/api/ps", ps)
+    with error_bodies(app).speaking(app, error_body):
+        r.add_get("/", root)
+        r.add_get("/api/version", version)
+        r.add_get("/api/tags", tags)
+        r.add_post("/api/show", show)
+        r.add_post("/api/create", create)
+        r.add_post("/api/copy", copy)
+        r.add_delete("/api/delete", delete)
+        r.add_get("/api/ps", ps)

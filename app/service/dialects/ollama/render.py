@@ -9,7 +9,7 @@ from app.engine.protocol import TokenLogprob
 from ...generation.request import EmbeddingRequest, GenerationRequest
 from ...generation.result import (EmbeddingResult, Finished, GenerationResult, PromptProgress, TextDelta,
                                  ThinkingDelta, ToolCallEvent)
-from ...http.errors import ApiError
+from ...http.errors import ApiError, plain_body
 from ..base import Renderer
 from .schema import now_iso
 
@@ -51,6 +51,11 @@ def timing_fields(done: Finished | None, total_seconds: float, load_seconds: flo
 def tool_call_json(ev: ToolCallEvent) -> dict:
     """Ollama's shape (its `ollama` package: ToolCall.Function with name, arguments object, index)."""
     return {"id": ev.id, "function": {"index": ev.index, "name": ev.name, "arguments": ev.arguments}}
+
+
+def error_body(err: ApiError) -> dict:
+    """An error as Ollama answers it: `{"error": "..."}` (the HTTP body, and a stream's last line)."""
+    return plain_body(err)
 
 
 class OllamaRenderer(Renderer):
@@ -108,7 +113,7 @@ class OllamaRenderer(Renderer):
         return [self._final(result, "", None)]
 
     def error(self, err: ApiError):
-        return [{"error": err.message}]
+        return [error_body(err)]
 
     def complete(self, result: GenerationResult) -> dict:
         final = self._final(result, result.text, result.logprobs)

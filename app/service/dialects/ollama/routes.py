@@ -9,6 +9,7 @@ from aiohttp import web
 from ...generation import pipeline
 from ...generation.request import GenerationRequest
 from ...http.bodies import read_json
+from ...http.errors import error_bodies
 from ..base import context, serve
 from . import parse, render
 
@@ -59,7 +60,8 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_post("/api/generate", generate)
-    r.add_post("/api/chat", chat)
-    r.add_post("/api/embed", embed)
-    r.add_post("/api/embeddings", embeddings)
+    with error_bodies(app).speaking(app, render.error_body):
+        r.add_post("/api/generate", generate)
+        r.add_post("/api/chat", chat)
+        r.add_post("/api/embed", embed)
+        r.add_post("/api/embeddings", embeddings)

@@ -25,12 +25,13 @@ from app.engine.gguf.split import SPLIT_NAME, part_path
 from ... import appkeys as keys
 from ...generation.request import field
 from ...http.bodies import NDJSONWriter, read_json
-from ...http.errors import ApiError
+from ...http.errors import ApiError, error_bodies
 from ...store.proxy import store_error
 from ...store.registry.download import RegistryError
 from ...store.registry.pull import SPACE_RESERVE, Puller, progress_line
 from ...store.registry.push import push as push_model
 from ...store.registry.reference import InvalidReference, parse_reference
+from .render import error_body
 
 PULLER = web.AppKey("puller", Puller)
 _DIGEST = re.compile(r"^sha256[:-]([0-9a-f]{64})$")
@@ -45,10 +46,11 @@ def add_routes(app: web.Application) -> None:
 
     app.on_shutdown.append(close)
     r = app.router
-    r.add_post("/api/pull", pull)
-    r.add_post("/api/push", push)
-    r.add_route("HEAD", "/api/blobs/{digest}", head_blob)
-    r.add_post("/api/blobs/{digest}", post_blob)
+    with error_bodies(app).speaking(app, error_body):
+        r.add_post("/api/pull", pull)
+        r.add_post("/api/push", push)
+        r.add_route("HEAD", "/api/blobs/{digest}", head_blob)
+        r.add_post("/api/blobs/{digest}", post_blob)
 
 
 def _reference(body: dict):

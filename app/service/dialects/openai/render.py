@@ -88,7 +88,13 @@ def completion_logprobs(items, top: int, offset: int = 0) -> dict:
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
+def error_body(err: ApiError) -> dict:
+    """An error as OpenAI's API answers it: the HTTP body (a prompt too long in OpenAI's words)."""
+    return {"error": {"message": err.openai_message(), "type": err.type, "param": err.param, "code": err.code}}
+
+
 def error_json(err: ApiError) -> dict:
+    """A failure after a stream began: OpenAI's error object as one `data:` event."""
     return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
 
 

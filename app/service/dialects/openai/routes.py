@@ -8,7 +8,7 @@ from aiohttp import web
 from ...generation import pipeline
 from ...generation.model_card import model_card
 from ...http.bodies import read_json
-from ...http.errors import ApiError
+from ...http.errors import ApiError, error_bodies
 from ...scheduling.door import ServiceHost
 from ...store.records import ModelRecord
 from ..base import context, serve
@@ -90,9 +90,11 @@ async def get_model(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_post("/v1/chat/completions", chat_completions)
-    r.add_post("/v1/completions", completions)
+    with error_bodies(app).speaking(app, render.error_body, namespace="/v1"):
+        r.add_post("/v1/chat/completions", chat_completions)
+        r.add_post("/v1/completions", completions)
+        r.add_post("/v1/embeddings", embeddings)
+        r.add_get("/v1/models", list_models)
+        r.add_get("/v1/models/{model:.+}", get_model)
+    # llama-server's endpoint, beside its API rather than in OpenAI's: its errors keep the plain body
     r.add_post("/apply-template", apply_template)
-    r.add_post("/v1/embeddings", embeddings)
-    r.add_get("/v1/models", list_models)
-    r.add_get("/v1/models/{model:.+}", get_model)

@@ -15,7 +15,7 @@ from ... import appkeys as keys
 from ...generation import pipeline
 from ...generation.request import field, model_name, ollama_options
 from ...http.bodies import read_json
-from ...http.errors import ApiError
+from ...http.errors import ApiError, error_bodies, plain_body
 from ...generation.keep_alive import request_keep_alive
 
 
@@ -63,6 +63,14 @@ async def rerank(request: web.Request) -> web.Response:
     return web.json_response(render_rerank(req, res))
 
 
+def openai_error_body(err: ApiError) -> dict:
+    """The errors of /v1/rerank (llama-server's and vLLM's path): OpenAI's error object, as their other /v1 routes
+    answer."""
+    return {"error": {"message": err.openai_message(), "type": err.type, "param": err.param, "code": err.code}}
+
+
 def add_routes(app: web.Application) -> None:
-    for path in ("/v1/rerank", "/rerank", "/api/rerank"):
-        app.router.add_post(path, rerank)
+    bodies = error_bodies(app)
+    for path, body in (("/v1/rerank", openai_error_body), ("/rerank", plain_body), ("/api/rerank", plain_body)):
+        with bodies.speaking(app, body):
+            app.router.add_post(path, rerank)

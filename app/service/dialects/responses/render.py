@@ -17,6 +17,12 @@ from ..base import Renderer
 from .parse import CUSTOM_INPUT, WireChoices, WireTool
 
 
+def error_body(err: ApiError) -> dict:
+    """The HTTP body of an error: the Responses API answers with OpenAI's error object (a prompt too long in
+    OpenAI's words); a stream that began fails with its own events instead (ResponsesRenderer.error)."""
+    return {"error": {"message": err.openai_message(), "type": err.type, "param": err.param, "code": err.code}}
+
+
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 

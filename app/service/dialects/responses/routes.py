@@ -2,7 +2,10 @@
 Covered by tests/integration/service/test_service_agents.py (Responses through the openai client)."""
 from __future__ import annotations
 
+from aiohttp import web
+
 from ...http.bodies import read_json
+from ...http.errors import error_bodies
 from ..base import serve
 from . import parse, render
 
@@ -13,5 +16,6 @@ async def responses(request):
                                                                           show_thinking=req.think is not False))
 
 
-def add_routes(app) -> None:
-    app.router.add_post("/v1/responses", responses)
+def add_routes(app: web.Application) -> None:
+    with error_bodies(app).speaking(app, render.error_body):
+        app.router.add_post("/v1/responses", responses)

@@ -19,7 +19,7 @@ from ...generation.keep_alive import parse_keep_alive
 from ...generation.options import parse_ollama_options
 from ...generation.request import field, model_name
 from ...http.bodies import NDJSONWriter, SSEWriter, read_json
-from ...http.errors import ApiError
+from ...http.errors import ApiError, error_bodies, plain_body
 from ...http.events import Event
 from ...http.openapi import build_openapi
 from ...http import request_log
@@ -282,14 +282,15 @@ async def openapi(request):
 
 def add_routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/api/devices", devices)
-    r.add_get("/api/pin", pins)
-    r.add_post("/api/pin", pin)
-    r.add_post("/api/layout", layout)
-    r.add_post("/api/import", import_model)
-    r.add_get("/api/events", events)
-    r.add_get("/api/requests", requests_list)
-    r.add_get("/api/requests/{id}", request_detail)
-    r.add_post("/api/requests/{id}/replay", request_replay)
-    r.add_get("/metrics", metrics)
-    r.add_get("/api/openapi.json", openapi)
+    with error_bodies(app).speaking(app, plain_body):      # Strata's errors are Ollama's shape, as its paths are
+        r.add_get("/api/devices", devices)
+        r.add_get("/api/pin", pins)
+        r.add_post("/api/pin", pin)
+        r.add_post("/api/layout", layout)
+        r.add_post("/api/import", import_model)
+        r.add_get("/api/events", events)
+        r.add_get("/api/requests", requests_list)
+        r.add_get("/api/requests/{id}", request_detail)
+        r.add_post("/api/requests/{id}/replay", request_replay)
+        r.add_get("/metrics", metrics)
+        r.add_get("/api/openapi.json", openapi)
