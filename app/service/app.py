@@ -108,7 +108,7 @@ def create_app(config: ServiceConfig | None = None, *, store_factory=None) -> we
             log.warning("model settings: %s", e)
         await _open_request_history(config, store, requests)
 
-        async def discover():
+        async def discover() -> None:
             try:
                 await scheduler.inventory()
             except Exception as e:  # noqa: BLE001 - planning will try again and report it
