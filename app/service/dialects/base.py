@@ -147,7 +147,7 @@ class _Started:
     gen: Any
 
 
-async def _generation(scheduler, metrics, job) -> AsyncGenerator:
+async def _generation(scheduler: ServiceHost, metrics: Metrics, job: pipeline.Job) -> AsyncGenerator:
     """One streamed generation as a sequence: LEASED, then the started Generation (its prompt fitted), then its
     events. Closing it early frees the slot (or leaves the queue)."""
     async with pipeline.generate(scheduler, metrics, job) as gen:
