@@ -78,7 +78,7 @@ frameworks-e2e: $(STAMP)
 # Render the desktop app's windows to docs/screenshots/*.png under a virtual X display (real service, SmolLM2).
 # Needs: apt-get install xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
 screenshots: $(STAMP)
-	QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x900x24" $(BIN)/python -m app.gui.screenshots docs/screenshots
+	QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x900x24" $(BIN)/python -m tools.screenshots docs/screenshots
 
 # One-folder bundle dist/strata/ (PyInstaller; needs binutils and the shared libpython: see README "Packaging").
 # make package PACKAGE_ARGS=--with-default-model   bundles SmolLM2 (+94 MiB) so the bundle runs with no model import.

@@ -1,4 +1,4 @@
-"""THE HTTP client of the Strata service, used by the GUI (no Qt here; gui/bridge.py connects it to Qt) and the
+"""THE HTTP client of the Strata service, used by the GUI (no Qt here; gui/common/bridge.py connects it to Qt) and the
 CLI (cli/loop_thread.py runs it from plain code). Only they import it; the service never does.
 
 Coroutines run on an asyncio loop that is not the GUI thread. Every call returns parsed JSON or raises

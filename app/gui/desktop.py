@@ -13,17 +13,17 @@ from PySide6.QtCore import QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QApplication
 
-from app.gui.agent_launch import AgentLaunchDialog
-from app.gui.app_actions import AppActions
-from app.gui.bridge import ServiceBridge
-from app.gui.chat_window import ChatWindow
-from app.gui.history import ChatHistory
-from app.gui.memory_window import MemoryWindow
-from app.gui.model_manager import ModelManagerWindow
-from app.gui.server_window import ServerWindow
+from app.gui.chat.chat_window import ChatWindow
+from app.gui.chat.history import ChatHistory
+from app.gui.common.app_actions import AppActions
+from app.gui.common.bridge import ServiceBridge
+from app.gui.common.state import ServiceState
+from app.gui.common.theme import apply_theme, style_sheet, system_is_dark
+from app.gui.memory.memory_window import MemoryWindow
+from app.gui.models.agent_launch import AgentLaunchDialog
+from app.gui.models.model_manager import ModelManagerWindow
+from app.gui.server.server_window import ServerWindow
 from app.gui.settings_dialog import RESTART_NOTE, SettingsDialog
-from app.gui.state import ServiceState
-from app.gui.theme import apply_theme, style_sheet, system_is_dark
 from app.gui.tray import TrayController
 
 RESOURCES = Path(__file__).resolve().parents[2] / "resources"

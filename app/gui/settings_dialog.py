@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import settings
-from app.gui import mcp_tools
+from app.gui.chat import mcp_tools
 from app.settings import BY_KEY, EXTERNAL_SOURCES, SOURCE_LABELS, SettingsError
 
 INT_MAX = {"num_parallel": 256, "num_ctx": 1 << 20, "num_threads": 1024, "prompt_cache_mib": 1 << 20,

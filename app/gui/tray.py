@@ -12,8 +12,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from app.gui.memory_data import format_bytes
-from app.gui.state import ServiceState
+from app.format import format_bytes
+from app.gui.common.state import ServiceState
 
 
 class TrayController(QObject):

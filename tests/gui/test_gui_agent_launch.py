@@ -15,7 +15,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLabel, QLineEdit, QPushButton
 
-from app.gui.agent_launch import AGENTS, AgentLaunchDialog
+from app.gui.models.agent_commands import AGENTS
+from app.gui.models.agent_launch import AgentLaunchDialog
 from gguf_variants import write_llama
 from gui_util import SHORT, WAIT, click_menu, open_menu_bar
 

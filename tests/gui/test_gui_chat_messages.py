@@ -45,7 +45,7 @@ def send(qtbot, chat, text: str) -> None:
 
 
 def test_code_blocks_are_highlighted_and_copied(qtbot):
-    from app.gui.chat_view import MessageWidget
+    from app.gui.chat.chat_view import MessageWidget
 
     m = MessageWidget("assistant", CODE)
     qtbot.addWidget(m)
@@ -260,7 +260,7 @@ def test_the_theme_follows_the_system_light_or_dark(qtbot, desk):
     Pygments style; back to light, the light ones."""
     from PySide6.QtWidgets import QApplication
 
-    from app.gui.theme import palette_is_dark, style_sheet
+    from app.gui.common.theme import palette_is_dark, style_sheet
 
     app = QApplication.instance()
     chat = desk.chat

@@ -1,4 +1,4 @@
-"""The chat says how a long prompt's reading goes (app/gui/chat_session.py: it asks with `return_progress`, the
+"""The chat says how a long prompt's reading goes (app/gui/chat/chat_session.py: it asks with `return_progress`, the
 service's Ollama stream answers with llama-server's `prompt_progress` lines): a ~10k-token message, sent
 through the chat window to the Qwen2.5-Coder fixture's random-weight twin (its tokenizer, a thousandth of the
 compute), shows "Reading the prompt: N% of T tokens" in the status bar before the reply, and the reply is saved
@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from agent_replay import serve_model, write_tokenizer_twin
-from app.gui.chat_session import progress_text
+from app.gui.chat.chat_session import progress_text
 
 pytestmark = pytest.mark.timeout(600)
 

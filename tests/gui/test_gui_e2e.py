@@ -331,7 +331,7 @@ def test_gui_thread_keeps_answering_while_a_long_reply_streams(qtbot, desk):
 
 def test_bridge_delivers_a_reply_that_arrives_before_the_caller_connects(qtbot, service):
     """A fast reply can come back before the GUI thread has connected to the Call's signals; it must not be lost."""
-    from app.gui.bridge import ServiceBridge
+    from app.gui.common.bridge import ServiceBridge
 
     bridge = ServiceBridge(service.url)
     try:
@@ -347,7 +347,7 @@ def test_bridge_delivers_a_reply_that_arrives_before_the_caller_connects(qtbot, 
 
 def test_quitting_while_a_reply_streams_keeps_what_arrived(qtbot, service, strata_home):
     from app.gui.desktop import Desktop
-    from app.gui.history import ChatHistory
+    from app.gui.chat.history import ChatHistory
 
     d = Desktop(service.url, use_tray=False, poll_ms=300)
     qtbot.addWidget(d.chat)

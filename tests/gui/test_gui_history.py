@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from app.api_client import parse_sse
-from app.gui.history import AUTO_CTX, ChatHistory
+from app.gui.chat.history import AUTO_CTX, ChatHistory
 
 
 def test_conversations_survive_reopening(strata_home):
@@ -85,7 +85,7 @@ def test_most_recent_first_and_titles():
 def test_conversation_list_model_renames_through_set_data(qtbot):
     from PySide6.QtCore import Qt
 
-    from app.gui.models import ConversationListModel
+    from app.gui.chat.chat_lists import ConversationListModel
 
     h = ChatHistory()
     h.create(title="first")
@@ -100,7 +100,8 @@ def test_conversation_list_model_renames_through_set_data(qtbot):
 
 
 def test_model_list_model_joins_tags_and_ps(qtbot):
-    from app.gui.models import ModelListModel, StateRole
+    from app.gui.chat.chat_lists import ModelListModel
+    from app.gui.common.item_models import StateRole
 
     m = ModelListModel()
     tags = [{"name": "a:latest", "size": 100 * 1024 * 1024}, {"name": "b:latest", "size": 2048}]
@@ -126,7 +127,7 @@ def test_parse_sse_events_and_comments():
 
 
 def test_chat_stats_from_the_final_object():
-    from app.gui.reply import chat_stats
+    from app.gui.chat.reply import chat_stats
 
     s = chat_stats({"eval_count": 50, "eval_duration": 500_000_000, "done_reason": "stop"}, 120.0, 49, 1.0)
     assert s == {"tokens": 50, "tok_s": 100.0, "ttft_ms": 120.0, "done_reason": "stop"}
@@ -138,7 +139,7 @@ def test_chat_stats_from_the_final_object():
 def test_a_stopped_reply_counts_tokens_not_chunks():
     """The runner merges tokens into one chunk on a busy CPU: a reply stopped before its final object counts the
     tokens it received (one logprob entry each), whether or not their alternatives are kept for the token view."""
-    from app.gui.reply import PendingReply
+    from app.gui.chat.reply import PendingReply
 
     def lp(t):
         return {"token": t, "logprob": -0.5, "bytes": list(t.encode())}
@@ -153,7 +154,7 @@ def test_a_stopped_reply_counts_tokens_not_chunks():
 
 
 def test_token_tooltip_lists_alternatives():
-    from app.gui.chat_view import token_tooltip
+    from app.gui.chat.chat_view import token_tooltip
 
     lp = {"token": " Paris", "logprob": -0.1,
           "top_logprobs": [{"token": " Paris", "logprob": -0.1}, {"token": " Lyon", "logprob": -2.5}]}
@@ -164,8 +165,8 @@ def test_token_tooltip_lists_alternatives():
 def test_device_and_comparison_table_models(qtbot):
     from PySide6.QtCore import Qt
 
-    from app.gui.memory_data import predicted_vs_actual
-    from app.gui.models import ComparisonTableModel, DeviceTableModel
+    from app.gui.memory.memory_data import predicted_vs_actual
+    from app.gui.memory.memory_tables import ComparisonTableModel, DeviceTableModel
 
     inv = {"devices": [{"id": "CUDA0", "name": "RTX", "kind": "gpu", "total": 8 << 30, "free": 6 << 30}],
            "host_ram_total": 32 << 30, "host_ram_available": 20 << 30}

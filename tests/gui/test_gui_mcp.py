@@ -3,7 +3,7 @@ configured in the Settings dialog's mcpServers JSON, turned on for a chat from i
 model (Qwen2.5-Coder-0.5B) calls it, the user is asked first (allow once / always / deny), the result is saved as
 a tool message and the model answers. A server that cannot start is an error in the chat, and the chat goes on.
 The same over streamable HTTP: an MCPServer app served by uvicorn on loopback (port 0) in this process, reached by
-its `url`: listed and called through app/gui/mcp_tools.py, and used by the model in the chat."""
+its `url`: listed and called through app/gui/chat/mcp_tools.py, and used by the model in the chat."""
 from __future__ import annotations
 
 import asyncio
@@ -203,7 +203,7 @@ def test_a_server_that_cannot_start_is_an_error_in_the_chat(qtbot, desk):
 def test_streamable_http_server_listed_and_called(http_mcp):
     """What the chat does with a `url` server, through mcp_tools (no model): list its tools with their schemas,
     call one with arguments, get a tool's failure as an error result; a server not there fails, never hangs."""
-    from app.gui.mcp_tools import call_tool, describe_error, list_tools, parse_config
+    from app.gui.chat.mcp_tools import call_tool, describe_error, list_tools, parse_config
 
     specs = parse_config({"mcpServers": {"web": {"url": http_mcp.url},
                                          "gone": {"url": "http://127.0.0.1:9/mcp"}}})

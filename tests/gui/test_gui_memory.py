@@ -5,7 +5,7 @@ import pytest
 
 from app.discovery.inventory import Device, Inventory
 from app.engine.layout.types import DevicePlan, Layout, PlanOptions
-from app.gui.memory_data import (
+from app.gui.memory.memory_data import (
     COMPUTE, FREE, KV, MAPPED, OTHERS, OVER, SEGMENT_COLORS, WEIGHTS, device_colors, device_columns, format_bytes,
     layer_cells, predicted_kinds_of, predicted_vs_actual,
 )
@@ -166,7 +166,7 @@ def _color_at(widget, x, y):
 
 
 def test_bars_paint_each_segment_in_its_colour(qtbot):
-    from app.gui.memory_view import MemoryBars
+    from app.gui.memory.memory_view import MemoryBars
 
     bars = MemoryBars()
     qtbot.addWidget(bars)
@@ -189,7 +189,7 @@ def test_bars_paint_each_segment_in_its_colour(qtbot):
 
 
 def test_bars_show_mapped_pages_as_a_light_segment(qtbot):
-    from app.gui.memory_view import MemoryBars
+    from app.gui.memory.memory_view import MemoryBars
 
     bars = MemoryBars()
     qtbot.addWidget(bars)
@@ -207,7 +207,7 @@ def test_bars_show_mapped_pages_as_a_light_segment(qtbot):
 
 
 def test_layer_strip_colours_layers_by_device_and_splits_moe(qtbot):
-    from app.gui.memory_view import LayerStrip
+    from app.gui.memory.memory_view import LayerStrip
 
     strip = LayerStrip()
     qtbot.addWidget(strip)
@@ -224,7 +224,7 @@ def test_layer_strip_colours_layers_by_device_and_splits_moe(qtbot):
 
 
 def test_bars_mark_what_lies_above_capacity(qtbot):
-    from app.gui.memory_view import MemoryBars
+    from app.gui.memory.memory_view import MemoryBars
 
     bars = MemoryBars()
     qtbot.addWidget(bars)
@@ -242,7 +242,7 @@ def test_bars_mark_what_lies_above_capacity(qtbot):
 
 
 def test_layout_view_summary_says_when_it_will_not_fit(qtbot):
-    from app.gui.memory_view import LayoutView
+    from app.gui.memory.memory_view import LayoutView
 
     view = LayoutView()
     qtbot.addWidget(view)
@@ -253,7 +253,7 @@ def test_layout_view_summary_says_when_it_will_not_fit(qtbot):
 
 
 def test_zoom_shows_only_the_model_on_one_scale(qtbot):
-    from app.gui.memory_view import MemoryBars
+    from app.gui.memory.memory_view import MemoryBars
 
     bars = MemoryBars()
     qtbot.addWidget(bars)
@@ -271,8 +271,8 @@ def test_zoom_shows_only_the_model_on_one_scale(qtbot):
 
 def test_the_prompt_cache_is_its_own_kind_on_the_cpu_column(qtbot):
     """/api/ps "strata.prompt_cache.bytes": host RAM the loaded model's runner holds for evicted prompts."""
-    from app.gui.memory_data import PROMPT_CACHE, SEGMENT_LABELS
-    from app.gui.memory_view import MemoryBars
+    from app.gui.memory.memory_data import PROMPT_CACHE, SEGMENT_LABELS
+    from app.gui.memory.memory_view import MemoryBars
 
     inv, lay = make_inventory().to_dict(), make_layout().to_dict()
     plain = device_columns(inv, lay, resident=True)
@@ -295,7 +295,7 @@ def test_the_prompt_cache_is_its_own_kind_on_the_cpu_column(qtbot):
 
 
 def test_prompt_cache_line_in_the_live_status():
-    from app.gui.memory_window import prompt_cache_text
+    from app.gui.memory.memory_window import prompt_cache_text
 
     assert prompt_cache_text({"bytes": 12 * MiB, "limit": 400 * MiB, "entries": 3}) == \
         ", prompt cache 12.0 MiB of 400.0 MiB (3 prompts)"
@@ -311,8 +311,8 @@ def test_prompt_cache_line_in_the_live_status():
 
 def test_summary_counts_rpc_workers_apart_from_local_gpus(qtbot):
     """Blocks on a `strata worker` cross the network: the memory view and the what-if table say how many."""
-    from app.gui.memory_view import LayoutView
-    from app.gui.whatif_data import plan_facts
+    from app.gui.memory.memory_view import LayoutView
+    from app.gui.memory.whatif_data import plan_facts
 
     lay = {"n_ctx": 8192, "n_parallel": 4, "type_k": "f16", "type_v": "f16", "options": {"num_ctx": 2048},
            "layer_device": ["CPU", "CUDA0", "CUDA0", "RPC0[10.0.0.2:50052]", "RPC1[10.0.0.3:50052]"], "devices": []}

@@ -24,7 +24,7 @@ class StandIn:
     """POST /api/pull streaming Ollama's NDJSON; `disconnected` is set when a client leaves mid-stream."""
 
     def __init__(self):
-        from app.gui.bridge import LoopThread
+        from app.gui.common.bridge import LoopThread
 
         self.loop_thread = LoopThread("pull-stand-in")
         self.disconnected = threading.Event()
@@ -79,8 +79,8 @@ class StandIn:
 
 @pytest.fixture
 def panel(qtbot):
-    from app.gui.bridge import ServiceBridge
-    from app.gui.transfers import PullPanel
+    from app.gui.common.bridge import ServiceBridge
+    from app.gui.models.transfers import PullPanel
 
     standin = StandIn()
     bridge = ServiceBridge(standin.url)

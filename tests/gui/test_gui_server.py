@@ -20,8 +20,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 
 from app.engine.gguf.builtin_model import DEFAULT_MODEL_NAME as MODEL
-from app.gui.server_data import COLUMNS, ServerFeed, cell, client_name, timeline
-from app.gui.server_window import IdRole
+from app.gui.server.server_data import COLUMNS, ServerFeed, cell, client_name, timeline
+from app.gui.server.server_window import IdRole
 from app.service import appkeys
 
 WAIT = 180_000

@@ -60,7 +60,7 @@ def test_thinking_is_its_own_collapsed_block(qtbot, service, strata_home):
 
 
 def test_tool_call_and_result_blocks(qtbot):
-    from app.gui.chat_view import MessageWidget
+    from app.gui.chat.chat_view import MessageWidget
 
     calls = [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
     m = MessageWidget("assistant", "", blocks={"tool_calls": calls})

@@ -87,8 +87,8 @@ def test_the_memory_view_draws_the_vision_projector(qtbot, service):
     from app.engine.gguf.projector import read_projector
     from app.engine.planner.projector import projector_bytes
     from app.gui.desktop import Desktop
-    from app.gui.memory_data import OUR_KINDS, PROJECTOR, SEGMENT_COLORS, SEGMENT_LABELS
-    from app.gui.whatif_data import plan_facts
+    from app.gui.memory.memory_data import OUR_KINDS, PROJECTOR, SEGMENT_COLORS, SEGMENT_LABELS
+    from app.gui.memory.whatif_data import plan_facts
     from mmproj_factory import SMOLLM2_N_EMBD
 
     path = httpx.post(service.url + "/api/show", json={"model": VISION}, timeout=60).json()["strata"]["projector"]["path"]

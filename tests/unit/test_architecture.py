@@ -10,6 +10,9 @@
 - The service's rooms (docs/architecture.md, "The service's rooms"): http/, store/, generation/ and scheduling/
   import only what SERVICE_ROOMS lists; no two rooms import each other; a dialect imports no other dialect; no
   room imports the composition root.
+- The desktop app's rooms (docs/architecture.md, "The desktop app's rooms"): chat/, memory/, server/ and models/
+  import common/ and themselves, never each other; common/ imports no room; only the top of app/gui/ (the desktop
+  that builds the windows, the tray, the settings dialog) imports rooms.
 - The runner's rooms (docs/architecture.md, "Runner"): its shared top imports no room, no room imports step/
   (the loop composes them), no two rooms import each other; the step scheduler imports nothing that drafts.
 Each import is read with `ast`, so nothing is imported to check it.
@@ -31,8 +34,6 @@ SHARED = {"app", "app.paths", "app.settings", "app.format", "app.api_client", "a
 # What the GUI may import outside app.gui: its API client and plain data modules (dataclasses, constants).
 GUI_ALLOWED_PREFIXES = ("app.gui", "app.paths", "app.settings", "app.engine.layout.types", "app.discovery.inventory",
                         "app.api_client", "app.format")
-# A developer tool in app/gui that starts a real service to render the windows for the README.
-GUI_EXCEPTIONS = {"app.gui.screenshots"}
 RUNNER = "app.engine.runner"
 RUNNER_PARENTS = {"app.engine.client"}
 SERVICE = "app.service"
@@ -153,7 +154,7 @@ def test_the_runner_reads_no_chat_facts_and_the_chat_package_no_llama():
 
 def test_gui_imports_only_its_client_and_plain_data():
     bad = [f"{mod} -> {dep}" for mod, deps in graph().items() if mod.startswith("app.gui.")
-           and mod not in GUI_EXCEPTIONS for dep in deps if not dep.startswith(GUI_ALLOWED_PREFIXES)]
+           for dep in deps if not dep.startswith(GUI_ALLOWED_PREFIXES)]
     assert not bad, "the GUI reaching past its API client:\n" + "\n".join(sorted(bad))
 
 
@@ -429,3 +430,61 @@ def test_the_schedule_phase_runs_no_model():
     assert not [d for d in deps if runner_room_of(d) in ("speculation", "embedding", "prompt", "output")]
     src = (APP / "engine" / "runner" / "step" / "step_scheduler.py").read_text()
     assert "llama_cpp" not in src and "llama_decode(" not in src
+
+
+# ---- the desktop app's rooms -------------------------------------------------------------------------------------
+# app/gui/ is split by window (docs/architecture.md, "The desktop app's rooms"): each room holds a window with its
+# widgets and the plain data behind them; common/ holds what several rooms share (the bridge, the service state,
+# the theme, the shared actions, the item models' base). Imports run one way: the top of app/gui/ (desktop.py
+# composes the windows; the tray and the settings dialog) -> rooms -> common/. No room imports another: what two
+# windows both need moves to common/, and a window that opens another asks the desktop to.
+GUI = "app.gui"
+GUI_ROOMS = ("chat", "memory", "server", "models")
+GUI_COMMON = "common"
+
+
+def gui_room_of(mod: str) -> str | None:
+    """The room of a GUI module: a room's name, "common", "" for the top of app/gui/; None outside the GUI."""
+    if mod != GUI and not mod.startswith(GUI + "."):
+        return None
+    first = mod[len(GUI) + 1:].split(".")[0] if mod != GUI else ""
+    return first if first in GUI_ROOMS + (GUI_COMMON,) else ""
+
+
+def gui_room_violations(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, deps in g.items():
+        own = gui_room_of(mod)
+        if not own:
+            continue
+        for dep in deps:
+            other = gui_room_of(dep)
+            if other is None or other == own:
+                continue
+            if other == "":
+                bad.append(f"{mod} -> {dep} (only the top of app/gui/ composes; nothing imports it back)")
+            elif own == GUI_COMMON:
+                bad.append(f"{mod} -> {dep} (common/ imports no room)")
+            elif other != GUI_COMMON:
+                bad.append(f"{mod} -> {dep} (a room imports only common/ and itself)")
+    return sorted(bad)
+
+
+def test_gui_rooms_import_one_way():
+    bad = gui_room_violations(graph())
+    assert not bad, "imports across the desktop app's rooms that docs/architecture.md rules out:\n" + "\n".join(bad)
+    assert sorted(p.name for p in (APP / "gui").iterdir() if p.is_dir() and p.name != "__pycache__") \
+        == sorted(GUI_ROOMS + (GUI_COMMON,))
+
+
+def test_the_gui_room_rules_see_violations():
+    g = {"app.gui.memory.memory_window": {"app.gui.models.model_data", "app.gui.common.state",
+                                          "app.gui.memory.memory_view"},
+         "app.gui.common.state": {"app.gui.chat.history", "app.gui.common.bridge"},
+         "app.gui.chat.chat_window": {"app.gui.desktop"},
+         "app.gui.desktop": {"app.gui.chat.chat_window", "app.gui.server.server_window", "app.gui.tray"},
+         "app.gui.settings_dialog": {"app.gui.chat.mcp_tools"}}
+    assert gui_room_violations(g) == sorted([
+        "app.gui.memory.memory_window -> app.gui.models.model_data (a room imports only common/ and itself)",
+        "app.gui.common.state -> app.gui.chat.history (common/ imports no room)",
+        "app.gui.chat.chat_window -> app.gui.desktop (only the top of app/gui/ composes; nothing imports it back)"])

@@ -224,8 +224,8 @@ def test_draft_counts_in_ollama_openai_metrics_and_the_chat_line(server):
     import httpx
     import openai
 
-    from app.gui.chat_view import format_stats
-    from app.gui.reply import chat_stats
+    from app.gui.chat.chat_view import format_stats
+    from app.gui.chat.reply import chat_stats
 
     model = "smollm2:135m"
     with httpx.Client(base_url=server.url, timeout=120) as c:

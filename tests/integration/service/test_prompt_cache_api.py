@@ -88,8 +88,8 @@ def test_ollama_generate_context_and_chat(server):
                 "messages": msgs + [c1.message.model_dump(exclude_none=True), {"role": "user", "content": "A fifth?"}]}
         final = c.post("/api/chat", json=body).json()
     assert 0 < final["prompt_cached_count"] < final["prompt_eval_count"]
-    from app.gui.chat_view import format_stats
-    from app.gui.reply import chat_stats
+    from app.gui.chat.chat_view import format_stats
+    from app.gui.chat.reply import chat_stats
 
     line = format_stats(chat_stats(final, 50.0, 4, 1.0))
     assert f"{final['prompt_cached_count']} of {final['prompt_eval_count']} prompt tokens cached" in line

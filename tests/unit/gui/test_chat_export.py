@@ -1,12 +1,12 @@
-"""A chat as a file (gui/chat_export.py, no Qt): Markdown to read, JSON that imports back into another history
+"""A chat as a file (gui/chat/chat_export.py, no Qt): Markdown to read, JSON that imports back into another history
 as the same chat, and a malformed file refused with a ValueError naming the field. The menu actions that call
 these: tests/gui/test_gui_history.py."""
 from __future__ import annotations
 
 import pytest
 
-from app.gui.chat_export import import_json, to_json, to_markdown
-from app.gui.history import ChatHistory
+from app.gui.chat.chat_export import import_json, to_json, to_markdown
+from app.gui.chat.history import ChatHistory
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""The model manager's plain data (gui/model_data.py, no Qt): table rows from /api/tags, /api/ps and /api/show
+"""The model manager's plain data (gui/models/model_data.py, no Qt): table rows from /api/tags, /api/ps and /api/show
 answers, and the progress of a pull and an import read from their NDJSON streams (Ollama's pull stream exactly).
 The manager window on a live service: tests/gui/test_gui_manager.py, tests/gui/test_gui_pull.py."""
 from __future__ import annotations
 
-from app.gui.model_data import ImportProgress, PullProgress, model_rows
+from app.gui.models.model_data import ImportProgress, PullProgress, model_rows
 
 TAGS = [{"name": "smollm2:135m", "size": 100, "digest": "d1",
          "details": {"quantization_level": "Q4_1", "family": "llama", "parameter_size": "134.52M"},

@@ -1,4 +1,4 @@
-"""The terminal command line per platform (app/gui/terminal.terminal_argv), with the PATH lookup given: on Linux
+"""The terminal command line per platform (app/gui/models/terminal.terminal_argv), with the PATH lookup given: on Linux
 the first installed of x-terminal-emulator, gnome-terminal, konsole, xfce4-terminal, xterm, each with its own way to
 run a command (and gnome-terminal/konsole their working-directory options), the command in a shell that `cd`s to
 the folder first and leaves an interactive shell behind; macOS through osascript and Terminal; Windows Terminal
@@ -11,9 +11,9 @@ import subprocess
 import pytest
 
 from app.cli.agents import AGENTS as CLI_AGENTS
-from app.gui.agent_launch import AGENTS as GUI_AGENTS
-from app.gui.agent_launch import CLIENTS as GUI_CLIENTS
-from app.gui.terminal import LINUX_TERMINALS, NoTerminal, terminal_argv
+from app.gui.models.agent_commands import AGENTS as GUI_AGENTS
+from app.gui.models.agent_commands import CLIENTS as GUI_CLIENTS
+from app.gui.models.terminal import LINUX_TERMINALS, NoTerminal, terminal_argv
 
 CMD = "strata launch claude --model 'coder:0.5b'"
 

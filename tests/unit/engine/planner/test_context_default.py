@@ -99,10 +99,10 @@ def test_moe_default_keeps_the_gpu_share(machine):
 
 
 def test_memory_view_says_what_decided_the_context():
-    from app.gui.memory_view import LayoutView
+    from app.gui.memory.memory_data import layout_summary
 
     lay = {"n_ctx": 32768, "n_parallel": 4, "options": {"num_ctx": 8192}, "type_k": "f16", "layer_device": ["CPU"],
            "context": {"num_ctx": 8192, "limit": "training context",
                        "reason": "num_ctx 8192: the model's training context; fits the free memory with 4 sequences"}}
-    assert LayoutView.describe(lay).endswith("Context set by training context: num_ctx 8192: the model's training "
-                                             "context; fits the free memory with 4 sequences.")
+    assert layout_summary(lay).endswith("Context set by training context: num_ctx 8192: the model's training "
+                                        "context; fits the free memory with 4 sequences.")

@@ -44,9 +44,9 @@ def test_the_plan_holds_the_draft_models_bytes(smollm2_path, dense_gguf):
 
 
 def test_the_memory_views_data_shows_the_draft(smollm2_path, dense_gguf):
-    """The memory window's bars and predicted-vs-actual rows (gui/memory_data.py, from /api/ps's layout): the draft
+    """The memory window's bars and predicted-vs-actual rows (gui/memory/memory_data.py, from /api/ps's layout): the draft
     model's bytes are their own segment and kind, counted in what the model takes."""
-    from app.gui.memory_data import DRAFT, OUR_KINDS, device_columns, predicted_kinds_of
+    from app.gui.memory.memory_data import DRAFT, OUR_KINDS, device_columns, predicted_kinds_of
 
     lay = with_draft(cpu_layout(smollm2_path, num_ctx=1024, num_parallel=2), read_model_info(dense_gguf), "tiny")
     need = lay.draft.total

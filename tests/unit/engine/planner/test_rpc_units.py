@@ -150,7 +150,7 @@ def test_a_worker_serves_one_runner_at_a_time():
 
 
 def test_memory_view_column_for_a_remote_device_names_the_machine(smollm2_path):
-    from app.gui.memory_data import device_columns
+    from app.gui.memory.memory_data import device_columns
 
     info = read_model_info(smollm2_path)
     i = inv(None, {W1: "24 GiB"})

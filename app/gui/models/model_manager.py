@@ -18,11 +18,11 @@ from PySide6.QtWidgets import (
     QPushButton, QSplitter, QTableView, QVBoxLayout, QWidget,
 )
 
-from app.gui.memory_data import format_bytes
-from app.gui.model_data import ModelRow, cap_text, model_rows
-from app.gui.models import ModelTableModel
-from app.gui.state import ServiceState
-from app.gui.transfers import ImportPanel, PullPanel
+from app.format import format_bytes
+from app.gui.common.state import ServiceState, cap_text
+from app.gui.models.model_data import ModelRow, model_rows
+from app.gui.models.model_table import ModelTableModel
+from app.gui.models.transfers import ImportPanel, PullPanel
 
 
 def gguf_paths(mime) -> list[str]:

@@ -12,8 +12,8 @@ from PySide6.QtWidgets import (
     QCheckBox, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget,
 )
 
-from app.gui.bridge import Call, ServiceBridge
-from app.gui.model_data import ImportProgress, PullProgress
+from app.gui.common.bridge import Call, ServiceBridge
+from app.gui.models.model_data import ImportProgress, PullProgress
 
 
 class ImportPanel(QGroupBox):

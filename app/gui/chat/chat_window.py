@@ -14,15 +14,15 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
                                QLineEdit, QListView, QMainWindow, QMenu, QPlainTextEdit, QPushButton, QSplitter,
                                QToolButton, QVBoxLayout, QWidget)
 
-from app.gui import chat_dialogs
-from app.gui.app_actions import AppActions, make_action, tip
-from app.gui.attachments import AttachmentBar, local_files
-from app.gui.chat_options import ChatOptions, ContextBox
-from app.gui.chat_session import ChatSession
-from app.gui.chat_view import FirstRunHint, MessageInput, Transcript
-from app.gui.history import DEFAULT_TITLE, ChatHistory, Conversation
-from app.gui.models import ConversationListModel, IdRole, ModelListModel, NameRole
-from app.gui.state import ServiceState
+from app.gui.chat import chat_dialogs
+from app.gui.chat.attachments import AttachmentBar, local_files
+from app.gui.chat.chat_lists import ConversationListModel, IdRole, ModelListModel, NameRole
+from app.gui.chat.chat_options import ChatOptions, ContextBox
+from app.gui.chat.chat_session import ChatSession
+from app.gui.chat.chat_view import FirstRunHint, MessageInput, Transcript
+from app.gui.chat.history import DEFAULT_TITLE, ChatHistory, Conversation
+from app.gui.common.app_actions import AppActions, make_action, tip
+from app.gui.common.state import ServiceState
 
 
 class ChatWindow(QMainWindow):

@@ -6,13 +6,13 @@ from PySide6.QtCore import QEvent, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from app.gui.memory_data import (
+from app.gui.memory.memory_data import (
     DRAFT, DRAFT_NOTE, MAPPED, MAPPED_NOTE, MODEL_KINDS, OUR_KINDS, OVER, PROJECTOR, PROJECTOR_NOTE, PROMPT_CACHE,
     PROMPT_CACHE_NOTE,
     SEGMENT_COLORS, SEGMENT_LABELS, SEGMENT_ORDER, WEIGHTS,
     Column, LayerCell,
     device_colors, device_columns,
-    exact_bytes, format_bytes, layer_cells, layers_placed, layout_device_ids,
+    exact_bytes, format_bytes, layer_cells, layout_device_ids, layout_summary,
 )
 
 BAR_WIDTH = 78
@@ -305,20 +305,4 @@ class LayoutView(QWidget):
         self._device_legend_lay.addStretch(1)
         self.summary.setText(self.describe(layout))
 
-    @staticmethod
-    def describe(layout: dict | None) -> str:
-        if not layout:
-            return ""
-        opts = layout.get("options") or {}
-        blocks = layout.get("layer_device") or []
-        n = len(blocks)
-        gpu, remote = layers_placed(blocks)
-        on_workers = f", {remote} on RPC workers" if remote else ""
-        text = (f"n_ctx {layout.get('n_ctx')} ({opts.get('num_ctx')} per sequence × {layout.get('n_parallel')}), "
-                f"KV {layout.get('type_k')}, {gpu} of {n} layers on GPU{on_workers}.")
-        ctx = layout.get("context") or {}
-        if ctx.get("limit"):                 # what decided the context (planner.context.ContextChoice)
-            text += f" Context set by {ctx['limit']}: {ctx.get('reason', '')}."
-        if not layout.get("fits", True):
-            text = "Will not fit. " + text
-        return text
+    describe = staticmethod(layout_summary)

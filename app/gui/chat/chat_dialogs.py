@@ -11,8 +11,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
-from app.gui.chat_export import import_json, to_json, to_markdown
-from app.gui.history import ChatHistory, Conversation
+from app.gui.chat.chat_export import import_json, to_json, to_markdown
+from app.gui.chat.history import ChatHistory, Conversation
 
 
 def safe_file_name(title: str) -> str:

@@ -26,11 +26,11 @@ from PySide6.QtWidgets import (  # noqa: E402
     QWidget,
 )
 
-from app.gui.server_data import (  # noqa: E402
+from app.gui.server.server_data import (  # noqa: E402
     COLUMNS, MEMORY_LABELS, MEMORY_ORDER, PART_COLORS, PHASE_COLORS, PHASE_HELP, ServerFeed, _ms, anatomy_segments,
     cache_html, cell, curl_command, memory_text, part_name, summary, timeline,
 )
-from app.gui.state import ServiceState  # noqa: E402
+from app.gui.common.state import ServiceState  # noqa: E402
 
 IdRole = Qt.UserRole + 1
 RETRY_MS = 1000

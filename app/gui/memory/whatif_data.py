@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.gui.memory_data import layers_placed
+from app.gui.memory.memory_data import layers_placed
 
 GiB = 1 << 30
 MiB = 1 << 20

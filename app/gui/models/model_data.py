@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from app.format import format_duration
-from app.gui.memory_data import format_bytes
+from app.format import format_bytes, format_duration
 
 SOURCE_LABELS = {"store": "Strata store", "builtin": "Built-in", "ollama": "Ollama", "lmstudio": "LM Studio",
                  "huggingface": "Hugging Face cache"}
@@ -68,19 +67,6 @@ def until_text(expires_at: str, now: datetime | None = None) -> str:
     if secs > 3600 * 24 * 365:
         return "Forever"
     return f"in {format_duration(secs)}" if secs > 0 else "now"
-
-
-def cap_text(inventory: dict | None, ps: list[dict]) -> str:
-    """Strata's memory cap (STRATA_MAX_MEMORY / Settings) and what the loaded models hold of it, for the model
-    manager and the memory view."""
-    cap = (inventory or {}).get("memory_cap")
-    used = sum(int(m.get("size") or 0) for m in ps)
-    pinned = [m.get("name") or m.get("model") for m in ps if (m.get("strata") or {}).get("pinned")]
-    pins = f"; pinned: {', '.join(pinned)}" if pinned else ""
-    if not cap:
-        return f"No memory cap: loaded models hold {format_bytes(used)} (Settings → Memory cap){pins}"
-    return (f"Memory cap {format_bytes(int(cap))}: loaded models hold {format_bytes(used)}, "
-            f"{format_bytes(max(0, int(cap) - used))} left{pins}")
 
 
 SAMPLING_SOURCES = {"gguf": "from the GGUF", "modelfile": "Modelfile"}

@@ -1,20 +1,18 @@
 """Models → Launch a coding agent…: the `strata launch` command of each coding agent on a model that can call
 tools, ready to copy into a terminal, or started in the user's own terminal emulator in a project folder they
-pick ("Open in terminal", app/gui/terminal.py), after which the Server window opens searched to that agent's
+pick ("Open in terminal", app/gui/models/terminal.py), after which the Server window opens searched to that agent's
 client (CLIENTS: the part of its User-Agent the request log records). The command gives the agent this server's settings without
 touching its own configuration. An agent that is not installed (its command is not on PATH) shows its install
 command instead of the button.
 
 The models offered are the installed ones whose /api/tags entry lists the `tools` capability, a loaded one
 first. When the service is not at the default address, the command carries STRATA_HOST.
-AGENTS mirrors app/cli/agents.py's list (the GUI does not import the CLI; a unit test holds them equal).
+The agents and their commands are app/gui/models/agent_commands.py (plain data).
 Covered by tests/gui/test_gui_agent_launch.py (the menu entry, the commands, Copy, Open in terminal with a
 stand-in terminal, offscreen and under Xvfb)."""
 from __future__ import annotations
 
-import shlex
 import shutil
-import sys
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -22,29 +20,9 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPushButton, QVBoxLayout)
 
-from app.gui.state import ServiceState
-from app.gui.terminal import NoTerminal, open_in_terminal
-
-# (launch name, title, executable, install command): app/cli/agents.py's AGENTS
-AGENTS = (
-    ("claude", "Claude Code", "claude", "npm install -g @anthropic-ai/claude-code"),
-    ("codex", "Codex", "codex", "npm install -g @openai/codex"),
-    ("opencode", "OpenCode", "opencode", "npm install -g opencode-ai"),
-    ("qwen", "Qwen Code", "qwen", "npm install -g @qwen-code/qwen-code"),
-    ("crush", "Crush", "crush", "npm install -g @charmland/crush"),
-    ("droid", "Factory Droid", "droid", "npm install -g @factory/cli"),
-    ("pi", "Pi", "pi", "npm install -g @mariozechner/pi-coding-agent"),
-    ("continue", "Continue CLI", "cn", "npm install -g @continuedev/cli"),
-    ("copilot", "GitHub Copilot CLI", "copilot", "npm install -g @github/copilot"),
-    ("aider", "aider", "aider", "pipx install aider-chat   (or: python3 -m pip install aider-chat)"),
-    ("mini", "mini-swe-agent", "mini", "pipx install mini-swe-agent   (or: python3 -m pip install mini-swe-agent)"),
-)
-# launch name -> the part of its User-Agent the request log shows as its client (app/cli/agents.py's Agent.client):
-# after "Open in terminal" the Server window is searched to it ("" for Crush: not recorded, every client shown)
-CLIENTS = {"claude": "claude-cli", "codex": "codex", "opencode": "opencode", "qwen": "QwenCode", "crush": "",
-           "droid": "factory-cli", "pi": "OpenAI/JS", "continue": "ls/JS", "copilot": "OpenAI/JS",
-           "aider": "OpenAI/Python", "mini": "OpenAI/Python"}
-DEFAULT_URL = "http://127.0.0.1:11434"
+from app.gui.common.state import ServiceState
+from app.gui.models.agent_commands import AGENTS, CLIENTS, launch_command, strata_command
+from app.gui.models.terminal import NoTerminal, open_in_terminal
 
 
 def tool_models(state: ServiceState) -> list[str]:
@@ -52,19 +30,6 @@ def tool_models(state: ServiceState) -> list[str]:
     names = [t.get("name") or t.get("model") for t in state.tags if "tools" in (t.get("capabilities") or ())]
     loaded = {m.get("name") or m.get("model") for m in state.ps}
     return sorted(names, key=lambda n: (n not in loaded, n))
-
-
-def launch_command(agent: str, model: str, base_url: str, strata: str = "strata") -> str:
-    """The shell command line; `strata`: how the shell reaches the CLI (the name on PATH, or this app's own)."""
-    host = base_url.removeprefix("http://").rstrip("/")
-    prefix = "" if base_url.rstrip("/") in (DEFAULT_URL, "http://localhost:11434") else f"STRATA_HOST={host} "
-    return f"{prefix}{strata} launch {agent} --model {shlex.quote(model)}"
-
-
-def strata_command() -> str:
-    """How a new terminal's shell runs this Strata's CLI: `strata` on PATH, else this interpreter's `-m app`."""
-    found = shutil.which("strata")
-    return shlex.quote(found) if found else f"{shlex.quote(sys.executable)} -m app"
 
 
 class AgentLaunchDialog(QDialog):

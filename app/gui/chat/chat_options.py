@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
-from app.gui.history import AUTO_CTX
+from app.gui.chat.history import AUTO_CTX
 
 STOP_SEPARATOR = "|"
 MIN_CTX = 256             # the smallest context a user can set (llama.cpp pads n_ctx to 256)

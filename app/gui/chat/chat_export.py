@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from app.gui.history import AUTO_CTX, ChatHistory, Conversation, Message
+from app.gui.chat.history import AUTO_CTX, ChatHistory, Conversation, Message
 
 FORMAT = "strata-chat"
 VERSION = 1

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.gui.bridge import ServiceBridge
+from app.format import format_bytes
+from app.gui.common.bridge import ServiceBridge
 
 
 class ServiceState(QObject):
@@ -171,3 +172,16 @@ class ServiceState(QObject):
             if data.get("inventory"):      # what the loaded models leave; the cap itself, as /api/devices says it
                 self.inventory = {**data["inventory"], "memory_cap": data.get("memory_cap")}
                 self.devices_changed.emit()
+
+
+def cap_text(inventory: dict | None, ps: list[dict]) -> str:
+    """Strata's memory cap (STRATA_MAX_MEMORY / Settings) and what the loaded models hold of it, for the model
+    manager and the memory view."""
+    cap = (inventory or {}).get("memory_cap")
+    used = sum(int(m.get("size") or 0) for m in ps)
+    pinned = [m.get("name") or m.get("model") for m in ps if (m.get("strata") or {}).get("pinned")]
+    pins = f"; pinned: {', '.join(pinned)}" if pinned else ""
+    if not cap:
+        return f"No memory cap: loaded models hold {format_bytes(used)} (Settings → Memory cap){pins}"
+    return (f"Memory cap {format_bytes(int(cap))}: loaded models hold {format_bytes(used)}, "
+            f"{format_bytes(max(0, int(cap) - used))} left{pins}")

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.layout.types import KV_TYPES
-from app.gui.memory_view import LayoutView
-from app.gui.state import ServiceState
-from app.gui.whatif_data import (
+from app.gui.common.state import ServiceState
+from app.gui.memory.memory_view import LayoutView
+from app.gui.memory.whatif_data import (
     GPU_PRESETS, GiB, GpuPick, custom_pick, machine_picks, picks_of, plan_differences, simulated_inventory,
 )
 

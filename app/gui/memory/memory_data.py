@@ -44,6 +44,26 @@ def layers_placed(layer_device: list[str]) -> tuple[int, int]:
     return sum(1 for d in layer_device if d != "CPU") - remote, remote
 
 
+def layout_summary(layout: dict | None) -> str:
+    """The line under a plan: its context and KV type, the layers on GPUs (and on RPC workers), what decided
+    the context, and whether it fits."""
+    if not layout:
+        return ""
+    opts = layout.get("options") or {}
+    blocks = layout.get("layer_device") or []
+    n = len(blocks)
+    gpu, remote = layers_placed(blocks)
+    on_workers = f", {remote} on RPC workers" if remote else ""
+    text = (f"n_ctx {layout.get('n_ctx')} ({opts.get('num_ctx')} per sequence × {layout.get('n_parallel')}), "
+            f"KV {layout.get('type_k')}, {gpu} of {n} layers on GPU{on_workers}.")
+    ctx = layout.get("context") or {}
+    if ctx.get("limit"):                 # what decided the context (planner.context.ContextChoice)
+        text += f" Context set by {ctx['limit']}: {ctx.get('reason', '')}."
+    if not layout.get("fits", True):
+        text = "Will not fit. " + text
+    return text
+
+
 PROMPT_CACHE_NOTE = ("the runner's prompt cache: prompts of conversations that lost their slot, kept in host RAM "
                      "so a returning conversation skips them; it grows with use up to its limit")
 PROJECTOR_NOTE = ("the vision projector (mmproj): its weights and the image encoder's compute buffer, where mtmd "

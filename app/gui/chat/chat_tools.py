@@ -1,6 +1,6 @@
 """The chat's side of MCP tools: which servers a chat uses, their tools (listed once per app session, off the
 GUI thread), the user's permission before each call (allow once / always for this tool / deny), and the calls
-themselves, run on the bridge's asyncio thread under a timeout (app/gui/mcp_tools.py).
+themselves, run on the bridge's asyncio thread under a timeout (app/gui/chat/mcp_tools.py).
 
 A server that fails to start or crashes becomes a message in the chat; nothing else is affected.
 Covered by tests/gui/test_gui_mcp.py (MCP tools in the chat).
@@ -13,7 +13,7 @@ import json
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QMessageBox
 
-from app.gui.mcp_tools import McpTool, ServerSpec, call_tool, describe_error, list_tools, load_config
+from app.gui.chat.mcp_tools import McpTool, ServerSpec, call_tool, describe_error, list_tools, load_config
 
 MAX_ROUNDS = 8          # tool rounds in a row for one user message, then the model must answer
 

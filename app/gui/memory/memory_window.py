@@ -1,5 +1,5 @@
 """The memory window: live view of where loaded models sit (with predicted vs actual after a load and a load
-progress bar) and the what-if planner (app/gui/whatif.py) that shows a plan before loading anything."""
+progress bar) and the what-if planner (app/gui/memory/whatif.py) that shows a plan before loading anything."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import (
@@ -7,12 +7,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from app.gui.memory_data import format_bytes, predicted_vs_actual
-from app.gui.model_data import cap_text
-from app.gui.memory_view import LayoutView
-from app.gui.models import ComparisonTableModel, DeviceTableModel
-from app.gui.state import ServiceState
-from app.gui.whatif import WhatIfTab
+from app.gui.common.state import ServiceState, cap_text
+from app.gui.memory.memory_data import format_bytes, predicted_vs_actual
+from app.gui.memory.memory_tables import ComparisonTableModel, DeviceTableModel
+from app.gui.memory.memory_view import LayoutView
+from app.gui.memory.whatif import WhatIfTab
 
 
 def prompt_cache_text(cache: dict) -> str:

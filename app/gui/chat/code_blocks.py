@@ -21,7 +21,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QToolButton
 
-from app.gui.theme import palette_is_dark
+from app.gui.common.theme import palette_is_dark
 
 LIGHT_STYLE, DARK_STYLE = "default", "monokai"
 

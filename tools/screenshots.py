@@ -1,10 +1,11 @@
-"""Render the desktop app's windows to PNGs (for the README): `python -m app.gui.screenshots OUTDIR [--url URL]`.
+"""Render the desktop app's windows to PNGs (for the README): `python -m tools.screenshots OUTDIR [--url URL]`.
 
 `make screenshots` runs this under Xvfb. Without --url it hosts the real service on a free port with a scratch
 STRATA_HOME, chats with the built-in model, loads it, plans what-ifs on simulated GPUs (picked from the list, and
 as JSON), sends requests as other apps do (the Server window), and opens the model manager and the settings, so
 the pictures show real output.
-Not run by the test suite (`make screenshots` runs it); tests/gui/ checks the windows it draws.
+A developer tool, outside the shipped package (app/): not run by the test suite (`make screenshots` runs it);
+tests/gui/ checks the windows it draws.
 """
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def shoot_memory(app, desk, out: Path) -> None:
 def shoot_whatif_picker(app, desk, out: Path) -> None:
     """Devices picked from the list (a described machine with one RTX 4060), plan B the same with a q8_0 KV
     cache, side by side."""
-    from app.gui.whatif_data import GPU_PRESETS
+    from app.gui.memory.whatif_data import GPU_PRESETS
 
     mem = desk.open_memory()
     mem.resize(1280, 860)
@@ -238,7 +239,7 @@ def client_traffic(url: str, model: str) -> None:
 
 def listen_hidden(desk) -> None:
     """The Server window made and listening, not yet shown: its plots then cover the whole session."""
-    from app.gui.server_window import ServerWindow
+    from app.gui.server.server_window import ServerWindow
 
     desk.server = ServerWindow(desk.state)
     desk.actions.install(desk.server)
@@ -304,7 +305,7 @@ def other_apps_home(root: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.gui.screenshots")
+    ap = argparse.ArgumentParser(prog="python -m tools.screenshots")
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--url", help="use a running service instead of hosting one")
     ap.add_argument("--tools-model", type=Path, default=TOOLS_MODEL,
@@ -379,7 +380,7 @@ TOOLS_MODEL = Path.home() / ".cache" / "strata-test-models" / "qwen2.5-coder-0.5
 def shoot_mcp(app, desk, out: Path, model_file: Path) -> None:
     """A chat using an MCP server's tool (a small stdio server written here) with a real tools model: the
     permission question, then the call, its result and the answer."""
-    from app.gui.mcp_tools import save_config
+    from app.gui.chat.mcp_tools import save_config
 
     if not model_file.is_file():
         print(f"skipped chat-tool*.png: no tools model at {model_file} (make test-models)")

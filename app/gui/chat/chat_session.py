@@ -16,13 +16,13 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from app.gui.attachments import fit, images_block, message_with
-from app.gui.bridge import Call
-from app.gui.chat_tools import MAX_ROUNDS, ChatTools, call_arguments
-from app.gui.chat_view import Transcript, format_stats
-from app.gui.history import AUTO_CTX, ChatHistory, Conversation, Message
-from app.gui.mcp_tools import McpTool
-from app.gui.reply import PendingReply
+from app.gui.chat.attachments import fit, images_block, message_with
+from app.gui.chat.chat_tools import MAX_ROUNDS, ChatTools, call_arguments
+from app.gui.chat.chat_view import Transcript, format_stats
+from app.gui.chat.history import AUTO_CTX, ChatHistory, Conversation, Message
+from app.gui.chat.mcp_tools import McpTool
+from app.gui.chat.reply import PendingReply
+from app.gui.common.bridge import Call
 
 TOP_LOGPROBS = 5
 CONTINUE_PROMPT = "Continue exactly where your last reply stopped. Do not repeat anything."
