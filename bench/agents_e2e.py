@@ -58,9 +58,21 @@ MODEL = "coder:0.5b"
 TASK = "Create a file named hello.txt in the current directory containing exactly the word hi."
 FILE, CONTENT = "hello.txt", "hi"
 RUNS = ("claude", "codex", "codex-oss", "opencode", "qwen", "crush", "droid", "pi", "continue", "copilot", "aider",
-        "mini")
+        "mini", "claude-compact")
 DEFAULT_RUNS = ("claude", "codex", "codex-oss", "opencode")     # `make agents-e2e`; the others with --agents
 OSS_PORT = 11434
+# claude-compact: a session that grows past the input budget launch tells Claude Code, so that it compacts. With
+# `--tools Read,Write,Bash` its first request is ~2,800 tokens and, on a 32,768 context, it compacts past 11,576
+# (32,768 - 8,192 - 13,000): three of this repository's files (~12,000 tokens as Read returns them) pass that
+# after the second one.
+COMPACT_FILES = {"launch.py": "app/cli/launch.py", "server.py": "app/cli/server.py", "models.py": "app/cli/models.py"}
+COMPACT_TASK = ("Read launch.py, then server.py, then models.py in the current directory, one at a time with the "
+                "Read tool. Then write a file named summary.txt with one line saying what each of the three files "
+                "does.")
+COMPACT_DONE = "summary.txt"
+# Claude Code's own texts: its compaction request's instruction, and the first turn after a compaction
+COMPACT_ASK = "Your task is to create a detailed summary of this conversation"
+COMPACT_CONTINUED = "This session is being continued from a previous conversation"
 
 
 def agent_command(run: str, task: str) -> list[str]:
@@ -68,6 +80,9 @@ def agent_command(run: str, task: str) -> list[str]:
     project folder (it is a throwaway folder)."""
     if run == "claude":
         return ["claude", "--model", MODEL, "--", "-p", task, "--dangerously-skip-permissions", "--max-turns", "8"]
+    if run == "claude-compact":
+        return ["claude", "--model", MODEL, "--", "-p", COMPACT_TASK, "--tools", "Read,Write,Bash",
+                "--dangerously-skip-permissions", "--max-turns", "12"]
     if run in ("codex", "codex-oss"):
         oss = ["--oss"] if run == "codex-oss" else []
         return ["codex", *oss, "--model", MODEL, "--", "exec", "--skip-git-repo-check",
@@ -276,6 +291,8 @@ class Proxy:
         except ValueError:
             pass
         ex.request_body = body[:2 << 20].decode("utf-8", "replace")      # type: ignore[attr-defined]
+        ex.request_headers = {k.lower(): "<redacted>" if k.lower() in ("authorization", "x-api-key") else v  # type: ignore[attr-defined]
+                              for k, v in request.headers.items()}
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP | {"accept-encoding"}}
         reader = ReplyReader(ex)
         assert self.session is not None
@@ -440,6 +457,9 @@ class Result:
             "ttft_first_s": round(ttfts[0], 1) if ttfts else None,
             "ttft_later_median_s": round(statistics.median(ttfts[1:]), 1) if len(ttfts) > 1 else None,
             "ttft_later_n": max(0, len(ttfts) - 1),
+            "compaction_requests": [i for i, e in enumerate(gen) if COMPACT_ASK in getattr(e, "request_body", "")],
+            "continued_requests": [i for i, e in enumerate(gen)
+                                   if COMPACT_CONTINUED in getattr(e, "request_body", "")],
             "notes": self.notes,
         }
 
@@ -469,6 +489,9 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     folder = out / run
     folder.mkdir(parents=True, exist_ok=True)
     project, home = Path(tempfile.mkdtemp(prefix=f"e2e-{run}-proj-")), Path(tempfile.mkdtemp(prefix="e2e-home-"))
+    if run == "claude-compact":
+        for name, source in COMPACT_FILES.items():
+            shutil.copyfile(ROOT / source, project / name)
     oss = run == "codex-oss"
     lock = port_lock(lock_path) if oss else contextlib.nullcontext()
     with lock:
@@ -502,10 +525,10 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
         time.sleep(0.5)
         proxy.stop()
     res.exchanges = [e for e in proxy.log if not ours(e.user_agent)]
-    target = project / FILE
+    target = project / (COMPACT_DONE if run == "claude-compact" else FILE)
     if target.exists():
         res.file_text = target.read_text(errors="replace")[:200]
-        res.done = res.file_text.strip() == CONTENT
+        res.done = res.file_text.strip() != "" if run == "claude-compact" else res.file_text.strip() == CONTENT
     listing = sorted(str(p.relative_to(project)) for p in project.rglob("*") if ".git" not in p.parts)[:30]
     res.notes.append(f"project files: {listing}")
     shutil.rmtree(home, ignore_errors=True)

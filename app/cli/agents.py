@@ -172,17 +172,43 @@ def _key(t: Target) -> str:
 
 # ---- Claude Code ---------------------------------------------------------------------------------------------
 
-# Claude Code 2.1 (read from its code): the window is CLAUDE_CODE_MAX_CONTEXT_TOKENS for a model whose name does not
-# start with "claude-"; its input budget is that window less min(CLAUDE_CODE_MAX_OUTPUT_TOKENS, 20,000); it
-# compacts 13,000 tokens below the budget and refuses to send 3,000 below it. CLAUDE_CODE_AUTO_COMPACT_WINDOW is
-# not set: it is raised to at least 100,000 and then capped at the window, so it could only repeat the window, and
-# it would lock the user's own /autocompact setting.
+# Claude Code 2.1.197 (read from its code): the window is CLAUDE_CODE_MAX_CONTEXT_TOKENS for a model whose name does
+# not start with "claude-"; its input budget is that window less min(CLAUDE_CODE_MAX_OUTPUT_TOKENS, 20,000); it
+# compacts 13,000 tokens below the budget and refuses to send 3,000 below it -- but only when its compaction window
+# has a source other than "auto". With no CLAUDE_CODE_AUTO_COMPACT_WINDOW (nor a /autocompact setting) the window's
+# source is "auto", and then it neither compacts before a request nor refuses one: it sends the conversation
+# whatever its size and compacts only after the server answers "prompt is too long". Launch sets
+# CLAUDE_CODE_AUTO_COMPACT_WINDOW to the context (Claude Code raises it to at least 100,000, then caps it at the
+# window: the window it already has) so that compaction runs before a request could be refused -- unless its
+# compaction point sits so close above its own first request that every turn would compact again (after 3 quick
+# refills it gives up compacting and then refuses to send past budget - 3,000): then reactive compaction is the
+# better of the two, and the note says what context (or fewer tools) lets it compact ahead.
 CLAUDE_COMPACT_BUFFER = 13_000
+CLAUDE_FEW_TOOLS_FIRST_PROMPT = 3_000   # its first request with `--tools Read,Write,Bash` (2,750 measured)
+CLAUDE_ROOM = 4_000                     # conversation above the first request before compacting pays (a summary)
 
 
 def claude_compacts_at(t: Target) -> int:
     """The prompt size past which Claude Code compacts, by its own arithmetic on what launch tells it."""
     return t.context - min(t.max_output, 20_000) - CLAUDE_COMPACT_BUFFER
+
+
+def claude_first_prompt(extra: list[str]) -> int:
+    """Claude Code's first request in tokens for its arguments: every built-in tool unless `--tools` names a few."""
+    for i, arg in enumerate(extra):
+        if arg == "--tools" and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith("--tools="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        return CLAUDE.first_prompt if value.strip().lower() == "default" else CLAUDE_FEW_TOOLS_FIRST_PROMPT
+    return CLAUDE.first_prompt
+
+
+def claude_compacts_ahead(t: Target, first_prompt: int) -> bool:
+    """Whether Claude Code's compaction point leaves a conversation room above its first request."""
+    return claude_compacts_at(t) >= first_prompt + CLAUDE_ROOM
 
 def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
     env = {
@@ -218,13 +244,20 @@ def claude_plan(t: Target, extra: list[str]) -> LaunchPlan:
              f"Claude Code's input budget: {t.context:,} - {min(t.max_output, 20_000):,} (its reply) = "
              f"{t.context - min(t.max_output, 20_000):,} tokens; it compacts the conversation "
              f"{CLAUDE_COMPACT_BUFFER:,} below that"]
-    if claude_compacts_at(t) < CLAUDE.first_prompt:
+    first = claude_first_prompt(extra)
+    if claude_compacts_ahead(t, first):
+        env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(t.context)
+        notes.append(f"Claude Code compacts the conversation past {claude_compacts_at(t):,} tokens, before a request "
+                     "could go past the context (CLAUDE_CODE_AUTO_COMPACT_WINDOW; over your /autocompact setting)")
+    else:
         enough = t.context
-        while claude_compacts_at(replace(t, context=enough)) < CLAUDE.first_prompt:
+        while not claude_compacts_ahead(replace(t, context=enough), first):
             enough += 1024
-        notes.append(f"Claude Code compacts past {claude_compacts_at(t):,} tokens and its own first request is about "
-                     f"{CLAUDE.first_prompt:,}: it may compact from the first turn on; a context of {enough:,} or "
-                     "more avoids it")
+        fewer = "" if first < CLAUDE.first_prompt else " or fewer tools (e.g. `-- --tools Read,Edit,Write,Bash`)"
+        notes.append(f"Claude Code's first request is about {first:,} tokens and it would compact past "
+                     f"{claude_compacts_at(t):,}, before every turn: it compacts only once a request no longer fits "
+                     f"(the server answers \"prompt is too long\", as Anthropic's API does). A context of "
+                     f"{enough:,} or more{fewer} lets it compact before")
     if not t.thinking:
         env["CLAUDE_CODE_DISABLE_THINKING"] = "1"
         notes.append(f"{t.model} cannot think: Claude Code's thinking is off")

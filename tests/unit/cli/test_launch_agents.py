@@ -10,9 +10,9 @@ import tomllib
 
 import pytest
 
-from app.cli.agents import (AGENTS, AIDER, CLAUDE, CODEX, CONTINUE, COPILOT, CRUSH, DROID, DROID_MODEL_ID, MINI,
-                            OPENCODE, PI, QWEN, LaunchError, Target, catalog_path, codex_catalog, opencode_config,
-                            plan)
+from app.cli.agents import (AGENTS, AIDER, CLAUDE, CLAUDE_ROOM, CODEX, CONTINUE, COPILOT, CRUSH, DROID, DROID_MODEL_ID,
+                            MINI, OPENCODE, PI, QWEN, LaunchError, Target, catalog_path, claude_compacts_at,
+                            codex_catalog, opencode_config, plan)
 
 BASE = "http://127.0.0.1:11434"
 CODER = Target(BASE, "coder:0.5b", 32768, ("completion", "tools", "insert"))
@@ -196,7 +196,6 @@ def test_claude_codes_own_arithmetic_gives_the_input_budget(target, tmp_path):
     budget = window - min(out, 20000)
     assert budget <= target.input_budget + max(0, target.max_output - 20000)   # its reserve is capped at 20,000
     assert budget + out <= target.context or out > 20000
-    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in e       # clamped to >= 100,000 by Claude Code: no use here
     assert not target.model.startswith("claude-")
 
 
@@ -210,11 +209,38 @@ def test_claude_codes_token_countdown_is_off(tmp_path):
 def test_claude_code_says_where_it_compacts(tmp_path):
     notes = " ".join(plan(CLAUDE, CODER, [], state_dir=tmp_path).notes)
     assert "32,768 - 8,192 (its reply) = 24,576 tokens" in notes and "13,000 below" in notes
-    # 24,576 - 13,000 is below its own first request: said, with the context that avoids it
-    assert "compacts past 11,576 tokens" in notes and "41,984 or more" in notes
-    assert Target(BASE, "m", 41984).context * 3 // 4 - 13000 >= CLAUDE.first_prompt
+
+
+def test_claude_code_compacts_ahead_where_its_compaction_point_leaves_room(tmp_path):
+    """Claude Code 2.1.197 compacts before a request only when its compaction window has a source other than
+    "auto" (CLAUDE_CODE_AUTO_COMPACT_WINDOW); without one it compacts after a "prompt is too long". Launch sets it
+    (to the context: Claude Code raises it to 100,000 and caps it at the window) where the compaction point
+    (context - reply - 13,000) sits at least CLAUDE_ROOM above the agent's first request; below that every turn
+    would compact again, so it is left to compact on the server's answer, and the note names the context (or the
+    smaller tool set) that lets it compact ahead."""
     big = Target(BASE, "big", 131072, ("completion", "tools"))
-    assert "may compact" not in " ".join(plan(CLAUDE, big, [], state_dir=tmp_path).notes)
+    e = plan(CLAUDE, big, [], state_dir=tmp_path)
+    assert e.env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "131072"
+    assert "compacts the conversation past 98,072 tokens" in " ".join(e.notes)
+    # 32,768: it would compact past 11,576, below its own 18,000-token first request
+    e = plan(CLAUDE, CODER, [], state_dir=tmp_path)
+    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in e.env
+    notes = " ".join(e.notes)
+    assert "would compact past 11,576" in notes and "prompt is too long" in notes
+    assert "47,104 or more or fewer tools" in notes
+    assert claude_compacts_at(Target(BASE, "m", 47104)) >= CLAUDE.first_prompt + CLAUDE_ROOM
+    assert claude_compacts_at(Target(BASE, "m", 47104 - 1024)) < CLAUDE.first_prompt + CLAUDE_ROOM
+    assert plan(CLAUDE, Target(BASE, "m", 47104, ("completion", "tools")), [],
+                state_dir=tmp_path).env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "47104"
+    # a few tools (its first request ~2,750 tokens): 32,768 leaves room
+    for tools in (["--tools", "Read,Write,Bash"], ["--tools=Read,Write"], ["-p", "x", "--tools", ""]):
+        assert plan(CLAUDE, CODER, tools, state_dir=tmp_path).env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "32768"
+    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in plan(CLAUDE, CODER, ["--tools", "default"],
+                                                         state_dir=tmp_path).env
+    # too small for even that: the note does not suggest fewer tools
+    small = Target(BASE, "m", 16384, ("completion", "tools"))
+    notes = " ".join(plan(CLAUDE, small, ["--tools", "Read"], state_dir=tmp_path).notes)
+    assert "fewer tools" not in notes and "or more lets it compact before" in notes
 
 
 def test_codex_compacts_at_the_input_budget(tmp_path):
