@@ -53,6 +53,19 @@ def decode_logits(ctx, tokens, seq: int, pos0: int = 0) -> np.ndarray:
     return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, row), shape=(n_vocab,)).copy()
 
 
+def decode_prompt(ctx, vocab, text, seq=0, batch=None):
+    """`text`'s tokens decoded into sequence `seq` from position 0, logits for the last: (tokens, its batch row)."""
+    from app.engine.runner.batch import NpBatch
+    from app.engine.runner.embedding.embeddings import tokenize
+
+    toks = tokenize(vocab, text, add_special=False)
+    b = batch or NpBatch(128)
+    b.clear()
+    row = b.add_span(toks, 0, seq, logits_last=True)
+    assert L.llama_decode(ctx, b.struct) == 0
+    return toks, row
+
+
 def token_prompt(n: int, salt: int = 0) -> list[int]:
     """`n` token ids that vary with `salt`, within any test vocabulary (a prompt without a tokenizer)."""
     return [100 + (i * 37 + salt) % 5000 for i in range(n)]

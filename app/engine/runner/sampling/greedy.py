@@ -9,7 +9,7 @@ penalised as llama.cpp's penalties sampler does (src/llama-sampler.cpp, `llama_s
 The window mirrors the penalties sampler's (`llama_sampler_penalties_accept`): the last `last_n` tokens accepted,
 prompt tail included; constrained.SeqSampler feeds both the same tokens, so the chain stays right for a grammar
 that starts later in the reply. Frequency and presence penalties and logit biases keep the chain (their float
-arithmetic is left to llama.cpp). Covered by tests/unit/engine/runner/test_runner_units.py.
+arithmetic is left to llama.cpp). Covered by tests/unit/engine/runner/sampling/test_greedy.py.
 """
 from __future__ import annotations
 
