@@ -1,6 +1,7 @@
 """The test suite mirrors the code (docs/architecture.md, "Tests"), checked on the source like the import rules:
 - test files live in tests/unit/, tests/integration/ or tests/gui/ (their folder is their marker), helpers in
   tests/support/, and no two test files share a name (pytest imports them by base name);
+- a unit test imports no Qt, not even through the app module or helper it tests (Qt is tests/gui/'s);
 - every app module is imported by some test, or its docstring names the test that covers it ("Covered by
   tests/..."), and the paths such a line names exist, so a moved test cannot leave a stale pointer behind;
 - every path the docs, the README and the code's docstrings and comments name (`runner/step/step_clock.HostPhases`,
@@ -16,7 +17,7 @@ import tokenize
 from collections import Counter
 from pathlib import Path
 
-from repo_paths import ROOT, TESTS
+from repo_paths import ROOT, SUPPORT, TESTS
 
 KINDS = ("unit", "integration", "gui")
 
@@ -27,6 +28,64 @@ def test_every_test_file_is_in_a_kind_folder_and_its_name_is_unique():
     assert not misplaced, f"test files outside tests/unit, tests/integration, tests/gui: {misplaced}"
     dup = [name for name, n in Counter(f.name for f in files).items() if n > 1]
     assert not dup, f"test file names used twice (pytest imports them by base name): {dup}"
+
+
+QT = ("PySide6", "pytestqt", "pyqtgraph")
+
+
+def _imports(path: Path, inside_functions: bool = True) -> set[str]:
+    """Every module `path` names in an import (those inside functions too, or only what importing it runs), relative
+    ones resolved, with the packages above each (importing a module runs their __init__)."""
+    names = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for n in (ast.walk(tree) if inside_functions else _module_level(tree)):
+        if isinstance(n, ast.Import):
+            names.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                pkg = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-n.level])
+                base = f"{pkg}.{base}" if base else pkg
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in n.names)
+    return names | {".".join(name.split(".")[:i]) for name in names for i in range(1, name.count(".") + 1)}
+
+
+def _module_level(tree: ast.Module):
+    """The statements run when the module is imported: not those inside functions (late imports)."""
+    todo = list(tree.body)
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(n))
+
+
+def qt_importers(files: dict[str, Path]) -> set[str]:
+    """The modules of `files` (name -> path) that import Qt themselves or through another of `files`: a test file
+    by any of its imports, a module by what importing it runs."""
+    deps = {name: _imports(path, inside_functions=name.startswith("test:")) for name, path in files.items()}
+    reach = {name for name, ds in deps.items() if any(d.split(".")[0] in QT for d in ds)}
+    grew = True
+    while grew:
+        grew = False
+        for name, ds in deps.items():
+            if name not in reach and ds & reach:
+                reach.add(name)
+                grew = True
+    return reach
+
+
+def test_no_unit_test_imports_qt():
+    files = {name: Path(str(p)) for name, p in _modules().items()}
+    files.update({p.stem: p for p in SUPPORT.glob("*.py")})
+    tests = {f"test:{p.relative_to(TESTS)}": p for p in (TESTS / "unit").rglob("*.py")}
+    reach = qt_importers({**files, **tests})
+    bad = sorted(name[5:] for name in tests if name in reach)
+    assert not bad, f"unit tests that import Qt (directly or through what they import): move them to tests/gui/ or " \
+                    f"what they test to a plain module: {bad}"
+    seen = qt_importers({"test:a": TESTS / "gui" / "test_gui_memory.py", **files})     # imports memory_view late
+    assert {"test:a", "app.gui.memory.memory_view"} <= seen and "app.gui.memory.memory_data" not in seen
 
 
 def _modules() -> dict[str, object]:

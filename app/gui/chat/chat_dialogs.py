@@ -1,7 +1,7 @@
 """The chat window's dialogs, built and handed back unopened (the window opens each window-modal, not blocking,
 and holds it as `dialog` while it is open): rename and delete a chat, edit a message, export, import, attach
 files; and the files export writes and import reads (their formats: chat_export.py).
-Covered by tests/gui/test_gui_history.py, tests/gui/test_gui_chat_messages.py and tests/gui/test_gui_attachments.py.
+Covered by tests/gui/test_gui_chat_messages.py and tests/gui/test_gui_attachments.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What the rooms' Qt item models share: the item roles the views read beyond the display text, and the base of a
-flat table with fixed column titles. Covered by tests/gui/test_gui_history.py (the chat's lists and the memory
-tables) and tests/gui/test_gui_manager.py (the model table)."""
+flat table with fixed column titles. Covered by tests/gui/test_gui_item_models.py (the chat's lists and the
+memory tables) and tests/gui/test_gui_manager.py (the model table)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt

@@ -1,6 +1,6 @@
 """A chat as a file (gui/chat/chat_export.py, no Qt): Markdown to read, JSON that imports back into another history
 as the same chat, and a malformed file refused with a ValueError naming the field. The menu actions that call
-these: tests/gui/test_gui_history.py."""
+these: tests/gui/test_gui_chat_messages.py."""
 from __future__ import annotations
 
 import pytest
