@@ -5,8 +5,8 @@ A family is the markup a model's replies use for tool calls and thinking, recogn
 `common_chat_params` does per format:
 - the special tokens the runner writes out as text (`shown`), so the reply parser sees the markup;
 - the reply parser (`reply_parser`: "sections", or "harmony" for gpt-oss's channels), the call sections it reads
-  (`sections`: start, end, and the name of the section parser in
-  app/service/generation/toolcalls/section_parsers.py), the thinking markers (`think`) and what is stripped;
+  (`sections`: start, end, and the name of its call syntax's reader in
+  app/service/generation/toolcalls/syntaxes.py), the thinking markers (`think`) and what is stripped;
 - the tool-call grammar for `tool_choice: auto` (`grammar`: the marker that starts a call, what closes it, the
   JSON key of the arguments, calls in a list), whose trigger is therefore a section's start;
 - how a template shows it can think (`thinking`: its marker, its switch variable) and the text written to end
@@ -51,7 +51,7 @@ THINK_HINTS = (THINK[0], "enable_thinking", "reasoning_content")   # a template 
 class Section:
     start: str
     end: str | None             # None: the section runs to the end of the reply
-    parser: str                 # the section parser's name (app/service/generation/toolcalls/section_parsers.py)
+    parser: str                 # its call syntax's name (app/service/generation/toolcalls/syntaxes.py, READERS)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ REPLY_PARSERS: dict[str, Callable[[ChatFormat, Iterable[str], bool], ReplyParser
 
 def make_parser(family: str | None, tool_names=(), stream_calls: bool = False) -> ReplyParser:
     """`stream_calls`: a call is given as Open / Args... / Done parts as the model writes it (where its syntax
-    allows; incremental.py), not once complete."""
+    allows; reader.py), not once complete."""
     fmt = format_for(family)
     return REPLY_PARSERS[fmt.reply_parser](fmt, tool_names, stream_calls)
 

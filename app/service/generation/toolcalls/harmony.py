@@ -19,9 +19,9 @@ import re
 from app.engine.chat.formats import (H_ANALYSIS, H_CALL, H_CHANNEL, H_CONSTRAIN, H_END, H_FINAL, H_MESSAGE, H_RETURN,
                                      H_START)
 
-from .incremental import ArgsBody, held_suffix
-from .jsonscan import calls_from_text, loads_lenient
-from .types import Delta, ToolCall
+from .json_calls import ArgsBody, BareCalls
+from .reader import held_suffix
+from .types import Delta
 
 _BODY_ENDS = (H_END, H_CALL, H_RETURN, H_START)
 _STRAY = (H_CHANNEL, H_MESSAGE, H_CONSTRAIN)    # header markup inside a message body: removed
@@ -56,7 +56,7 @@ class HarmonyParser:
             # no <|message|> at all: a model that ignored the format (or a forced call's bare JSON): a JSON
             # call naming a supplied tool is a call, anything else is content
             text = _strip_markup(self.header + self.buf)
-            calls = calls_from_text(text) if self.tool_names else None
+            calls = BareCalls.read(text) if self.tool_names else None
             if calls and all(c.name in self.tool_names for c in calls):
                 for c in calls:
                     out.add_call(c)
@@ -137,10 +137,11 @@ class HarmonyParser:
             self._route(rest.strip(), H_FINAL, out)   # what was not JSON after the arguments stays visible
             return
         if self._is_call():
-            name = self.recipient.removeprefix("functions.")
-            args = loads_lenient(self.args) if self.args.strip() else {}
-            if isinstance(args, dict):
-                out.add_call(ToolCall(name, args))
+            whole = ArgsBody(self.recipient.removeprefix("functions."), pieces=False)
+            whole.feed(self.args)
+            calls = whole.close_whole()
+            if calls:
+                out.add_call(calls[0])
                 self.n_calls += 1
             else:                            # arguments that are not JSON: keep them visible
                 self.recipient = ""

@@ -4,7 +4,7 @@ One parser per request, fed the runner's text as it arrives. Text that may be th
 back until it is resolved, so markup never reaches `content` and nothing is streamed and then retracted. A
 tool-call section is emitted once it is complete (its end marker, or the end of the reply for formats without
 one); with `stream_calls`, a call whose syntax allows it is given in pieces as it is written (Open, Args...,
-Done: incremental.py), and what its reader cannot stream is read whole at the section's end. A section that does
+Done: reader.py), and what its reader cannot stream is read whole at the section's end. A section that does
 not parse is kept as content (markers removed): a call is never silently lost.
 
 The fallback for models that drop their markers: when tools were supplied and the reply (or what follows a
@@ -22,9 +22,11 @@ import re
 
 from app.engine.chat.formats import Section, format_for
 
-from .incremental import CallReader, held_suffix, reader_for
-from .section_parsers import SECTION_PARSERS, pythonic
-from .jsonscan import Brackets, calls_from_text, json_end, mend
+from .json_calls import STRAY, BareCalls, without_stray
+from .jsonscan import Brackets, json_end, mend
+from .reader import SyntaxReader, held_suffix
+from .syntaxes import read_calls, reader_for
+from .whole_calls import PythonCalls
 from .types import CallPart, Delta, Done, ToolCall
 
 MAX_HELD = 256 * 1024     # a "JSON" reply that never closes is released as content past this many characters
@@ -32,7 +34,6 @@ _PY_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PY_OPEN = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*$")
 _BETWEEN_CALLS = " \t\r\n,;]"              # what may stand between and after streamed calls
 ACTION_LABEL = "Action:"                   # ReAct's label before a call (smolagents' ToolCallingAgent prompt)
-STRAY = ">,(:"                             # one character glued before a call's `{` ('>{"' is one Qwen token)
 
 
 def after_label(s: str) -> str | None:
@@ -45,17 +46,12 @@ def after_label(s: str) -> str | None:
     return s
 
 
-def without_stray(s: str) -> str:
-    """`s` without one stray punctuation character glued before a JSON object (`>{"name"...`)."""
-    return s[1:] if len(s) > 1 and s[0] in STRAY and s[1] == "{" else s
-
-
 class OutputParser:
     def __init__(self, family: str | None = None, tool_names=(), stream_calls: bool = False):
         self.fmt = format_for(family)
         self.tool_names = set(tool_names or ())
-        self.stream_calls = stream_calls         # give calls in pieces as they are written (incremental.py)
-        self.reader: CallReader | None = None    # the open section's (or bare value's) streaming reader
+        self.stream_calls = stream_calls         # give calls in pieces as they are written (reader.py)
+        self.reader: SyntaxReader | None = None  # the open section's (or bare value's) streaming reader
         self.fed = 0                             # characters of it the reader was given
         self.mode = "text"                       # text | think | call | bare
         self.buf = ""
@@ -129,7 +125,7 @@ class OutputParser:
                 self.expect_call = self.strip_next = True
                 self.ws = ""
 
-    def _feed_reader(self, text: str, upto: int, out: Delta, reader: CallReader | None = None) -> None:
+    def _feed_reader(self, text: str, upto: int, out: Delta, reader: SyntaxReader | None = None) -> None:
         """Give the streaming reader `text` up to `upto` (text: the section body or bare value read so far)."""
         reader = reader or self.reader
         if reader is not None and upto > self.fed:
@@ -202,11 +198,11 @@ class OutputParser:
         body = self.buf[:i] if i >= 0 else self.buf
         self.buf = self.buf[i + len(end):] if i >= 0 else ""
         cut = i < 0 and (bool(end) or _mended(body) != body)
-        if self._end_streamed(body, cut, out, SECTION_PARSERS[section.parser], named=cut):
+        if self._end_streamed(body, cut, out, lambda text: read_calls(section.parser, text), named=cut):
             self.mode = "text"
             return True
         whole = body if i >= 0 else _mended(body)
-        calls = SECTION_PARSERS[section.parser](whole)
+        calls = read_calls(section.parser, whole)
         if whole != body or (end and i < 0):     # cut short (its JSON mended, or no end marker): maybe in the
             calls = self._named(calls)           # name too, so it must name a supplied tool
         if calls:
@@ -237,25 +233,24 @@ class OutputParser:
                 self.buf = rest
                 self.mode = "text"
                 return True
-            calls = self._named(calls_from_text(body) or pythonic(body)) if header in ("", "json", "tool_code",
-                                                                                     "python") else None
+            calls = self._named(_fenced_calls(body)) if header in ("", "json", "tool_code", "python") else None
         else:
             self._feed_reader(s, len(s), out)
             reader = self.reader
-            if reader is not None and reader.started and not reader.stopped:
+            if isinstance(reader, BareCalls) and reader.started and not reader.stopped:
                 end = reader.first_end           # the reader knows where the value ends: no rescan per piece
             else:
                 end = json_end(s)
             if end is None and not final and len(s) < MAX_HELD:
                 return False
-            if self._end_streamed(s[:end] if end else s, end is None, out, calls_from_text, named=True):
+            if self._end_streamed(s[:end] if end else s, end is None, out, BareCalls.read, named=True):
                 self.buf = s[end:] if end else ""
                 self.mode = "text"
                 return True
             value = s[:end] if end else mend(s)
-            found = calls_from_text(value)
+            found = BareCalls.read(value)
             if found is None and self.fmt.bare_pythonic:
-                found = pythonic(value)
+                found = PythonCalls.read(value)
             calls = self._named(found)
             rest = s[end:] if end else ""
         if calls:
@@ -330,7 +325,7 @@ class OutputParser:
             if start:
                 self.mode = "bare"
                 self.fence_value = _ValueEnd()
-                self.reader = CallReader(self.tool_names, single=True) if self.stream_calls else None
+                self.reader = BareCalls(self.tool_names) if self.stream_calls else None
                 self.fed = 0
                 return True
         first, hit = -1, None
@@ -374,7 +369,7 @@ class _ValueEnd:
 
 
 def _fenced_calls(body: str) -> list[ToolCall] | None:
-    return calls_from_text(body) or pythonic(body)
+    return BareCalls.read(body) or PythonCalls.read(body)
 
 
 def _mended(body: str) -> str:

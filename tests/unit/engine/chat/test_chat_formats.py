@@ -7,14 +7,14 @@ import pytest
 
 from app.engine.chat.formats import CR_THINK, FORMATS, GENERIC, MISTRAL_THINK, THINK, detect_family, format_for
 from app.service.generation.toolcalls import REPLY_PARSERS
-from app.service.generation.toolcalls.section_parsers import SECTION_PARSERS
+from app.service.generation.toolcalls.syntaxes import READERS
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_every_parser_a_record_names_exists(name):
     f = FORMATS[name]
     assert f.reply_parser in REPLY_PARSERS
-    assert all(s.parser in SECTION_PARSERS for s in f.sections)
+    assert all(s.parser in READERS for s in f.sections)
     assert f.grammar is None or f.grammar.opener is None or f.grammar.opener in {s.start for s in f.sections}
 
 

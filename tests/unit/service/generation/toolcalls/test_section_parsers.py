@@ -1,15 +1,16 @@
-"""The pieces under the reply parsers, called directly: each family's call-section parser (section_parsers.py: the
-text between the markers -> calls, or None so the text stays content), the marker hold-back of the stream parser
-(stream.held_suffix, stream.OutputParser), the Delta type (types.py) and the gpt-oss channel parser (harmony.py).
+"""The pieces under the reply parsers, called directly: each call syntax's reader read whole (syntaxes.read_calls:
+the text between the markers -> calls, or None so the text stays content), the marker hold-back of the stream parser
+(reader.held_suffix, stream.OutputParser), the Delta type (types.py) and the gpt-oss channel parser (harmony.py).
 Whole replies per family, streamed and not, are in test_toolcall_parsers.py."""
 from __future__ import annotations
 
 import pytest
 
 from app.engine.chat.formats import DS_CALL, DS_SEP, MISTRAL_CALLS
-from app.service.generation.toolcalls import section_parsers
+from app.service.generation.toolcalls.syntaxes import read_calls
 from app.service.generation.toolcalls.harmony import HarmonyParser
-from app.service.generation.toolcalls.stream import OutputParser, held_suffix
+from app.service.generation.toolcalls.reader import held_suffix
+from app.service.generation.toolcalls.stream import OutputParser
 from app.service.generation.toolcalls.types import Delta, ToolCall
 
 
@@ -40,7 +41,7 @@ def named(calls) -> list[tuple]:
      [("get_weather", {"city": "Paris, France", "days": 3})]),
 ])
 def test_each_format_reads_its_call_section(fmt, body, expect):
-    assert named(getattr(section_parsers, fmt)(body)) == expect
+    assert named(read_calls(fmt, body)) == expect
 
 
 @pytest.mark.parametrize("fmt, body", [
@@ -54,11 +55,11 @@ def test_each_format_reads_its_call_section(fmt, body, expect):
     ("functiongemma", "call:{city:<escape>Paris<escape>}"),  # no name
 ])
 def test_text_that_is_not_a_call_gives_none(fmt, body):
-    assert getattr(section_parsers, fmt)(body) is None
+    assert read_calls(fmt, body) is None
 
 
 def test_mistral_v11_keeps_the_models_call_id():
-    calls = section_parsers.mistral('get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}')
+    calls = read_calls("mistral", 'get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}')
     assert [(c.name, c.arguments, c.id) for c in calls] == [("get_weather", {"city": "Paris"}, "a1b2c3d4e")]
 
 

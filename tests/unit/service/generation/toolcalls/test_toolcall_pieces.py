@@ -1,4 +1,4 @@
-"""Tool calls given in pieces as the model writes them (toolcalls/incremental.py, the parsers' `stream_calls`).
+"""Tool calls given in pieces as the model writes them (toolcalls/reader.py, the parsers' `stream_calls`).
 
 Every family's reply is fed split at every character boundary and one character at a time; each way must give
 the content, thinking and calls of the whole parse, and for each call: its parts in order (Open, Args..., Done,
