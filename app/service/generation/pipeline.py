@@ -29,6 +29,7 @@ from app.engine.protocol import has_images
 
 from ..http import request_log
 from ..http.errors import ApiError, ContextLengthError
+from ..http.metrics import Metrics
 from .keep_alive import DEFAULT, KeepAlive
 from . import chat_features, images
 from .gotemplate import TemplateError, render as render_template
@@ -189,7 +190,8 @@ def runner_error(e: Exception, model: str) -> ApiError:
 class Generation:
     """A running generation: the lease it holds and its typed event stream. Made by generate()."""
 
-    def __init__(self, lease: HostLease, job: Job, metrics, result: GenerationResult, host: ModelHost | None = None):
+    def __init__(self, lease: HostLease, job: Job, metrics: Metrics, result: GenerationResult,
+                 host: ModelHost | None = None):
         self.lease = lease
         self.job = job
         self.result = result
@@ -337,7 +339,7 @@ async def leased(host: ModelHost, name: str, ro: RequestOptions, keep_alive: Kee
 
 
 @asynccontextmanager
-async def generate(host: ModelHost, metrics, job: Job) -> AsyncIterator[Generation]:
+async def generate(host: ModelHost, metrics: Metrics, job: Job) -> AsyncIterator[Generation]:
     """Lease the model (load it if needed, wait for a slot), then hand out the generation."""
     result = GenerationResult(model=job.model)
     async with leased(host, job.model, job.options, job.keep_alive, job.record, result,
@@ -364,7 +366,7 @@ def fit_dimensions(vectors: list[list[float]], dims: int | None) -> list[list[fl
     return out
 
 
-async def embed(host: ModelHost, metrics, req: EmbeddingRequest) -> EmbeddingResult:
+async def embed(host: ModelHost, metrics: Metrics, req: EmbeddingRequest) -> EmbeddingResult:
     """Embeddings of req.inputs; no inputs: only load the model (Ollama's way of preloading)."""
     t0 = time.monotonic()
     record = await host.resolve(req.model)
@@ -424,7 +426,7 @@ class RerankResult:
     prompt_tokens: int
 
 
-async def rerank(host: ModelHost, metrics, req: RerankRequest) -> RerankResult:
+async def rerank(host: ModelHost, metrics: Metrics, req: RerankRequest) -> RerankResult:
     """Score each document against the query with a reranker GGUF (400 for any other model), through the runner's
     embedding batch (runner/embedding/embeddings.py: the pair layout and the truncation rule)."""
     record = await host.resolve(req.model)
