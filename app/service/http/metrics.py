@@ -3,6 +3,36 @@ dicts on the loop thread, rendered on demand. Gauges about models and devices ar
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Protocol
+
+from app.discovery.inventory import Inventory
+
+
+class ModelGauges(Protocol):
+    """What the metrics and the Server window's stats (request_log.server_stats) read of a loaded model
+    (scheduling/loaded_model.LoadedModel)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...                 # "loading" | "loaded" | "failed"
+    @property
+    def slots_busy(self) -> int: ...
+    @property
+    def slots_total(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
+    @property
+    def predicted(self) -> dict[str, int]: ...  # bytes per device
+    @property
+    def predicted_kinds(self) -> dict[str, dict[str, int]]: ...     # per device, bytes per kind
+
+    def prompt_cache(self) -> dict: ...
+
+
+class LoadedModels(Protocol):
+    """The model scheduler as the gauges see it (scheduling/door.py: ServiceHost)."""
+    def snapshot(self) -> Sequence[ModelGauges]: ...
 
 
 def _escape(v: str) -> str:
@@ -47,10 +77,10 @@ class Metrics:
             self.drafts[(model, "drafted")] += drafted
             self.drafts[(model, "accepted")] += accepted
 
-    def render(self, scheduler=None, inventory=None) -> str:
+    def render(self, scheduler: LoadedModels | None = None, inventory: Inventory | None = None) -> str:
         out: list[str] = []
 
-        def family(name: str, kind: str, help: str, samples: list[tuple[dict, float]]):
+        def family(name: str, kind: str, help: str, samples: Sequence[tuple[dict, float]]):
             out.append(f"# HELP {name} {help}")
             out.append(f"# TYPE {name} {kind}")
             for labels, value in samples:

@@ -29,6 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .metrics import LoadedModels
+
 BODY_LIMIT = 16 * 1024          # bytes of a request or reply body a record keeps (the rest is counted, not kept)
 HISTORY_BODY_LIMIT = 1024 * 1024   # ... of a request body the history on disk keeps (enough to replay an agent's)
 RING = 500                      # records kept of requests that carry work (anything but GET/HEAD)
@@ -516,7 +518,7 @@ MEMORY_KINDS = {"model": "weights", "repack": "weights", "kv": "kv", "compute": 
                 "projector": "projector", "draft": "draft"}
 
 
-def server_stats(log: RequestLog, scheduler) -> dict:
+def server_stats(log: RequestLog, scheduler: LoadedModels | None) -> dict:
     """One sample for the Server window's plots (`stats` events, one a second to a subscriber that asked): the
     request totals, slots busy and queued over every loaded model, and memory by kind (the plan's bytes per kind
     summed over devices, the prompt caches' and context checkpoints' host RAM as they are now)."""
