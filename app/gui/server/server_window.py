@@ -8,225 +8,27 @@ Fed by the service's event stream only: while the window is open it holds its ow
 stats` subscription (the service builds request events and stats samples only for such a subscriber), and it
 reads the service's ring of recent requests (`/api/requests`) when it opens. Closed, it costs the service nothing.
 Nothing is written to disk unless the user exports.
+The window holds the feed, its subscription, the search and the actions; what it shows is drawn by its parts: the
+list (request_table.py), the selected request (request_detail.py, its bars in request_bars.py) and the plots
+(server_plots.py), each fed from server_data.py's plain data.
 Covered by tests/gui/test_gui_server.py."""
 from __future__ import annotations
 
 import json
-import os
 
-os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")      # pyqtgraph binds to the Qt this app uses
-
-import pyqtgraph as pg  # noqa: E402
-from PySide6.QtCore import QAbstractTableModel, QEvent, QModelIndex, QRectF, Qt, QTimer, Signal  # noqa: E402
-from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen  # noqa: E402
-from PySide6.QtWidgets import (  # noqa: E402
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
     QAbstractItemView, QApplication, QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-    QMainWindow, QPlainTextEdit,
-    QPushButton, QSplitter, QTableView, QTableWidget, QTableWidgetItem, QTabWidget, QTextBrowser, QVBoxLayout,
-    QWidget,
+    QMainWindow, QPushButton, QSplitter, QTableView, QVBoxLayout, QWidget,
 )
 
-from app.gui.server.server_data import (  # noqa: E402
-    COLUMNS, MEMORY_LABELS, MEMORY_ORDER, PART_COLORS, PHASE_COLORS, PHASE_HELP, ServerFeed, _ms, anatomy_segments,
-    cache_html, cell, curl_command, memory_text, part_name, summary, timeline,
-)
-from app.gui.common.state import ServiceState  # noqa: E402
+from app.gui.common.state import ServiceState
+from app.gui.server.request_detail import RequestDetail
+from app.gui.server.request_table import IdRole, RequestTableModel
+from app.gui.server.server_data import COLUMNS, ServerFeed, curl_command, memory_text
+from app.gui.server.server_plots import ServerPlots
 
-IdRole = Qt.UserRole + 1
 RETRY_MS = 1000
-CURVE_COLORS = {"prompt tok/s": "#4c78a8", "generation tok/s": "#54a24b", "busy slots": "#f58518",
-                "queued": "#e45756", "cache hit %": "#72b7b2"}
-MEMORY_COLORS = {"weights": "#4c78a8", "kv": "#54a24b", "compute": "#f58518", "prompt cache": "#b279a2",
-                 "checkpoints": "#9d755d", "draft": "#eeca3b", "projector": "#ff9da6"}
-
-
-class RequestTableModel(QAbstractTableModel):
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.rows: list[dict] = []
-
-    def set_rows(self, rows: list[dict]) -> None:
-        if [r["id"] for r in rows] == [r["id"] for r in self.rows]:
-            self.rows = rows
-            if rows:
-                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(COLUMNS) - 1))
-            return
-        self.beginResetModel()
-        self.rows = rows
-        self.endResetModel()
-
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.DisplayRole):
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index, role=Qt.DisplayRole):
-        if not index.isValid() or index.row() >= len(self.rows):
-            return None
-        rec = self.rows[index.row()]
-        column = COLUMNS[index.column()]
-        if role == Qt.DisplayRole:
-            return cell(rec, column)
-        if role == Qt.ToolTipRole:
-            return summary(rec) if column != "Client" else rec.get("client") or "(no User-Agent)"
-        if role == Qt.ForegroundRole and column == "Status" and (rec.get("status") or 0) >= 400:
-            return QColor("#d62728")
-        if role == Qt.ForegroundRole and column == "Reuse" and (rec.get("cache") or {}).get("flagged"):
-            return QColor("#d6611f")
-        if role == Qt.TextAlignmentRole and column in ("Prompt", "Cached", "Reply", "TTFT", "Tok/s", "Drafted",
-                                                       "Accepted", "Duration"):
-            return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == IdRole:
-            return rec["id"]
-        return None
-
-    def row_of(self, rid: int) -> int:
-        return next((i for i, r in enumerate(self.rows) if r["id"] == rid), -1)
-
-
-class TimelineView(QWidget):
-    """One request's time, to scale: a bar cut into its phases (prepare, load, queued, prefill, decode, finish),
-    a mark at the first token, each part's name and length under it."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.record: dict | None = None
-        self.setMinimumHeight(64)
-
-    def set_record(self, rec: dict | None) -> None:
-        self.record = rec
-        parts = timeline(rec) if rec else []
-        self.setToolTip("\n".join(f"{n}: {_ms(s)} ({PHASE_HELP.get(n, n)})" for n, _, s in parts))
-        self.update()
-
-    def parts(self) -> list[tuple[str, float, float]]:
-        return timeline(self.record) if self.record else []
-
-    def segment_rects(self) -> list[tuple[str, QRectF]]:
-        """Where each phase is drawn: widths in proportion to its seconds (what tests measure)."""
-        parts = self.parts()
-        total = sum(s for _, _, s in parts)
-        left, width = 8.0, max(1.0, self.width() - 16.0)
-        out = []
-        for name, start, secs in parts:
-            x = left + (start / total * width if total > 0 else 0.0)
-            w = secs / total * width if total > 0 else 0.0
-            out.append((name, QRectF(x, 8.0, w, 22.0)))
-        return out
-
-    def paintEvent(self, _ev) -> None:
-        p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing)
-        text = self.palette().color(QPalette.WindowText)
-        if not self.record:
-            p.setPen(text)
-            p.drawText(self.rect(), Qt.AlignCenter, "Select a request to see where its time went.")
-            return
-        rects = self.segment_rects()
-        fm = p.fontMetrics()
-        for name, r in rects:
-            p.fillRect(r, QColor(PHASE_COLORS.get(name, "#888888")))
-        # the legend under the bar: each part's colour, name and length, in order (wrapping when narrow)
-        x, y = 8, 36
-        for name, _, secs in self.parts():
-            label = f"{name} {_ms(secs)}"
-            w = 14 + fm.horizontalAdvance(label) + 14
-            if x + w > self.width() and x > 8:
-                x, y = 8, y + fm.height() + 2
-            p.fillRect(QRectF(x, y + (fm.height() - 10) / 2, 10, 10), QColor(PHASE_COLORS.get(name, "#888888")))
-            p.setPen(text)
-            p.drawText(x + 14, y + fm.ascent(), label)
-            x += w
-        ttft = self.record.get("ttft")
-        total = sum(s for _, _, s in self.parts())
-        if ttft is not None and total > 0:
-            x = 8.0 + ttft / total * max(1.0, self.width() - 16.0)
-            p.setPen(QPen(text, 2))
-            p.drawLine(int(x), 4, int(x), 34)
-            p.drawText(int(x) + 3, 4 + fm.ascent(), "first token")
-        p.end()
-
-
-class AnatomyBar(QWidget):
-    """Where a prompt's tokens went, to scale: the system message, each tool's schema, the template's text and
-    the history by turn, each segment's width in proportion to its tokens; the tokens this request computed (after
-    its cached prefix) hatched."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.segments: list[dict] = []
-        self.setMinimumHeight(44)
-
-    def set_report(self, cache: dict | None) -> None:
-        self.segments = anatomy_segments(cache)
-        self.setToolTip("\n".join(f"{s['name']}: {s['tokens']:,} tokens" + (" computed" if s["computed"] else
-                                                                            " from the cache")
-                                   + (f", {_ms(s['seconds'])} to compute" if s.get("seconds") else "")
-                                   for s in self.segments))
-        self.update()
-
-    def segment_rects(self) -> list[tuple[dict, QRectF]]:
-        total = sum(s["tokens"] for s in self.segments)
-        left, width = 8.0, max(1.0, self.width() - 16.0)
-        out, x = [], left
-        for seg in self.segments:
-            w = seg["tokens"] / total * width if total else 0.0
-            out.append((seg, QRectF(x, 6.0, w, 18.0)))
-            x += w
-        return out
-
-    def paintEvent(self, _ev) -> None:
-        p = QPainter(self)
-        text = self.palette().color(QPalette.WindowText)
-        if not self.segments:
-            p.setPen(text)
-            p.drawText(self.rect(), Qt.AlignCenter, "No prompt anatomy for this request.")
-            return
-        hatch = QBrush(QColor(255, 255, 255, 150), Qt.BDiagPattern)
-        for seg, r in self.segment_rects():
-            p.fillRect(r, QColor(PART_COLORS.get(seg["kind"], "#888888")))
-            if seg["computed"]:
-                p.fillRect(r, hatch)
-            if r.width() >= 3:
-                p.setPen(QPen(self.palette().color(QPalette.Base), 1))
-                p.drawLine(r.topRight(), r.bottomRight())
-        fm = p.fontMetrics()
-        x, y = 8, 30
-        totals: dict[str, int] = {}
-        for seg in self.segments:
-            totals[seg["kind"]] = totals.get(seg["kind"], 0) + seg["tokens"]
-        names = {"system": "system", "tool": "tools", "template": "template", "message": "history"}
-        legend = [(f"{names.get(k, k)} {n:,}", QColor(PART_COLORS.get(k, "#888888")), False)
-                  for k, n in totals.items()]
-        legend.append((f"computed {sum(s['tokens'] for s in self.segments if s['computed']):,}", QColor("#888888"),
-                       True))
-        for label, color, hatched in legend:
-            box = QRectF(x, y + (fm.height() - 10) / 2, 10, 10)
-            p.fillRect(box, color)
-            if hatched:
-                p.fillRect(box, hatch)
-            p.setPen(text)
-            p.drawText(x + 14, y + fm.ascent(), label)
-            x += 14 + fm.horizontalAdvance(label) + 14
-        p.end()
-
-
-def _plot(layout, title: str, left: str):
-    item = layout.addPlot(title=title)
-    item.showGrid(x=True, y=True, alpha=0.25)
-    item.setLabel("left", left)
-    item.setLabel("bottom", "seconds ago")
-    item.setMouseEnabled(x=False, y=False)
-    item.setMenuEnabled(False)
-    item.hideButtons()
-    item.addLegend(offset=(4, 4), labelTextSize="8pt", colCount=2)
-    return item
 
 
 class ServerWindow(QMainWindow):
@@ -299,30 +101,9 @@ class ServerWindow(QMainWindow):
         self.replayed: dict | None = None
 
         # the plots
-        pg.setConfigOptions(antialias=True)
-        self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setMinimumHeight(220)
+        self.plots = ServerPlots(self.feed.window_s)
+        self.curves = self.plots.curves
         self._style_plots()
-        self.tok_plot = _plot(self.plots, "Tokens per second", "tok/s")
-        self.slot_plot = _plot(self.plots, "Slots", "slots")
-        self.plots.nextRow()
-        self.hit_plot = _plot(self.plots, "Prompt-cache hit rate (last minute)", "%")
-        self.hit_plot.setYRange(0, 100)
-        self.mem_plot = _plot(self.plots, "Memory by kind", "bytes")
-        self.mem_plot.getAxis("left").enableAutoSIPrefix(True)
-        self.mem_plot.setLabel("left", "memory", units="B")
-        self.curves: dict[str, pg.PlotDataItem] = {}
-        for name, plot, label in (("prompt tok/s", self.tok_plot, "prompt"),
-                                  ("generation tok/s", self.tok_plot, "generation"),
-                                  ("busy slots", self.slot_plot, "busy"), ("queued", self.slot_plot, "queued"),
-                                  ("cache hit %", self.hit_plot, "hit rate")):
-            self.curves[name] = plot.plot([], [], name=label, pen=pg.mkPen(CURVE_COLORS[name], width=2),
-                                          connect="finite")
-        self.slots_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#888888", style=Qt.DashLine))
-        self.slot_plot.addItem(self.slots_line)
-        self.slots_line.setVisible(False)
-        for plot in (self.tok_plot, self.slot_plot, self.hit_plot, self.mem_plot):
-            plot.setXRange(-self.feed.window_s, 0, padding=0)
 
         # the list
         self.model = RequestTableModel(self)
@@ -341,49 +122,16 @@ class ServerWindow(QMainWindow):
                                      "Duration": 70}.get(name, 56))
         header.setStretchLastSection(True)
 
-        # the selected request
-        self.summary = QLabel("Select a request to see its timeline and bodies.")
-        self.summary.setWordWrap(True)
-        self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.timeline = TimelineView()
-        self.request_text = QPlainTextEdit()
-        self.request_text.setReadOnly(True)
-        self.reply_text = QPlainTextEdit()
-        self.reply_text.setReadOnly(True)
-        self.cache_text = QTextBrowser()
-        self.cache_text.setOpenLinks(False)
-        self.anatomy = AnatomyBar()
-        self.parts_table = QTableWidget(0, 4)
-        self.parts_table.setHorizontalHeaderLabels(["Part", "Tokens", "Cached", "Cost"])
-        self.parts_table.verticalHeader().setVisible(False)
-        self.parts_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.parts_table.setSortingEnabled(True)
-        self.parts_table.horizontalHeader().setStretchLastSection(True)
-        self.parts_table.horizontalHeader().resizeSection(0, 260)
-        cache_tab = QWidget()
-        cl = QVBoxLayout(cache_tab)
-        cl.setContentsMargins(0, 0, 0, 0)
-        cl.addWidget(self.anatomy)
-        cache_split = QSplitter(Qt.Horizontal)
-        cache_split.addWidget(self.cache_text)
-        cache_split.addWidget(self.parts_table)
-        cache_split.setSizes([640, 420])
-        cl.addWidget(cache_split, 1)
-        self.bodies = QTabWidget()
-        self.bodies.addTab(cache_tab, "Cache")
-        self.bodies.addTab(self.request_text, "Request")
-        self.bodies.addTab(self.reply_text, "Reply")
-        detail = QWidget()
-        dl = QVBoxLayout(detail)
-        dl.setContentsMargins(0, 0, 0, 0)
-        dl.addWidget(self.summary)
-        dl.addWidget(self.timeline)
-        dl.addWidget(self.bodies, 1)
+        # the selected request (its parts under the window's names too: what tests and the screenshots read)
+        self.request_view = view = RequestDetail()
+        self.summary, self.timeline, self.anatomy = view.summary, view.timeline, view.anatomy
+        self.request_text, self.reply_text = view.request_text, view.reply_text
+        self.cache_text, self.parts_table = view.cache_text, view.parts_table
 
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.plots)
         split.addWidget(self.table)
-        split.addWidget(detail)
+        split.addWidget(view)
         split.setSizes([250, 230, 380])
         central = QWidget()
         lay = QVBoxLayout(central)
@@ -407,8 +155,7 @@ class ServerWindow(QMainWindow):
         self.export_button.clicked.connect(lambda: self.export())
 
     def _style_plots(self) -> None:
-        pal = self.palette()
-        self.plots.setBackground(pal.color(QPalette.Base))
+        self.plots.restyle(self.palette())
 
     def changeEvent(self, ev) -> None:
         super().changeEvent(ev)
@@ -543,26 +290,10 @@ class ServerWindow(QMainWindow):
                 self.table.selectRow(row)           # the same id again: _on_selection leaves it be
 
     def refresh_plots(self) -> None:
-        series = self.feed.series()
-        for name, curve in self.curves.items():
-            xs, ys = series.get(name, ([], []))
-            curve.setData(xs, ys)
-        slots = series.get("slots", ([], []))[1]
-        if slots and slots[-1] > 0:
-            self.slots_line.setValue(slots[-1])
-            self.slots_line.setVisible(True)
-            self.slot_plot.setYRange(0, max(slots[-1], max(series["queued"][1] or [0])) + 0.5, padding=0)
-        for key in [k for k in series if k.startswith("memory ")]:
-            kind = key[len("memory "):]
-            if key not in self.curves:
-                color = MEMORY_COLORS.get(kind, "#888888")
-                self.curves[key] = self.mem_plot.plot([], [], name=MEMORY_LABELS.get(kind, kind),
-                                                      pen=pg.mkPen(color, width=2))
-            self.curves[key].setData(*series[key])
+        self.plots.refresh(self.feed.series())
 
     def memory_kinds(self) -> list[str]:
-        return [k[len("memory "):] for k in self.curves if k.startswith("memory ")
-                ] if self.curves else list(MEMORY_ORDER)
+        return self.plots.memory_kinds()
 
     def _on_selection(self) -> None:
         rows = self.table.selectionModel().selectedRows()
@@ -586,10 +317,7 @@ class ServerWindow(QMainWindow):
         rec = self.feed.records.get(self.selected_id) if self.selected_id is not None else None
         if rec is None:
             return
-        self.summary.setText(summary(rec))
-        self.timeline.set_record(rec)
-        if not (self.detail or {}).get("cache"):
-            self._show_cache(rec.get("cache"))
+        self.request_view.show_record(rec, with_cache=not (self.detail or {}).get("cache"))
         if refetch:
             rid = rec["id"]
             call = self.bridge.call(lambda c: c.request_detail(rid))
@@ -603,52 +331,14 @@ class ServerWindow(QMainWindow):
         self.detail = d
         self.copy_curl.setEnabled("error_fetching" not in d)
         self.replay_button.setEnabled("error_fetching" not in d and d.get("state") == "done")
-        if "error_fetching" in d:
-            self.request_text.setPlainText(d["error_fetching"])
-            self.reply_text.setPlainText("")
-            return
-        self._show_cache(d.get("cache"))
-        head = "\n".join(f"{k}: {v}" for k, v in (d.get("headers") or {}).items())
-        self.request_text.setPlainText(f"{d.get('method', '')} {d.get('path', '')}\n{head}\n\n"
-                                       + _pretty(d.get("request_body", ""), d.get("request_bytes", 0),
-                                                 d.get("body_limit", 0)))
-        reply = _pretty(d.get("reply_body", ""), d.get("reply_bytes", 0), d.get("body_limit", 0))
-        if d.get("error"):
-            reply = f"Error: {d['error']}\n\n{reply}"
-        self.reply_text.setPlainText(reply)
-
-    def _show_cache(self, cache: dict | None) -> None:
-        """The Cache tab: the explainer's text, the anatomy bar and its parts (sortable by tokens or cost)."""
-        self.cache_text.setHtml(cache_html(cache))
-        self.anatomy.set_report(cache)
-        parts = (cache or {}).get("anatomy") or []
-        table = self.parts_table
-        table.setSortingEnabled(False)
-        table.setRowCount(len(parts))
-        for i, part in enumerate(parts):
-            secs = part.get("seconds")
-            cells = [(part.get("label") if part.get("kind") in ("message", "system") else part_name(part), None), (f"{part['tokens']:,}", part["tokens"]), (f"{part.get('cached', 0):,}",
-                                                                        part.get("cached", 0)),
-                     (_ms(secs) if secs is not None else "", secs if secs is not None else -1.0)]
-            for j, (text, key) in enumerate(cells):
-                item = _SortItem(text, key)
-                if j:
-                    item.setTextAlignment(int(Qt.AlignRight | Qt.AlignVCenter))
-                table.setItem(i, j, item)
-        table.setSortingEnabled(True)
-        # the costliest parts first (by tokens where no prefill rate was measured yet)
-        table.sortItems(3 if any(p.get("seconds") is not None for p in parts) else 1, Qt.DescendingOrder)
+        self.request_view.show_detail(d)
 
     # actions ------------------------------------------------------------------------------------------------------
     def clear(self) -> None:
         self.feed.clear()
         self.selected_id = None
         self.detail = None
-        self.timeline.set_record(None)
-        self.summary.setText("Select a request to see its timeline and bodies.")
-        self.request_text.clear()
-        self.reply_text.clear()
-        self._show_cache(None)
+        self.request_view.clear()
         self.refresh_table()
 
     def copy_as_curl(self) -> str:
@@ -698,30 +388,3 @@ class ServerWindow(QMainWindow):
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         self.statusBar().showMessage(f"Saved {len(self.model.rows)} requests to {path}", 8000)
         return path
-
-
-class _SortItem(QTableWidgetItem):
-    """A table cell sorted by its number (tokens, seconds) rather than its text."""
-
-    def __init__(self, text: str, key=None):
-        super().__init__(text)
-        self.key = key
-
-    def __lt__(self, other) -> bool:
-        if isinstance(other, _SortItem) and self.key is not None and other.key is not None:
-            return self.key < other.key
-        return self.text() < other.text()          # (QTableWidgetItem.__lt__ would call this one again)
-
-
-def _pretty(text: str, size: int, limit: int) -> str:
-    """A body as indented JSON when it is whole JSON; a note when it was cut at the service's bound."""
-    if not text:
-        return "(no body)" if not size else ""
-    out = text
-    try:
-        out = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
-        pass
-    if limit and size > limit:
-        out += f"\n\n… {size - limit} more bytes not kept (the log keeps the first {limit})"
-    return out
