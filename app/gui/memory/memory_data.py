@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.format import format_bytes  # noqa: F401 - the GUI modules take it from here
+from app.format import format_bytes  # noqa: F401 - the memory room's modules take it from here
 
 # Segment kinds in the order they stack, bottom to top. OVER is not a segment: it marks what lies above capacity.
 # MAPPED: file pages llama.cpp maps beyond the weights the CPU reads from the mapping (originals of repacked
