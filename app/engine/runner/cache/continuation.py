@@ -6,8 +6,8 @@ sliding-window or recurrent memory cannot keep every cell: `llama_memory_seq_pos
 prefix whose needed cells are gone is continued from the latest context checkpoint at or before it
 (stores.Checkpoints), or processed again from the start when there is none (llama-server's rule): a recurrent
 state is never continued from a position it does not describe.
-Covered by tests/unit/engine/runner/cache/test_prompt_cache_parts.py and
-tests/integration/engine/test_prompt_cache.py (a sliding-window cache).
+Covered by tests/integration/engine/test_prompt_cache.py (a sliding-window cache's cells below the window) and
+tests/integration/engine/test_checkpoints.py (continuing from a checkpoint).
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ A prefix counts for what the memory can continue from (continuation.py) and, wit
 it that can be moved (chunk_reuse.py). A source other than the slot is taken only when it saves enough more than
 the slot (MIN_RESTORE_GAIN, MIN_SHARE_TOKENS): restoring or copying costs time of its own. Whatever is reused, at
 least the last prompt token is decoded again: its logits start the reply.
-Covered by tests/unit/engine/runner/cache/test_prompt_cache_parts.py and tests/integration/engine/test_prompt_cache.py.
+Covered by tests/integration/engine/test_prompt_cache.py (each source in a runner), test_cache_reuse.py and
+tests/unit/engine/runner/cache/test_disk_cache.py.
 """
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ from app.engine.runner.cache.disk_cache import DiskEntry, DiskPromptCache
 from app.engine.runner.cache.disk_saver import DiskSaver
 from app.engine.runner.cache.prefix_search import PrefixSearch
 from app.engine.runner.cache.sharing import Sharing
-from app.engine.runner.cache.stores import (CHECKPOINT_SPACING, MIN_SAVE_TOKENS, Checkpoints, HostEntry, HostPromptCache,
-                                            SlotCache)
+from app.engine.runner.cache.stores import (CHECKPOINT_SPACING, MIN_SAVE_TOKENS, Checkpoints, HostEntry,
+                                            HostPromptCache, SlotCache)
 from app.engine.runner.sequence import PREFILL, WAIT, Seq
 
 log = logging.getLogger("strata.engine")

@@ -5,7 +5,7 @@ prefilling that prefix waits for it (state WAIT) instead of computing the same t
 With one KV stream for all sequences (unified) a copy only marks cells as shared; otherwise every sequence has its
 own stream and a copy must take the whole stream (llama.cpp asserts on a partial one), which llama.cpp queues and
 carries out at the next decode (`flush`).
-Covered by tests/integration/engine/test_prompt_cache.py (a shared system prompt in a runner).
+Covered by tests/integration/engine/test_prompt_cache.py (parallel requests sharing a long system prompt).
 """
 from __future__ import annotations
 
