@@ -44,6 +44,19 @@ def test_each_format_reads_its_call_section(fmt, body, expect):
     assert named(read_calls(fmt, body)) == expect
 
 
+@pytest.mark.parametrize("body, expect", [
+    ("Sure.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\nand then\n"
+     "<function=get_time>\n</function>", [("get_weather", {"city": "Paris"}), ("get_time", {})]),
+    ("<function=get weather>\n</function>\n<function=get_time>\n<parameter=tz zone>\nUTC\n</parameter>\n"
+     "<parameter=fmt>\niso\n</parameter>\n</function>", [("get_time", {"fmt": "iso"})]),
+    ("<function=get_time>\n<parameter=fmt>\niso\n<parameter=</function>", [("get_time", {"fmt": "iso"})]),
+])
+def test_qwen3_coder_read_whole_skips_what_is_not_a_function_or_parameter(body, expect):
+    """Read whole, its streaming framing skips text between functions and a function or parameter whose name
+    has a space, up to the next one; a parameter cut by the function's end is left out."""
+    assert named(read_calls("qwen3_coder", body)) == expect
+
+
 @pytest.mark.parametrize("fmt, body", [
     ("hermes", "I would call a tool here"),
     ("pythonic", "[x for x in range(3)]"),                 # not a call: nothing is evaluated
