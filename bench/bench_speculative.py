@@ -1,23 +1,28 @@
-"""Speculative decoding: Strata (prompt-lookup drafts, on by default where measured step costs say they pay, and
-with them off) against llama-server from the same llama.cpp (its default, no speculation, and with its own
-prompt-lookup speculation `--spec-type ngram-simple`), through the OpenAI API, same model, threads and slots.
+"""Speculative decoding on a set of workloads: Strata (prompt-lookup drafts, on by default where measured step costs
+say they pay) against llama-server from the same llama.cpp at its defaults (no speculation) and with each of its
+prompt-lookup modes (`--spec-type ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`, at
+their defaults), through the OpenAI API, same model, threads and slots.
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
-    .venv/bin/python bench/bench_speculative.py [--model PATH] [--threads 1] [--reps 3] [--streams 1,4] [--repeat 5]
-        [--engines strata,llama-server,llama-server-ngram[,strata-nospec]]
+                                         # (or STRATA_BENCH_LLAMA_SERVER=path/to/llama-server)
+    .venv/bin/python bench/bench_speculative.py [--model PATH] [--threads 1] [--reps 3] [--streams 1]
+        [--tasks rename,hints,json,write,diff,extract,complete,free]
+        [--engines strata,llama-server,llama-server-ngram-simple,...[,strata-nospec]]
         [--draft PATH]                   # adds strata-draft: PATH (same vocabulary) drafts for the model
+        [--draft-log FILE]               # Strata's runner at DEBUG: each draft decision, then the lengths taken
+        [--repeat N]                     # then the rename sent N times in a row (do drafts repeat?)
 
-Tasks (each at 1 and 4 streams; the 4 streams send the same task, so the text differs only when sampled):
-- edit        rename a method in a 40-line module and print the whole module (a ChatML prompt, temperature 0)
-- complete    code completion that echoes the code around it (raw completion, temperature 0)
-- free        a short story (a ChatML prompt, temperature 0.8, seeds fixed): text that does not repeat
-All go raw to /v1/completions, so both servers decode the same prompt tokens.
-Generation tok/s per configuration = completion tokens / (last token - first token), summed over streams for 4
-streams (all tokens / (last token of any - first token of any)); medians over repetitions, configurations measured
-in turn and the order rotated each repetition. Acceptance = accepted / drafted tokens, from each server's
-`timings` (llama-server's draft_n / draft_n_accepted; Strata renders the same object).
-Then (--repeat N) the edit is sent N times in a row, one stream, to each engine that drafts: the drafted counts
-say whether the same request drafts the same way every time.
+Workloads (bench/spec_workloads.py): six editing workloads whose replies copy their prompt in different ways
+(rename through a module, add type hints, reformat JSON, an agent's Write tool call with one function changed,
+apply a diff, extract a function; ChatML prompts, temperature 0), code completion (temperature 0) and free text
+(temperature 0.8, seeds fixed). All go raw to /v1/completions, so both servers decode the same prompt tokens;
+greedy replies that differ between engines are reported (a near-tie decoded in another batch shape can do that).
+Generation tok/s per configuration = completion tokens / (last token - first token), summed over streams for
+several streams; medians over repetitions, configurations measured in turn and the order rotated each repetition.
+Acceptance = accepted / drafted tokens, from each server's `timings` (llama-server's draft_n / draft_n_accepted;
+Strata renders the same object). The summary: Strata against llama-server's default and against its best prompt-
+lookup mode (the one with the highest median ratio over the editing workloads), per workload and the median over
+the editing workloads.
 Each cell gives the median, the range over repetitions and the 1-minute load average while it ran: on a shared
 machine say so next to every number.
 """
@@ -37,6 +42,8 @@ from pathlib import Path
 
 import aiohttp
 
+from spec_workloads import EDITS, WORKLOADS
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = next((p for p in (Path(os.environ.get("STRATA_BENCH_LLAMA_SERVER", "/nonexistent")),
                            ROOT / "bench" / "_build" / "llama-server",
@@ -44,68 +51,8 @@ SERVER = next((p for p in (Path(os.environ.get("STRATA_BENCH_LLAMA_SERVER", "/no
               ROOT / "bench" / "_build" / "llama-server")
 NUM_CTX, N_PAR, N_BATCH = 4096, 4, 512
 QWEN = Path.home() / ".cache" / "strata-test-models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"   # the tests' fixture
-
-MODULE = '''import json
-import os
-
-
-class Inventory:
-    """A small store of items and their counts."""
-
-    def __init__(self, path):
-        self.path = path
-        self.items = {}
-
-    def load(self):
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                self.items = json.load(f)
-
-    def save(self):
-        with open(self.path, "w") as f:
-            json.dump(self.items, f, indent=2)
-
-    def add_item(self, name, count=1):
-        self.items[name] = self.items.get(name, 0) + count
-
-    def remove_item(self, name, count=1):
-        left = self.items.get(name, 0) - count
-        if left > 0:
-            self.items[name] = left
-        else:
-            self.items.pop(name, None)
-
-    def total(self):
-        return sum(self.items.values())
-
-
-def main():
-    inv = Inventory("inventory.json")
-    inv.load()
-    inv.add_item("apple", 3)
-    inv.remove_item("pear")
-    inv.save()
-    print(inv.total())
-'''
-EDIT = [{"role": "user", "content": "Rename the method add_item to put_item everywhere in this module and print "
-                                    "the whole module, nothing else:\n\n```python\n" + MODULE + "```"}]
-COMPLETE = MODULE.replace("def main():", "def report(inv):\n    \"\"\"Print each item and its count.\"\"\"\n"
-                          "    for name, count in inv.items.items():\n        print(name, count)\n\n\n"
-                          "def main():") + "\n\nclass TaggedInventory(Inventory):\n    \"\"\"An Inventory whose items " \
-                                           "also carry tags.\"\"\"\n\n    def __init__(self, path):\n"
-FREE = [{"role": "user", "content": "Write a short story about a lighthouse keeper who finds a message in a bottle."}]
-
-
-def chatml(messages) -> str:
-    """The conversation as a ChatML prompt (SmolLM2's and Qwen2.5's format), sent raw to /v1/completions: both
-    servers then decode the same tokens (their chat endpoints differ in template details, e.g. a default system
-    prompt, and so would write different replies)."""
-    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return turns + "<|im_start|>assistant\n"
-
-
-TASKS = {"edit": ("raw", chatml(EDIT), 0.0, 420), "complete": ("raw", COMPLETE, 0.0, 300),
-         "free": ("raw", chatml(FREE), 0.8, 200)}
+# llama-server's prompt-lookup modes (`--spec-type`, each at its defaults): an engine `llama-server-<mode>` each
+NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
 def load_average() -> float:
@@ -123,7 +70,8 @@ class Server:
     """One OpenAI-compatible server process (Strata's `serve` or llama-server)."""
 
     def __init__(self, name: str, cmd: list[str], port: int, model: str, env=None, pre=None, health="/health",
-                 creates=()):
+                 creates=(), stderr: str | None = None):
+        self.stderr = stderr                # a file for the server's stderr (--draft-log), else discarded
         self.name, self.cmd, self.port, self.model, self.env, self.pre, self.health = \
             name, cmd, port, model, env, pre, health
         self.creates = creates              # /api/create bodies posted once healthy (Strata's draft-model row)
@@ -133,7 +81,8 @@ class Server:
     async def start(self):
         if self.pre:
             subprocess.run(self.pre, env=self.env, check=True, capture_output=True)
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        err = open(self.stderr, "w") if self.stderr else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800),
                                              connector=aiohttp.TCPConnector(force_close=True))
         for _ in range(3000):
@@ -155,19 +104,15 @@ class Server:
 
     async def one(self, task: str, seed: int) -> dict:
         """Stream one request -> {"n", "first", "last", "draft_n", "draft_ok", "text"}."""
-        kind, content, temp, n_max = TASKS[task]
+        _edit, prompt, temp, n_max = WORKLOADS[task]
         # the same sampling on both: repeat penalty off (llama-server's default; Strata's, like Ollama's, is 1.1,
         # which also makes a reply that must repeat its prompt come out differently), top-k 40, top-p off
         knobs = {"repeat_penalty": 1.0, "top_k": 40, "top_p": 1.0}
         body = {"model": self.model, "max_tokens": n_max, "temperature": temp, "seed": seed, "stream": True,
-                **knobs, "options": knobs}
-        if kind == "chat":
-            path, body["messages"] = "/v1/chat/completions", content
-        else:
-            path, body["prompt"] = "/v1/completions", content
+                "prompt": prompt, **knobs, "options": knobs}
         first = last = None
         parts, timings, usage = [], {}, {}
-        async with self.session.post(self.url + path, json=body) as r:
+        async with self.session.post(self.url + "/v1/completions", json=body) as r:
             if r.status != 200:
                 raise RuntimeError(f"{self.name}: HTTP {r.status}: {await r.text()}")
             async for raw in r.content:
@@ -178,7 +123,7 @@ class Server:
                 timings = d.get("timings") or timings
                 usage = d.get("usage") or usage
                 for ch in d.get("choices") or []:
-                    text = (ch.get("delta") or {}).get("content") if kind == "chat" else ch.get("text")
+                    text = ch.get("text")
                     if text:
                         now = time.perf_counter()
                         first = first or now
@@ -195,7 +140,7 @@ class Server:
         span = max(r["last"] for r in rs) - min(r["first"] for r in rs)
         return {"tok_s": (n - streams) / span if span > 0 else float("nan"), "n": n,
                 "draft_n": sum(r["draft_n"] for r in rs), "draft_ok": sum(r["draft_ok"] for r in rs),
-                "text": rs[0]["text"], "load": max(load0, load_average())}
+                "texts": [r["text"] for r in rs], "load": max(load0, load_average())}
 
     async def stop(self):
         if self.session:
@@ -216,22 +161,44 @@ def llama_server(name: str, model: str, threads: int, extra: list[str]) -> Serve
     return Server(name, cmd, port, "model")
 
 
-def strata(name: str, model: str, threads: int, speculative: str, draft: str | None = None) -> Server:
+def strata(name: str, model: str, threads: int, speculative: str, draft: str | None = None,
+           log: str | None = None) -> Server:
     port = free_port()
     home = tempfile.mkdtemp(prefix="strata-bench-spec-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
     env.update(STRATA_HOME=home, STRATA_HOST=f"127.0.0.1:{port}", STRATA_NUM_PARALLEL=str(N_PAR),
                STRATA_NUM_CTX=str(NUM_CTX), STRATA_KEEP_ALIVE="-1", STRATA_NUM_THREADS=str(threads),
                STRATA_SPECULATIVE=speculative, PYTHONPATH=str(ROOT))
+    if log:                                 # every draft decision (ngram_draft.py), for the lengths taken
+        env["STRATA_RUNNER_LOG"] = "DEBUG"
     pre = [sys.executable, "-m", "app", "import", model, "--name", "bench"]
     if draft is None:
         return Server(name, [sys.executable, "-m", "app", "serve"], port, "bench", env=env, pre=pre,
-                      health="/api/version")
+                      health="/api/version", stderr=log)
     # a draft model (--draft): imported from its GGUF, named by the benchmarked model's `draft` parameter
     creates = [{"model": "bench-draft", "from": draft}, {"model": "bench-drafted", "from": "bench",
                                                          "parameters": {"draft": "bench-draft"}}]
     return Server(name, [sys.executable, "-m", "app", "serve"], port, "bench-drafted", env=env, pre=pre,
                   health="/api/version", creates=creates)
+
+
+def engines(model: str, args) -> list[Server]:
+    wanted = args.engines.split(",")
+    out = []
+    for name in wanted:
+        if name == "strata":
+            out.append(strata(name, model, args.threads, "", log=args.draft_log))
+        elif name == "strata-nospec":
+            out.append(strata(name, model, args.threads, "off"))
+        elif name == "strata-draft" and args.draft:
+            out.append(strata(name, model, args.threads, "", draft=args.draft))
+        elif name == "llama-server":
+            out.append(llama_server(name, model, args.threads, []))
+        elif name.removeprefix("llama-server-") in NGRAM_MODES:
+            out.append(llama_server(name, model, args.threads, ["--spec-type", name.removeprefix("llama-server-")]))
+        else:
+            sys.exit(f"unknown engine {name!r}")
+    return out
 
 
 async def main(args):
@@ -244,22 +211,18 @@ async def main(args):
         model = str(builtin_model_path())
     if not SERVER.exists() and "llama-server" in args.engines:
         sys.exit(f"{SERVER} is missing: run bench/build_llama_server.sh first")
-    servers = [strata("strata", model, args.threads, ""),
-               strata("strata-nospec", model, args.threads, "off"),
-               llama_server("llama-server", model, args.threads, []),
-               llama_server("llama-server-ngram", model, args.threads, ["--spec-type", "ngram-simple"])]
-    if args.draft:
-        servers.append(strata("strata-draft", model, args.threads, "", draft=args.draft))
-    servers = [s for s in servers if s.name in args.engines.split(",")]
+    servers = engines(model, args)
+    tasks = args.tasks.split(",")
     streams = [int(x) for x in args.streams.split(",")]
     results: dict = {}
-    for s in servers:
-        await s.start()
+    repeats: dict = {}
     try:
+        for s in servers:
+            await s.start()
         for s in servers:                                    # load, warm up
             await s.one("free", 0)
         for rep in range(args.reps):
-            for task in args.tasks.split(","):
+            for task in tasks:
                 for k in streams:
                     order = servers[rep % len(servers):] + servers[:rep % len(servers)]
                     for s in order:
@@ -268,22 +231,29 @@ async def main(args):
                         print(f"rep {rep + 1} {task} x{k} {s.name}: {r['tok_s']:.1f} tok/s, {r['n']} tokens, "
                               f"drafted {r['draft_n']} accepted {r['draft_ok']}, load {r['load']:.1f}",
                               file=sys.stderr, flush=True)
-        repeats: dict = {}
         for s in servers:
             if args.repeat and s.name not in ("strata-nospec", "llama-server"):
                 for i in range(args.repeat):
-                    r = await s.run("edit", 1, 100 + i)
+                    r = await s.run(EDITS[0], 1, 100 + i)
                     repeats.setdefault(s.name, []).append(r)
-                    print(f"repeat {i + 1} edit {s.name}: drafted {r['draft_n']} accepted {r['draft_ok']}, "
+                    print(f"repeat {i + 1} {EDITS[0]} {s.name}: drafted {r['draft_n']} accepted {r['draft_ok']}, "
                           f"{r['tok_s']:.1f} tok/s, load {r['load']:.1f}", file=sys.stderr, flush=True)
     finally:
         for s in servers:
             await s.stop()
-    report(results, servers, streams, args, model)
+    report(results, servers, tasks, streams, args, model)
     report_repeats(repeats)
+    report_differences(results, servers, tasks, streams)
+    if args.draft_log:
+        report_draft_lengths(args.draft_log)
 
 
-def report(results, servers, streams, args, model):
+def median_ratio(results, task: str, k: int, name: str, base: str) -> float:
+    med = statistics.median(r["tok_s"] for r in results[(task, k, name)])
+    return med / statistics.median(r["tok_s"] for r in results[(task, k, base)])
+
+
+def report(results, servers, tasks, streams, args, model):
     names = [s.name for s in servers]
     base = "llama-server" if "llama-server" in names else names[-1]
     loads = [r["load"] for rs in results.values() for r in rs]
@@ -293,7 +263,7 @@ def report(results, servers, streams, args, model):
           f"tokens summed over reps (acceptance); load = the 1-minute load average's median over the cell's runs")
     print("| task | streams | " + " | ".join(names) + " | load |")
     print("|---|---|" + "---|" * len(names) + "---|")
-    for task in args.tasks.split(","):
+    for task in tasks:
         for k in streams:
             ref = statistics.median(r["tok_s"] for r in results[(task, k, base)])
             cells, cell_loads = [], []
@@ -306,13 +276,74 @@ def report(results, servers, streams, args, model):
                 cells.append(f"{med:.1f} ({min(tps):.1f}-{max(tps):.1f}) **{med / ref:.2f}x**{drafts}")
                 cell_loads += [r["load"] for r in rs]
             print(f"| {task} | {k} | " + " | ".join(cells) + f" | {statistics.median(cell_loads):.1f} |")
+    modes = [n for n in names if n.removeprefix("llama-server-") in NGRAM_MODES]
+    edits = [t for t in tasks if t in EDITS]
+    if "strata" not in names or base != "llama-server" or not edits:
+        return
+    for k in streams:
+        best = max(modes, key=lambda m: statistics.median(median_ratio(results, t, k, m, base) for t in edits),
+                   default=None)
+        print(f"\n{k} stream(s): Strata over llama-server's default" + (f" and over its best prompt-lookup mode "
+              f"on the editing workloads ({best})" if best else ""))
+        ratios, over_best = [], []
+        for t in tasks:
+            r = median_ratio(results, t, k, "strata", base)
+            line = f"- {t}: {r:.2f}x"
+            if best:
+                b = median_ratio(results, t, k, "strata", best)
+                line += f", {b:.2f}x {best}"
+                if t in edits:
+                    over_best.append(b)
+            if t in edits:
+                ratios.append(r)
+            print(line)
+        print(f"- median editing workload: {statistics.median(ratios):.2f}x llama-server"
+              + (f", {statistics.median(over_best):.2f}x {best}" if best else ""))
+
+
+def report_differences(results, servers, tasks, streams):
+    """Greedy replies that differ between engines (first differing character), by rep."""
+    names = [s.name for s in servers]
+    for task in tasks:
+        if WORKLOADS[task][2] != 0.0:
+            continue
+        for k in streams:
+            runs = {n: results[(task, k, n)] for n in names}
+            for rep in range(min(len(rs) for rs in runs.values())):
+                ref = runs[names[0]][rep]["texts"][0]
+                for n in names[1:]:
+                    other = runs[n][rep]["texts"][0]
+                    if other != ref:
+                        at = next((i for i, (a, b) in enumerate(zip(ref, other)) if a != b), min(len(ref), len(other)))
+                        print(f"note: {task} x{k} rep {rep + 1}: {n}'s reply differs from {names[0]}'s at character "
+                              f"{at}: {ref[at:at + 30]!r} vs {other[at:at + 30]!r}")
+
+
+def report_draft_lengths(path: str):
+    """The draft lengths Strata's policy took (its DEBUG log: one `draft ... take=N` line per sequence and step)."""
+    takes = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            at = line.find(" take=")
+            if at >= 0 and " draft " in line:
+                takes.append(int(line[at + 6:].split()[0]))
+    drafted = sorted(t for t in takes if t)
+    if not takes:
+        print("\nno draft decisions in", path)
+        return
+    hist: dict[int, int] = {}
+    for t in drafted:
+        hist[t] = hist.get(t, 0) + 1
+    print(f"\nStrata's draft lengths: {len(takes)} decisions, {len(drafted)} drafted ({len(drafted) / len(takes):.0%})"
+          + (f", median {statistics.median(drafted)}, lengths: " + ", ".join(f"{k}x{v}" for k, v in
+                                                                             sorted(hist.items())) if drafted else ""))
 
 
 def report_repeats(repeats):
     """The same edit sent again and again: drafted counts and their largest distance from the median."""
     if not repeats:
         return
-    print("\nthe same edit sent in a row, 1 stream: drafted (accepted) per request")
+    print(f"\nthe same edit ({EDITS[0]}) sent in a row, 1 stream: drafted (accepted) per request")
     print("| engine | drafted (accepted) | largest distance from the median | tok/s (range) | load |")
     print("|---|---|---|---|---|")
     for name, rs in repeats.items():
@@ -331,12 +362,14 @@ if __name__ == "__main__":
                                                   "present, else the built-in SmolLM2)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--streams", default="1,4")
-    ap.add_argument("--tasks", default="edit,complete,free")
-    ap.add_argument("--engines", default="strata,llama-server,llama-server-ngram,strata-draft",
-                    help="of strata, strata-nospec (speculation off), llama-server, llama-server-ngram "
-                         "(--spec-type ngram-simple), strata-draft (with --draft)")
-    ap.add_argument("--repeat", type=int, default=5, help="then the edit this many times in a row (0: not)")
+    ap.add_argument("--streams", default="1")
+    ap.add_argument("--tasks", default=",".join(WORKLOADS))
+    ap.add_argument("--engines", default="strata,llama-server," + ",".join(f"llama-server-{m}" for m in NGRAM_MODES),
+                    help="of strata, strata-nospec (speculation off), llama-server, llama-server-<mode> for each "
+                         "--spec-type mode in " + ", ".join(NGRAM_MODES) + ", strata-draft (with --draft)")
+    ap.add_argument("--repeat", type=int, default=0, help="then the rename this many times in a row (0: not)")
     ap.add_argument("--draft", default=None, help="a GGUF with the model's vocabulary that drafts for it (the row "
                                                   "strata-draft; the model itself measures the overhead)")
+    ap.add_argument("--draft-log", default=None, help="write Strata's server log (its runner at DEBUG) to this file "
+                                                      "and report the draft lengths its policy took")
     asyncio.run(main(ap.parse_args()))

@@ -14,6 +14,7 @@ sequence's guesses came true, scored here on every guess, drafted or not). Conte
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,6 +29,13 @@ MAX_DRAFT = 32               # longest draft (rows of the batch per sequence and
 SCORED = MAX_DRAFT           # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
 MATCH_MAX = 96               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket)
 RESUME = 8                   # how far from where the last copy would be by now an occurrence still continues it
+SUB_MAX = 8                  # the longest side of a substitution learned from an edit (tokens)
+MAX_SUBS = 16                # substitutions kept per sequence (the latest win)
+SUB_CONTEXT = True           # a substitution applies only where the token after it is the one it was learned before
+
+# where a copy goes on after a guessed token: the place, the tokens of a substitution still to come there, and the
+# substitution whose first token it is (None for a copied token)
+Step = tuple[int, tuple[int, ...], tuple[tuple[int, ...], int] | None]
 
 
 _BITS = 21                   # a token id fits in 21 bits (every vocabulary < 2M tokens): 3 of them key an int64
@@ -58,6 +66,12 @@ class NgramDrafter:
         self.tokens: list[int] = list(map(int, tokens))
         self.score = GuessScore()
         self.copied: tuple[int, int] | None = None     # (the place the last guess copied from, len(tokens) then)
+        # the last guess: its tokens, for each the place the copy goes on from after it (and the tokens of a
+        # substitution still to come there), and len(tokens) when it was made; None after a guess of nothing
+        self._last: tuple[list[int], Callable[[int], Step], int] | None = None
+        self._break: tuple[int, int] | None = None      # (the place the copy expected, position the reply left it)
+        self.subs: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}   # (old tokens, the token after) -> new
+        self._by_first: dict[int, list[tuple[tuple[int, ...], int, tuple[int, ...]]]] = {}   # subs by old[0]
         self._prompt = np.fromiter(self.tokens, dtype=np.int64, count=len(self.tokens))
         keys = _keys(self._prompt) if len(self._prompt) >= 3 else np.empty(0, dtype=np.int64)
         order = np.argsort(keys)
@@ -89,23 +103,116 @@ class NgramDrafter:
 
     def _guess(self, limit: int) -> tuple[list[int], int]:
         """(what followed the match, the match's length: how many tokens before that place agree with the
-        sequence's tail, up to MATCH_MAX; a long one says the reply is copying)."""
+        sequence's tail, up to MATCH_MAX; a long one says the reply is copying). A copy whose last guess the
+        sequence went on with goes on from where that guess ended (through the substitutions it applied); else the
+        longest n-gram match, and a copy resumed a few tokens after the reply left it teaches a substitution."""
         toks = self.tokens
-        if len(toks) <= N_MIN:
-            return [], 0
         end = len(toks)
-        latest = self._latest_by_size(end)
-        for n in range(min(N_MAX, end - 1), N_MIN - 1, -1):
-            e = self._place(n, end, latest)
-            if e >= 0:
-                self.copied = (e, end)
-                match = n
-                while match < MATCH_MAX and e - match > 0 and toks[e - match - 1] == toks[end - match - 1]:
-                    match += 1
-                out = toks[e:min(e + limit, end)]
-                cut = next((i for i, t in enumerate(out) if t < 0), len(out))   # an image's pseudo-tokens
-                return out[:cut], match                                          # (runner/prompt/media.py) are no text
-        return [], 0
+        place, pending = self._follow(end)
+        if place < 0:
+            if end <= N_MIN:
+                return [], 0
+            latest = self._latest_by_size(end)
+            for n in range(min(N_MAX, end - 1), N_MIN - 1, -1):
+                place = self._place(n, end, latest)
+                if place >= 0:
+                    break
+            if place < 0:
+                self._last = None
+                return [], 0
+        self.copied = (place, end)
+        match = 0
+        while match < MATCH_MAX and place - match > 0 and toks[place - match - 1] == toks[end - match - 1]:
+            match += 1
+        if self._break is not None:
+            self._learn(place, match, end)
+        out, after = self._copy(place, pending, limit + 1, end)
+        self._last = (out, after, end)
+        return out[:limit], max(match, N_MIN)
+
+    def _follow(self, end: int) -> tuple[int, tuple[int, ...]]:
+        """Where the copy goes on from (and the tokens of a substitution still to come there) when every token
+        pushed since the last guess was that guess's; else (-1, ()), and the token that left the guess is noted as
+        the place the reply broke off the copy (`_learn` may then see the copy resume)."""
+        last = self._last
+        if last is None:
+            return -1, ()
+        out, after, at = last
+        d = end - at
+        if d <= 0 or d > len(out):
+            return -1, ()
+        toks = self.tokens
+        j = next((i for i in range(d) if toks[at + i] != out[i]), d)
+        if j == d:
+            self._break = None
+            return after(d - 1)[:2]
+        sub = after(j)[2]
+        if sub is not None and toks[at + j] == sub[0][0]:
+            self._forget(sub)                    # the reply kept the old tokens there: not a rename after all
+        expected, rest, _ = after(j - 1) if j else (self.copied[0] if self.copied else -1, (), None)
+        self._break = (expected, at + j) if expected >= 0 and not rest else None
+        return -1, ()
+
+    def _learn(self, place: int, match: int, end: int) -> None:
+        """The copy resumed at `place` (its last `match` tokens agreeing) a few tokens after the reply broke off it:
+        what the reply wrote instead of what it skipped is a substitution (a renamed name, a changed literal) that
+        later copies apply where the same tokens come, followed by the same token."""
+        assert self._break is not None
+        expected, left = self._break
+        old_end, new_end = place - match, end - match
+        if end - left > 2 * SUB_MAX + N_MAX or new_end - left > SUB_MAX:
+            self._break = None                   # too long ago, or too much written: not an edit of the copy
+            return
+        if match < N_MIN or not 0 < old_end - expected <= SUB_MAX or new_end < left:
+            return
+        self._break = None
+        toks = self.tokens
+        old, new = tuple(toks[expected:old_end]), tuple(toks[left:new_end])
+        if old != new and old_end < end and min(old + new, default=0) >= 0:
+            key = (old, toks[old_end] if SUB_CONTEXT else -1)
+            self.subs.pop(key, None)
+            self.subs[key] = new
+            if len(self.subs) > MAX_SUBS:
+                del self.subs[next(iter(self.subs))]
+            self._index()
+
+    def _forget(self, key: tuple[tuple[int, ...], int]) -> None:
+        self.subs.pop(key, None)
+        self._index()
+
+    def _index(self) -> None:
+        self._by_first = {}
+        for (old, nxt), new in self.subs.items():
+            self._by_first.setdefault(old[0], []).append((old, nxt, new))
+
+    def _copy(self, place: int, pending: tuple[int, ...], n: int, end: int):
+        """Up to `n` tokens copied from `place` on (after the `pending` tokens of a substitution begun), with the
+        learned substitutions applied (the latest learned wins where two start alike); and a function of k: where
+        the copy goes on after its k-th token (and the substitution tokens still to come there)."""
+        toks, by_first = self.tokens, self._by_first
+        if not pending and not by_first:                 # nothing to substitute: a plain slice
+            out = toks[place:min(place + n, end)]
+            cut = next((i for i, t in enumerate(out) if t < 0), len(out))   # an image's pseudo-tokens
+            return out[:cut], lambda k: (place + k + 1, (), None)            # (runner/prompt/media.py) are no text
+        out = list(pending[:n])
+        steps: list[Step] = [(place, pending[k + 1:], None) for k in range(len(out))]
+        i = place
+        while len(out) < n and i < end and toks[i] >= 0:
+            hit = None
+            for old, nxt, new in by_first.get(toks[i], ()):
+                j = i + len(old)
+                if j < end and (nxt < 0 or toks[j] == nxt) and tuple(toks[i:j]) == old:
+                    hit = (j, new, (old, nxt))
+            if hit is None:
+                out.append(toks[i])
+                i += 1
+                steps.append((i, (), None))
+            else:
+                i, new, key = hit
+                for k, t in enumerate(new):
+                    out.append(t)
+                    steps.append((i, new[k + 1:], None if k else key))
+        return out[:n], steps.__getitem__
 
     def _latest_by_size(self, end: int) -> dict[int, int]:
         """For each n in N_MIN..N_MAX, the latest place e <= end - 1 (e >= n) right after an occurrence of the

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 import statistics
 
-from app.engine.runner.speculation.draft_policy import MAX_AGE, PRIOR_EXP, PRIOR_HIT, GuessScore, StepCosts, match_bucket
+from app.engine.runner.speculation.draft_policy import (MAX_AGE, MIN_GAIN, MIN_SAMPLES, PRIOR_EXP, PRIOR_HIT, GuessScore,
+                                                         StepCosts, match_bucket)
 from app.engine.runner.speculation.ngram_draft import NgramDrafter, NgramProposer
 import draft_replay
 
@@ -190,3 +191,58 @@ def test_the_same_edit_drafts_alike_every_time_it_is_sent():
         assert all(0.8 * typical <= n <= 1.2 * typical for n in drafted), (seed, drafted)
         assert min(drafted) >= 150, (seed, drafted)
         assert statistics.median(r.speedup for r in runs) > 1.2, (seed, [r.speedup for r in runs])
+
+
+def costs_from(table) -> StepCosts:
+    """Step costs measured from a machine whose step of r rows takes table(r) 1-row steps (every row count
+    1..49 decoded a few times, 1-row steps between)."""
+    costs = StepCosts()
+    for _ in range(MIN_SAMPLES):
+        for rows in range(2, 50):
+            costs.record(1, 0.02)
+            costs.record(rows, 0.02 * table(rows))
+    return costs
+
+
+def geometric(a: float, n: int = 32) -> list[float]:
+    """P(the first i drafted tokens all come true) for a per-token acceptance `a`."""
+    return [a ** i for i in range(1, n + 1)]
+
+
+def test_the_draft_length_is_the_one_that_pays_most_per_second_on_this_machine():
+    """The same acceptance, two machines: where a step of k rows costs about one row (a GPU), long drafts; where
+    each row costs (a CPU: 2 rows 2.4x, 16 rows 6.5x), short ones or none. The length taken is the one with the
+    most expected tokens (1 + a + a^2 + ...) per second of its step, not per step (per step the longest draft
+    would always win)."""
+    gpu = costs_from(lambda r: 1.0 + 0.01 * (r - 1))
+    cpu = costs_from(draft_replay.epyc_cost)
+
+    def per_second(costs, a, k):
+        return (1 + sum(a ** i for i in range(1, k + 1))) / costs.cost(1 + k)
+
+    for a in (0.6, 0.8, 0.9, 0.97):
+        for costs in (gpu, cpu):
+            k = costs.step(1).take(geometric(a))
+            best = max(range(33), key=lambda j: per_second(costs, a, j))
+            if k:                                                    # the best length, where drafting pays
+                assert per_second(costs, a, k) >= 0.999 * per_second(costs, a, best), (a, k, best)
+            else:                                                    # ... by MIN_GAIN over no draft
+                assert per_second(costs, a, best) < MIN_GAIN * per_second(costs, a, 0), (a, best)
+    assert gpu.step(1).take(geometric(0.6)) >= 3
+    assert gpu.step(1).take(geometric(0.9)) >= 16
+    assert cpu.step(1).take(geometric(0.6)) == 0                    # 40% wrong: never pays for its rows here
+    assert cpu.step(1).take(geometric(0.8)) == 0
+    assert 8 <= cpu.step(1).take(geometric(0.97)) <= 32
+    assert cpu.step(1).take(geometric(0.97)) <= gpu.step(1).take(geometric(0.97))
+
+
+def test_a_sequence_whose_guesses_fail_stops_drafting_and_a_long_match_resumes_it():
+    """Guesses from short matches that come true for 1 token then miss: on the CPU no draft pays; then the
+    sequence copies a long passage (its match grows): drafting starts again, long."""
+    cpu = costs_from(draft_replay.epyc_cost)
+    s = score_of(run=1, rounds=30)
+    assert cpu.step(1).take(s.chances(32)) == 0
+    s.offer(list(range(300, 400)), 3)
+    for i in range(40):
+        s.push(300 + i)
+    assert cpu.step(1).take(s.chances(32)) >= 8

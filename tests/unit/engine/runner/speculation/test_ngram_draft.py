@@ -52,3 +52,63 @@ def test_the_index_finds_what_a_scan_of_the_sequence_finds():
             drafter.push(rng.randrange(vocab) if step % 3 else drafter.tokens[rng.randrange(end)])
     images = NgramDrafter([5, 6, 7, -1, -1, 5, 6, 7, 8, -1, 5, 6, 7])    # pseudo-tokens: windows holding them match nothing
     assert images.lookup(2) == [8]
+
+
+def feed(drafter: NgramDrafter, tokens, limit: int = 8) -> list[list[int]]:
+    """Push `tokens` one by one, looking up after each as the proposer does every step: the guesses."""
+    guesses = []
+    for tok in tokens:
+        drafter.push(tok)
+        guesses.append(drafter.lookup(limit))
+    return guesses
+
+
+def test_a_renamed_name_is_learned_and_copied_renamed():
+    """A module copied with one name renamed (token 50 -> 70, before 2): once the copy resumes after the first
+    renamed place, later copies through the old name draft the new one, and go on copying after it."""
+    head, body, call = [11, 12, 13, 14], [2, 3, 4, 5, 6, 7], [20, 21, 22, 23]
+    module = head + [50] + body + call + [50] + body + [30, 31, 32, 33]
+    drafter = NgramDrafter(module + head)
+    assert drafter.lookup(3) == [50, 2, 3]                         # the old name: not known to be renamed yet
+    feed(drafter, [70] + body + call)                              # the reply renames it, copies on
+    assert drafter.subs == {((50,), 2): (70,)}
+    assert drafter.lookup(6) == [70] + body[:5]                    # the second place: drafted renamed
+    for tok in [70] + body[:5]:
+        drafter.push(tok)
+    assert drafter.lookup(4) == [body[5], 30, 31, 32]              # and the copy goes on past it
+    assert drafter.score.at >= 6                                   # one run: the renamed tokens came true
+
+
+def test_a_substitution_applies_only_before_the_same_token():
+    """A name renamed where it is called (50 before 2) is not renamed where the same token stands before
+    something else (50 before 9): text that only shares a word with the edit is copied as it was."""
+    module = [11, 12, 13, 50, 2, 3, 4, 5, 14, 15, 16, 50, 9, 8, 7, 6]
+    drafter = NgramDrafter(module + [11, 12, 13])
+    assert drafter.lookup(2) == [50, 2]
+    feed(drafter, [70, 2, 3, 4, 5, 14, 15, 16])
+    assert drafter.subs == {((50,), 2): (70,)}
+    assert drafter.lookup(3) == [50, 9, 8]
+
+
+def test_a_reply_that_leaves_the_copy_for_new_text_learns_nothing():
+    module = list(range(100, 130))
+    drafter = NgramDrafter(module + module[:5])
+    assert drafter.lookup(2) == module[5:7]
+    feed(drafter, module[5:10] + list(range(200, 230)))            # copies, then writes something else
+    assert drafter.subs == {}
+    assert drafter.lookup(4) == []
+
+
+def test_a_substitution_the_reply_does_not_repeat_is_forgotten():
+    """Renamed at the first place, kept at the second: the drafted new name missed, so later copies draft the
+    old one again."""
+    head, body, call = [11, 12, 13, 14], [2, 3, 4, 5, 6, 7], [20, 21, 22, 23]
+    module = head + [50] + body + call + [50] + body + call + [50] + body
+    drafter = NgramDrafter(module + head)
+    assert drafter.lookup(3) == [50, 2, 3]
+    feed(drafter, [70] + body + call)
+    assert drafter.lookup(2) == [70, 2]
+    feed(drafter, [50] + body)                                     # the old name kept here
+    assert drafter.subs == {}
+    feed(drafter, call)
+    assert drafter.lookup(2) == [50, 2]
