@@ -302,21 +302,23 @@ def report(results, servers, tasks, streams, args, model):
 
 
 def report_differences(results, servers, tasks, streams):
-    """Greedy replies that differ between engines (first differing character), by rep."""
+    """Greedy replies that differ from the first engine's (the first differing character of the first rep that
+    does): a near-tie decoded in another batch shape can make a reply differ; the speeds then compare other texts."""
     names = [s.name for s in servers]
     for task in tasks:
         if WORKLOADS[task][2] != 0.0:
             continue
         for k in streams:
-            runs = {n: results[(task, k, n)] for n in names}
-            for rep in range(min(len(rs) for rs in runs.values())):
-                ref = runs[names[0]][rep]["texts"][0]
-                for n in names[1:]:
-                    other = runs[n][rep]["texts"][0]
-                    if other != ref:
-                        at = next((i for i, (a, b) in enumerate(zip(ref, other)) if a != b), min(len(ref), len(other)))
-                        print(f"note: {task} x{k} rep {rep + 1}: {n}'s reply differs from {names[0]}'s at character "
-                              f"{at}: {ref[at:at + 30]!r} vs {other[at:at + 30]!r}")
+            ref_runs = results[(task, k, names[0])]
+            for n in names[1:]:
+                reps = [(i, a["texts"][0], b["texts"][0]) for i, (a, b) in enumerate(zip(ref_runs, results[(task, k, n)]))
+                        if a["texts"][0] != b["texts"][0]]
+                if reps:
+                    i, ref, other = reps[0]
+                    at = next((j for j, (x, y) in enumerate(zip(ref, other)) if x != y), min(len(ref), len(other)))
+                    print(f"note: {task} x{k}: {n}'s reply differs from {names[0]}'s in {len(reps)} of "
+                          f"{len(ref_runs)} reps (rep {i + 1}: at character {at}, {ref[at:at + 24]!r} vs "
+                          f"{other[at:at + 24]!r})")
 
 
 def report_draft_lengths(path: str):

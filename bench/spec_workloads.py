@@ -4,7 +4,7 @@ so Strata and llama-server decode the same tokens.
 
 - rename      rename a function through a ~60-line module and print it whole (the reply copies the module with a
               name changed in five places)
-- hints       add type hints to every function of a module and print it whole (copies, inserting `: int` and
+- hints       add type hints to every function of a module and print it whole (copies, inserting `: float` and
               `-> str` into every signature)
 - json        reformat a minified JSON document with 2-space indentation (the reply copies keys and values, but
               every line's whitespace is new)
@@ -14,6 +14,8 @@ so Strata and llama-server decode the same tokens.
               `+` lines)
 - extract     extract part of a function into a new function and print the whole module (copies, moves a block)
 - complete    code completion that echoes the code around it (raw completion)
+Where the small test model would otherwise not do the edit (hints, write, diff), the assistant's turn starts with
+the answer's first line(s), as an agent's prefill would: the reply then goes on the way the workload names.
 - free        a short story at temperature 0.8: text that does not repeat
 """
 from __future__ import annotations
@@ -366,6 +368,10 @@ def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+WRITE_START = ('<tool_call>\n{"name": "Write", "arguments": {"file_path": "/work/notes/cart.py", "content": "'
+               + json.dumps(CART.split("@dataclass\nclass Cart")[0])[1:-1])
+
+
 # name -> (editing workload?, prompt, temperature, max_tokens)
 WORKLOADS = {
     "rename": (True, chatml(user(
@@ -373,17 +379,19 @@ WORKLOADS = {
         "every mention) and print the whole module, nothing else:\n\n```python\n" + LEDGER + "```")), 0.0, 900),
     "hints": (True, chatml(user(
         "Add type hints to every function parameter and return value in this module. Print the whole module, "
-        "nothing else:\n\n```python\n" + SHAPES + "```")), 0.0, 700),
+        "nothing else:\n\n```python\n" + SHAPES + "```"))
+        + "```python\nimport math\n\n\ndef circle_area(radius: float) -> float:\n", 0.0, 700),
     "json": (True, chatml(user(
         "Reformat this JSON document with 2-space indentation, keeping the keys in the same order. Print only the "
         "JSON:\n\n" + json.dumps(CONFIG, separators=(",", ":")))), 0.0, 600),
     "write": (True, chatml(user(
         "In /work/notes/cart.py, change `discount` so that the coupon \"SAVE20\" takes 20% off as well as "
         "\"SAVE10\" taking 10%. Use the Write tool to write the whole new file. This is the current file:\n\n"
-        "```python\n" + CART + "```"), tools=[WRITE_TOOL]), 0.0, 900),
+        "```python\n" + CART + "```"), tools=[WRITE_TOOL]) + WRITE_START, 0.0, 900),
     "diff": (True, chatml(user(
         "Apply this diff to notes_server.py and print the whole resulting file, nothing else.\n\nnotes_server.py:\n"
-        "```python\n" + SERVER + "```\n\nThe diff:\n```diff\n" + SERVER_DIFF + "```")), 0.0, 900),
+        "```python\n" + SERVER + "```\n\nThe diff:\n```diff\n" + SERVER_DIFF + "```")) + "```python\n",
+              0.0, 900),
     "extract": (True, chatml(user(
         "Extract the checks at the start of process_order into a new function validate_order(order, inventory) "
         "defined just above process_order, call it from process_order, and print the whole module, nothing "

@@ -4,9 +4,13 @@ A reply that repeats its prompt (an edited file printed whole, code completion e
 summary quoting its source) or itself can be guessed several tokens ahead: find the most recent earlier place where
 the last n tokens (prompt + reply so far) occurred, and propose what followed them there (llama.cpp's prompt
 lookup, `common_ngram_simple_draft` in common/ngram-map.cpp, looks for one n-gram size; here the longest of
-N_MIN..N_MAX that matches wins). The step executor verifies the proposal in one decode with the pending token
-(step_executor.py, `_sample`): every token is still sampled from the model, so a wrong draft costs batch rows,
-never a different reply.
+N_MIN..N_MAX that matches wins). A reply that edits what it copies (renames a function through the module it
+prints, changes a literal) leaves the copy at the edit and resumes it a few tokens later: what it wrote instead of
+what it skipped is learned as a substitution, and later guesses copy through it (the renamed name where the old
+one stood, the copy going on after it), so one edit repeated through a file breaks the copy once, not at every
+place. A wrong substitution (the reply kept the old tokens there) is forgotten. The step executor verifies the
+proposal in one decode with the pending token (step_executor.py, `_sample`): every token is still sampled from the
+model, so a wrong draft costs batch rows, never a different reply.
 
 How many of the proposed tokens are decoded is draft_policy.py's call (measured step costs against how far this
 sequence's guesses came true, scored here on every guess, drafted or not). Context thread only.
@@ -31,6 +35,7 @@ MATCH_MAX = 96               # a match is measured back this far at most (draft_
 RESUME = 8                   # how far from where the last copy would be by now an occurrence still continues it
 SUB_MAX = 8                  # the longest side of a substitution learned from an edit (tokens)
 MAX_SUBS = 16                # substitutions kept per sequence (the latest win)
+RESUME_CREDIT = True         # a copy resumed after an edit keeps the length it had reached (its odds are a long copy's)
 SUB_CONTEXT = True           # a substitution applies only where the token after it is the one it was learned before
 
 # where a copy goes on after a guessed token: the place, the tokens of a substitution still to come there, and the
@@ -70,6 +75,7 @@ class NgramDrafter:
         # substitution still to come there), and len(tokens) when it was made; None after a guess of nothing
         self._last: tuple[list[int], Callable[[int], Step], int] | None = None
         self._break: tuple[int, int] | None = None      # (the place the copy expected, position the reply left it)
+        self._run = 0                                   # how long the copy being made has gone on (through edits)
         self.subs: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}   # (old tokens, the token after) -> new
         self._by_first: dict[int, list[tuple[tuple[int, ...], int, tuple[int, ...]]]] = {}   # subs by old[0]
         self._prompt = np.fromiter(self.tokens, dtype=np.int64, count=len(self.tokens))
@@ -109,6 +115,7 @@ class NgramDrafter:
         toks = self.tokens
         end = len(toks)
         place, pending = self._follow(end)
+        followed = place >= 0
         if place < 0:
             if end <= N_MIN:
                 return [], 0
@@ -124,11 +131,16 @@ class NgramDrafter:
         match = 0
         while match < MATCH_MAX and place - match > 0 and toks[place - match - 1] == toks[end - match - 1]:
             match += 1
-        if self._break is not None:
-            self._learn(place, match, end)
+        if followed:
+            run = self._run                      # followed: the same copy goes on
+        elif self._break is not None and self._learn(place, match, end):
+            run = max(match, self._run if RESUME_CREDIT else 0)     # resumed after an edit
+        else:
+            run = match
+        self._run = run = min(max(run, match, N_MIN), MATCH_MAX)
         out, after = self._copy(place, pending, limit + 1, end)
         self._last = (out, after, end)
-        return out[:limit], max(match, N_MIN)
+        return out[:limit], run
 
     def _follow(self, end: int) -> tuple[int, tuple[int, ...]]:
         """Where the copy goes on from (and the tokens of a substitution still to come there) when every token
@@ -145,36 +157,39 @@ class NgramDrafter:
         j = next((i for i in range(d) if toks[at + i] != out[i]), d)
         if j == d:
             self._break = None
+            self._run += d
             return after(d - 1)[:2]
         sub = after(j)[2]
         if sub is not None and toks[at + j] == sub[0][0]:
             self._forget(sub)                    # the reply kept the old tokens there: not a rename after all
         expected, rest, _ = after(j - 1) if j else (self.copied[0] if self.copied else -1, (), None)
         self._break = (expected, at + j) if expected >= 0 and not rest else None
+        self._run += j
         return -1, ()
 
-    def _learn(self, place: int, match: int, end: int) -> None:
+    def _learn(self, place: int, match: int, end: int) -> bool:
         """The copy resumed at `place` (its last `match` tokens agreeing) a few tokens after the reply broke off it:
         what the reply wrote instead of what it skipped is a substitution (a renamed name, a changed literal) that
-        later copies apply where the same tokens come, followed by the same token."""
+        later copies apply where the same tokens come, followed by the same token. True if it resumed so."""
         assert self._break is not None
         expected, left = self._break
         old_end, new_end = place - match, end - match
         if end - left > 2 * SUB_MAX + N_MAX or new_end - left > SUB_MAX:
             self._break = None                   # too long ago, or too much written: not an edit of the copy
-            return
-        if match < N_MIN or not 0 < old_end - expected <= SUB_MAX or new_end < left:
-            return
+            return False
+        if match < N_MIN or not 0 <= old_end - expected <= SUB_MAX or new_end < left:
+            return False
         self._break = None
         toks = self.tokens
         old, new = tuple(toks[expected:old_end]), tuple(toks[left:new_end])
-        if old != new and old_end < end and min(old + new, default=0) >= 0:
+        if old and old != new and old_end < end and min(old + new, default=0) >= 0:
             key = (old, toks[old_end] if SUB_CONTEXT else -1)
             self.subs.pop(key, None)
             self.subs[key] = new
             if len(self.subs) > MAX_SUBS:
                 del self.subs[next(iter(self.subs))]
             self._index()
+        return True
 
     def _forget(self, key: tuple[tuple[int, ...], int]) -> None:
         self.subs.pop(key, None)
