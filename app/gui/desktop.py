@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from PySide6.QtCore import QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPixmap
@@ -18,7 +17,7 @@ from app.gui.chat.history import ChatHistory
 from app.gui.common.app_actions import AppActions
 from app.gui.common.bridge import ServiceBridge
 from app.gui.common.state import ServiceState
-from app.gui.common.theme import apply_theme, style_sheet, system_is_dark
+from app.gui.common.theme import RESOURCES, apply_theme, style_sheet, system_is_dark
 from app.gui.memory.memory_window import MemoryWindow
 from app.gui.models.agent_launch import AgentLaunchDialog
 from app.gui.models.model_manager import ModelManagerWindow
@@ -26,7 +25,6 @@ from app.gui.server.server_window import ServerWindow
 from app.gui.settings_dialog import RESTART_NOTE, SettingsDialog
 from app.gui.tray import TrayController
 
-RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 
 
 def app_icon() -> QIcon:

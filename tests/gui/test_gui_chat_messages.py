@@ -276,6 +276,7 @@ def test_the_theme_follows_the_system_light_or_dark(qtbot, desk):
             .background().color().name()
 
     light = code_background()
+    assert "QWidget" in style_sheet(dark=False) and "QWidget" in style_sheet(dark=True)   # the files were found
     try:
         desk.follow_system_theme(dark=True)
         assert app.styleSheet() == style_sheet(dark=True) and palette_is_dark()

@@ -9,7 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory
 
-RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+# the repository's (or the frozen bundle's) resources/, beside app/: this file is app/gui/common/theme.py
+RESOURCES = Path(__file__).resolve().parents[3] / "resources"
 
 
 def system_is_dark() -> bool:
