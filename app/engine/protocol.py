@@ -21,7 +21,8 @@ class SamplingParams:
     top_p: float = 0.9
     min_p: float = 0.0
     typical_p: float = 1.0
-    repeat_penalty: float = 1.1
+    repeat_penalty: float = 1.0        # off, as Ollama's and llama.cpp's defaults: a model that wants one sets
+                                       # it (a Modelfile PARAMETER, the GGUF's general.sampling.penalty_repeat)
     repeat_last_n: int = 64
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

@@ -37,4 +37,4 @@ def test_request_over_modelfile_over_publisher_over_engine():
     view = sampling_view({"top_k": 5}, pub)
     assert view["temperature"] == {"value": 0.6, "source": "gguf"}
     assert view["top_k"] == {"value": 5, "source": "modelfile"}
-    assert view["repeat_penalty"] == {"value": 1.1, "source": "default"} and "seed" not in view
+    assert view["repeat_penalty"] == {"value": 1.0, "source": "default"} and "seed" not in view
