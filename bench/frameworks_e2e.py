@@ -44,6 +44,12 @@ HERE = ROOT / "bench" / "frameworks"
 CACHE = Path(os.environ.get("STRATA_FRAMEWORKS_CACHE", Path.home() / ".cache" / "strata-frameworks"))
 MODEL = "qwen2.5-coder:0.5b"
 EXAMPLES = ("smol", "loop_openai", "ollama_required", "ollama_generate")
+# the imported model's Modelfile: temperature 0 and a repeat penalty of 1.1, what these examples ran under before
+# the default became 1.0 (off), as Ollama's remedy for a model that wants a penalty: a per-model parameter (Qwen
+# recommends one for Qwen2.5, 1.05 per ollama/ollama 6a261db7d; the GGUF carries no general.sampling.*). At 1.0
+# this model wrote ollama_generate's second step as getWeather calls one after another (8 and more, until the
+# probe's max_tokens 300 cut it)
+PARAMETERS = {"temperature": 0, "repeat_penalty": 1.1}
 
 
 def npm_ready() -> Path:
@@ -75,7 +81,7 @@ def start_service(home: Path, model_file: Path, log_path: Path) -> tuple[subproc
             break
         except OSError:
             time.sleep(0.3)
-    for path, body in (("/api/create", {"model": MODEL, "from": str(model_file), "parameters": {"temperature": 0},
+    for path, body in (("/api/create", {"model": MODEL, "from": str(model_file), "parameters": PARAMETERS,
                                         "stream": False}),
                        ("/api/generate", {"model": MODEL, "stream": False})):
         req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST")

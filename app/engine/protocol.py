@@ -60,6 +60,9 @@ class GenerateRequest:
                                             # think_budget option / PARAMETER); None: none, unless think_effort
     think_effort: str | None = None         # minimal / low / medium / high: a budget from the reply's room
                                             # (runner/sampling/think_budget.effort_budget), when think_budget is None
+    bar_calls: bool = False                 # the reply opens with text: neither its end nor a tool call (the second
+                                            # try of a reply that only repeated the last round's calls:
+                                            # service/generation/repeat_guard.py, runner/sampling/answer_hold.py)
     suffix: str | None = None               # fill-in-the-middle: prompt is the prefix
     context: list[int] | None = None        # token ids to put before the prompt (Ollama /api/generate `context`)
     want_context: bool = True               # the DoneEvent carries context_tokens (prompt + reply): Ollama's generate

@@ -18,7 +18,7 @@ import math
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import AsyncGenerator, AsyncIterator
 
 from app.engine.gguf.chat_facts import ChatFacts
@@ -31,7 +31,7 @@ from ..http import request_log
 from ..http.errors import ApiError, ContextLengthError
 from ..http.metrics import Metrics
 from .keep_alive import DEFAULT, KeepAlive
-from . import chat_features, images
+from . import chat_features, images, repeat_guard
 from .gotemplate import TemplateError, render as render_template
 from .host import HostLease, ModelEntry, ModelHost
 from .options import RequestOptions, parse_ollama_options
@@ -270,33 +270,54 @@ class Generation:
                 yield ev
 
     async def events(self) -> AsyncIterator[Event]:
-        """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails."""
+        """TextDelta events, then one Finished. Raises ApiError when the runner refuses or fails. A reply that
+        only repeats the last round's calls is asked for once more, as an answer (repeat_guard)."""
         name = self.job.model
-        plan = self.job.runner_request.plan
-        reader = (chat_features.ReplyReader(self.job.request, plan, self.job.call_pieces)
-                  if self.job.parse_reply and plan else None)
+        guard = repeat_guard.for_job(self.job)
         await self.start()
         try:
-            async for ev in self._runner_events():
-                out = self._translate(ev)
-                if isinstance(out, PromptProgress):      # not output: past the reply's parser, to the log
-                    self.result.add(out)
-                    request_log.note_progress(out)
-                    yield out
-                    continue
-                if reader is None:
-                    events = [out]
-                elif isinstance(out, TextDelta):
-                    events = reader.feed(out)
-                else:                            # Finished: what the parser still holds comes first
-                    events = reader.finish() + [out]
-                for e in events:
-                    self.result.add(e)
+            async for e in self._reply(guard):
+                yield e
+            if guard is not None and guard.retry:
+                await self.close()
+                log.info("%s: the reply only repeated the last round's calls; asked again for an answer", name)
+                self.job.runner_request = replace(self.job.runner_request, id=new_id(), bar_calls=True,
+                                                  render_tools=False)
+                self._started = False
+                await self.start()
+                async for e in self._reply(None):
                     yield e
         except RunnerError as e:
             raise runner_error(e, name) from None
         finally:
             await self.close()
+
+    async def _reply(self, guard: repeat_guard.RepeatGuard | None) -> AsyncIterator[Event]:
+        """The runner's events for the request sent, through the reply's parser (and `guard`: it may end the
+        reply early, with guard.retry set)."""
+        plan = self.job.runner_request.plan
+        reader = (chat_features.ReplyReader(self.job.request, plan, self.job.call_pieces)
+                  if self.job.parse_reply and plan else None)
+        async for ev in self._runner_events():
+            out = self._translate(ev)
+            if isinstance(out, PromptProgress):      # not output: past the reply's parser, to the log
+                self.result.add(out)
+                request_log.note_progress(out)
+                yield out
+                continue
+            if reader is None:
+                events = [out]
+            elif isinstance(out, TextDelta):
+                events = reader.feed(out)
+            else:                            # Finished: what the parser still holds comes first
+                events = reader.finish() + [out]
+            if guard is not None:
+                events = guard.pass_on(events)
+                if guard.retry:
+                    return
+            for e in events:
+                self.result.add(e)
+                yield e
 
     def _translate(self, ev) -> Event:
         if isinstance(ev, protocol.PromptProgress):

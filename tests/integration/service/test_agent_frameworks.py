@@ -1,5 +1,6 @@
-"""Agent frameworks on a live server, Qwen2.5-Coder-0.5B at temperature 0 (the imported model's Modelfile parameter,
-so no example is changed to ask for it), each through its documented path for a local server:
+"""Agent frameworks on a live server, Qwen2.5-Coder-0.5B at temperature 0 and repeat penalty 1.1 (the imported
+model's Modelfile parameters, so no example is changed to ask for them), each through its documented path for a
+local server:
 
 - smolagents 1.26.0 + litellm 1.110.2 (test extras of pyproject.toml), live: the ToolCallingAgent of smolagents'
   examples/agent_from_any_llm.py with LiteLLMModel("ollama_chat/..."), which talks Ollama's /api/chat and drops
@@ -14,7 +15,9 @@ so no example is changed to ask for it), each through its documented path for a 
   JSON as text (the ToolLoopAgent's last step answered `>{"name": "convertFahrenheitToCelsius", ...}` as its final
   text: '>{"' is one Qwen token, picked under the repeat penalty), and the same calls streamed or not.
   ollama-ai-provider-v2 sends the AI SDK's toolChoice as `tool_choice` on /api/chat (Ollama ignores it): "required"
-  is honoured, so a step where the model would have ended with an empty reply makes a call.
+  is honoured, so a step where the model would have ended with an empty reply makes a call. Its README's
+  generateText asked for the same getWeather call again after its result on every step (no answer when stopWhen
+  ended the run): a reply that only repeats the last round's calls is asked for again as an answer.
 
 The model file comes from `make test-models`; without it these tests skip, and in CI they fail.
 """
@@ -33,13 +36,15 @@ pytestmark = pytest.mark.timeout(1200)
 
 MODEL = "qwen2.5-coder:0.5b"               # the name the recorded requests carry
 RECORDED = FIXTURES / "frameworks"
+# temperature 0 and a repeat penalty as a per-model parameter (why: bench/frameworks_e2e.PARAMETERS)
+PARAMETERS = {"temperature": 0, "repeat_penalty": 1.1}
 
 
 @pytest.fixture(scope="module")
 def server(live_service, qwen_coder_path):
     svc = live_service(num_ctx=8192, num_parallel=1, keep_alive="10m", max_body=1024 * 1024)
     with httpx.Client(base_url=svc.url, timeout=300) as c:
-        r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "parameters": {"temperature": 0},
+        r = c.post("/api/create", json={"model": MODEL, "from": str(qwen_coder_path), "parameters": PARAMETERS,
                                         "stream": False})
         assert r.status_code == 200, r.text
         c.post("/api/generate", json={"model": MODEL}).raise_for_status()
@@ -171,3 +176,34 @@ def test_ai_sdk_ollama_required_is_honoured_where_the_model_would_stop(server):
         # the provider's named choice, {"type": "function", "name"}, calls that tool
         calls, _ = ask(c, "/api/chat", {**body, "tool_choice": {"type": "function", "name": "convertFahrenheitToCelsius"}})
         assert [n for n, _ in calls] == ["convertFahrenheitToCelsius"]
+
+
+def as_openai(body: dict) -> dict:
+    """An /api/chat body as /v1/chat/completions takes it (the same conversation: call arguments as JSON text)."""
+    b = json.loads(json.dumps(body))
+    for m in b["messages"]:
+        for t in m.get("tool_calls") or ():
+            t["function"]["arguments"] = json.dumps(t["function"]["arguments"])
+    b.pop("think", None)
+    return b
+
+
+def test_ai_sdk_a_reply_that_repeats_the_last_round_is_asked_again_as_an_answer(server):
+    """ollama-ai-provider-v2's README generateText, its second step (getWeather's result back): the model asked for
+    the same getWeather call again (with the result in front of it), on every step until stopWhen ended the run
+    without an answer. That reply is now asked for once more as an answer (service/generation/repeat_guard.py):
+    the model's own text, on both dialects, streamed (the call held back while it could still be the repeat) or
+    not. With `answer_after_tools` off, the repeat comes back as before."""
+    body = recorded("ai-sdk-ollama-generate.json")[1]["body"]
+    repeat = ("getWeather", {"location": "San Francisco", "unit": "celsius"})
+    with httpx.Client(base_url=server.url, timeout=600) as c:
+        off, _ = ask(c, "/api/chat", {**body, "options": {"answer_after_tools": False}})
+        assert off == [repeat], off
+        calls, content = ask(c, "/api/chat", body)
+        check_calls(body, calls, content)
+        assert not calls and content.strip(), (calls, content)
+        s_calls, s_content = ask_streamed(c, "/api/chat", body)
+        assert not s_calls and s_content.strip(), (s_calls, s_content)
+        o_calls, o_content = ask_streamed(c, "/v1/chat/completions", as_openai(body))
+        check_calls(body, o_calls, o_content)
+        assert not o_calls and o_content.strip(), (o_calls, o_content)

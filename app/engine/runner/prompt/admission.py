@@ -29,7 +29,7 @@ from app.engine.runner.embedding.embeddings import tokenize
 from app.engine.runner.output.text import MAX_TOP_LOGPROBS, Detokenizer, StopBytes, StopMatcher, Vocab
 from app.engine.runner.prompt import chat_template, context_fit
 from app.engine.runner.prompt.prefix_tokens import PrefixTokens
-from app.engine.runner.sampling import chain as sampling, grammar, think_budget, tool_grammar
+from app.engine.runner.sampling import answer_hold, chain as sampling, grammar, think_budget, tool_grammar
 from app.engine.runner.sampling.constrained import SeqSampler
 from app.engine.runner.sampling.greedy import greedy_pick
 from app.engine.runner.sequence import N_KEEP, Seq
@@ -130,9 +130,19 @@ class Admission:
             adm.sampler.budget = think_budget.ThinkBudget(budget, family, close,
                                                           self.vocab_out.piece, bool(self.thinking_prefix(text)))
             adm.think_budget = budget
+        if req.bar_calls and chat:
+            adm.sampler.hold = self.answer_hold(family)
         stops = list(req.stop) + (self.turn_stops if chat else [])
         seq.out.stop = StopMatcher(stops)
         adm.stop_bytes = StopBytes(stops) if any(stops) else None
+
+    def answer_hold(self, family: str) -> answer_hold.AnswerHold:
+        """`bar_calls` (answer_hold.py): the reply opens with text, neither its end (or another control token) nor
+        a call's start; a thinking block may still open it."""
+        think = [t for t in map(self._special_id, format_for(family).think or ()) if t is not None]
+        barred = np.setdiff1d(np.union1d(answer_hold.end_tokens(self.vocab, self.n_vocab),
+                                         answer_hold.call_start_tokens(self.vocab, self.n_vocab)), think)
+        return answer_hold.AnswerHold(barred, barred, self.vocab_out.piece)
 
     def explain(self, seq: Seq, req, text: str, toks: list[int]) -> dict | None:
         """The prompt's anatomy and how it compares with this runner's earlier prompts (cache/explain.py); None

@@ -83,6 +83,7 @@ class SeqSampler:
         self.search_from = 0
         self.bare = True                    # a bare `{"name"` call (maybe in a ```json fence) may still start the reply
         self.budget = None                  # a think_budget.ThinkBudget, set by admission
+        self.hold = None                    # an answer_hold.AnswerHold (bar_calls), set by admission
         self._cur: np.ndarray | None = None  # numpy llama_token_data[n_vocab], made when a grammar is in force
         self._one = L.llama_token_data()
         self._one_arr = L.llama_token_data_array(data=ctypes.pointer(self._one), size=1, selected=-1, sorted=False)
@@ -118,7 +119,10 @@ class SeqSampler:
 
     def _sample(self, ctx, row: int) -> int:
         if self.grammar is None:
-            if self.greedy is not None:
+            if self.hold is not None and self.hold.active:
+                tok = self._held(ctx, row, self.hold)
+                self._accept(tok)
+            elif self.greedy is not None:
                 tok = self.greedy.pick(self._logits(ctx, row))
                 self._accept(tok)
             else:
@@ -134,6 +138,20 @@ class SeqSampler:
                 raise GrammarStuck(f"the {self.label} grammar admits no token the sampler can pick here")
         L.llama_sampler_accept(self.grammar, tok)
         self._accept(tok)
+        return tok
+
+    def _held(self, ctx, row: int, hold) -> int:
+        """The pick while the reply has said nothing yet (answer_hold): the model's own, unless the hold refuses it
+        (the end of the reply; barred, a call's start): then the best of the tokens it does not mask."""
+        logits = self._logits(ctx, row)
+        tok = self.greedy.pick(logits) if self.greedy is not None else self._pick(logits, False)
+        if hold.refuses(tok):
+            kept = hold.mask(logits)
+            try:
+                tok = self.greedy.pick(logits) if self.greedy is not None else self._pick(logits, False)
+            finally:
+                hold.unmask(logits, kept)
+        hold.seen(tok)
         return tok
 
     def _accept(self, tok: int) -> None:

@@ -1,0 +1,126 @@
+"""A reply that only repeats the last round's calls is written again, as an answer.
+
+An agent loop runs whatever calls a reply brings and asks again; it ends when a reply brings none, and takes that
+reply's text as the answer. A small model that has just got its tool results often asks for the very same calls
+again (Qwen2.5-Coder-0.5B at temperature 0 on ollama-ai-provider-v2's README example: `getWeather({"location":
+"San Francisco", "unit": "celsius"})` again on every step until `stopWhen` ended the run, with no answer), and at
+temperature 0 the same prompt gives the same reply each time, so the loop never ends by itself. The rule (the
+`answer_after_tools` option, on by default; docs: README "Tool loops"): when the conversation ends with the results
+of the last assistant turn's calls and the new reply consists only of calls that repeat those, each with the same
+name and the same arguments in the same order (and nothing but whitespace besides), that reply is dropped and the
+model is asked once more for its answer: the prompt without the tools' descriptions (as for `tool_choice: "none"`;
+the reply is still read for calls) and the reply opening with text (GenerateRequest.bar_calls:
+runner/sampling/answer_hold.py). Calls repeated from earlier turns are not touched: an agent that runs its tests,
+edits a file and runs the same tests again is doing its work.
+
+Streamed, nothing of the reply is held back unless it can still be such a repeat: whitespace, and the pieces of
+a call while its name is one of the last round's and its arguments so far begin the same JSON text (pieces are
+written as json.dumps spells them: toolcalls/jsonscan.py). Anything else sends what was held and ends the watch.
+"""
+from __future__ import annotations
+
+import json
+
+from app.engine.chat.plan import EITHER
+
+from .result import Finished, TextDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
+
+RETRY = object()        # push()'s answer when the reply is only repeated calls: write it again (pass_on: `retry`)
+
+
+def spelled(arguments) -> str:
+    """A call's arguments as the reply's pieces spell them (an OpenAI wire string parsed first)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def last_round(messages: list[dict] | None) -> set[tuple[str, str]]:
+    """The calls of the last assistant message, when every message after it is a tool result: {(name,
+    arguments spelled)}; empty otherwise."""
+    if not messages:
+        return set()
+    i = len(messages) - 1
+    while i >= 0 and isinstance(messages[i], dict) and messages[i].get("role") == "tool":
+        i -= 1
+    if i == len(messages) - 1 or i < 0 or not isinstance(messages[i], dict) or messages[i].get("role") != "assistant":
+        return set()
+    out = set()
+    for call in messages[i].get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out.add((fn["name"], spelled(fn.get("arguments") or {})))
+    return out
+
+
+class RepeatGuard:
+    """Watches a reply's events from its start (push): holds them while the reply can still be only repeats of
+    `repeats`, and answers RETRY at its end if it was."""
+
+    def __init__(self, repeats: set[tuple[str, str]]):
+        self.repeats = repeats
+        self.names = {name for name, _ in repeats}
+        self.watching = bool(repeats)
+        self.held: list = []
+        self.repeated = 0                       # complete calls held, each a repeat
+        self.args: dict[int, tuple[str, str]] = {}   # a call being streamed: index -> (name, arguments so far)
+        self.retry = False
+
+    def pass_on(self, events: list) -> list:
+        """What of `events` goes to the client now; [] and `retry` set once the reply was only repeats."""
+        out: list = []
+        for ev in events:
+            got = self.push(ev)
+            if got is RETRY:
+                self.retry = True
+                return []
+            out += got
+        return out
+
+    def push(self, ev):
+        """The events to pass on now (a list), or RETRY."""
+        if not self.watching:
+            return [ev]
+        if isinstance(ev, Finished):
+            if self.repeated and not self.args:
+                return RETRY
+            return self._release(ev)
+        if isinstance(ev, TextDelta) and not ev.text.strip():
+            return self._hold(ev)
+        if isinstance(ev, ToolCallStart) and ev.name in self.names:
+            self.args[ev.index] = (ev.name, "")
+            return self._hold(ev)
+        if isinstance(ev, ToolCallArguments) and ev.index in self.args:
+            name, text = self.args[ev.index]
+            text += ev.text
+            self.args[ev.index] = (name, text)
+            if any(n == name and a.startswith(text) for n, a in self.repeats):
+                return self._hold(ev)
+        elif isinstance(ev, ToolCallEvent) and (ev.name, spelled(ev.arguments)) in self.repeats:
+            self.args.pop(ev.index, None)
+            self.repeated += 1
+            return self._hold(ev)
+        return self._release(ev)
+
+    def _hold(self, ev) -> list:
+        self.held.append(ev)
+        return []
+
+    def _release(self, ev) -> list:
+        out, self.held, self.watching = self.held + [ev], [], False
+        return out
+
+
+def for_job(job) -> RepeatGuard | None:
+    """The guard for a generation (pipeline.Job), or None: the rule is off (`answer_after_tools` false), the
+    reply is not read for calls, calls are forced or off or share the reply with a format, or the conversation
+    does not end with the last round's results."""
+    plan = job.runner_request.plan
+    if not getattr(job.options, "answer_after_tools", False) or not job.parse_reply or plan is None \
+            or not plan.tools or plan.tool_choice != "auto" or plan.grammar == EITHER:
+        return None                 # (beside a format, a grammar shapes the reply from its first token)
+    repeats = last_round(job.request.messages)
+    return RepeatGuard(repeats) if repeats else None

@@ -1,0 +1,104 @@
+"""A reply that only repeats the last round's calls is written again (service/generation/repeat_guard.py): which
+calls count as the last round's, what the guard holds back while a streamed reply can still be such a repeat, and
+that anything else passes untouched. Live, on Qwen2.5-Coder-0.5B: tests/integration/service/test_agent_frameworks.py."""
+from __future__ import annotations
+
+from app.service.generation.repeat_guard import RETRY, RepeatGuard, last_round, spelled
+from app.service.generation.result import Finished, TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, \
+    ToolCallStart
+
+WEATHER = {"location": "San Francisco", "unit": "celsius"}
+
+
+def call(name, args, cid="c1"):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def convo(*tail):
+    return [{"role": "user", "content": "weather?"}, *tail]
+
+
+END = Finished("stop", 10, 5, 0.1, 0.1)
+
+
+def run(guard: RepeatGuard, events: list):
+    out = []
+    for ev in events:
+        got = guard.push(ev)
+        if got is RETRY:
+            return RETRY
+        out += got
+    return out
+
+
+def test_the_last_round_is_the_last_assistant_turn_answered_by_everything_after_it():
+    answered = convo({"role": "assistant", "content": "", "tool_calls": [call("getWeather", WEATHER)]},
+                     {"role": "tool", "content": "{\"temp\": 18}", "tool_call_id": "c1"})
+    assert last_round(answered) == {("getWeather", spelled(WEATHER))}
+    # OpenAI's wire string is read as the object it spells
+    wire = convo({"role": "assistant", "tool_calls": [call("getWeather", '{"location":"San Francisco","unit":"celsius"}')]},
+                 {"role": "tool", "content": "18", "tool_call_id": "c1"})
+    assert last_round(wire) == last_round(answered)
+    assert last_round(answered + [{"role": "user", "content": "again?"}]) == set()       # a new question
+    assert last_round(convo()) == set() and last_round(None) == set()
+    assert last_round(convo({"role": "assistant", "content": "hi"}, {"role": "tool", "content": "x"})) == set()
+    older = answered + [{"role": "assistant", "content": "", "tool_calls": [call("other", {}, "c2")]},
+                        {"role": "tool", "content": "ok", "tool_call_id": "c2"}]
+    assert last_round(older) == {("other", "{}")}           # only the last round, not every earlier call
+
+
+def test_a_reply_of_only_repeats_is_written_again():
+    g = RepeatGuard({("getWeather", spelled(WEATHER))})
+    assert run(g, [TextDelta("\n"), ToolCallEvent(0, "x", "getWeather", dict(WEATHER)), END]) is RETRY
+    # streamed in pieces, in json.dumps' spelling
+    g = RepeatGuard({("getWeather", spelled(WEATHER))})
+    text = spelled(WEATHER)
+    pieces = [ToolCallStart(0, "x", "getWeather"), ToolCallArguments(0, text[:10]), ToolCallArguments(0, text[10:]),
+              ToolCallEvent(0, "x", "getWeather", dict(WEATHER)), END]
+    assert run(g, pieces) is RETRY
+    g = RepeatGuard({("getWeather", spelled(WEATHER))})         # as the pipeline asks: batch by batch
+    assert g.pass_on(pieces[:2]) == [] and not g.retry
+    assert g.pass_on(pieces[2:]) == [] and g.retry
+
+
+def test_anything_else_passes_as_it_comes():
+    rep = {("getWeather", spelled(WEATHER))}
+    other = {"location": "Paris", "unit": "celsius"}
+    for events in ([TextDelta("It is 18 degrees."), END],
+                   [ToolCallEvent(0, "x", "getWeather", other), END],
+                   [ToolCallEvent(0, "x", "getWeather", dict(WEATHER)), ToolCallEvent(1, "y", "getWeather", other), END],
+                   [ToolCallEvent(0, "x", "getWeather", dict(WEATHER)), TextDelta(" Done."), END],
+                   [ThinkingDelta("hmm"), ToolCallEvent(0, "x", "getWeather", dict(WEATHER)), END],
+                   [TextDelta(" "), END]):                       # nothing at all: not a repeat (answer_hold's case)
+        assert run(RepeatGuard(set(rep)), events) == events, events
+    # the same arguments in another order are not the same call written again
+    swapped = {"unit": "celsius", "location": "San Francisco"}
+    assert run(RepeatGuard(set(rep)), [ToolCallEvent(0, "x", "getWeather", swapped), END]) != RETRY
+
+
+def test_streamed_pieces_are_held_only_while_they_can_still_be_a_repeat():
+    g = RepeatGuard({("getWeather", spelled(WEATHER))})
+    assert g.push(TextDelta("\n")) == []
+    assert g.push(ToolCallStart(0, "x", "getWeather")) == []
+    assert g.push(ToolCallArguments(0, '{"location": "San')) == []
+    diverged = ToolCallArguments(0, ' Jose"')
+    assert g.push(diverged) == [TextDelta("\n"), ToolCallStart(0, "x", "getWeather"),
+                                ToolCallArguments(0, '{"location": "San'), diverged]
+    assert g.push(END) == [END]                             # the watch is over
+    g = RepeatGuard({("getWeather", spelled(WEATHER))})
+    start = ToolCallStart(0, "x", "convert")                # a tool the last round did not call: sent at once
+    assert g.push(start) == [start]
+
+
+def test_the_rule_is_an_option_and_a_modelfile_parameter():
+    import pytest
+    from app.service.generation.options import parse_ollama_options
+    from app.service.http.errors import ApiError
+    from app.service.store.modelfile import parse_param_value
+
+    assert parse_ollama_options({}).answer_after_tools is True
+    assert parse_ollama_options({}, {"answer_after_tools": False}).answer_after_tools is False      # PARAMETER
+    assert parse_ollama_options({"answer_after_tools": True}, {"answer_after_tools": False}).answer_after_tools
+    with pytest.raises(ApiError, match="answer_after_tools"):
+        parse_ollama_options({"answer_after_tools": "yes"})
+    assert parse_param_value("answer_after_tools", "false") is False
