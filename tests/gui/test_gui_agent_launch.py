@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
 import httpx
 import pytest
@@ -79,6 +80,22 @@ python3 -c 'import os, urllib.request; urllib.request.urlopen(urllib.request.Req
 """
 
 
+def press(qtbot, button: QPushButton) -> None:
+    """Clicks `button` as a person does: on Qt's xcb platform (tests/gui/test_gui_xvfb.py runs this file under Xvfb)
+    with the pointer, through the X server (xdotool moves it onto the button and clicks: XTEST, as from a mouse);
+    offscreen, where there is no X server, with QTest."""
+    if QGuiApplication.platformName() != "xcb":
+        QTest.mouseClick(button, Qt.LeftButton)
+        return
+    window = button.window()
+    window.raise_()
+    qtbot.waitExposed(window)
+    qtbot.waitUntil(lambda: button.isVisible() and button.isEnabled(), timeout=SHORT)
+    centre = button.mapToGlobal(button.rect().center())
+    subprocess.run(["xdotool", "mousemove", "--sync", str(centre.x()), str(centre.y()), "click", "1"], check=True,
+                   timeout=60)
+
+
 @pytest.fixture()
 def stand_ins(tmp_path, monkeypatch):
     bindir, rec, project = tmp_path / "bin", tmp_path / "rec", tmp_path / "my project"
@@ -97,7 +114,8 @@ def test_open_in_terminal_starts_the_agent_in_the_chosen_folder(qtbot, service, 
     from app.gui.desktop import Desktop
 
     rec, project = stand_ins
-    # offscreen here; tests/gui/test_gui_xvfb.py runs this same test on xcb under Xvfb
+    # offscreen here (clicked with QTest); tests/gui/test_gui_xvfb.py runs this same test on xcb under Xvfb (clicked
+    # through the X server)
     assert QGuiApplication.platformName() == os.environ.get("QT_QPA_PLATFORM", "offscreen")
     d = Desktop(service.url, use_tray=False, poll_ms=300)
     qtbot.addWidget(d.chat)
@@ -115,7 +133,7 @@ def test_open_in_terminal_starts_the_agent_in_the_chosen_folder(qtbot, service, 
         assert not dlg.findChild(QLabel, "install:claude").isVisibleTo(dlg)
         assert dlg.findChild(QLabel, "install:crush").isVisibleTo(dlg)     # never on this PATH
         dlg.folder.setText(str(project))
-        QTest.mouseClick(dlg.findChild(QPushButton, "open:claude"), Qt.LeftButton)
+        press(qtbot, dlg.findChild(QPushButton, "open:claude"))
         qtbot.waitUntil(lambda: (rec / "claude.json").exists(), timeout=WAIT)
         term = json.loads((rec / "terminal.json").read_text())
         assert term["cwd"] == str(project) and term["argv"][:3] == ["-e", "sh", "-c"]

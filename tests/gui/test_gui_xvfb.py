@@ -159,7 +159,8 @@ def test_strata_gui_under_x_every_window_by_keyboard_and_quit_from_the_last(disp
 def test_open_in_terminal_under_x(display):
     """Models -> Launch a coding agent -> Open in terminal, on Qt's xcb platform against this Xvfb: the offscreen
     test (a stand-in terminal that records its argv and runs the command, a stand-in agent that records what
-    `strata launch` gave it) run again with QT_QPA_PLATFORM=xcb and this DISPLAY; it checks Qt's platform itself."""
+    `strata launch` gave it) run again with QT_QPA_PLATFORM=xcb and this DISPLAY, where the button is clicked with
+    the pointer through the X server (xdotool); it checks Qt's platform itself."""
     env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
     test = "tests/gui/test_gui_agent_launch.py::test_open_in_terminal_starts_the_agent_in_the_chosen_folder"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
