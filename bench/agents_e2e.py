@@ -62,16 +62,18 @@ RUNS = ("claude", "codex", "codex-oss", "opencode", "qwen", "crush", "droid", "p
 DEFAULT_RUNS = ("claude", "codex", "codex-oss", "opencode")     # `make agents-e2e`; the others with --agents
 OSS_PORT = 11434
 # claude-compact: a session that grows past the input budget launch tells Claude Code, so that it compacts. With
-# `--tools Read,Write,Bash` its first request is ~2,800 tokens and, on a 32,768 context, it compacts past 11,576
-# (32,768 - 8,192 - 13,000): three of this repository's files (~12,000 tokens as Read returns them) pass that
-# after the second one.
-COMPACT_FILES = {"launch.py": "app/cli/launch.py", "server.py": "app/cli/server.py", "models.py": "app/cli/models.py"}
-COMPACT_TASK = ("Read launch.py, then server.py, then models.py in the current directory, one at a time with the "
-                "Read tool. Then write a file named summary.txt with one line saying what each of the three files "
-                "does.")
+# `--tools Read,Write,Bash` its first request is ~3,000 tokens and, on a 32,768 context, it compacts past 11,576
+# (32,768 - 8,192 - 13,000). One file of this repository (app/cli/agents.py, ~12,000 tokens as Read returns it,
+# over 13,000 by Claude Code's own estimate of 3 characters a token) passes that with the first call the model
+# makes. The task names the file by its absolute path, as Read wants it: a 0.5B model guesses a wrong one otherwise,
+# and asked to read several files one after another it reads one of them again and again (Claude Code answers a
+# repeated Read with "file unchanged"), so the session would not grow.
+COMPACT_FILES = {"agents.py": "app/cli/agents.py"}
+COMPACT_TASK = ("Read the file {folder}/agents.py with the Read tool. Then write a file named summary.txt with one "
+                "line saying what agents.py does.")
 COMPACT_DONE = "summary.txt"
 # Claude Code's own texts: its compaction request's instruction, and the first turn after a compaction
-COMPACT_ASK = "Your task is to create a detailed summary of this conversation"
+COMPACT_ASK = "Your task is to create a detailed summary of"
 COMPACT_CONTINUED = "This session is being continued from a previous conversation"
 
 
@@ -81,7 +83,7 @@ def agent_command(run: str, task: str) -> list[str]:
     if run == "claude":
         return ["claude", "--model", MODEL, "--", "-p", task, "--dangerously-skip-permissions", "--max-turns", "8"]
     if run == "claude-compact":
-        return ["claude", "--model", MODEL, "--", "-p", COMPACT_TASK, "--tools", "Read,Write,Bash",
+        return ["claude", "--model", MODEL, "--", "-p", task, "--tools", "Read,Write,Bash",
                 "--dangerously-skip-permissions", "--max-turns", "12"]
     if run in ("codex", "codex-oss"):
         oss = ["--oss"] if run == "codex-oss" else []
@@ -492,6 +494,7 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
     if run == "claude-compact":
         for name, source in COMPACT_FILES.items():
             shutil.copyfile(ROOT / source, project / name)
+        task = COMPACT_TASK.format(folder=project)
     oss = run == "codex-oss"
     lock = port_lock(lock_path) if oss else contextlib.nullcontext()
     with lock:

@@ -257,3 +257,78 @@ def test_a_new_session_reuses_the_system_prompt_and_tools(http, twin):
     # the system prompt, the tools and the first two reminders are cached: all but the end of count_tokens' prompt
     # (its closing <|im_end|> and the generation prompt), up to the changed date
     assert r.json()["usage"]["cache_read_input_tokens"] >= shared - 8, (r.json()["usage"], shared)
+
+
+# ---- a session past the input budget: Claude Code compacts, nothing is refused ------------------------------------
+# `compact-session.jsonl`: every /v1/messages request of one run of bench/agents_e2e.py's `claude-compact` (Claude
+# Code 2.1.197 through `strata launch claude --model coder:0.5b -- -p "..." --tools Read,Write,Bash` on Qwen2.5-Coder-
+# 0.5B with a 32,768 context: launch tells it CLAUDE_CODE_AUTO_COMPACT_WINDOW, so it compacts past 11,576 tokens),
+# recorded by the logging proxy, the run's temp paths replaced. Its second reply called Write and Read (of a 37 KB
+# file): with that result the conversation passes the compaction point by Claude Code's own estimate, so before
+# sending it Claude Code asks for a summary of the turns before the newest (its compaction request: those turns and
+# COMPACT_ASK), then goes on from the summary (COMPACT_CONTINUED) with the newest turn kept as it was. Every request
+# was a 200; the agent ended on its own (exit 0).
+COMPACTED = FIXTURES / "agents" / "claude-code" / "compact-session.jsonl"
+COMPACT_ASK = "Your task is to create a detailed summary of"
+COMPACT_CONTINUED = "This session is being continued from a previous conversation"
+COMPACTS_PAST = 32768 - 8192 - 13000
+
+
+def compact_session() -> list[dict]:
+    return [json.loads(line) for line in COMPACTED.read_text(encoding="utf-8").splitlines()]
+
+
+def message_texts(message: dict) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    out = []
+    for block in content:
+        if block.get("type") == "text":
+            out.append(block["text"])
+        elif block.get("type") == "tool_result":
+            inner = block.get("content")
+            out += [inner] if isinstance(inner, str) else [b.get("text", "") for b in inner or ()]
+    return "\n".join(out)
+
+
+def compaction_points(session: list[dict]) -> list[int]:
+    """Indices of the requests that ask for the summary (COMPACT_ASK in their last user turn)."""
+    return [i for i, rec in enumerate(session)
+            if COMPACT_ASK in message_texts([m for m in rec["body"]["messages"] if m["role"] == "user"][-1])]
+
+
+def tool_ids(messages: list[dict]) -> set[str]:
+    return {b["id"] for m in messages if isinstance(m["content"], list) for b in m["content"]
+            if b.get("type") == "tool_use"}
+
+
+def test_the_compaction_recording_compacts_and_goes_on():
+    session = compact_session()
+    assert all(rec["status"] == 200 for rec in session), [rec["status"] for rec in session]
+    assert all(rec["headers"]["user-agent"].startswith("claude-cli/2.1.197") for rec in session)
+    asks = compaction_points(session)
+    assert asks and asks[0] + 1 < len(session), asks
+    summarized, after = session[asks[0]]["body"]["messages"], session[asks[0] + 1]["body"]["messages"]
+    assert COMPACT_CONTINUED in message_texts(after[0])
+    # the summarized turns are gone (the summary stands for them); the newest turn, a Read of the 37 KB file, is kept
+    assert tool_ids(summarized) and not tool_ids(summarized) & tool_ids(after)
+    assert any(len(message_texts(m)) > 30_000 for m in after if m["role"] == "user")
+
+
+def test_a_session_past_its_budget_is_served_through_its_compaction(http, twin):
+    """Replayed in order on the tokenizer twin (the same prompts' tokens): every request, the compaction request
+    among them, is a 200 and a well-formed stream; the conversation after the compaction (the summary and the kept
+    turn with the file) is past the compaction point and is served too."""
+    prompts = []
+    for rec in compact_session():
+        body = {k: v for k, v in rec["body"].items() if k != "thinking"}
+        body.update(model=twin, max_tokens=REPLY_TOKENS)
+        with http.stream("POST", rec["path"], params=rec["query"], headers=rec["headers"], json=body) as r:
+            text = r.read().decode()
+        assert r.status_code == 200, text[:2000]
+        assert r.headers["content-type"].startswith("text/event-stream")
+        usage = check_stream(sse(text), {t["name"] for t in body.get("tools") or ()}, twin)["usage"]
+        prompts.append(usage["input_tokens"] + usage["cache_read_input_tokens"])
+    first = compaction_points(compact_session())[0]
+    assert prompts[first] < COMPACTS_PAST < prompts[first + 1] <= 32768 - 8192, prompts
