@@ -28,8 +28,10 @@ from app.engine.runner.speculation.proposer import DraftAsk
 log = logging.getLogger("strata.engine.draft")
 
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
-MAX_DRAFT = 32               # longest draft (rows of the batch per sequence and step); how long a draft pays is
-                             # draft_policy's call, and the odds by match length let it grow while a reply copies
+MAX_DRAFT = 64               # longest draft (rows of the batch per sequence and step); how long a draft pays is
+                             # draft_policy's call, and the odds by match length let it grow while a reply copies; a
+                             # CPU's rows can cost less each in larger batches (measured per runner: StepCosts' 33-64
+                             # bucket), and a long copy verified in fewer steps spends fewer 1-row steps on it
 SCORED = MAX_DRAFT           # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
 MATCH_MAX = 96               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket)
 RESUME = 8                   # how far from where the last copy would be by now an occurrence still continues it
