@@ -94,10 +94,10 @@ def default_prompt_cache_bytes() -> int:
 
 
 # libgomp's spin at barriers before it sleeps (GOMP_SPINCOUNT), for runners: the default (300000 pauses, ~15 ms)
-# never sleeps, which on a busy machine turns every graph barrier into a wait for a descheduled thread (SmolLM2 at
-# n_threads 2 of 2 CPUs: 2 tok/s where 1 thread gave 23); 3000 (~0.1 ms) kept 98% of the full-spin speed on an
-# idle machine and gave 19 tok/s on the busy one (docs/architecture.md, "llama.cpp facts" 16). The user's own
-# GOMP_SPINCOUNT / OMP_WAIT_POLICY win.
+# never sleeps, which on a busy machine turns every graph barrier into a wait for a descheduled thread (a tenth of
+# one thread's speed with a thread on every CPU); 3000 (~0.1 ms) keeps nearly the full-spin speed on an idle machine
+# and most of one thread's on a busy one (docs/architecture.md, "llama.cpp facts" 16; bench/bench_threads.py with
+# GOMP_SPINCOUNT set measures it: docs/bench-results.md). The user's own GOMP_SPINCOUNT / OMP_WAIT_POLICY win.
 RUNNER_GOMP_SPINCOUNT = "3000"
 
 

@@ -5,7 +5,7 @@ hangs"):
 - **frozen**: no message at all for `heartbeat_s`, and the process made no progress meanwhile. The runner's
   heartbeat thread never waits on llama_decode (ctypes releases the GIL there), so a silent runner is stopped
   (SIGSTOP, a debugger), wedged (a deadlock, the GIL held by a call that never returns), or only starved: a busy
-  machine (a 2-core one at load 15, the runner at nice 15) can leave a healthy runner's threads waiting for a CPU
+  machine (every CPU taken, the runner at a low priority) can leave a healthy runner's threads waiting for a CPU
   for seconds. The kernel tells them apart (`scheduled_ns`: per thread, the time it ran and the time it waited on
   a run queue): a runner whose threads ran or waited for a CPU for at least `PROGRESS_SHARE` of the silence is slow,
   not frozen, and is given up to `slow_limit_s`; a stopped one, or one whose threads all sleep, is caught within

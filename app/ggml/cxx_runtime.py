@@ -1,12 +1,13 @@
 """Make the process's C++ runtime global before llama.cpp's libraries load (Linux).
 
-Some toolchains link libstdc++ STATICALLY into every shared library they build (seen on a lent H100 machine: the
-CUDA build of llama.cpp had no `NEEDED libstdc++.so.6` in any of libllama/libggml*/llama-server), and those copies
-export their symbols. libllama then binds its C++ runtime calls to the first copy in its lookup scope (the one
-inside libggml-cuda), while libstdc++'s GNU-unique symbols (the locale facet ids) bind process-wide to whichever
-copy was loaded FIRST. If anything loaded the system libstdc++ before libllama (importing numpy does), the two
-disagree: std::regex's facet lookups in the tokenizer set-up of EVERY model load return the wrong facet and the
-process dies with SIGSEGV (docs/architecture.md, "llama.cpp facts" 15; measured in docs/gpu-results.md).
+Some toolchains link libstdc++ STATICALLY into every shared library they build (the GCC toolchain of
+docs/gpu-results.md's machine, for one: the CUDA build of llama.cpp had no `NEEDED libstdc++.so.6` in any of
+libllama/libggml*/llama-server), and those copies export their symbols. libllama then binds its C++ runtime calls
+to the first copy in its lookup scope (the one inside libggml-cuda), while libstdc++'s GNU-unique symbols (the
+locale facet ids) bind process-wide to whichever copy was loaded FIRST. If anything loaded the system libstdc++
+before libllama (importing numpy does), the two disagree: std::regex's facet lookups in the tokenizer set-up of
+EVERY model load return the wrong facet and the process dies with SIGSEGV (docs/architecture.md, "llama.cpp facts"
+15; measured in docs/gpu-results.md).
 
 Loading the system libstdc++ with RTLD_GLOBAL before libllama puts it first in every library's lookup scope, so all
 copies resolve to it and agree with its unique symbols, whatever was imported before. With an ordinary build

@@ -374,7 +374,7 @@ def _overrides(c: Config, n: int, moe: bool) -> tuple[tuple[str, str], ...]:
 
 # The logical batch (llama.cpp's n_batch: the tokens of one llama_decode call; the physical ubatch stays 512) when
 # nobody sets num_batch. With every layer on a GPU, llama-server's 2048: in 512-token steps the GPU waits on the host
-# between steps, and a 16k-30k prompt on an H200 ran at 0.81-0.88x llama-server's speed against 0.96-0.97x with 2048
+# between steps, and a 16k-30k prompt on a GPU ran at 0.81-0.88x llama-server's speed against 0.96-0.97x with 2048
 # (docs/gpu-results.md, "Long prompts"). With any weights on the CPU, 512: the CPU computes the prompt there, a
 # 2048-token step takes ~4x as long, and every other stream's next token waits for the whole step. Embedding
 # contexts keep 512 too (their batch bounds the output buffer, planned in memory.output_reserve_bytes).
@@ -501,7 +501,7 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         fits=fits, reasons=tuple(reasons), op_offload_min_batch=min_batch)
 
 
-# op_offload's minimum batch (llama.cpp's GGML_OP_OFFLOAD_MIN_BATCH, default 32), measured on an H100 with
+# op_offload's minimum batch (llama.cpp's GGML_OP_OFFLOAD_MIN_BATCH, default 32), measured on a GPU with
 # llama-bench (docs/gpu-results.md, "op_offload"): a dense 3B model with 16 of 28 blocks on the CPU ran 32-token
 # batches at 0.80-0.86x with op_offload (copying a layer's weights over PCIe costs more than the CPU's matmul at
 # 32 rows) and at 1.07x with a minimum of 64, while 64 tokens and more gained 1.4-8x either way; a MoE model with

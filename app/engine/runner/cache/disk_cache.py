@@ -12,9 +12,9 @@ folder is bounded in bytes and files unused for `MAX_AGE_S` go; the least recent
 Context thread: `best`, `load` (maps the file and checks it: the thread blocks for as long as the check reads it)
 and `save` (copies the state out of the context, then a writer thread writes it). A loaded state is the file's
 pages mapped read-only (`MappedState`), handed to llama.cpp from there: reading it into a buffer of the process first
-cost a copy and a fault on every fresh page of that buffer (193 MiB on the 2-CPU VM: 0.47 s read, against the
-0.07 s checksum and 0.03 s llama_state_seq_set_data). Files are only ever replaced whole (`write_state`: a
-temporary name, then rename), so a mapped file never shrinks under its reader. `scan` runs at start and again when the folder
+cost a copy and a fault on every fresh page of that buffer (a 193 MiB state: 0.47 s to read it, against
+0.07 s for the checksum and 0.03 s for llama_state_seq_set_data). Files are only ever replaced whole
+(`write_state`: a temporary name, then rename), so a mapped file never shrinks under its reader. `scan` runs at start and again when the folder
 changed (another runner of the same model wrote to it: the runner before a reload, for one).
 Covered by tests/unit/engine/runner/cache/test_disk_cache.py and tests/integration/service/test_prompt_disk_cache.py.
 """

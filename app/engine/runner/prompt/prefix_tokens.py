@@ -2,7 +2,7 @@
 share, then only the rest tokenized.
 
 An agent sends its whole conversation on every turn (20-30k tokens of system prompt, tools and history), and every
-turn's text was tokenized from the start: ~60-100 ms for 28k tokens on the 2-CPU VM, ~25-35 ms on a fast CPU,
+turn's text was tokenized from the start: ~60-100 ms for 28k tokens on a small CPU, ~25-35 ms on a fast one,
 which on a GPU is as long as computing the turn's new tail itself. llama.cpp's tokenizer (parse_special) first
 cuts the text at every occurrence of a special token's text (llama-vocab.cpp, `tokenizer_st_partition`) and
 tokenizes the pieces between them on their own, each raw piece depending only on its own text and on whether a

@@ -61,10 +61,10 @@ class NgramDrafter:
 
     `tokens` are the sequence's tokens in order (the prompt, then every token sampled, ending with the one about
     to be decoded). Finding where the sequence's tail occurred before goes through an index of its 3-token
-    windows, not a scan of the sequence: the prompt's windows sorted once by key (numpy: ~3 ms for 30k tokens on
-    the 2-CPU VM, once per request), the reply's in a dict as they come. A lookup then takes ~7 us where a scan
-    per n-gram size (a C-speed `bytearray.rfind`, four sizes) took 160-280 us over 30k tokens on the VM: on the
-    H200 that scan cost a 1.8 ms decode step 5% at 30k tokens of context. Of the places an n-gram occurred with
+    windows, not a scan of the sequence: the prompt's windows sorted once by key (numpy: a few ms for 30k tokens,
+    once per request), the reply's in a dict as they come. A lookup then takes microseconds where a scan per
+    n-gram size (a C-speed `bytearray.rfind`, four sizes) took hundreds of them over 30k tokens, 5% of a GPU's
+    decode step at that context (docs/bench-results.md, "Prompt lookup"). Of the places an n-gram occurred with
     at least one token after it, a lookup takes the one where the copy the sequence was last making would be by
     now (`_place`), else the most recent. Windows holding an image's pseudo-tokens (runner/prompt/media.py) never
     start a match."""
