@@ -14,7 +14,7 @@ computed, and the total computed per session beside what the session alone compu
 the other's in between). `--extra-side` adds a one-off side request (a short unrelated prompt, as a title or a
 cheaper tier's call) between the turns too.
 
-Not a test: a measurement for issue 45 item 4 (the runner's cache is the scheduler's area; this only reports)."""
+Not a test: a measurement (the runner's cache decides; this only reports)."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
 """Multi-turn chat and shared-system-prompt benchmark: Strata's service against llama-server, both through
-/v1/chat/completions with streaming (the prompt cache, issue 12).
+/v1/chat/completions with streaming (the prompt cache).
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
     .venv/bin/python bench/bench_chat.py [--threads 1] [--reps 2] [--turns 8] [--model PATH | --synthetic FAMILY]

@@ -1,4 +1,4 @@
-"""Several clients at once (issue 44): does a short streamed reply keep its pace while another client's long prompt
+"""Several clients at once: does a short streamed reply keep its pace while another client's long prompt
 is read, and what does that cost the long prompt? Strata's service against llama-server, side by side.
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp

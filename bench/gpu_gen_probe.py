@@ -1,4 +1,4 @@
-"""Why is Strata's generation slower than llama-server's with the same MoE placement? (issue 18 follow-up)
+"""Why is Strata's generation slower than llama-server's with the same MoE placement?
 
     python bench/gpu_gen_probe.py MODEL.gguf --budget-gib 3 --server PATH/llama-server [--threads 15,12,8]
 

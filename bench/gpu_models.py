@@ -1,5 +1,6 @@
-"""The synthetic GGUFs of the GPU checks (issue 18), written with tests/support/gguf_factory.py (random weights, SmolLM2's
-tokenizer; the text is noise, the shapes, bytes, placement and kernels are real). Run on the GPU machine:
+"""The synthetic GGUFs of the GPU checks (docs/gpu-results.md), written with tests/support/gguf_factory.py
+(random weights, SmolLM2's tokenizer; the text is noise, the shapes, bytes, placement and kernels are real). Run
+on the GPU machine:
 
     python bench/gpu_models.py DIR [small|big|host|dense3b|all]
 

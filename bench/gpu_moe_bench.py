@@ -1,5 +1,5 @@
 """A MoE model under a VRAM budget that forces partial offload: Strata's automatic plan against llama-server's
-`--fit` (same budget through `--fit-target`), `--cpu-moe`, and the best `--n-cpu-moe` of a sweep (issue 18, step 2).
+`--fit` (same budget through `--fit-target`), `--cpu-moe`, and the best `--n-cpu-moe` of a sweep.
 Run on a GPU machine with a llama-server built from the same llama.cpp as the engine's libllama:
 
     python bench/gpu_moe_bench.py MODEL.gguf --budget-gib 3 --server PATH/llama-server [--reps 3] [--json OUT]

@@ -1,4 +1,4 @@
-"""op_offload on and off for partially offloaded models (issue 18, step 3), with llama.cpp's own llama-bench.
+"""op_offload on and off for partially offloaded models, with llama.cpp's own llama-bench.
 
 Strata plans each model under a VRAM budget (the real GPU, its free memory cut to budget + margin), the Layout is
 turned into llama-bench's arguments (n_gpu_layers, tensor split, the same tensor_buft_overrides), and llama-bench

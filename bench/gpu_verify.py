@@ -1,4 +1,4 @@
-"""Predicted vs actual memory on a real GPU (issue 18, step 4): dense all on the GPU, dense with part of its
+"""Predicted vs actual memory on a real GPU: dense all on the GPU, dense with part of its
 layers on the CPU, MoE with part of its experts on the CPU, and several layouts of one model at several budgets.
 Each case plans for this machine's inventory with the GPU's free memory cut to a budget (none = as it is), then
 app.engine.planner.verify loads it for real and compares per device and kind (bounds of tests/integration/engine/test_verify_layout:

@@ -1,4 +1,4 @@
-"""The runner never aborts on a grammar (issue 24): a real runner process on a synthetic Qwen3-template model (the
+"""The runner never aborts on a grammar: a real runner process on a synthetic Qwen3-template model (the
 Hermes `<tool_call>` family, SmolLM2's tokenizer), steered with logit biases into what crashed llama.cpp.
 
 The steering: greedy sampling, a descending logit bias on a few tokens and a presence penalty far larger than

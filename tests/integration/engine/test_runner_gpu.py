@@ -109,7 +109,7 @@ def test_engine_on_gpu(gpu, model_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# MoE with experts on the CPU: the load that segfaulted on CUDA before issue 18's fix
+# MoE with experts on the CPU: the load that segfaulted on CUDA before ggml/cxx_runtime.preload (docs/gpu-results.md)
 
 MOE_LAYERS = 8
 

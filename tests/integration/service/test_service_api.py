@@ -177,7 +177,7 @@ def test_json_schema_output(oc):
 
 def test_a_grammar_that_cannot_continue_is_a_500_naming_it(http, oc):
     """A schema no token can satisfy (a NUL character) ends that request with an error that names the grammar;
-    the runner lives on and the next request is served (issue 24)."""
+    the runner lives on and the next request is served."""
     r = http.post("/api/generate", json={"model": MODEL, "prompt": "x", "stream": False,
                                          "format": {"type": "string", "pattern": "^\\x00$"}, "options": TINY})
     assert r.status_code == 500 and "format JSON schema grammar" in r.json()["error"], r.text

@@ -3,7 +3,7 @@
 One tiny synthetic GGUF per family (random weights, SmolLM2's tokenizer, the family's chat template). Its
 vocabulary is edited as a real model of that family has it: the family's markers (`<tool_call>`, `<|python_tag|>`,
 `[TOOL_CALLS]`, harmony's `<|channel|>`...) are single tokens, and so are `{\\n` and ` "name"` (Qwen's vocabulary
-has `{\\n`: the token whose replay into the lazy grammar aborted the runner, issue 24). Requests go through the
+has `{\\n`: the token whose replay into the lazy grammar aborted the runner). Requests go through the
 official `openai` client at temperature 1.0-1.5 with a logit bias toward those tokens, so replies open calls (by
 marker or as bare JSON) far more often than noise would, with random tool schemas: nested objects, enums, arrays,
 integers and numbers with bounds, booleans, strings whose enum values and property names hold quotes, backslashes,

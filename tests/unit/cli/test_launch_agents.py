@@ -176,7 +176,7 @@ def test_a_context_too_small_for_the_agents_first_prompt_is_said():
     assert CODEX.context_warning(small) is None
 
 
-# ---- the input budget each agent is told (issue 47, item 4) ------------------------------------------------------
+# ---- the input budget each agent is told -------------------------------------------------------------------------
 # Each agent compacts its conversation by its own rule; what launch tells it must make that rule land at the
 # context minus the reply it reserves (Target.input_budget), or below, never above.
 

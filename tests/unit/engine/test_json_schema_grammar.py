@@ -4,7 +4,7 @@
 - every grammar parses in llama.cpp (llama_sampler_init_grammar on SmolLM2's vocabulary);
 - every case of tests/test-grammar-integration.cpp's `test_schema`: llama.cpp's grammar sampler, fed the string
   as SmolLM2 tokens (each tested before it is accepted), accepts the valid strings and rejects the invalid ones.
-Then the cases of issue 24: JSON whitespace with newlines, no raw control characters in strings, and the
+Then the cases a tool-calling model met: JSON whitespace with newlines, no raw control characters in strings, and the
 service's parser reading what the grammar let through."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The service's per-request chat plan (engine/chat/plan.py): tools in use and the grammar decided once, and the
-grammar's trigger and the reply parser taken from the same family record (issue 24, part 3)."""
+grammar's trigger and the reply parser taken from the same family record."""
 from __future__ import annotations
 
 import json

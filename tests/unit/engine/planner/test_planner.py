@@ -432,7 +432,7 @@ def test_brute_force_sweep_with_user_settings():
 def test_gpu_too_small_for_any_block_is_not_in_the_plan():
     """A GPU whose budget holds no block (nor its compute buffer): everything on the CPU, and the plan lists no GPU
     device. Before, it listed the GPU with a compute buffer llama.cpp never allocates (an empty `devices` list
-    allocates nothing there): the predicted-vs-actual check on an H100 flagged it (docs/gpu-results.md)."""
+    allocates nothing there): the predicted-vs-actual check on a GPU flagged it (docs/gpu-results.md)."""
     info = dense_8b()
     inv = inventory_from_dict({"devices": [{"id": "CUDA0", "total": "8 GiB", "free": "600 MiB", "backend": "CUDA"}],
                                "host_ram_total": "64 GiB", "cpu_cores": 8})

@@ -1,4 +1,4 @@
-"""Tool options that change the grammar (issue 24 part 7), on the real SmolLM2 vocabulary in llama.cpp:
+"""Tool options that change the grammar, on the real SmolLM2 vocabulary in llama.cpp:
 `parallel_tool_calls: false` under tool_choice auto admits one call and then only the end of the reply, and a
 `format` beside tools on auto admits either content in that format or a call (OpenAI's response_format with
 tools), its rules renamed so they cannot clash with the call's."""
