@@ -1,8 +1,9 @@
 """The first requests of the other coding agents `strata launch` starts (Pi, Qwen Code, GitHub Copilot CLI,
 mini-swe-agent, ...), replayed on a live server: each ran once through `strata launch AGENT --model coder:0.5b`
-against `strata serve` with Qwen2.5-Coder-0.5B behind bench/agents_e2e.py's logging proxy, and its first one or two
-generation requests are kept under tests/support/fixtures/agents/<agent>/NN-request.json (the body as sent, the
-run's temp paths replaced; `recorded_with` names the agent's version). docs/agents.md has each one's field table.
+against `strata serve` with Qwen2.5-Coder-0.5B behind bench/agents_e2e.py's logging proxy (some twice), and its
+first generation request, with one that carries tool results where the run got that far, are kept under
+tests/support/fixtures/agents/<agent>/NN-request.json (the body as sent, the run's temp paths replaced;
+`recorded_with` names the agent's version). docs/agents.md has each one's field table.
 
 Each request goes back as recorded, with its own user agent, to the fixture's tokenizer twin
 (agent_replay.write_tokenizer_twin: Qwen2.5-Coder's tokenizer and chat template on two random layers, so the prompt
