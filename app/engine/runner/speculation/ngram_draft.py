@@ -28,10 +28,12 @@ from app.engine.runner.speculation.proposer import DraftAsk
 log = logging.getLogger("strata.engine.draft")
 
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
-MAX_DRAFT = 64               # longest draft (rows of the batch per sequence and step); how long a draft pays is
-                             # draft_policy's call, and the odds by match length let it grow while a reply copies; a
-                             # CPU's rows can cost less each in larger batches (measured per runner: StepCosts' 33-64
-                             # bucket), and a long copy verified in fewer steps spends fewer 1-row steps on it
+MAX_DRAFT = 32               # longest draft (rows of the batch per sequence and step); how long a draft pays is
+                             # draft_policy's call, and the odds by match length let it grow while a reply copies
+                             # (runner steps of 33-64 rows cost as much a row as 17-32 on a CPU: 64 gained nothing)
+DRAFT_PER_MATCH = 2          # a draft is at most this many times as long as the match it extends: a fresh match whose
+                             # odds the sequence's earlier runs made high still misses at once as often as not, and a
+                             # miss costs all the draft's rows, while a copy grows its drafts as it goes on
 SCORED = MAX_DRAFT           # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
 MATCH_MAX = 96               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket)
 RESUME = 8                   # how far from where the last copy would be by now an occurrence still continues it
@@ -315,10 +317,12 @@ class NgramProposer:
             if seq.drafter is None:
                 seq.drafter = NgramDrafter(ask.tokens())
             guess = seq.drafter.lookup(limit)
-            chances = seq.drafter.score.chances(len(guess))
+            score = seq.drafter.score
+            if self.costs.measured:                    # ("on": every guess whole, for tests)
+                guess = guess[:DRAFT_PER_MATCH * (score.match + score.at)]
+            chances = score.chances(len(guess))
             n = step.take(chances)
             if log.isEnabledFor(logging.DEBUG):           # STRATA_RUNNER_LOG=DEBUG: why a sequence drafts what it does
-                score = seq.drafter.score
                 log.debug("draft %s gen=%d match=%d+%d guess=%d p1=%.2f p%d=%.2f take=%d costs=%s", seq.id, seq.n_gen,
                           score.match, score.at, len(guess), chances[0] if chances else 0.0, len(chances),
                           chances[-1] if chances else 0.0, n, [(r, round(c, 2)) for r, c in self.costs.points()])

@@ -112,3 +112,33 @@ def test_a_substitution_the_reply_does_not_repeat_is_forgotten():
     assert drafter.subs == {}
     feed(drafter, call)
     assert drafter.lookup(2) == [50, 2]
+
+
+def test_a_draft_is_at_most_twice_the_match_it_extends():
+    """A sequence whose fresh 3-token matches have always gone on for long (its odds high at every match length),
+    on a machine where rows are nearly free, meets another fresh match: it drafts at most 6 tokens there, and the
+    whole guess once the copy has gone on."""
+    from types import SimpleNamespace
+
+    from app.engine.runner.speculation.draft_policy import StepCosts
+    from app.engine.runner.speculation.ngram_draft import NgramProposer
+    from app.engine.runner.speculation.proposer import DraftAsk
+    costs = StepCosts()
+    for _ in range(5):
+        for rows in (2, 4, 8, 16, 24, 33):
+            costs.record(1, 0.05)
+            costs.record(rows, 0.05 * (1 + 0.01 * rows))          # rows nearly free: long drafts pay
+    text = list(range(1000, 1400))
+    seq = SimpleNamespace(id="s", drafter=NgramDrafter([1, 2] + text + [3]), n_gen=0)
+    proposer = NgramProposer(costs)
+
+    def emit(tokens):
+        for tok in tokens:
+            proposer.emitted(seq, [tok])
+            proposer.propose([DraftAsk(seq, 32)], 1, 512)
+    for k in range(8):                                              # fresh matches that each went on for 30 tokens
+        emit([5000 + k] + text[40 * k:40 * k + 33])
+    emit([6000] + text[330:333])                                    # and another one
+    assert len(proposer.propose([DraftAsk(seq, 32)], 1, 512).get("s", [])) <= 6
+    emit(text[333:360])
+    assert len(proposer.propose([DraftAsk(seq, 32)], 1, 512)["s"]) == 32      # a copy going on: the whole guess
