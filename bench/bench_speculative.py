@@ -23,6 +23,10 @@ Acceptance = accepted / drafted tokens, from each server's `timings` (llama-serv
 Strata renders the same object). The summary: Strata against llama-server's default and against its best prompt-
 lookup mode (the one with the highest median ratio over the editing workloads), per workload and the median over
 the editing workloads.
+llama-server's prompt-lookup engines are restarted before each request (`--no-fresh`: not): `ngram-mod` and
+`ngram-cache` keep what they saw across requests, so the same greedy request sent again drafts its whole reply
+from memory (a workload's rep 2 and 3 at 88-100% acceptance, against Strata's prompt lookup, which sees only the
+request's own tokens).
 Each cell gives the median, the range over repetitions and the 1-minute load average while it ran: on a shared
 machine say so next to every number.
 """
@@ -226,6 +230,9 @@ async def main(args):
                 for k in streams:
                     order = servers[rep % len(servers):] + servers[:rep % len(servers)]
                     for s in order:
+                        if args.fresh and s.name.startswith("llama-server-"):
+                            await s.stop()               # its n-gram pool would remember the last rep's reply
+                            await s.start()
                         r = await s.run(task, k, rep)
                         results.setdefault((task, k, s.name), []).append(r)
                         print(f"rep {rep + 1} {task} x{k} {s.name}: {r['tok_s']:.1f} tok/s, {r['n']} tokens, "
@@ -369,6 +376,10 @@ if __name__ == "__main__":
     ap.add_argument("--engines", default="strata,llama-server," + ",".join(f"llama-server-{m}" for m in NGRAM_MODES),
                     help="of strata, strata-nospec (speculation off), llama-server, llama-server-<mode> for each "
                          "--spec-type mode in " + ", ".join(NGRAM_MODES) + ", strata-draft (with --draft)")
+    ap.add_argument("--no-fresh", dest="fresh", action="store_false",
+                    help="keep each llama-server prompt-lookup engine running between requests (by default it is "
+                         "restarted before each: ngram-mod and ngram-cache keep what they saw across requests, so a "
+                         "rep after the first drafts the same reply from memory: 100%% accepted)")
     ap.add_argument("--repeat", type=int, default=0, help="then the rename this many times in a row (0: not)")
     ap.add_argument("--draft", default=None, help="a GGUF with the model's vocabulary that drafts for it (the row "
                                                   "strata-draft; the model itself measures the overhead)")
