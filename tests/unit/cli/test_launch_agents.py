@@ -10,9 +10,10 @@ import tomllib
 
 import pytest
 
-from app.cli.agents import (AGENTS, AIDER, CLAUDE, CLAUDE_ROOM, CODEX, CONTINUE, COPILOT, CRUSH, DROID, DROID_MODEL_ID,
+from app.cli.agents import (AGENTS, AIDER, CLAUDE, CLAUDE_ROOM, CODEX, CONTINUE, COPILOT, CRUSH, DROID,
                             MINI, OPENCODE, PI, QWEN, LaunchError, Target, catalog_path, claude_compacts_at,
                             codex_catalog, opencode_config, plan)
+from app.cli.agents_openai import DROID_MODEL_ID
 
 BASE = "http://127.0.0.1:11434"
 CODER = Target(BASE, "coder:0.5b", 32768, ("completion", "tools", "insert"))
