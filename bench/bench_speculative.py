@@ -7,7 +7,7 @@ their defaults), through the OpenAI API, same model, threads and slots.
                                          # (or STRATA_BENCH_LLAMA_SERVER=path/to/llama-server)
     .venv/bin/python bench/bench_speculative.py [--model PATH] [--threads 1] [--reps 3] [--streams 1]
         [--tasks rename,hints,json,write,diff,extract,complete,free]
-        [--engines strata,llama-server,llama-server-ngram-simple,...[,strata-nospec]]
+        [--engines strata,llama-server,llama-server-ngram-simple,...[,strata-nospec][,strata-N]]
         [--draft PATH]                   # adds strata-draft: PATH (same vocabulary) drafts for the model
         [--draft-log FILE]               # Strata's runner at DEBUG: each draft decision, then the lengths taken
         [--repeat N]                     # then the rename sent N times in a row (do drafts repeat?)
@@ -194,6 +194,8 @@ def engines(model: str, args) -> list[Server]:
             out.append(strata(name, model, args.threads, "", log=args.draft_log))
         elif name == "strata-nospec":
             out.append(strata(name, model, args.threads, "off"))
+        elif name.removeprefix("strata-").isdigit():      # strata-32: the default policy with that longest draft
+            out.append(strata(name, model, args.threads, name.removeprefix("strata-")))
         elif name == "strata-draft" and args.draft:
             out.append(strata(name, model, args.threads, "", draft=args.draft))
         elif name == "llama-server":

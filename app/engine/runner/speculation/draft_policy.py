@@ -34,13 +34,22 @@ from bisect import bisect_right
 from collections import deque
 from statistics import median
 
-MATCH_LENGTHS = (3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96)   # a guessed token is scored in the bucket of the last of
-                             # these <= the match it extends (tokens the sequence's tail agrees with the text before
-                             # the place it copies from, counting the guess's confirmed tokens): a fresh 3-token
-                             # match is chance more often than not, a reply 40 tokens into copying its prompt is not
-PRIOR_HIT = 0.4              # the shortest matches' chance before any outcome (pessimistic: a sequence must show it
-                             # repeats); a longer bucket without outcomes takes the next shorter one's
-PRIOR_WEIGHT = 2.0           # ... counted as this many outcomes (which fade like any other)
+MATCH_LENGTHS = (3, 4, 5, 6, 8, 12, 16, 24, 32)   # a guessed token is scored in the bucket of the last of these <=
+                             # the match it extends (tokens the sequence's tail agrees with the text before the place
+                             # it copies from, counting the guess's confirmed tokens): a fresh 3-token match is chance
+                             # more often than not, a reply 40 tokens into copying its prompt is not. Matches of 32 and
+                             # more share one bucket: past 32 a copy's odds grow no further (99% a token on the bench's
+                             # replies), and pooled, the rare miss where a long copy meets an edit is weighed against
+                             # all the hits of long copies, not against the few that reached its own length
+PRIOR_HIT = (0.4, 0.5, 0.6, 0.65, 0.75, 0.85, 0.9, 0.93, 0.98)   # each bucket's chance before any outcome: at or
+                             # below what every kind of reply showed (the bench's workloads, a token's odds by its match:
+                             # 3 0.57, 4 0.68, 5 0.82, 6 0.83, 8 0.91, 12-24 0.93, 32+ 0.99), pessimistic for short
+                             # matches (a sequence must show it repeats; JSON's own keys and free text 0.4-0.5);
+                             # never below the next shorter bucket's estimate (a sequence that copies at 6 tokens
+                             # copies at 8)
+PRIOR_WEIGHT = (2, 2, 2, 2, 2, 2, 2, 16, 16)   # ... counted as this many outcomes (which fade like any other): a
+                             # long copy's odds are the prior's until many outcomes say otherwise, so one miss where a
+                             # copy meets an edit does not hold back the next long copy's 64-token drafts
 DECAY = 0.95                 # per outcome in a bucket: older outcomes weigh less (the text changes character)
 
 PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
@@ -93,12 +102,12 @@ class GuessScore:
             self.guess, self.at = [], 0
 
     def rates(self) -> list[float]:
-        """Each bucket's chance that a guessed token comes true: its outcomes, with PRIOR_WEIGHT more at the next
-        shorter bucket's chance (so a bucket no run has reached yet is no likelier than the ones runs have)."""
+        """Each bucket's chance that a guessed token comes true: its outcomes, with PRIOR_WEIGHT more at its
+        PRIOR_HIT or the next shorter bucket's chance, whichever is higher."""
         if self._rates is None:
-            out, below = [], PRIOR_HIT
-            for h, n in zip(self.hit, self.seen):
-                below = (h + PRIOR_WEIGHT * below) / (n + PRIOR_WEIGHT)
+            out, below = [], 0.0
+            for h, n, prior, w in zip(self.hit, self.seen, PRIOR_HIT, PRIOR_WEIGHT):
+                below = (h + w * max(prior, below)) / (n + w)
                 out.append(below)
             self._rates = out
         return self._rates

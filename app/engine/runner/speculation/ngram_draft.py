@@ -28,14 +28,15 @@ from app.engine.runner.speculation.proposer import DraftAsk
 log = logging.getLogger("strata.engine.draft")
 
 N_MIN, N_MAX = 3, 6          # n-gram sizes looked up, longest first (2-token matches are mostly chance in prose)
-MAX_DRAFT = 32               # longest draft (rows of the batch per sequence and step); how long a draft pays is
-                             # draft_policy's call, and the odds by match length let it grow while a reply copies
-                             # (runner steps of 33-64 rows cost as much a row as 17-32 on a CPU: 64 gained nothing)
+MAX_DRAFT = 64               # longest draft (rows of the batch per sequence and step); how long a draft pays is
+                             # draft_policy's call from this machine's measured step costs (a quiet 2-core CPU at 1
+                             # thread: 65 rows ~23 1-row steps, 33 ~14, so a long copy's 64-token drafts pay there)
 DRAFT_PER_MATCH = 2          # a draft is at most this many times as long as the match it extends: a fresh match whose
                              # odds the sequence's earlier runs made high still misses at once as often as not, and a
                              # miss costs all the draft's rows, while a copy grows its drafts as it goes on
 SCORED = MAX_DRAFT           # tokens of each guess scored (drafted or not: draft_policy.GuessScore)
-MATCH_MAX = 96               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket)
+MATCH_MAX = 32               # a match is measured back this far at most (draft_policy.MATCH_LENGTHS' last bucket;
+                             # with DRAFT_PER_MATCH it allows a MAX_DRAFT draft)
 RESUME = 8                   # how far from where the last copy would be by now an occurrence still continues it
 SUB_MAX = 8                  # the longest side of a substitution learned from an edit (tokens)
 MAX_SUBS = 16                # substitutions kept per sequence (the latest win)

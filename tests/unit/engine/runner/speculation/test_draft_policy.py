@@ -51,8 +51,31 @@ def test_guesses_are_scored_whether_drafted_or_not():
     assert fresh.chances(3) == before               # the prior, before any outcome
     rates = d.score.rates()
     m3, m5, m6 = match_bucket(3), match_bucket(5), match_bucket(6)
-    assert rates[m3] > PRIOR_HIT and rates[m6] < rates[m5]     # right at 3, 4 and 5 tokens, wrong at 6
-    assert rates[match_bucket(96)] == rates[m6 + 1] < rates[m5]    # unseen: no likelier than the last one seen
+    assert rates[m3] > PRIOR_HIT[m3] and rates[m6] < rates[m5]     # right at 3, 4 and 5 tokens, wrong at 6
+    for i in range(m6 + 1, len(rates)):             # unseen: the prior, or the next shorter bucket's odds if higher
+        assert rates[i] == max(PRIOR_HIT[i], rates[i - 1])
+    assert rates[m6 + 1] < rates[m5] and rates[match_bucket(96)] == PRIOR_HIT[-1]
+
+
+def test_one_miss_where_a_long_copy_meets_an_edit_does_not_stop_the_next_long_copy():
+    """Long matches share one bucket whose prior counts as many outcomes: a reply that copied 40 tokens and met an
+    edit, then copies again, drafts longer as its new copy grows, up to 64 tokens once the copy is 60 tokens long
+    (costs where 65 rows take ~23 1-row steps). With a bucket per 16-32 tokens of match past 32, each prior from the
+    next shorter one counted as 2 outcomes, the miss at 69 tokens left its bucket at ~0.86 a token, and the second
+    copy's drafts shrank as it neared that length (33 tokens at 29, 6 at 60)."""
+    costs = costs_from(draft_replay.epyc_cost)
+    s = GuessScore()
+    s.offer(list(range(100, 200)), 29)
+    for i in range(40):
+        s.push(100 + i)
+    s.push(-1)                                      # the edit, 69 tokens into the match
+    s.offer(list(range(300, 400)), 3)               # the copy resumes: a fresh match ...
+    taken = []
+    for i in range(60):                             # ... confirmed token by token
+        s.push(300 + i)
+        if i + 1 in (30, 40, 50, 60):
+            taken.append(costs.step(1).take(s.chances(64)))
+    assert taken == sorted(taken) and taken[-1] >= 48, taken
 
 
 def test_a_longer_match_is_measured_back_past_the_longest_ngram():
@@ -179,17 +202,18 @@ def test_old_measurements_expire_so_a_busy_spell_does_not_veto_drafts_for_good()
 def test_the_same_edit_drafts_alike_every_time_it_is_sent():
     """bench/bench_speculative.py's edit through /v1/chat/completions, replayed (tests/support/draft_replay.py) five
     times in a row against one runner's step costs, on a machine whose steps vary by ~15%: every request drafts
-    most of the copied module, within 20% of the median count, and gains over decoding without drafts. (With the
+    most of the copied module (accepted tokens within 10% of the median count) and gains over decoding without
+    drafts. (With the
     odds scaled down after a draft that delivered less than promised, which only drafting could undo, a request
     drafted 3 tokens where the others drafted ~210: one early miss, then 70 guesses in a row came true undrafted.)"""
     prompt, reply = draft_replay.load("edit_chat.json")
     for seed in range(5):
         rng, proposer = random.Random(seed), NgramProposer(StepCosts())
         runs = [draft_replay.replay(prompt, reply, proposer, rng) for _ in range(5)]
-        drafted = [r.drafted for r in runs]
-        typical = statistics.median(drafted)
-        assert all(0.8 * typical <= n <= 1.2 * typical for n in drafted), (seed, drafted)
-        assert min(drafted) >= 150, (seed, drafted)
+        accepted = [r.accepted for r in runs]          # (drafted counts move by a whole draft where a long one
+        typical = statistics.median(accepted)           # misses at an edit: up to 64 tokens)
+        assert all(0.9 * typical <= n <= 1.1 * typical for n in accepted), (seed, accepted)
+        assert min(accepted) >= 150, (seed, accepted)
         assert statistics.median(r.speedup for r in runs) > 1.2, (seed, [r.speedup for r in runs])
 
 
