@@ -51,6 +51,13 @@ PRIOR_WEIGHT = (2, 2, 2, 2, 2, 2, 2, 16, 16)   # ... counted as this many outcom
                              # long copy's odds are the prior's until many outcomes say otherwise, so one miss where a
                              # copy meets an edit does not hold back the next long copy's 64-token drafts
 DECAY = 0.95                 # per outcome in a bucket: older outcomes weigh less (the text changes character)
+TOKEN_PRIOR: float | None = 1.0   # a guessed token's odds are also its own (None: not): how often this sequence's
+                             # guesses of that very token came true, with its bucket's odds counted as this many
+                             # outcomes. An edit repeats where it happened before (a renamed name, a line ending the
+                             # reply escapes, a type hint after each parameter, a value after each JSON key), so a
+                             # draft stops short of a token the reply did not copy last time, and runs on through
+                             # the tokens it always copied
+TOKEN_DECAY = 0.95           # ... those outcomes fading per outcome of the same token
 
 PRIOR_EXP = 0.8              # unmeasured rows cost rows ** PRIOR_EXP of a 1-row step, or scaled from the nearest
                              # measured bucket by it: a little dearer than the EPYC's (0.7 past 8 rows), as rows
@@ -79,6 +86,7 @@ class GuessScore:
         self.at = 0                          # positions of `guess` already confirmed
         self.match = 0                       # the match `guess[0]` extends
         self._rates: list[float] | None = None
+        self.by_token: dict[int, list[float]] = {}     # a guessed token -> [came true, outcomes] (fading)
 
     def offer(self, guess: list[int], match: int = MATCH_LENGTHS[0]) -> None:
         rest = self.guess[self.at:]
@@ -92,7 +100,12 @@ class GuessScore:
         if self.at >= len(self.guess):
             return
         i = match_bucket(self.match + self.at)
-        ok = token == self.guess[self.at]
+        guessed = self.guess[self.at]
+        ok = token == guessed
+        if TOKEN_PRIOR is not None:
+            t = self.by_token.setdefault(guessed, [0.0, 0.0])
+            t[0] = t[0] * TOKEN_DECAY + ok
+            t[1] = t[1] * TOKEN_DECAY + 1
         self.seen[i] = self.seen[i] * DECAY + 1
         self.hit[i] = self.hit[i] * DECAY + ok
         self._rates = None
@@ -113,10 +126,17 @@ class GuessScore:
         return self._rates
 
     def chances(self, n: int) -> list[float]:
-        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered)."""
+        """P(the first i tokens of the offered guess all come true), i = 1..n (the guess last offered): each token's
+        bucket odds, weighed with the token's own outcomes in this sequence."""
         rates, out, p = self.rates(), [], 1.0
+        guess, by_token = self.guess, self.by_token
         for j in range(n):
-            p *= rates[match_bucket(self.match + self.at + j)]
+            r = rates[match_bucket(self.match + self.at + j)]
+            if TOKEN_PRIOR is not None and self.at + j < len(guess):
+                t = by_token.get(guess[self.at + j])
+                if t is not None:
+                    r = (t[0] + TOKEN_PRIOR * r) / (t[1] + TOKEN_PRIOR)
+            p *= r
             out.append(p)
         return out
 

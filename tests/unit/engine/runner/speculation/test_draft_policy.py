@@ -272,17 +272,39 @@ def test_a_sequence_whose_guesses_fail_stops_drafting_and_a_long_match_resumes_i
     assert cpu.step(1).take(s.chances(32)) >= 8
 
 
+def test_a_token_the_reply_did_not_copy_before_ends_the_draft_before_it():
+    """A reply that renames a name through the text it copies (here token 9 became something else each time): the
+    next guess through token 9 is drafted up to it, not past it, while a guess without it runs on; a token the
+    copies always came true at keeps its bucket's odds or better."""
+    costs = costs_from(draft_replay.epyc_cost)
+    s = GuessScore()
+    for k in range(4):                              # four copies of 12 tokens, each leaving the copy at token 9
+        s.offer([20 + k, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 9, 31], 12)
+        for t in [20 + k, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]:
+            s.push(t)
+        s.push(99)
+    s.offer([40, 41, 42, 43, 44, 45, 9, 46, 47, 48, 49, 50, 51, 52, 53, 54], 24)
+    with_9 = s.chances(16)
+    s.offer([60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75], 24)
+    without = s.chances(16)
+    assert with_9[6] < 0.5 * with_9[5] and without[6] > 0.9 * without[5]
+    s.offer([40, 41, 42, 43, 44, 45, 9, 46, 47, 48, 49, 50, 51, 52, 53, 54], 24)
+    assert costs.step(1).take(s.chances(16)) == 6
+    s.offer([21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 60, 61, 62, 63, 64, 65], 24)
+    assert s.chances(16)[9] >= without[9]
+
+
 def test_each_workload_of_the_bench_gains_where_its_reply_copies_and_drafts_nothing_where_it_does_not():
     """bench/bench_speculative.py's workloads (real greedy replies of Qwen2.5-Coder-0.5B, and one sampled story),
     replayed on the EPYC's step costs: the replies that copy most of their prompt (rename, extract, diff) gain
     most; those that copy in short runs between edits (type hints, an agent's Write call with escaped newlines,
-    completion) gain less but never lose; the reformatted JSON (every line's whitespace new) and free text draft
-    (almost) nothing, so they cost nothing."""
-    floor = {"rename": 1.6, "extract": 1.6, "diff": 1.6, "write": 1.2, "hints": 1.0, "complete": 1.0,
-             "json": 0.95, "free": 0.95}
+    completion) gain less but never lose; the reformatted JSON (every line's whitespace new, only its own keys
+    repeat) and free text draft little, and what they draft comes true, so they cost nothing."""
+    floor = {"rename": 1.8, "extract": 1.8, "diff": 1.8, "write": 1.3, "hints": 1.1, "complete": 1.0,
+             "json": 0.98, "free": 0.98}
     for name, least in floor.items():
         prompt, reply = draft_replay.load(f"workload_{name}.json")
         r = draft_replay.replay(prompt, reply, NgramProposer(StepCosts()), random.Random(0))
         assert r.speedup >= least, (name, r)
         if name in ("json", "free"):
-            assert r.drafted <= 16, (name, r)
+            assert r.drafted <= 32 and r.accepted >= 0.6 * r.drafted, (name, r)
