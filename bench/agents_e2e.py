@@ -2,7 +2,7 @@
 `strata launch` on Qwen2.5-Coder-0.5B-Instruct, asked to do one small task in an empty project folder.
 
     make agents-e2e                       # or: .venv/bin/python bench/agents_e2e.py [--agents claude,codex,...]
-        [--model-file GGUF] [--timeout 1500] [--task "..."] [--out DIR] [--parallel]
+        [--model-file GGUF] [--timeout 1500] [--task "..."] [--task-for AGENT="..."] [--out DIR] [--parallel]
 
 Not part of the test suite (an agent's first request carries 5,000-20,000 prompt tokens; on 2 CPU cores a run takes
 minutes per agent). What runs:
@@ -24,7 +24,8 @@ agent's instead of the sum, and every time to first token includes the others' p
 
 Per agent it reports: exit status, requests, refused requests (4xx/5xx with their messages), tool calls made and
 executed (a result for the call's id came back), whether the task is done (the file exists with the content),
-prompt tokens of the first request and the largest, time to first token of the first request and the median of
+prompt tokens of the first request and the largest, prompt tokens sent / found in the prompt cache / computed
+(summed over the replies that reported usage), time to first token of the first request and the median of
 the later ones, wall time; then a markdown table. Everything the proxy saw (each request's body and its reply as it came) is in OUT/AGENT/requests.jsonl, the
 agent's output in OUT/AGENT/agent.log, the service's log in OUT/serve.log.
 """
@@ -113,6 +114,7 @@ class Exchange:
     ttft: float | None = None              # seconds to the first generated token (text, thinking or tool call)
     elapsed: float | None = None
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None       # of prompt_tokens, found in Strata's prompt cache (the reply's usage)
     tool_calls: list = field(default_factory=list)       # (id, name)
     results_sent: list = field(default_factory=list)     # tool call ids whose results this request carries
     error: str | None = None
@@ -227,6 +229,11 @@ class ReplyReader:
         if isinstance(n, int) and n > 0:
             n += int(usage.get("cache_read_input_tokens") or 0) + int(usage.get("cache_creation_input_tokens") or 0)
             self.ex.prompt_tokens = max(self.ex.prompt_tokens or 0, n)
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        cached = usage.get("cache_read_input_tokens") or (details.get("cached_tokens") if isinstance(details, dict)
+                                                          else None)
+        if isinstance(cached, int):
+            self.ex.cached_tokens = max(self.ex.cached_tokens or 0, cached)
 
     def close(self, now: float) -> None:
         self.ex.tool_calls += [tuple(v) for v in self.chat_calls.values()]
@@ -445,6 +452,7 @@ class Result:
         executed = [c for c in calls if c[0] in sent]
         ttfts = [e.ttft for e in gen if e.ttft is not None]
         prompts = [e.prompt_tokens for e in gen if e.prompt_tokens]
+        cached = sum(e.cached_tokens or 0 for e in gen if e.prompt_tokens)
         return {
             "run": self.run, "exit": self.exit, "timed_out": self.timed_out, "wall_s": round(self.wall, 1),
             "requests": len(self.exchanges), "generation_requests": len(gen),
@@ -456,6 +464,9 @@ class Result:
             "task_done": self.done, "file_text": self.file_text,
             "prompt_tokens_first": prompts[0] if prompts else None,
             "prompt_tokens_max": max(prompts) if prompts else None,
+            # over the requests whose reply reported usage (an abandoned one has none)
+            "prompt_tokens_sent": sum(prompts), "prompt_tokens_cached": cached,
+            "prompt_tokens_computed": sum(prompts) - cached,
             "ttft_first_s": round(ttfts[0], 1) if ttfts else None,
             "ttft_later_median_s": round(statistics.median(ttfts[1:]), 1) if len(ttfts) > 1 else None,
             "ttft_later_n": max(0, len(ttfts) - 1),
@@ -541,7 +552,7 @@ def run_agent(run: str, upstream: str, out: Path, task: str, timeout: float, loc
 
 def table(results: list[dict]) -> str:
     head = ["agent", "exit", "requests (gen)", "4xx/5xx", "tool calls made", "executed", "task done",
-            "prompt tok first/max", "TTFT first", "TTFT later (median, n)", "wall"]
+            "prompt tok first/max", "prompt tok sent/cached/computed", "TTFT first", "TTFT later (median, n)", "wall"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in results:
         tt = "-" if s["ttft_later_median_s"] is None else f"{s['ttft_later_median_s']} s ({s['ttft_later_n']})"
@@ -553,6 +564,7 @@ def table(results: list[dict]) -> str:
             ", ".join(s["tool_calls"]) or "none", ", ".join(s["tool_calls_executed"]) or "none",
             "yes" if s["task_done"] else f"no ({s['file_text']!r})" if s["file_text"] is not None else "no",
             f"{s['prompt_tokens_first']}/{s['prompt_tokens_max']}",
+            f"{s['prompt_tokens_sent']:,}/{s['prompt_tokens_cached']:,}/{s['prompt_tokens_computed']:,}",
             "-" if s["ttft_first_s"] is None else f"{s['ttft_first_s']} s", tt, f"{s['wall_s']} s")) + " |")
     return "\n".join(rows)
 
@@ -563,6 +575,8 @@ def main() -> int:
     ap.add_argument("--model-file", help="GGUF (default: the Qwen2.5-Coder-0.5B test fixture)")
     ap.add_argument("--timeout", type=float, default=1500, help="seconds per agent")
     ap.add_argument("--task", default=TASK)
+    ap.add_argument("--task-for", action="append", default=[], metavar="AGENT=TASK",
+                    help="this agent's task instead of --task (repeatable)")
     ap.add_argument("--out", default=None, help="folder for logs (default: a new temp folder)")
     ap.add_argument("--parallel", action="store_true",
                     help="run the agents at the same time (one service, a slot each and one for side requests)")
@@ -572,6 +586,12 @@ def main() -> int:
     for r in runs:
         if r not in RUNS:
             ap.error(f"unknown agent {r!r}")
+    tasks = {}
+    for item in args.task_for:
+        run, sep, text = item.partition("=")
+        if not sep or run not in RUNS or not text:
+            ap.error(f"--task-for wants AGENT=TASK, got {item!r}")
+        tasks[run] = text
     if args.model_file:
         model_file = Path(args.model_file)
     else:
@@ -595,7 +615,7 @@ def main() -> int:
     summaries = []
 
     def one(run: str) -> dict:
-        s = run_agent(run, url, out, args.task, args.timeout, args.port_lock).summary()
+        s = run_agent(run, url, out, tasks.get(run, args.task), args.timeout, args.port_lock).summary()
         print(json.dumps(s, indent=1), flush=True)
         print(f"load {open('/proc/loadavg').read().strip()}", flush=True)
         return s
