@@ -281,6 +281,17 @@ class RunnerClient:
                 except RunnerError:
                     pass
 
+    def cancel(self, request_id: str) -> bool:
+        """Ask the runner to end a request that is still streaming (generate()): its stream then ends with a
+        DoneEvent whose reason is "cancelled" and whose counts are what it did. False: no such stream."""
+        if request_id not in self._streams or not self.alive:
+            return False
+        try:
+            self._send(P.Cancel(request_id))
+        except RunnerError:
+            return False
+        return True
+
     async def embed(self, req: P.EmbedRequest) -> P.EmbedResult:
         res = await self._call(req.id, req)
         if res.error:

@@ -22,6 +22,7 @@ from app.engine.chat.plan import ChatPlan, plan_chat
 from app.engine.gguf.chat_facts import ChatFacts, cached_chat_facts, read_chat_facts
 
 from ..http.errors import ApiError
+from .call_repeats import CallWatch
 from .request import GenerationRequest
 from .result import TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
 from .toolcalls import Args, Delta, Done, Open, ToolCall, make_parser
@@ -140,9 +141,14 @@ class ReplyReader:
     call is given as ToolCallStart, ToolCallArguments..., ToolCallEvent (every call: one the parser streamed as it
     was written, or one it read whole, whose arguments then come in one piece); else only the ToolCallEvent."""
 
-    def __init__(self, req: GenerationRequest, plan: ChatPlan, pieces: bool = False):
-        self.parser = make_parser(plan.parser, tool_names(req.tools) if plan.tools else (), stream_calls=pieces)
+    def __init__(self, req: GenerationRequest, plan: ChatPlan, pieces: bool = False, watch: bool = False):
+        names = tool_names(req.tools) if plan.tools else ()
+        self.parser = make_parser(plan.parser, names, stream_calls=pieces)
         self.pieces = pieces
+        # `watch`: a reply whose calls are not given in pieces is still seen call by call, so that it can end at a
+        # call it repeats (call_repeats.py); `repeated` is set there, and the text after that call is not read
+        self.watch = CallWatch(plan.parser, names) if watch and not pieces and names else None
+        self.repeated = False
         self.drop_thinking = req.think is False
         # parallel_tool_calls false: at most one call, also where no grammar shapes the calls (harmony, XML...)
         self.max_calls = None if req.parallel_tool_calls else 1
@@ -153,7 +159,14 @@ class ReplyReader:
 
     def feed(self, ev: TextDelta) -> list:
         self.pending_lp += tuple(ev.logprobs)
-        return self._events(self.parser.feed(ev.text), ev.n_tokens)
+        text = ev.text
+        if self.watch is not None:
+            if self.repeated:
+                return []
+            cut = self.watch.feed(text)
+            if cut is not None:
+                text, self.repeated = text[:cut], True
+        return self._events(self.parser.feed(text), ev.n_tokens)
 
     def finish(self) -> list:
         out = self._events(self.parser.finish())

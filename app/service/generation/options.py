@@ -31,6 +31,7 @@ class RequestOptions:
     think_budget: int | None = None                  # thinking tokens at most (-1: no cap); None: not set
     answer_after_tools: bool = True                  # a reply that only repeats the last round's calls is
                                                      # written again as an answer (repeat_guard.py)
+    stop_repeated_calls: bool = True                 # a reply ends at a call it already made (call_repeats.py)
     # where each sampling option set came from: "request", "modelfile" (a PARAMETER) or "gguf" (the publisher's
     # general.sampling.*); an option in none of them has the engine's default (SamplingParams)
     sources: dict[str, str] = field(default_factory=dict)
@@ -172,6 +173,8 @@ def parse_ollama_options(options, defaults: dict | None = None, publisher=()) ->
             ro.ignore_eos = check_bool(key, v)
         elif key == "answer_after_tools":
             ro.answer_after_tools = check_bool(key, v)
+        elif key == "stop_repeated_calls":
+            ro.stop_repeated_calls = check_bool(key, v)
         elif key == "think_budget":
             ro.think_budget = check_int(key, v, -1)       # -1: no cap (over a Modelfile's), 0: no thinking at all
         elif key == "num_thread":

@@ -31,7 +31,7 @@ from ..http import request_log
 from ..http.errors import ApiError, ContextLengthError
 from ..http.metrics import Metrics
 from .keep_alive import DEFAULT, KeepAlive
-from . import chat_features, images, repeat_guard
+from . import call_repeats, chat_features, images, repeat_guard
 from .gotemplate import TemplateError, render as render_template
 from .host import HostLease, ModelEntry, ModelHost
 from .options import RequestOptions, parse_ollama_options
@@ -296,8 +296,10 @@ class Generation:
         """The runner's events for the request sent, through the reply's parser (and `guard`: it may end the
         reply early, with guard.retry set)."""
         plan = self.job.runner_request.plan
-        reader = (chat_features.ReplyReader(self.job.request, plan, self.job.call_pieces)
+        repeats = call_repeats.CallRepeats() if call_repeats.wanted(self.job) else None
+        reader = (chat_features.ReplyReader(self.job.request, plan, self.job.call_pieces, watch=repeats is not None)
                   if self.job.parse_reply and plan else None)
+        ended = False                        # the reply repeated a call: it ends there (and the model is stopped)
         async for ev in self._runner_events():
             out = self._translate(ev)
             if isinstance(out, PromptProgress):      # not output: past the reply's parser, to the log
@@ -305,12 +307,22 @@ class Generation:
                 request_log.note_progress(out)
                 yield out
                 continue
+            if ended:
+                if isinstance(out, TextDelta):       # written before the runner heard: not part of the reply
+                    continue
+                if isinstance(out, Finished):        # the reply ended where it should have: a plain end
+                    out = replace(out, reason="stop")
             if reader is None:
                 events = [out]
             elif isinstance(out, TextDelta):
                 events = reader.feed(out)
             else:                            # Finished: what the parser still holds comes first
                 events = reader.finish() + [out]
+            if repeats is not None:
+                events = repeats.pass_on(events)
+                if not ended and (repeats.stop or (reader is not None and reader.repeated)):
+                    ended = True
+                    self._stop_model()
             if guard is not None:
                 events = guard.pass_on(events)
                 if guard.retry:
@@ -318,6 +330,14 @@ class Generation:
             for e in events:
                 self.result.add(e)
                 yield e
+
+    def _stop_model(self) -> None:
+        """End the model's reply now (a call it repeated: call_repeats.py): the runner cancels the request and
+        its stream ends with the counts of what it did (if it has not ended there already)."""
+        cancel = getattr(self.lease.client, "cancel", None)
+        stopped = cancel is not None and cancel(self.job.runner_request.id)
+        log.info("%s: the reply repeated one of its calls; it ends there%s", self.job.model,
+                 "" if stopped else " (the model had finished)")
 
     def _translate(self, ev) -> Event:
         if isinstance(ev, protocol.PromptProgress):

@@ -14,7 +14,7 @@ INT_PARAMS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_
 FLOAT_PARAMS = {"temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
                 "frequency_penalty", "mirostat_tau", "mirostat_eta", "tfs_z", "draft_p_min"}
 BOOL_PARAMS = {"penalize_newline", "use_mmap", "use_mlock", "numa", "low_vram", "flash_attn", "ignore_eos",
-               "answer_after_tools"}
+               "answer_after_tools", "stop_repeated_calls"}
 STR_PARAMS = {"kv_type", "draft"}
 LIST_PARAMS = {"stop"}
 KNOWN_PARAMS = INT_PARAMS | FLOAT_PARAMS | BOOL_PARAMS | STR_PARAMS | LIST_PARAMS
