@@ -13,6 +13,12 @@ the reply is still read for calls) and the reply opening with text (GenerateRequ
 runner/sampling/answer_hold.py). Calls repeated from earlier turns are not touched: an agent that runs its tests,
 edits a file and runs the same tests again is doing its work.
 
+The same holds one step further out, for a cycle: when the conversation ends with two or more rounds that repeat
+the rounds before them exactly, calls and results alike (weather, then convert, then the same weather with the same
+result, then the same convert), a reply that only asks for the cycle's first round again (cycle_next) is written
+again as an answer too: with the same results in front of it, the model would go round once more. A cycle whose
+calls or results changed (tests fail, a file is edited, the tests run again) is not one.
+
 Streamed, nothing of the reply is held back unless it can still be such a repeat: whitespace, and the pieces of
 a call while its name is one of the last round's and its arguments so far begin the same JSON text (pieces are
 written as json.dumps spells them: toolcalls/jsonscan.py). Anything else sends what was held and ends the watch.
@@ -54,6 +60,58 @@ def last_round(messages: list[dict] | None) -> set[tuple[str, str]]:
         if isinstance(fn, dict) and isinstance(fn.get("name"), str):
             out.add((fn["name"], spelled(fn.get("arguments") or {})))
     return out
+
+
+def _round_key(m: dict) -> tuple:
+    """An assistant turn's calls as compared across rounds: names and arguments (keys sorted), in order."""
+    out = []
+    for call in m.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            args = fn.get("arguments") or {}
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    pass
+            out.append((fn.get("name"), json.dumps(args, ensure_ascii=False, sort_keys=True)))
+    return tuple(out)
+
+
+def rounds(messages: list[dict] | None) -> list[tuple[dict, tuple, tuple]]:
+    """The tool rounds the conversation ends with, oldest first: (the assistant message, its calls (_round_key),
+    the contents of the tool results that answer it, in order), back to the first message that is neither."""
+    out: list[tuple[dict, tuple, tuple]] = []
+    msgs = messages or []
+    i = len(msgs) - 1
+    while i >= 0:
+        j = i
+        while j >= 0 and isinstance(msgs[j], dict) and msgs[j].get("role") == "tool":
+            j -= 1
+        m = msgs[j] if j >= 0 else None
+        if j == i or not isinstance(m, dict) or m.get("role") != "assistant" or not m.get("tool_calls"):
+            break
+        results = tuple(json.dumps(msgs[k].get("content"), ensure_ascii=False, sort_keys=True)
+                        for k in range(j + 1, i + 1))
+        out.append((m, _round_key(m), results))
+        i = j - 1
+    return out[::-1]
+
+
+def cycle_next(messages: list[dict] | None) -> set[tuple[str, str]]:
+    """When the conversation ends with a cycle of two or more tool rounds that repeats the cycle before it exactly
+    (the same calls, in the same order, and the same results), the calls of the round the cycle starts with (what
+    the model would ask for next to go round once more): {(name, arguments spelled)}; empty otherwise. Rounds whose
+    calls or results differ (tests run, a file edited, the tests run again and now pass) are no such cycle."""
+    rs = rounds(messages)
+    for period in range(2, len(rs) // 2 + 1):
+        last, before = rs[-period:], rs[-2 * period:-period]
+        if all(a[1:] == b[1:] for a, b in zip(last, before)):
+            first = last[0][0]
+            return {(fn["name"], spelled(fn.get("arguments") or {})) for fn in
+                    (c.get("function") for c in first.get("tool_calls") or () if isinstance(c, dict))
+                    if isinstance(fn, dict) and isinstance(fn.get("name"), str)}
+    return set()
 
 
 class RepeatGuard:
@@ -122,5 +180,5 @@ def for_job(job) -> RepeatGuard | None:
     if not getattr(job.options, "answer_after_tools", False) or not job.parse_reply or plan is None \
             or not plan.tools or plan.tool_choice != "auto" or plan.grammar == EITHER:
         return None                 # (beside a format, a grammar shapes the reply from its first token)
-    repeats = last_round(job.request.messages)
+    repeats = last_round(job.request.messages) | cycle_next(job.request.messages)
     return RepeatGuard(repeats) if repeats else None

@@ -102,3 +102,53 @@ def test_the_rule_is_an_option_and_a_modelfile_parameter():
     with pytest.raises(ApiError, match="answer_after_tools"):
         parse_ollama_options({"answer_after_tools": "yes"})
     assert parse_param_value("answer_after_tools", "false") is False
+
+
+# ---- a cycle of rounds ------------------------------------------------------------------------------------------
+
+def round_(name, args, result, cid):
+    return [{"role": "assistant", "content": "", "tool_calls": [call(name, args, cid)]},
+            {"role": "tool", "content": result, "tool_call_id": cid}]
+
+
+def test_a_cycle_repeated_exactly_asks_for_its_first_round_again():
+    from app.service.generation.repeat_guard import cycle_next, for_job
+    sf = {"location": "San Francisco"}
+    w1 = round_("weather", sf, '{"temperature": 79}', "a")
+    c1 = round_("convert", {"temperature": 79}, '{"celsius": 26}', "b")
+    w2 = round_("weather", '{"location":"San Francisco"}', '{"temperature": 79}', "c")     # wire string, new ids
+    c2 = round_("convert", '{"temperature":79}', '{"celsius": 26}', "d")
+    assert cycle_next(convo(*w1, *c1, *w2, *c2)) == {("weather", spelled(sf))}
+    assert cycle_next(convo(*w1, *c1, *w2)) == set()                  # not a whole cycle twice yet
+    assert cycle_next(convo(*w1, *c1)) == set() and cycle_next(None) == set()
+    # a period of three, after other rounds
+    e = round_("edit", {"path": "a.py"}, "ok", "e")
+    t = round_("test", {}, "1 failed", "f")
+    v = round_("view", {"path": "a.py"}, "x = 1", "g")
+    assert cycle_next(convo(*c1, *t, *e, *v, *t, *e, *v)) == {("test", "{}")}
+    # the guard is given it (next to the last round's calls)
+    g = RepeatGuard(cycle_next(convo(*w1, *c1, *w2, *c2)) | last_round(convo(*w1, *c1, *w2, *c2)))
+    assert run(g, [ToolCallEvent(0, "x", "weather", dict(sf)), END]) is RETRY
+    assert for_job is not None
+
+
+def test_a_cycle_whose_results_or_arguments_changed_is_work_not_a_loop():
+    from app.service.generation.repeat_guard import cycle_next
+    # run the tests, edit, run the tests again: they pass now
+    t1 = round_("test", {}, "1 failed", "a")
+    e1 = round_("edit", {"path": "a.py", "new": "x = 2"}, "ok", "b")
+    t2 = round_("test", {}, "all passed", "c")
+    e2 = round_("edit", {"path": "a.py", "new": "x = 2"}, "ok", "d")
+    assert cycle_next(convo(*t1, *e1, *t2, *e2)) == set()
+    # the same results, but another edit
+    t2 = round_("test", {}, "1 failed", "c")
+    e2 = round_("edit", {"path": "a.py", "new": "x = 3"}, "ok", "d")
+    assert cycle_next(convo(*t1, *e1, *t2, *e2)) == set()
+    # the weather agent's tool gives a new temperature each time: never the same cycle
+    sf = {"location": "San Francisco"}
+    rs = (round_("weather", sf, '{"temperature": 79}', "a") + round_("convert", {"temperature": 79}, '{"celsius": 26}', "b")
+          + round_("weather", sf, '{"temperature": 77}', "c") + round_("convert", {"temperature": 77}, '{"celsius": 25}', "d"))
+    assert cycle_next(convo(*rs)) == set()
+    # a new question ends the rounds
+    t2 = round_("test", {}, "1 failed", "c")
+    assert cycle_next(convo(*t1, *e1, {"role": "user", "content": "go on"}, *t2, *e1)) == set()
