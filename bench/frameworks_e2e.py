@@ -3,7 +3,7 @@ server's address, on Qwen2.5-Coder-0.5B-Instruct at temperature 0 (a Modelfile p
 so no example is changed to ask for it).
 
     make frameworks-e2e          # or: .venv/bin/python bench/frameworks_e2e.py [--only smol,loop_openai,...]
-        [--model-file GGUF] [--out DIR] [--timeout 900]
+        [--model-file GGUF] [--out DIR] [--timeout 900] [--repeat-penalty 1.1]
 
 Not part of the test suite (each loop sends up to 20 requests; on 2 shared CPU cores a run takes minutes; the
 suite replays what these send: tests/integration/service/test_agent_frameworks.py). What runs, each example from
@@ -64,8 +64,9 @@ def npm_ready() -> Path:
     return CACHE
 
 
-def start_service(home: Path, model_file: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
-    """`strata serve` in `home`, the model imported as MODEL at temperature 0 and loaded."""
+def start_service(home: Path, model_file: Path, log_path: Path, parameters: dict = PARAMETERS) \
+        -> tuple[subprocess.Popen, str]:
+    """`strata serve` in `home`, the model imported as MODEL with `parameters` (temperature 0) and loaded."""
     import urllib.request
     port = free_port()
     env = {**os.environ, "STRATA_HOME": str(home), "STRATA_HOST": f"127.0.0.1:{port}", "STRATA_EXTERNAL_MODELS": "0"}
@@ -81,7 +82,7 @@ def start_service(home: Path, model_file: Path, log_path: Path) -> tuple[subproc
             break
         except OSError:
             time.sleep(0.3)
-    for path, body in (("/api/create", {"model": MODEL, "from": str(model_file), "parameters": PARAMETERS,
+    for path, body in (("/api/create", {"model": MODEL, "from": str(model_file), "parameters": parameters,
                                         "stream": False}),
                        ("/api/generate", {"model": MODEL, "stream": False})):
         req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST")
@@ -114,6 +115,8 @@ def main() -> None:
     ap.add_argument("--model-file", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--repeat-penalty", type=float, default=PARAMETERS["repeat_penalty"],
+                    help="the imported model's PARAMETER repeat_penalty (1.0: the server's default, off)")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     model_file = args.model_file
@@ -126,7 +129,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     node_dir = npm_ready() if any(n != "smol" for n in names) else None
     home = out / "home"
-    proc, url = start_service(home, model_file, out / "serve.log")
+    proc, url = start_service(home, model_file, out / "serve.log",
+                              {**PARAMETERS, "repeat_penalty": args.repeat_penalty})
     port = free_port()
     proxy = subprocess.Popen([python(), str(ROOT / "tests" / "support" / "recording_proxy.py"), "--listen",
                               f"127.0.0.1:{port}", "--upstream", url, "--out", str(out / "capture")],
