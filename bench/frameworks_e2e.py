@@ -47,8 +47,9 @@ EXAMPLES = ("smol", "loop_openai", "ollama_required", "ollama_generate")
 # the imported model's Modelfile: temperature 0 and a repeat penalty of 1.1, what these examples ran under before
 # the default became 1.0 (off), as Ollama's remedy for a model that wants a penalty: a per-model parameter (Qwen
 # recommends one for Qwen2.5, 1.05 per ollama/ollama 6a261db7d; the GGUF carries no general.sampling.*). At 1.0
-# this model wrote ollama_generate's second step as getWeather calls one after another (8 and more, until the
-# probe's max_tokens 300 cut it)
+# (--repeat-penalty 1.0) smolagents' first step was get_weather and final_answer in one reply, which smolagents
+# refuses, and its second a final_answer the model made up ("sunny with a high humidity of 75%") without the tool;
+# the runaway calls it wrote at 1.0 end at the first repeated call now (call_repeats.py)
 PARAMETERS = {"temperature": 0, "repeat_penalty": 1.1}
 
 
