@@ -18,7 +18,6 @@ Not a test: a measurement (the runner's cache decides; this only reports)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,28 +29,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 import httpx  # noqa: E402
 
 MODEL = "coder:0.5b"
-FIX = ROOT / "tests" / "support" / "fixtures" / "agents"
-
-
-def claude_session() -> list[tuple[str, dict]]:
-    out = []
-    for line in (FIX / "claude-code" / "session-8-requests.jsonl").read_text().splitlines():
-        b = {k: v for k, v in json.loads(line).items() if k != "thinking"}
-        out.append(("/v1/messages", dict(b, model=MODEL, max_tokens=4, stream=False, temperature=0)))
-    return out
-
-
-def opencode_session() -> list[tuple[str, dict]]:
-    out = []
-    for p in sorted((FIX / "opencode").glob("*.json")):
-        b = json.loads(p.read_text())["body"]
-        b = {k: v for k, v in b.items() if k != "stream_options"}
-        out.append(("/v1/chat/completions", dict(b, model=MODEL, max_tokens=4, stream=False, temperature=0)))
-    return out
-
-
-SIDE = ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "stream": False, "temperature": 0,
-                                 "messages": [{"role": "user", "content": "Give this conversation a title: hi"}]})
 
 
 def usage(path: str, answer: dict) -> tuple[int, int]:
@@ -78,7 +55,7 @@ def main() -> int:
     ap.add_argument("--extra-side", action="store_true")
     args = ap.parse_args()
     import model_cache
-    from agent_replay import write_tokenizer_twin
+    from agent_replay import claude_session, opencode_session, side_request, write_tokenizer_twin
     from agents_e2e import start_service, stop
 
     qwen = model_cache.cached(model_cache.QWEN_CODER.name)
@@ -86,7 +63,7 @@ def main() -> int:
         raise SystemExit("the Qwen2.5-Coder-0.5B fixture is missing: run `make test-models`")
     work = Path(tempfile.mkdtemp(prefix="interleaved-"))
     twin = write_tokenizer_twin(qwen, work / "twin.gguf")
-    a, b = claude_session(), opencode_session()
+    a, b = claude_session(MODEL), opencode_session(MODEL)
     print(f"load {open('/proc/loadavg').read().strip()}")
     for slots in [int(x) for x in args.parallel.split(",")]:
         results = {}
@@ -105,7 +82,7 @@ def main() -> int:
                         if i < len(b):
                             steps.append(("B", *b[i]))
                         if args.extra_side:
-                            steps.append(("side", *SIDE))
+                            steps.append(("side", *side_request(MODEL)))
                 results[label] = replay(url, steps)
             finally:
                 stop(proc)

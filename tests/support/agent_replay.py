@@ -1,15 +1,19 @@
 """What the agents' replay tests share (tests/integration/service/test_agent_replay_claude.py, test_codex_replay.py,
 test_agent_requests_opencode.py): a live server with the Qwen2.5-Coder fixture imported under the agent's model
 name, a tiny random-weight twin of a model for replays whose assertions are about the prompt (its cache) and not
-the reply, and an SSE body cut into its events' lines, which each test then checks against its own wire's rules."""
+the reply, an SSE body cut into its events' lines, which each test then checks against its own wire's rules, and
+two recorded agent sessions (Claude Code's, OpenCode's) as requests to replay in turn with a side request between
+(test_agents_interleaved.py and bench/bench_agents_interleaved.py)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
 
 from gguf_factory import write_dense_llama
 from gguf_writer import tokenizer_of
+from repo_paths import FIXTURES
 
 
 def serve_model(live_service, gguf, name: str, **fields):
@@ -43,3 +47,30 @@ def sse_blocks(text: str, comments: bool = True) -> list[list[tuple[str, str]]]:
         if lines:
             blocks.append(lines)
     return blocks
+
+
+def _replayed(body: dict, model: str) -> dict:
+    """A recorded request as replayed: for `model`, 4 tokens of reply, whole, greedy (what is checked is the prompt)."""
+    return dict(body, model=model, max_tokens=4, stream=False, temperature=0)
+
+
+def claude_session(model: str) -> list[tuple[str, dict]]:
+    """Claude Code's recorded 8-request session: (path, body) each."""
+    lines = (FIXTURES / "agents" / "claude-code" / "session-8-requests.jsonl").read_text(encoding="utf-8")
+    return [("/v1/messages", _replayed({k: v for k, v in json.loads(line).items() if k != "thinking"}, model))
+            for line in lines.splitlines()]
+
+
+def opencode_session(model: str) -> list[tuple[str, dict]]:
+    """OpenCode's recorded requests, in order: (path, body) each."""
+    out = []
+    for p in sorted((FIXTURES / "agents" / "opencode").glob("*.json")):
+        body = json.loads(p.read_text(encoding="utf-8"))["body"]
+        out.append(("/v1/chat/completions", _replayed({k: v for k, v in body.items() if k != "stream_options"}, model)))
+    return out
+
+
+def side_request(model: str) -> tuple[str, dict]:
+    """A side request an agent sends between turns (a title), on another prompt."""
+    return "/v1/chat/completions", _replayed(
+        {"messages": [{"role": "user", "content": "Give this conversation a title: hi"}]}, model)

@@ -9,36 +9,14 @@ compared with what the same session computes alone on a fresh server: a neighbou
 bench/bench_agents_interleaved.py measures the same with more slot counts."""
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 
-from agent_replay import write_tokenizer_twin
-from repo_paths import FIXTURES
+from agent_replay import claude_session, opencode_session, side_request, write_tokenizer_twin
 
 pytestmark = pytest.mark.timeout(900)
 
 MODEL = "coder:0.5b"
-AGENTS = FIXTURES / "agents"
-SIDE = ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "stream": False, "temperature": 0,
-                                 "messages": [{"role": "user", "content": "Give this conversation a title: hi"}]})
-
-
-def claude_session() -> list[tuple[str, dict]]:
-    out = []
-    for line in (AGENTS / "claude-code" / "session-8-requests.jsonl").read_text(encoding="utf-8").splitlines():
-        body = {k: v for k, v in json.loads(line).items() if k != "thinking"}
-        out.append(("/v1/messages", dict(body, model=MODEL, max_tokens=4, stream=False, temperature=0)))
-    return out
-
-
-def opencode_session() -> list[tuple[str, dict]]:
-    out = []
-    for p in sorted((AGENTS / "opencode").glob("*.json")):
-        body = {k: v for k, v in json.loads(p.read_text(encoding="utf-8"))["body"].items() if k != "stream_options"}
-        out.append(("/v1/chat/completions", dict(body, model=MODEL, max_tokens=4, stream=False, temperature=0)))
-    return out
 
 
 def computed(path: str, answer: dict) -> tuple[int, int]:
@@ -71,13 +49,13 @@ def replay(live_service, twin, steps) -> dict[str, list[tuple[int, int]]]:
 
 
 def test_two_interleaved_sessions_each_compute_only_what_they_compute_alone(live_service, twin):
-    a, b = claude_session(), opencode_session()
+    a, b = claude_session(MODEL), opencode_session(MODEL)
     assert len(a) == 8 and len(b) == 4
     steps = []
     for i in range(max(len(a), len(b))):
         steps += [("claude", *a[i])] if i < len(a) else []
         steps += [("opencode", *b[i])] if i < len(b) else []
-        steps.append(("side", *SIDE))
+        steps.append(("side", *side_request(MODEL)))
     together = replay(live_service, twin, steps)
     alone = {**replay(live_service, twin, [("claude", p, x) for p, x in a]),
              **replay(live_service, twin, [("opencode", p, x) for p, x in b])}
