@@ -29,6 +29,7 @@ import json
 
 from app.engine.chat.plan import EITHER
 
+from .call_repeats import canonical
 from .result import Finished, TextDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
 
 RETRY = object()        # push()'s answer when the reply is only repeated calls: write it again (pass_on: `retry`)
@@ -64,18 +65,9 @@ def last_round(messages: list[dict] | None) -> set[tuple[str, str]]:
 
 def _round_key(m: dict) -> tuple:
     """An assistant turn's calls as compared across rounds: names and arguments (keys sorted), in order."""
-    out = []
-    for call in m.get("tool_calls") or ():
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            args = fn.get("arguments") or {}
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except ValueError:
-                    pass
-            out.append((fn.get("name"), json.dumps(args, ensure_ascii=False, sort_keys=True)))
-    return tuple(out)
+    return tuple(canonical(fn.get("name") or "", fn.get("arguments") or {})
+                 for fn in (c.get("function") for c in m.get("tool_calls") or () if isinstance(c, dict))
+                 if isinstance(fn, dict))
 
 
 def rounds(messages: list[dict] | None) -> list[tuple[dict, tuple, tuple]]:
