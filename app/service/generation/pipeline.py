@@ -285,16 +285,20 @@ class Generation:
                                                   render_tools=False)
                 self._started = False
                 await self.start()
-                async for e in self._reply(None):
+                check = guard.retried()
+                async for e in self._reply(check):
                     yield e
+                if check.replaced:
+                    log.info("%s: the second try wrote a call as text or nothing; the first reply's calls went out",
+                             name)
         except RunnerError as e:
             raise runner_error(e, name) from None
         finally:
             await self.close()
 
-    async def _reply(self, guard: repeat_guard.RepeatGuard | None) -> AsyncIterator[Event]:
+    async def _reply(self, guard: repeat_guard.RepeatGuard | repeat_guard.RetryCheck | None) -> AsyncIterator[Event]:
         """The runner's events for the request sent, through the reply's parser (and `guard`: it may end the
-        reply early, with guard.retry set)."""
+        reply early, with guard.retry set; a second try's check may hold it until its end)."""
         plan = self.job.runner_request.plan
         repeats = call_repeats.CallRepeats() if call_repeats.wanted(self.job) else None
         reader = (chat_features.ReplyReader(self.job.request, plan, self.job.call_pieces, watch=repeats is not None)

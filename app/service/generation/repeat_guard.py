@@ -22,15 +22,22 @@ calls or results changed (tests fail, a file is edited, the tests run again) is 
 Streamed, nothing of the reply is held back unless it can still be such a repeat: whitespace, and the pieces of
 a call while its name is one of the last round's and its arguments so far begin the same JSON text (pieces are
 written as json.dumps spells them: toolcalls/jsonscan.py). Anything else sends what was held and ends the watch.
+
+The second try is judged before the client sees it (RetryCheck): barred from calling, a small model sometimes
+writes the call it wanted as text (Qwen2.5-Coder-0.5B: `{"name": "edit", "arguments": {...}}`, bare, in a
+```json fence or in <tool_call> tags) or writes nothing, and a client would take that for the answer. Either way
+the first reply's calls go out instead, as the model made them, so the client gets a well-formed reply. Only what
+can still be such a reply is held (whitespace, text that opens like one); anything else passes as it comes.
 """
 from __future__ import annotations
 
 import json
+import re
 
 from app.engine.chat.plan import EITHER
 
 from .call_repeats import canonical
-from .result import Finished, TextDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
+from .result import Finished, TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
 
 RETRY = object()        # push()'s answer when the reply is only repeated calls: write it again (pass_on: `retry`)
 
@@ -158,6 +165,75 @@ class RepeatGuard:
     def _hold(self, ev) -> list:
         self.held.append(ev)
         return []
+
+    def _release(self, ev) -> list:
+        out, self.held, self.watching = self.held + [ev], [], False
+        return out
+
+    def retried(self) -> RetryCheck:
+        """The check for the second try (after `retry` was set): what was held is the first reply's calls."""
+        return RetryCheck(list(self.held))
+
+
+_FENCED = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?[ \t]*```", re.S)
+_TAGGED = re.compile(r"<tool_call>(.*?)(?:</tool_call>)?", re.S)
+_OPENERS = ("{", "```", "<tool_call>")
+
+
+def call_as_text(text: str) -> bool:
+    """Whether `text` is a tool call written out: one JSON object with a "name" and "arguments" (or
+    "parameters"), bare, in a code fence or in <tool_call> tags."""
+    t = text.strip()
+    for pattern in (_FENCED, _TAGGED, _FENCED):
+        m = pattern.fullmatch(t)
+        if m:
+            t = m.group(1).strip()
+    try:
+        obj = json.loads(t)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("name"), str) and ("arguments" in obj or "parameters" in obj)
+
+
+class RetryCheck:
+    """Watches the second try's events (pass_on, as RepeatGuard's): holds them while the text so far is whitespace
+    or opens as a call written out can, and at the end sends the first reply's `calls` in place of a reply that is
+    empty or only such a call (`replaced`). Text that opens otherwise or a real call ends the watch; thinking
+    passes as it comes."""
+
+    retry = False                                   # never asks again (the pipeline reads it as RepeatGuard's)
+
+    def __init__(self, calls: list):
+        self.calls = calls
+        self.held: list = []
+        self.text = ""
+        self.watching = True
+        self.replaced = False
+
+    def pass_on(self, events: list) -> list:
+        out: list = []
+        for ev in events:
+            out += self.push(ev)
+        return out
+
+    def push(self, ev) -> list:
+        if not self.watching:
+            return [ev]
+        if isinstance(ev, Finished):
+            self.watching = False
+            if not self.text.strip() or call_as_text(self.text):
+                self.replaced, self.held = True, []
+                return self.calls + [ev]
+            return self._release(ev)
+        if isinstance(ev, TextDelta):
+            self.text += ev.text
+            t = self.text.lstrip()
+            if not t or any(o.startswith(t) or t.startswith(o) for o in _OPENERS):
+                self.held.append(ev)
+                return []
+        elif isinstance(ev, ThinkingDelta):         # not the answer: it goes on, the watch stays
+            return [ev]
+        return self._release(ev)
 
     def _release(self, ev) -> list:
         out, self.held, self.watching = self.held + [ev], [], False

@@ -3,6 +3,8 @@ calls count as the last round's, what the guard holds back while a streamed repl
 that anything else passes untouched. Live, on Qwen2.5-Coder-0.5B: tests/integration/service/test_agent_frameworks.py."""
 from __future__ import annotations
 
+import json
+
 from app.service.generation.repeat_guard import RETRY, RepeatGuard, last_round, spelled
 from app.service.generation.result import Finished, TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, \
     ToolCallStart
@@ -152,3 +154,67 @@ def test_a_cycle_whose_results_or_arguments_changed_is_work_not_a_loop():
     # a new question ends the rounds
     t2 = round_("test", {}, "1 failed", "c")
     assert cycle_next(convo(*t1, *e1, {"role": "user", "content": "go on"}, *t2, *e1)) == set()
+
+
+# ---- the second try, judged before the client sees it -------------------------------------------------------------
+
+EDIT = {"path": "a.py", "old": "x = 1", "new": "x = 2"}
+
+
+def retried_after_repeat():
+    """A guard that has just asked again: the first reply was only a repeat of the last round's edit (streamed in
+    pieces, after a newline). Returns the guard's check for the second try and the first reply's events."""
+    g = RepeatGuard({("edit", spelled(EDIT))})
+    text = spelled(EDIT)
+    first = [TextDelta("\n"), ToolCallStart(0, "call_1", "edit"), ToolCallArguments(0, text[:12]),
+             ToolCallArguments(0, text[12:]), ToolCallEvent(0, "call_1", "edit", dict(EDIT))]
+    assert g.pass_on(first + [END]) == [] and g.retry
+    return g.retried(), first
+
+
+def as_pieces(text: str, size: int = 5) -> list:
+    return [TextDelta(text[i:i + size]) for i in range(0, len(text), size)]
+
+
+def test_a_second_try_that_writes_the_call_as_text_sends_the_first_replys_calls():
+    check, first = retried_after_repeat()
+    written = '{"name": "edit", "arguments": ' + json.dumps(EDIT) + '}'
+    pieces = as_pieces(written)
+    assert check.pass_on(pieces[:3]) == []                     # held while it can still be a call written out
+    out = check.pass_on(pieces[3:] + [END])
+    assert out == first + [END] and check.replaced
+    # "parameters" for "arguments", and in <tool_call> tags, as Qwen's template writes calls
+    check, first = retried_after_repeat()
+    tagged = '<tool_call>\n{"name": "edit", "parameters": ' + json.dumps(EDIT) + '}\n</tool_call>'
+    assert check.pass_on(as_pieces(tagged) + [END]) == first + [END] and check.replaced
+
+
+def test_a_second_try_that_writes_the_call_in_a_json_fence_sends_the_first_replys_calls():
+    check, first = retried_after_repeat()
+    fenced = '```json\n{"name": "edit", "arguments": ' + json.dumps(EDIT) + '}\n```\n'
+    assert check.pass_on(as_pieces(fenced) + [END]) == first + [END] and check.replaced
+
+
+def test_an_empty_second_try_sends_the_first_replys_calls():
+    check, first = retried_after_repeat()
+    assert check.pass_on([TextDelta(" \n"), END]) == first + [END] and check.replaced
+    check, first = retried_after_repeat()
+    assert check.pass_on([END]) == first + [END] and check.replaced
+
+
+def test_a_real_answer_in_the_second_try_passes_unchanged():
+    check, _ = retried_after_repeat()
+    answer = [TextDelta("\n"), TextDelta("I changed x to 2 in a.py."), TextDelta(" Done.")]
+    assert check.pass_on(answer[:2]) == answer[:2]             # sent as soon as it cannot be a call written out
+    assert check.pass_on(answer[2:] + [END]) == answer[2:] + [END] and not check.replaced
+    # JSON that is no call, and code in a fence, are answers too (held to the end, then sent whole)
+    for text in ('{"x": 2}', '```python\nx = 2\n```', '{"name": "edit"}'):
+        check, _ = retried_after_repeat()
+        events = as_pieces(text) + [END]
+        assert check.pass_on(events) == events and not check.replaced, text
+    # thinking goes on as it comes; a real call (the reply is still read for calls) ends the watch
+    check, _ = retried_after_repeat()
+    thought = ThinkingDelta("the edit is done")
+    assert check.pass_on([thought]) == [thought]
+    call_ = ToolCallEvent(0, "c9", "view", {"path": "a.py"})
+    assert check.pass_on([TextDelta("\n"), call_, END]) == [TextDelta("\n"), call_, END] and not check.replaced
