@@ -276,12 +276,12 @@ def tools_summary(details: list[dict]) -> str | None:
     for d in details:
         cache = d.get("cache") or {}
         tools = {p["label"]: p["tokens"] for p in cache.get("anatomy") or () if p.get("kind") == "tool"}
+        called.update(cache.get("tools_called") or ())      # (a prompt sent without its tools names them too)
         if not tools:
             continue
         asked += 1
         for name, tokens in tools.items():
             offered[name] = max(tokens, offered.get(name, 0))
-        called.update(cache.get("tools_called") or ())
         rate = cache.get("prefill_rate") or rate
     if not offered:
         return None

@@ -447,10 +447,11 @@ def cache_summary(report: dict, rate: float | None, detail: bool) -> dict:
         out["anatomy"] = [dict(p, seconds=(p["tokens"] / rate if rate else None)) for p in report["anatomy"]]
         if "tools_called" in report:      # the offered tools never called so far, and what their schemas cost
             called = set(report["tools_called"])
-            unused = [p for p in report["anatomy"] if p["kind"] == "tool" and p["label"] not in called]
             out["tools_called"] = report["tools_called"]
-            out["tools_unused"] = {"names": [p["label"] for p in unused],
-                                   "tokens": sum(p["tokens"] for p in unused)}
+            if any(p["kind"] == "tool" for p in report["anatomy"]):     # (a prompt without its tools offers none)
+                unused = [p for p in report["anatomy"] if p["kind"] == "tool" and p["label"] not in called]
+                out["tools_unused"] = {"names": [p["label"] for p in unused],
+                                       "tokens": sum(p["tokens"] for p in unused)}
     return out
 
 

@@ -24,6 +24,17 @@ def test_a_tool_called_in_any_request_is_not_unused_and_the_costliest_come_first
                       "(about 1.4 s to read at the measured 2,000 tokens/s): Web (1,200), Bash (900), Task (800)")
 
 
+def test_a_call_named_by_a_request_sent_without_its_tools_counts():
+    # the session's last request was asked again without its tools (a reply that repeated the last round's
+    # calls): its prompt offers no tools, but its conversation called Read
+    retried = {"cache": {"anatomy": [{"kind": "system", "label": "system", "tokens": 40}], "tools_called": ["Read"]}}
+    text = tools_summary([_detail({"Read": 300, "Bash": 900}, []), retried])
+    assert text is not None
+    head, unused = text.splitlines()
+    assert head == "this session sent 1 request offering 2 tools; called: Read"
+    assert unused.endswith(": Bash (900)")
+
+
 def test_without_a_measured_rate_only_tokens_and_without_tools_nothing():
     text = tools_summary([_detail({"Read": 30, "Edit": 20}, ["Read"], rate=None)])
     assert text is not None

@@ -231,8 +231,11 @@ class PromptHistory:
         anatomy = [p.as_dict(max(0, bounds[i + 1] - p.token)) for i, p in enumerate(parts)
                    if bounds[i + 1] > p.token or i == 0]
         report: dict = {"request": rid, "prompt_tokens": n, "anatomy": anatomy}
-        if tools:       # which offered tools the conversation so far called (the others only cost their schemas)
-            report["tools_called"] = called_tools(messages)
+        called = called_tools(messages)
+        # the tools the conversation so far called (an offered tool never called only costs its schema), named also
+        # for a prompt sent without its tools (the second try of a reply that repeated the last round's calls)
+        if tools or called:
+            report["tools_called"] = called
         prev, shared = self._most_similar(toks)
         if prev is not None:
             report["previous"] = {"request": prev.rid, "tokens": len(prev.tokens), "shared": shared}

@@ -112,6 +112,12 @@ def test_the_cache_report_reaches_the_list_with_each_parts_cost():
     rec = log.begin(req())
     finish(log, rec, prompt=1000, cached=100, seconds=2.0, report=report)
     assert rec.to_dict(detail=True)["cache"]["tools_unused"] == {"names": ["Bash"], "tokens": 600}
+    # a prompt sent without its tools names the calls made, and no unused tools (it offered none)
+    bare = dict(report, tools_called=["Bash"], anatomy=report["anatomy"][:1])
+    rec = log.begin(req())
+    finish(log, rec, prompt=1000, cached=100, seconds=2.0, report=bare)
+    detail = rec.to_dict(detail=True)["cache"]
+    assert detail["tools_called"] == ["Bash"] and "tools_unused" not in detail
 
 
 def test_on_disk_the_anatomy_stays_with_the_detail(tmp_path):

@@ -76,6 +76,10 @@ def test_the_tools_called_so_far_are_named():
     report, _ = admit(history, "r", msgs)
     assert report["tools_called"] == ["Bash"]
     assert "tools_called" not in admit(history, "s", session(), tools=None)[0]
+    # the same conversation sent without its tools (the second try of a reply that repeated the last round's
+    # calls) still names the calls it made
+    report, _ = admit(history, "t", msgs, tools=None)
+    assert report["tools_called"] == ["Bash"] and not [p for p in report["anatomy"] if p["kind"] == "tool"]
 
 
 def test_a_session_that_only_appends_reuses_all_but_the_tail():
