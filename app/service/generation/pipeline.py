@@ -338,8 +338,7 @@ class Generation:
     def _stop_model(self) -> None:
         """End the model's reply now (a call it repeated: call_repeats.py): the runner cancels the request and
         its stream ends with the counts of what it did (if it has not ended there already)."""
-        cancel = getattr(self.lease.client, "cancel", None)
-        stopped = cancel is not None and cancel(self.job.runner_request.id)
+        stopped = self.lease.client.cancel(self.job.runner_request.id)
         log.info("%s: the reply repeated one of its calls; it ends there%s", self.job.model,
                  "" if stopped else " (the model had finished)")
 
