@@ -40,6 +40,12 @@ def load(name: str) -> tuple[list[int], list[int]]:
     return d["prompt"], d["reply"]
 
 
+def load_views(name: str) -> list[list[int]]:
+    """The fixture prompt's views as admission makes them (speculation/prompt_views.py, the prompt's text through
+    Qwen2.5-Coder's tokenizer: the escaped view with special tokens parsed, the documents without)."""
+    return json.loads((FIXTURES / name).read_text())["views"]
+
+
 @dataclass
 class Replayed:
     drafted: int
@@ -54,12 +60,14 @@ class Replayed:
 
 
 def replay(prompt: list[int], reply: list[int], proposer: NgramProposer, rng: random.Random, *,
-           noise: float = 0.15, unit: float = 0.03, max_draft: int = MAX_DRAFT, streams: int = 1) -> Replayed:
+           noise: float = 0.15, unit: float = 0.03, max_draft: int = MAX_DRAFT, streams: int = 1,
+           views: list[list[int]] | None = None) -> Replayed:
     """One request (or `streams` alike at once, one batch, as a bench's streams sending the same greedy task)
     through a runner's proposer (its step costs are the runner's): `reply[0]` is sampled at the end of the
-    prompt's prefill, then one step per decode. Counts and seconds are summed over the streams."""
+    prompt's prefill, then one step per decode. Counts and seconds are summed over the streams. `views`: the prompt's
+    other forms (prompt_views.py), as admission gives them."""
     costs = proposer.costs
-    seqs = [SimpleNamespace(id=f"replay-{i}", drafter=None, history=list(prompt), pending=reply[0], n_gen=1, done=0)
+    seqs = [SimpleNamespace(id=f"replay-{i}", drafter=None, views=views or [], history=list(prompt), pending=reply[0], n_gen=1, done=0)
             for i in range(streams)]
     seconds, drafted, accepted, steps = 0.0, 0, 0, 0
     while any(seq.done < len(reply) - 1 for seq in seqs):

@@ -294,6 +294,8 @@ def runner_main(conn, layout_dict: dict, n_threads: int | None, model_name: str 
     admission.media = media
     admission.vision_missing = loaded.vision_missing
     admission.mark_last_user = loop.prompt_cache.checkpoints_enabled()
+    if loop.drafting.on and loop.drafting.proposer.kind == "ngram":
+        admission.enable_views()
     heartbeat.state = loop.step_state
     loop.start()
     send(loaded)

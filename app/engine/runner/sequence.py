@@ -37,6 +37,7 @@ class Admitted:
         self.error_kind = "error"
         self.error_data: dict | None = None     # numbers for the client's error (a context overflow's counts)
         self.report: dict | None = None # the prompt's anatomy and comparison with earlier prompts (cache/explain.py)
+        self.views: list[list[int]] = []    # the prompt's other forms, tokenized, for prompt lookup (prompt_views.py)
 
 
 class OutputState:
@@ -84,6 +85,7 @@ class Seq:
         self.wait_n = 0
         self.pending = -1               # sampled, not yet decoded
         self.drafter = None             # ngram_draft.NgramDrafter (the proposer's own), made when it first drafts
+        self.views: list[list[int]] = []    # from adm.views: the prompt's other forms the drafter also copies from
         # the draft proposed for the next step (the update sets it after sampling); the next plan takes it into
         # its span (step_plan.Span.draft), which verifies it
         self.draft: list[int] = []
@@ -99,6 +101,7 @@ class Seq:
         a = self.adm
         self.prompt, self.sampler, self.media, self.stop_bytes = a.prompt, a.sampler, a.media, a.stop_bytes
         self.checkpoint_at = list(a.checkpoint_at)
+        self.views = a.views
 
     @property
     def kv_slot(self) -> int:

@@ -202,6 +202,42 @@ def test_synthetic_model_greedy_identity(loop, dense_gguf):
         run(loop, c.close())
 
 
+# ---- the prompt's views (speculation/prompt_views.py) ------------------------------------------------------
+CONFIG = {"service": {"name": "notes", "port": 8080, "workers": 4, "debug": False},
+          "database": {"url": "sqlite:///notes.db", "pool": {"min": 1, "max": 8}, "timeout_s": 30},
+          "features": {"search": True, "export": False}, "limits": {"upload_mb": 25, "notes_per_user": 5000}}
+REFORMAT = [{"role": "user", "content": "Reformat this JSON document with 2-space indentation, keeping the keys in "
+                                        "the same order. Print only the JSON:\n\n"
+                                        + json.dumps(CONFIG, separators=(",", ":"))}]
+
+
+def test_a_json_document_and_a_file_written_as_a_json_string_are_exact_with_their_views(loop, runner):
+    """The drafter also copies the prompt's views (a document indented, the text as a JSON string): the replies
+    are the model's own all the same. Their drafts run long, so their rows are verified in batches of dozens, whose
+    kernels round otherwise than a one-row step's (a token's logprob 0.012 apart on SmolLM2): LOGPROB_NOISE."""
+    escaped = {"prompt": "The file:\n" + CODE + '\nThe same file as a JSON string:\n{"content": "'
+               + json.dumps(CODE)[1:40], "raw": True, "num_predict": 60}
+    for kw in ({"messages": REFORMAT, "num_predict": 80}, escaped):
+        spec, plain = both(loop, runner, **kw)
+        assert_same(spec, plain, LOGPROB_NOISE)
+        assert spec[1].draft_tokens > 0
+
+
+def test_a_reformatted_json_document_is_drafted_from_its_indented_view(loop, qwen_coder_path):
+    """Qwen2.5-Coder reformats a compact document as json.dumps(indent=2) writes it: most of its reply comes from
+    drafts of that view (without it every line's whitespace differs from the prompt's), and the reply is the one
+    decoding without drafts gives."""
+    c = start(loop, qwen_coder_path, num_ctx=2048, num_parallel=1)
+    try:
+        spec, plain = both(loop, c, messages=REFORMAT, num_predict=300, logprobs=False, top_logprobs=0)
+    finally:
+        run(loop, c.close())
+    assert spec[0] == plain[0]
+    assert json.dumps(CONFIG, indent=2) in spec[0]
+    d = spec[1]
+    assert d.draft_accepted >= d.completion_tokens // 2, d
+
+
 # ---- the counts in every dialect ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server(live_service, smollm2_path):

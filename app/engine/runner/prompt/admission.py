@@ -33,6 +33,7 @@ from app.engine.runner.sampling import answer_hold, chain as sampling, grammar, 
 from app.engine.runner.sampling.constrained import SeqSampler
 from app.engine.runner.sampling.greedy import greedy_pick
 from app.engine.runner.sequence import N_KEEP, Seq
+from app.engine.runner.speculation.prompt_views import PromptViews
 
 log = logging.getLogger("strata.engine")
 
@@ -74,7 +75,15 @@ class Admission:
         self.media = None               # media.Media when the model has a projector (runner main)
         self.vision_missing = ""        # why it has none though its layout names one (mtmd_lib.VisionUnavailable)
         self.prefix_tokens = PrefixTokens(self.vocab, vocab_out.piece)
+        # the prompt's other forms for prompt lookup (speculation/prompt_views.py), set by the runner when it drafts
+        # so; the escaped view's tokenizer remembers its own texts (they repeat from one agent turn to the next)
+        self.views: PromptViews | None = None
         self.history = PromptHistory(vocab_out.piece)   # the cache-miss explainer's earlier prompts (explain.py)
+
+    def enable_views(self) -> None:
+        """Give every request the views of its prompt (the runner drafts by prompt lookup)."""
+        escaped = PrefixTokens(self.vocab, self.vocab_out.piece)
+        self.views = PromptViews(escaped.tokenize, lambda text, add: tokenize(self.vocab, text, add, False))
 
     def _special(self, token: int) -> str:
         return self.vocab_out.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else ""
@@ -111,6 +120,8 @@ class Admission:
         adm.n_prompt = len(toks)
         if adm.media is None:
             adm.report = self.explain(seq, req, text if chat and not adm.truncated_tokens else "", toks)
+        if self.views is not None and seq.speculate and text:
+            adm.views = self.views(text)
         g, label = self.grammar(req)
         chain = sampling.build_chain(req.sampling, self.n_vocab, self.n_ctx_seq)
         window = sampling.penalty_window(req.sampling, self.n_ctx_seq)

@@ -48,6 +48,8 @@ SUB_CONTEXT = True           # a substitution applies only where the token after
 Step = tuple[int, tuple[int, ...], tuple[tuple[int, ...], int] | None]
 
 
+VIEW_END = -(1 << 31)        # closes a view of the prompt in the drafter's tokens: like an image's pseudo-tokens
+                             # (negative), it never starts or continues a match
 _BITS = 21                   # a token id fits in 21 bits (every vocabulary < 2M tokens): 3 of them key an int64
 
 
@@ -72,9 +74,20 @@ class NgramDrafter:
     now (`_place`), else the most recent. Windows holding an image's pseudo-tokens (runner/prompt/media.py) never
     start a match."""
 
-    def __init__(self, tokens):
-        self.tokens: list[int] = list(map(int, tokens))
-        self.score = GuessScore()
+    def __init__(self, tokens, views=()):
+        # the prompt's other forms (prompt_views.py) go first, each closed by VIEW_END: a copy found in one goes on
+        # there like any other, and where the prompt itself holds the same n-gram its later place wins
+        head: list[int] = []
+        for view in views:
+            head.extend(map(int, view))
+            head.append(VIEW_END)
+        self.tokens: list[int] = head + list(map(int, tokens))
+        self.n_views = len(head)                        # the views' tokens: places below this copy from a view
+        # guesses copied from a view are scored apart: a reply that leaves the view's form (writes a newline where
+        # the JSON string would escape it) then does not hold back its copies of the prompt as it stands, nor the
+        # other way round. `score` is the one of the last guess.
+        self._own, self._viewed = GuessScore(), GuessScore()
+        self.score = self._own
         self.copied: tuple[int, int] | None = None     # (the place the last guess copied from, len(tokens) then)
         # the last guess: its tokens, for each the place the copy goes on from after it (and the tokens of a
         # substitution still to come there), and len(tokens) when it was made; None after a guess of nothing
@@ -94,7 +107,9 @@ class NgramDrafter:
         """A token the sequence emitted (it will be decoded next, or it already was as an accepted draft)."""
         toks = self.tokens
         toks.append(int(token))
-        self.score.push(int(token))
+        self._own.push(int(token))
+        if self.n_views:
+            self._viewed.push(int(token))
         key = self._key(len(toks))
         if key >= 0:
             self._later.setdefault(key, []).append(len(toks))
@@ -109,6 +124,10 @@ class NgramDrafter:
         """Up to `limit` tokens that followed the most recent earlier occurrence of the longest matching tail.
         The guess (up to SCORED tokens, whatever `limit`) is offered to `score`."""
         guess, match = self._guess(max(limit, SCORED))
+        if self.n_views:
+            viewed = bool(guess) and self.copied is not None and self.copied[0] < self.n_views
+            self.score, other = (self._viewed, self._own) if viewed else (self._own, self._viewed)
+            other.offer([])
         self.score.offer(guess, match)
         return guess[:limit] if limit > 0 else []
 
@@ -316,7 +335,7 @@ class NgramProposer:
             if limit <= 0:
                 continue
             if seq.drafter is None:
-                seq.drafter = NgramDrafter(ask.tokens())
+                seq.drafter = NgramDrafter(ask.tokens(), seq.views)
             guess = seq.drafter.lookup(limit)
             score = seq.drafter.score
             if self.costs.measured:                    # ("on": every guess whole, for tests)

@@ -129,7 +129,7 @@ def test_a_draft_is_at_most_twice_the_match_it_extends():
             costs.record(1, 0.05)
             costs.record(rows, 0.05 * (1 + 0.01 * rows))          # rows nearly free: long drafts pay
     text = list(range(1000, 1400))
-    seq = SimpleNamespace(id="s", drafter=NgramDrafter([1, 2] + text + [3]), n_gen=0)
+    seq = SimpleNamespace(id="s", drafter=NgramDrafter([1, 2] + text + [3]), views=[], n_gen=0)
     proposer = NgramProposer(costs)
 
     def emit(tokens):
