@@ -262,6 +262,13 @@ def median_ratio(results, task: str, k: int, name: str, base: str) -> float:
     return med / statistics.median(r["tok_s"] for r in results[(task, k, base)])
 
 
+def paired_ratio(results, task: str, k: int, name: str, base: str) -> float:
+    """The median over reps of each rep's ratio: the two runs of a rep ran minutes apart at most, so a machine
+    whose speed drifts by several percent over a run (a shared host) moves both alike."""
+    return statistics.median(a["tok_s"] / b["tok_s"] for a, b in zip(results[(task, k, name)],
+                                                                      results[(task, k, base)]))
+
+
 def report(results, servers, tasks, streams, args, model):
     names = [s.name for s in servers]
     base = "llama-server" if "llama-server" in names else names[-1]
@@ -294,10 +301,11 @@ def report(results, servers, tasks, streams, args, model):
                    default=None)
         print(f"\n{k} stream(s): Strata over llama-server's default" + (f" and over its best prompt-lookup mode "
               f"on the editing workloads ({best})" if best else ""))
-        ratios, over_best = [], []
+        ratios, over_best, paired = [], [], []
         for t in tasks:
             r = median_ratio(results, t, k, "strata", base)
-            line = f"- {t}: {r:.2f}x"
+            p = paired_ratio(results, t, k, "strata", base)
+            line = f"- {t}: {r:.2f}x (paired by rep {p:.2f}x)"
             if best:
                 b = median_ratio(results, t, k, "strata", best)
                 line += f", {b:.2f}x {best}"
@@ -305,9 +313,10 @@ def report(results, servers, tasks, streams, args, model):
                     over_best.append(b)
             if t in edits:
                 ratios.append(r)
+                paired.append(p)
             print(line)
-        print(f"- median editing workload: {statistics.median(ratios):.2f}x llama-server"
-              + (f", {statistics.median(over_best):.2f}x {best}" if best else ""))
+        print(f"- median editing workload: {statistics.median(ratios):.2f}x llama-server (paired by rep "
+              f"{statistics.median(paired):.2f}x)" + (f", {statistics.median(over_best):.2f}x {best}" if best else ""))
 
 
 def report_differences(results, servers, tasks, streams):
