@@ -1,7 +1,7 @@
 """Host time per step on the runner's context thread, phase by phase, with async batch preparation off and on.
 
     .venv/bin/python bench/bench_host_step.py [--threads 1] [--reps 3] [--tokens 128] [--streams 1,4,16]
-                                              [--models smollm2,qwen] [--variants off,auto]
+                                              [--models smollm2,qwen] [--variants off,auto] [--temperature 0]
 
 Real runner processes (RunnerClient: admission, the output thread and the step loop as the service runs them), one
 per variant of `RunnerSettings.async_prep` ("off": the next step's host work after the sampled tokens, as before
@@ -87,14 +87,16 @@ def prompt(rep: int, i: int) -> str:
             f"an old mill, and the people who live beside it.")
 
 
-async def measure(client: RunnerClient, streams: int, n_tokens: int, rep: int, gpu: bool = False) -> dict:
+async def measure(client: RunnerClient, streams: int, n_tokens: int, rep: int, gpu: bool = False,
+                  temperature: float = 0.0) -> dict:
     before = (await client.stats()).host_phases
     t0 = time.perf_counter()
 
     async def one(i: int) -> tuple[int, list[str]]:
         req = P.GenerateRequest(id=f"b{rep}-{streams}-{i}-{time.monotonic_ns()}", prompt=prompt(rep, i), raw=True,
                                 num_predict=n_tokens, ignore_eos=True,
-                                sampling=P.SamplingParams(temperature=0.0, repeat_penalty=1.0))
+                                sampling=P.SamplingParams(temperature=temperature, repeat_penalty=1.0, top_k=40,
+                                                          seed=1000 * max(rep, 0) + i))
         n, text = 0, []
         async for ev in client.generate(req):
             if isinstance(ev, P.TokenEvent):
@@ -144,7 +146,7 @@ async def run_model(name: str, path: Path, args) -> None:
                 order = variants if rep % 2 == 0 else variants[::-1]
                 texts = {}
                 for v in order:
-                    r = await measure(clients[v], streams, args.tokens, rep, args.gpu)
+                    r = await measure(clients[v], streams, args.tokens, rep, args.gpu, args.temperature)
                     rows.setdefault((v, streams), []).append(r)
                     print(f"# rep {rep} {streams} streams {v}: host {r['host']:.0f} us/step (cpu {r['host_cpu']:.0f}), "
                           f"helper {r['helper']:.0f}, "
@@ -193,6 +195,8 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=0.0, help="sampled with top-k 40 and a seed per request "
+                    "above 0 (the sampler chain's host cost); greedy (the argmax) at 0")
     ap.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16])
     ap.add_argument("--models", type=lambda s: s.split(","), default=["smollm2", "qwen"])
     ap.add_argument("--variants", type=lambda s: s.split(","), default=["off", "auto"],

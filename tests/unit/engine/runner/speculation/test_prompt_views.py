@@ -41,6 +41,35 @@ def test_the_search_for_documents_is_bounded_on_unclosed_brackets():
     assert V.json_documents(text) == []
 
 
+def test_a_prompt_that_starts_like_the_last_one_is_searched_from_where_they_differ_with_the_same_result():
+    doc = json.dumps(DOC, separators=(",", ":"))
+    first = "Turn one:\n" + doc + "\nthen an open one: " + doc[:40]
+    cases = [(first, first + doc[40:] + "\n"),                  # a document the next turn completes
+             ("a string left open: " + doc[:20], "a string left open: " + doc + "\n" + doc),
+             (first, first[:30] + "changed" + first[30:])]       # the texts part inside the first document
+    for before, after in cases:
+        earlier = V.find_documents(before)
+        shared = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+        assert V.find_documents(after, earlier, shared) == V.find_documents(after)
+    assert [t.forms for t in V.find_documents(cases[0][1]) if t.forms] == [
+        (json.dumps(DOC, indent=2), json.dumps(DOC, indent=4))] * 2
+
+
+def test_views_of_the_next_turn_reuse_the_documents_tokens():
+    calls = []
+
+    def tok(text, add_special):
+        calls.append(text)
+        return [ord(c) for c in text]
+    views = V.PromptViews(tok, tok)
+    text = "Schemas: " + json.dumps(DOC, separators=(",", ":")) + "\nuser: hi\n"
+    first = views(text)
+    calls.clear()
+    second = views(text + "assistant: hello\nuser: more\n")
+    assert second[1:] == first[1:]                               # the same documents' forms
+    assert calls == [json.dumps(text + "assistant: hello\nuser: more\n")[1:-1]]   # only the escaped view again
+
+
 def test_views_are_tokenized_by_the_tokenizers_given():
     calls = []
 
