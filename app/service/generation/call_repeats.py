@@ -68,7 +68,21 @@ class CallWatch:
         return None
 
 
-class CallRepeats:
+class EventFilter:
+    """Events in, events out: `push` one event and get what goes on to the client now (maybe nothing yet, maybe
+    what was held with it)."""
+
+    def push(self, ev) -> list:
+        raise NotImplementedError
+
+    def pass_on(self, events: list) -> list:
+        out: list = []
+        for ev in events:
+            out += self.push(ev)
+        return out
+
+
+class CallRepeats(EventFilter):
     """Passes a reply's events on (pass_on) until a call repeats an earlier one of the reply; from there on it
     drops everything but Finished, and `stop` tells the generation to end the model's reply."""
 
@@ -81,12 +95,6 @@ class CallRepeats:
         self.open: tuple[int, str, str] | None = None   # ... its index, name and arguments so far
         self.calls = 0                               # complete calls passed on
         self.sent: int | None = None                 # the index of the last call whose first pieces went out
-
-    def pass_on(self, events: list) -> list:
-        out: list = []
-        for ev in events:
-            out += self.push(ev)
-        return out
 
     def push(self, ev) -> list:
         if isinstance(ev, Finished):

@@ -36,7 +36,7 @@ import re
 
 from app.engine.chat.plan import EITHER
 
-from .call_repeats import canonical
+from .call_repeats import EventFilter, canonical
 from .result import Finished, TextDelta, ThinkingDelta, ToolCallArguments, ToolCallEvent, ToolCallStart
 
 RETRY = object()        # push()'s answer when the reply is only repeated calls: write it again (pass_on: `retry`)
@@ -195,7 +195,7 @@ def call_as_text(text: str) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("name"), str) and ("arguments" in obj or "parameters" in obj)
 
 
-class RetryCheck:
+class RetryCheck(EventFilter):
     """Watches the second try's events (pass_on, as RepeatGuard's): holds them while the text so far is whitespace
     or opens as a call written out can, and at the end sends the first reply's `calls` in place of a reply that is
     empty or only such a call (`replaced`). Text that opens otherwise or a real call ends the watch; thinking
@@ -209,12 +209,6 @@ class RetryCheck:
         self.text = ""
         self.watching = True
         self.replaced = False
-
-    def pass_on(self, events: list) -> list:
-        out: list = []
-        for ev in events:
-            out += self.push(ev)
-        return out
 
     def push(self, ev) -> list:
         if not self.watching:

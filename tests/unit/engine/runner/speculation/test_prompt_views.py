@@ -102,21 +102,21 @@ def test_a_reply_writing_the_prompt_escaped_drafts_from_the_escaped_view():
     assert plain != want
 
 
+def printing(reply: str) -> NgramDrafter:
+    """The drafter of a reply to "Print this file", with the file's escaped view."""
+    return NgramDrafter(ids("Print this file:\n" + FILE + "\n" + reply), [ids(json.dumps(FILE)[1:-1])])
+
+
 def test_a_reply_copying_the_prompt_as_it_stands_copies_the_prompt():
-    prompt = ids("Print this file:\n" + FILE + "\n")
     view = ids(json.dumps(FILE)[1:-1])
-    reply = ids("def greet(name):\n    pri")
-    d = NgramDrafter(prompt + reply, [view])
+    d = printing("def greet(name):\n    pri")
     assert d.lookup(12) == ids('nt("hello", ')
     assert d.score is d._own
     assert d.tokens[len(view)] == VIEW_END and d.n_views == len(view) + 1
 
 
 def test_a_miss_in_a_view_leaves_the_prompts_own_odds_alone():
-    prompt = ids("Print this file:\n" + FILE + "\n")
-    view = ids(json.dumps(FILE)[1:-1])
-    reply = ids('"def greet(name):\\n')
-    d = NgramDrafter(prompt + reply, [view])
+    d = printing('"def greet(name):\\n')
     assert d.lookup(14) == ids('    print(\\"he')
     own_before = list(d._own.rates())
     for t in ids('    print("'):                                # the reply leaves the view's form at the quote
