@@ -44,8 +44,9 @@ def json_string(text: str) -> str | None:
 
 
 class Tried(NamedTuple):
-    """One '{' or '[' of a text tried as a document's start: the characters the decoder read from it (up to the
-    document's end, or to its error) and the document's forms (none if it was not one, or too short)."""
+    """One '{' or '[' of a text tried as a document's start: how far the decoder read from it (`read_to`, past the
+    last character it looked at), where the search went on (`end`: after the document, or the next character), and
+    the document's forms (none if it was not one, or too short)."""
     start: int
     read_to: int
     end: int
@@ -65,7 +66,7 @@ def find_documents(text: str, earlier: list[Tried] | None = None, shared: int = 
         if t.read_to > shared:
             break
         tries.append(t)
-        scanned += max(1, t.read_to - t.start)
+        scanned += t.read_to - t.start
         size += sum(map(len, t.forms))
         pos = t.end
     while len(tries) < MAX_OPENS and scanned < MAX_SCAN and size < MAX_VIEW_CHARS:
@@ -79,7 +80,7 @@ def find_documents(text: str, earlier: list[Tried] | None = None, shared: int = 
             # it read up to its error, except in a string left open, which it read to the text's end
             read_to = len(text) + 1 if e.msg.startswith("Unterminated string") else e.pos + 1
             tries.append(Tried(start, read_to, start + 1, ()))
-            scanned += max(1, e.pos - start)
+            scanned += read_to - start
             pos = start + 1
             continue
         except RecursionError:        # nested deeper than the decoder goes: not a document to reformat
@@ -93,11 +94,6 @@ def find_documents(text: str, earlier: list[Tried] | None = None, shared: int = 
             size += sum(map(len, forms))
         tries.append(Tried(start, end, end, forms))       # a document ends at its closing bracket
     return tries
-
-
-def json_documents(text: str) -> list[str]:
-    """The forms of `text`'s documents (find_documents), in order."""
-    return [f for t in find_documents(text) for f in t.forms]
 
 
 class PromptViews:
