@@ -1,13 +1,15 @@
 """Speculative decoding on a set of workloads: Strata (prompt-lookup drafts, on by default where measured step costs
 say they pay) against llama-server from the same llama.cpp at its defaults (no speculation) and with each of its
 prompt-lookup modes (`--spec-type ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`, at
-their defaults), through the OpenAI API, same model, threads and slots.
+their defaults), through the OpenAI API, same model, threads and slots. `llama-server-read` is llama-server with its
+weights read into huge pages as Strata's CPU-only plans read them (`-lm none`, glibc's malloc asking for THP): against
+it, the speculation's own gain.
 
     bench/build_llama_server.sh          # once: llama-server from llama-cpp-python 0.3.36's vendored llama.cpp
                                          # (or STRATA_BENCH_LLAMA_SERVER=path/to/llama-server)
     .venv/bin/python bench/bench_speculative.py [--model PATH] [--threads 1] [--reps 3] [--streams 1]
         [--tasks rename,hints,json,write,diff,extract,complete,free]
-        [--engines strata,llama-server,llama-server-ngram-simple,...[,strata-nospec][,strata-N]]
+        [--engines strata,llama-server,llama-server-ngram-simple,...[,llama-server-read][,strata-nospec][,strata-N]]
         [--draft PATH]                   # adds strata-draft: PATH (same vocabulary) drafts for the model
         [--draft-log FILE]               # Strata's runner at DEBUG: each draft decision, then the lengths taken
         [--repeat N]                     # then the rename sent N times in a row (do drafts repeat?)
@@ -157,12 +159,19 @@ class Server:
                 self.proc.kill()
 
 
-def llama_server(name: str, model: str, threads: int, extra: list[str]) -> Server:
+def llama_server(name: str, model: str, threads: int, extra: list[str], env=None) -> Server:
     port = free_port()
     cmd = [str(SERVER), "-m", model, "-t", str(threads), "-tb", str(threads), "-c", str(NUM_CTX * N_PAR),
            "-np", str(N_PAR), "-b", str(N_BATCH), "-ub", str(N_BATCH), "--no-kv-unified", "-fa", "auto", "--jinja",
            "--no-webui", "--host", "127.0.0.1", "--port", str(port), *extra]
-    return Server(name, cmd, port, "model")
+    return Server(name, cmd, port, "model", env=env)
+
+
+def llama_server_read(name: str, model: str, threads: int) -> Server:
+    """llama-server with its weights read into memory that glibc's malloc asks huge pages for, as Strata's CPU-only
+    plans load them (Layout.load_mode "read"): Strata against it is the speculation's own gain, without the memory's."""
+    env = {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    return llama_server(name, model, threads, ["-lm", "none"], env=env)
 
 
 def strata(name: str, model: str, threads: int, speculative: str, draft: str | None = None,
@@ -200,6 +209,8 @@ def engines(model: str, args) -> list[Server]:
             out.append(strata(name, model, args.threads, "", draft=args.draft))
         elif name == "llama-server":
             out.append(llama_server(name, model, args.threads, []))
+        elif name == "llama-server-read":
+            out.append(llama_server_read(name, model, args.threads))
         elif name.removeprefix("llama-server-") in NGRAM_MODES:
             out.append(llama_server(name, model, args.threads, ["--spec-type", name.removeprefix("llama-server-")]))
         else:
@@ -232,7 +243,7 @@ async def main(args):
                 for k in streams:
                     order = servers[rep % len(servers):] + servers[:rep % len(servers)]
                     for s in order:
-                        if args.fresh and s.name.startswith("llama-server-"):
+                        if args.fresh and s.name.removeprefix("llama-server-") in NGRAM_MODES:
                             await s.stop()               # its n-gram pool would remember the last rep's reply
                             await s.start()
                         r = await s.run(task, k, rep)
@@ -311,6 +322,8 @@ def report(results, servers, tasks, streams, args, model):
                 line += f", {b:.2f}x {best}"
                 if t in edits:
                     over_best.append(b)
+            if "llama-server-read" in names:
+                line += f", {median_ratio(results, t, k, 'strata', 'llama-server-read'):.2f}x llama-server-read"
             if t in edits:
                 ratios.append(r)
                 paired.append(p)

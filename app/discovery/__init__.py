@@ -10,7 +10,7 @@ from dataclasses import replace
 from app.discovery import remote
 from app.discovery.cpu_features import cpuinfo_features
 from app.discovery.ggml_probe import probe_ggml
-from app.discovery.host import cpu_cores, cpu_name, host_memory
+from app.discovery.host import cpu_cores, cpu_name, host_memory, huge_pages_usable
 from app.discovery.inventory import Device, Inventory
 from app.discovery.nvml import normalize_pci, nvml_gpus
 from app.discovery.simulated import load_simulated
@@ -31,7 +31,7 @@ def _backend_of(name: str, reported: str) -> str:
 
 
 def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cores: int, cpu_name: str,
-          notes: list[str], cpu_features: tuple[str, ...] = ()) -> Inventory:
+          notes: list[str], cpu_features: tuple[str, ...] = (), huge_pages: bool = False) -> Inventory:
     """Pure merge of the three sources. GPUs are matched to NVML by PCI bus id, then UUID, then name (in order);
     NVML's free memory wins and both figures are kept. `cpu_features`: ggml's CPU backend features."""
     used_nvml: set[int] = set()
@@ -76,7 +76,7 @@ def merge(ggml_devices: list[dict], nvml: list[dict], host: tuple[int, int], cor
     ram_total, ram_avail = host
     return Inventory(devices=tuple(devices), host_ram_total=ram_total, host_ram_available=ram_avail,
                      cpu_cores=cores, cpu_name=cpu_name, simulated=False, notes=tuple(notes),
-                     cpu_features=tuple(cpu_features))
+                     cpu_features=tuple(cpu_features), huge_pages=huge_pages)
 
 
 def discover(sim_path: str | None = None) -> Inventory:
@@ -109,7 +109,8 @@ def discover(sim_path: str | None = None) -> Inventory:
     nv, nv_note = nvml_gpus()
     if nv_note:
         notes.append(nv_note)
-    inv = merge(ggml_devices, nv, host_memory(), cpu_cores(), cpu_name(), notes, features or cpuinfo_features())
+    inv = merge(ggml_devices, nv, host_memory(), cpu_cores(), cpu_name(), notes, features or cpuinfo_features(),
+                huge_pages=huge_pages_usable())
     if probe is not None and probe.get("remote_error"):
         inv = replace(inv, notes=inv.notes + (f"RPC workers not used: {probe['remote_error']}",))
     found = (probe or {}).get("remote") or []

@@ -39,6 +39,9 @@ class Inventory:
     # Settings), less what Strata's loaded models hold (`subtract`); None: no cap. The planner honours it as it
     # honours free memory (engine/planner/placement.py)
     memory_cap: int | None = None
+    # the CPU's weights can be read into process memory backed by 2 MiB pages (discovery.host.huge_pages_usable): the
+    # planner then has llama.cpp read them instead of mapping the file (placement.weights_load_mode)
+    huge_pages: bool = False
 
     @property
     def gpus(self) -> tuple[Device, ...]:

@@ -6,7 +6,8 @@ Schema (sizes are bytes, or strings with a unit: "24 GiB", "512MiB", "8GB"):
                  {"endpoint": "192.168.1.20:50052", "total": "24 GiB"}],   # a remote device (strata worker):
                                                   # id "RPC0[192.168.1.20:50052]" (its index at that worker) by default
      "host_ram_total": "64 GiB", "host_ram_available": "48 GiB", "cpu_cores": 16, "cpu_name": "...",
-     "cpu_features": ["AVX2", "REPACK"]}     # optional: ggml CPU features (which weights llama.cpp repacks)
+     "cpu_features": ["AVX2", "REPACK"],    # optional: ggml CPU features (which weights llama.cpp repacks)
+     "huge_pages": true}                    # optional: weights read into 2 MiB pages (a CPU-only plan reads them)
 A missing or wrong field raises ValueError naming it (e.g. `devices[1].total`).
 """
 from __future__ import annotations
@@ -103,9 +104,12 @@ def inventory_from_dict(data: dict) -> Inventory:
     feats = data.get("cpu_features", [])
     if not isinstance(feats, list) or not all(isinstance(f, str) and f for f in feats):
         raise ValueError(f"simulated inventory: cpu_features must be a list of names like \"AVX2\", got {feats!r}")
+    huge_pages = data.get("huge_pages", False)
+    if not isinstance(huge_pages, bool):
+        raise ValueError(f"simulated inventory: huge_pages must be true or false, got {huge_pages!r}")
     return Inventory(devices=tuple(out), host_ram_total=ram_total, host_ram_available=ram_avail, cpu_cores=cores,
                      cpu_name=str(data.get("cpu_name", "simulated CPU")), simulated=True,
-                     notes=("simulated inventory",), cpu_features=tuple(feats))
+                     notes=("simulated inventory",), cpu_features=tuple(feats), huge_pages=huge_pages)
 
 
 def load_simulated(path) -> Inventory:

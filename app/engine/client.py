@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import AsyncGenerator, Callable
 
-from app.discovery.host import host_memory
+from app.discovery.host import host_memory, thp_mode, with_hugetlb_tunable
 from app.engine import protocol as P
 from app.engine import stderr_tail
 from app.engine.gguf.chat_facts import read_chat_facts
@@ -101,6 +101,23 @@ def default_prompt_cache_bytes() -> int:
 RUNNER_GOMP_SPINCOUNT = "3000"
 
 
+_environ_lock = threading.Lock()
+
+
+def _ask_malloc_for_huge_pages() -> None:
+    """Have the runner children's malloc ask for transparent huge pages (GLIBC_TUNABLES), for a layout that reads its
+    weights into memory (Layout.load_mode "read"). glibc reads its tunables when a process starts, so the variable must
+    be in this process's environment when the child is spawned; this process's own malloc, started already, stays
+    as it is. Only where the kernel gives huge pages on request ("madvise"): under "always" they come unasked."""
+    if thp_mode() != "madvise":
+        return
+    with _environ_lock:
+        current = os.environ.get("GLIBC_TUNABLES", "")
+        wanted = with_hugetlb_tunable(current)
+        if wanted != current:
+            os.environ["GLIBC_TUNABLES"] = wanted
+
+
 def _runner_process(*args) -> None:
     """The runner child's target (pickled by name for the 'spawn' start). The import is here, not at the top:
     app/engine/runner/ (llama.cpp, the step loop) is loaded only in the runner child, never in the service
@@ -176,6 +193,8 @@ class RunnerClient:
         self._load_fut = self._loop.create_future()
         self._on_progress = on_progress
         facts = await self._loop.run_in_executor(None, _chat_facts, self.layout.model_path)
+        if self.layout.load_mode == "read":
+            _ask_malloc_for_huge_pages()
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
         if self.log_dir is None and stderr_tail.supported():   # else it writes its stderr to its own log file

@@ -155,6 +155,7 @@ class Loaded:
     load_seconds: float
     op_offload_min_batch: int = 0           # GGML_OP_OFFLOAD_MIN_BATCH as llama.cpp read it at load (0: unset)
     vision_missing: str = ""                # why the layout's projector was not loaded (no libmtmd in the build)
+    huge_pages: int = 0                     # bytes of the runner's memory in transparent huge pages after the load
 
 
 @dataclass

@@ -43,7 +43,8 @@ def model_params(layout: Layout, *, no_alloc: bool = False, load_mode: int | Non
     - `tensor_split`: always `llama_max_devices()` floats (llama.cpp copies that many).
     - `tensor_buft_overrides`: (regex, device) pairs; "CPU" maps to the CPU buffer type from the same libggml-base
       copy libllama uses (compared by pointer).
-    - `no_alloc=True` forces `load_mode = NONE` (mmap + no_alloc is a GGML_ASSERT that kills the process).
+    - `no_alloc=True` forces `load_mode = NONE` (mmap + no_alloc is a GGML_ASSERT that kills the process); else
+      `load_mode`, else the layout's (`Layout.load_mode`: "read" is NONE, "mmap" llama.cpp's default, AUTO).
     - `progress_callback`: a `llama_progress_callback` object (the caller keeps it alive too; it is added to keepalive).
     """
     from llama_cpp import llama_cpp as L   # late: maps libllama; only child processes (runner, dry run) build params
@@ -81,6 +82,8 @@ def model_params(layout: Layout, *, no_alloc: bool = False, load_mode: int | Non
         mp.load_mode = LOAD_MODE_NONE          # REQUIRED with no_alloc
     elif load_mode is not None:
         mp.load_mode = load_mode
+    elif layout.load_mode == "read":
+        mp.load_mode = LOAD_MODE_NONE
     if progress_callback is not None:
         keep.append(progress_callback)
         mp.progress_callback = progress_callback

@@ -123,6 +123,9 @@ class Layout:
     # the smallest batch op_offload streams CPU-held weights to the GPU for (GGML_OP_OFFLOAD_MIN_BATCH, read by
     # the GPU backends when they initialise: the runner sets it before llama.cpp loads); 0: llama.cpp's default
     op_offload_min_batch: int = 0
+    # how llama.cpp gets the weights: "mmap" maps the file (the pages are page cache); "read" reads the CPU's weights
+    # into the runner's memory, where the kernel can back them with 2 MiB pages (planner.placement.weights_load_mode)
+    load_mode: str = "mmap"
 
     def environment(self) -> dict[str, str]:
         """The environment variables llama.cpp reads that this plan sets (the runner child applies them before it

@@ -19,6 +19,7 @@ import time
 
 from llama_cpp import llama_cpp as L
 
+from app.discovery.host import anon_huge_page_bytes
 from app.engine import protocol as P
 from app.engine.layout.context_rules import SWA_FULL, embed_chunk_tokens
 from app.engine.layout.llama_params import context_params, model_params
@@ -109,7 +110,7 @@ def load(layout, n_threads, send):
     loaded = P.Loaded(actual=actual, n_ctx=L.llama_n_ctx(ctx), n_ctx_per_seq=L.llama_n_ctx_seq(ctx),
                       n_vocab=L.llama_vocab_n_tokens(vocab), load_seconds=time.perf_counter() - t0,
                       op_offload_min_batch=_env_int("GGML_OP_OFFLOAD_MIN_BATCH"),
-                      vision_missing=_vision_missing(layout, media))
+                      vision_missing=_vision_missing(layout, media), huge_pages=anon_huge_page_bytes())
     return model, ctx, loaded, warmup_s, media
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from app.discovery.host import huge_pages_usable
 from app.engine import protocol as P
 from app.engine.client import LoadError, RequestError, RunnerClient, RunnerError
 from app.engine.runner_settings import RunnerSettings
@@ -97,6 +98,35 @@ def test_load_reports_progress_and_actual_allocations(runner):
     assert loaded.n_ctx_per_seq == 2048 and loaded.n_ctx == 8192 and loaded.n_vocab == 49152
     cpu = loaded.actual["CPU"]
     assert cpu["model"] > 90 * 2**20 and cpu["kv"] > 0 and cpu["compute"] > 0
+
+
+def test_weights_read_into_memory_sit_in_huge_pages_and_decode_the_same(loop, runner, smollm2_path, monkeypatch):
+    """A layout that reads its weights (load_mode "read": the planner's choice for a CPU-only plan where the host
+    offers huge pages) holds the same buffers as the mapped runner, in 2 MiB pages where this host gives them (the
+    client has glibc's malloc ask for them in the child's environment), and decodes the same greedy tokens."""
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)      # restored after: the client sets it for its children
+    layout = replace(cpu_layout(smollm2_path, num_ctx=2048, num_parallel=4, n_batch=512), load_mode="read")
+    c = RunnerClient(layout, n_threads=1, model_name="smollm2")
+    try:
+        loaded = run(loop, c.start())
+        cpu, mapped = loaded.actual["CPU"], runner.loaded.actual["CPU"]
+        assert 90 * 2**20 < cpu["model"] <= mapped["model"] and cpu["kv"] == mapped["kv"]
+        if os.path.exists(f"/proc/{c.pid}/maps"):                # the file is read, not mapped
+            with open(f"/proc/{c.pid}/maps") as f:
+                assert os.path.realpath(smollm2_path) not in f.read()
+            with open(f"/proc/{runner.pid}/maps") as f:
+                assert os.path.realpath(smollm2_path) in f.read()
+        if huge_pages_usable():
+            assert loaded.huge_pages >= cpu["model"] // 2, (loaded.huge_pages, cpu)
+        req = dict(prompt="The capital of France is", raw=True, sampling=greedy(), num_predict=24, ignore_eos=True,
+                   logprobs=True, top_logprobs=5)
+        records = []
+        for client in (runner, c):
+            _, _, events = run(loop, collect(client, P.GenerateRequest(id=rid(), **req)))
+            records.append([lp for e in events if isinstance(e, P.TokenEvent) and e.logprobs for lp in e.logprobs])
+        assert len(records[1]) == 24 and assert_greedy_agrees(*records) > 0
+    finally:
+        run(loop, c.close())
 
 
 def test_two_sequences_together_match_each_alone(loop, runner):

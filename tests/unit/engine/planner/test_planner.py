@@ -335,6 +335,27 @@ def test_tensor_split_respected():
     check_layout(info, inv, lay, optimal=False)   # budgets and exact realisation (the split is the user's)
 
 
+def test_a_cpu_only_plan_reads_its_weights_where_huge_pages_can_hold_them(smollm2_path):
+    """Weights read into memory can sit in 2 MiB pages (CPU decoding ~1.15x as fast as from a mapped file's 4 KiB
+    pages): a CPU-only plan reads them where the host offers huge pages and the plan fits its RAM, with no mapped
+    slack and the reason in the Layout; without huge pages, with a GPU in the plan (its pinned host buffer would take
+    the CPU's weights), or when the plan does not fit, llama.cpp maps the file as it does by default."""
+    info = read_model_info(smollm2_path)
+    host = {"devices": [], "host_ram_total": "16 GiB", "cpu_cores": 2, "cpu_features": ["AVX2", "REPACK"]}
+    read = plan(info, inventory_from_dict({**host, "huge_pages": True}), PlanOptions(num_ctx=2048))
+    mapped = plan(info, inventory_from_dict(host), PlanOptions(num_ctx=2048))
+    assert read.fits and read.load_mode == "read" and read.devices[0].mapped == 0
+    assert any("2 MiB pages" in r for r in read.reasons)
+    assert mapped.load_mode == "mmap" and not any("2 MiB pages" in r for r in mapped.reasons)
+    assert read.devices[0].weights == mapped.devices[0].weights       # the same tensors; only the backing differs
+    assert Layout.from_dict(read.to_dict()).load_mode == "read"
+    gpu = plan(info, replace(sim("one_6gb"), huge_pages=True), PlanOptions(num_ctx=2048), COMPUTE)
+    assert gpu.gpu_devices and gpu.load_mode == "mmap"
+    small = inventory_from_dict({**host, "host_ram_total": "600 MiB", "huge_pages": True})
+    too_big = plan(info, small, PlanOptions(num_ctx=8192, num_parallel=4))
+    assert not too_big.fits and too_big.load_mode == "mmap"
+
+
 def test_layout_json_round_trip():
     info = qwen3_30b_a3b()
     lay = plan(info, sim("one_8gb"), PlanOptions(num_ctx=8192, tensor_split=None), COMPUTE)
