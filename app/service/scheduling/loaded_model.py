@@ -130,6 +130,8 @@ class LoadedModel:
             "context": dict(self.layout.context) if self.layout else {},
             # why the layout's vision projector was not loaded (a llama.cpp build without libmtmd); "" otherwise
             "vision_missing": getattr(getattr(self.client, "loaded", None), "vision_missing", "") or "",
+            # bytes of the runner's memory in 2 MiB pages after its load (a plan that reads its weights: Layout.load_mode)
+            "huge_pages": getattr(getattr(self.client, "loaded", None), "huge_pages", 0) or 0,
             # speculative decoding's draft model: its name and planned bytes (in `predicted` as the kind "draft")
             "draft": ({"model": self.layout.draft.name, "device": self.layout.draft.device_id,
                        "weights": self.layout.draft.weights, "kv": self.layout.draft.kv,

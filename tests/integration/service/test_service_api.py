@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from app import __version__
+from app.discovery.host import huge_pages_usable
 from service_util import wait_for
 
 
@@ -252,6 +253,12 @@ def test_ps_shows_strata_layout(oc, http):
     assert sum(pk["CPU"].values()) + cpu["output_reserve"] == s["predicted"]["CPU"] + cpu["mapped"], \
         "old field: totals without mapped, with the output buffer's planned growth for embeddings"
     assert cpu["output_reserve"] > 0
+    # a CPU-only plan reads its weights into 2 MiB pages where this host has them (placement.weights_load_mode)
+    if huge_pages_usable():
+        assert s["layout"]["load_mode"] == "read" and cpu["mapped"] == 0
+        assert s["huge_pages"] >= s["actual"]["CPU"]["model"] // 2, (s["huge_pages"], s["actual"])
+    else:
+        assert s["layout"]["load_mode"] == "mmap" and s["huge_pages"] == 0
 
 
 def test_empty_prompt_loads_and_keep_alive_zero_unloads(http):
