@@ -32,6 +32,8 @@ class PlanOptions:
     checkpoint_mib: int = 1024       # their bound in host RAM per slot (MiB; 0 = the count alone bounds them)
     cache_reuse: int = 0             # move cached chunks of at least this many tokens to where a new prompt repeats
                                      # them after a change (llama-server's --cache-reuse; 0 = off: approximate)
+    use_mmap: bool | None = None     # llama.cpp maps the weights' file (True) or reads it into memory (False); None =
+                                     # the planner decides (placement.weights_load_mode), as Ollama's use_mmap
     draft: str = ""                  # speculative decoding's draft model (a model name; "" = none): Layout.draft
     draft_max: int = 8               # its longest draft per sequence and step (llama-server's --draft-max is 16; on
                                      # a CPU each drafted token is one draft-model decode, so fewer pay)

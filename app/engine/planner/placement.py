@@ -475,9 +475,10 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         reasons.append("op_offload on (all layers on GPU; no effect)")
 
     devices, layer_dev, exp_dev = device_plans(cs, c, gpus, o, mm)
-    load_mode, why = weights_load_mode(bool(c.k), bool(getattr(inventory, "huge_pages", False)), fits)
+    load_mode, why = weights_load_mode(bool(c.k), bool(getattr(inventory, "huge_pages", False)), fits, o.use_mmap)
     if load_mode == "read":
         devices = (replace(devices[0], mapped=0),) + devices[1:]      # no file mapping: no mapped slack
+    if why:
         reasons.append(why)
     total = sum(d.total for d in devices)
     if inventory.memory_cap is not None and total > inventory.memory_cap:
@@ -506,7 +507,7 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         fits=fits, reasons=tuple(reasons), op_offload_min_batch=min_batch, load_mode=load_mode)
 
 
-def weights_load_mode(on_gpus: bool, huge_pages: bool, fits: bool) -> tuple[str, str]:
+def weights_load_mode(on_gpus: bool, huge_pages: bool, fits: bool, use_mmap: bool | None = None) -> tuple[str, str]:
     """How llama.cpp gets a plan's weights ("mmap" or "read", Layout.load_mode), and why when it is not its default.
 
     Decoding reads every weight once per token. Mapped from the file, the weights sit in 4 KiB page-cache pages, and
@@ -514,7 +515,11 @@ def weights_load_mode(on_gpus: bool, huge_pages: bool, fits: bool) -> tuple[str,
     (discovery.host.huge_pages_usable), llama-server decoded Qwen2.5-Coder-0.5B Q4_K_M at 1 thread 1.13-1.2x as
     fast (read into 4 KiB pages: no faster than mapped). So a CPU-only plan reads them, when it fits in RAM: read
     weights cannot be dropped and read back as page cache can. A plan with a GPU keeps the mapping: with a GPU in
-    `devices`, llama.cpp reads the CPU's weights into that GPU's pinned host buffer, locked memory without huge pages."""
+    `devices`, llama.cpp reads the CPU's weights into that GPU's pinned host buffer, locked memory without huge pages.
+    The user's `use_mmap` (Ollama's option) decides where set."""
+    if use_mmap is not None:
+        return ("mmap", "weights mapped from the file (use_mmap true)") if use_mmap else \
+            ("read", "weights read into memory (use_mmap false)")
     if on_gpus or not huge_pages or not fits:
         return "mmap", ""
     return "read", ("weights read into memory, not mapped: the kernel backs them with 2 MiB pages "

@@ -16,8 +16,8 @@ from ..http.errors import ApiError
 from .request import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 # Accepted and ignored: they have no meaning here (mmap, NUMA, ...) or are deprecated in Ollama.
-IGNORED_KEYS = ("numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
-                "num_keep", "tfs_z", "penalize_newline")
+IGNORED_KEYS = ("numa", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock", "embedding_only", "num_keep",
+                "tfs_z", "penalize_newline")
 
 
 @dataclass
@@ -130,6 +130,7 @@ LOAD_OPTIONS = {
     "num_ctx": _integer(1, 1 << 24), "num_batch": _integer(1, 1 << 16), "num_gpu": _num_gpu,
     "main_gpu": _integer(0, 64), "cpu_moe": _integer(0, 100000), "tensor_split": _tensor_split,
     "kv_type": _kv_type, "flash_attn": check_bool,
+    "use_mmap": check_bool,         # map the weights' file (true) or read it into memory (false); unset: the planner
     "draft": _model_name,           # speculative decoding's draft model (scheduling/draft.py checks it at load)
     "draft_max": _integer(1, 64), "draft_p_min": _number(0, 1),
     "cache_reuse": _integer(0, 1 << 20),   # cache reuse's minimum chunk (llama-server's --cache-reuse); 0 = off

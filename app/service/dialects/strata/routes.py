@@ -30,7 +30,7 @@ from ...store.proxy import store_error
 PING_SECONDS = 15.0
 STATS_SECONDS = 1.0
 LAYOUT_OPTION_KEYS = ("draft", "num_ctx", "num_parallel", "num_gpu", "main_gpu", "tensor_split", "cpu_moe",
-                      "kv_type", "flash_attn", "num_batch")
+                      "kv_type", "flash_attn", "num_batch", "use_mmap")
 
 
 async def pins(request: web.Request) -> web.StreamResponse:

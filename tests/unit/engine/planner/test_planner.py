@@ -354,6 +354,11 @@ def test_a_cpu_only_plan_reads_its_weights_where_huge_pages_can_hold_them(smollm
     small = inventory_from_dict({**host, "host_ram_total": "600 MiB", "huge_pages": True})
     too_big = plan(info, small, PlanOptions(num_ctx=8192, num_parallel=4))
     assert not too_big.fits and too_big.load_mode == "mmap"
+    # Ollama's use_mmap decides where the user set it
+    asked = plan(info, inventory_from_dict({**host, "huge_pages": True}), PlanOptions(num_ctx=2048, use_mmap=True))
+    assert asked.load_mode == "mmap" and asked.devices[0].mapped == mapped.devices[0].mapped
+    assert any("use_mmap true" in r for r in asked.reasons)
+    assert plan(info, inventory_from_dict(host), PlanOptions(num_ctx=2048, use_mmap=False)).load_mode == "read"
 
 
 def test_layout_json_round_trip():

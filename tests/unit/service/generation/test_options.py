@@ -13,7 +13,7 @@ def test_ollama_options_split_load_time_and_sampling():
     ro = parse_ollama_options({"num_ctx": 2048, "num_gpu": 10, "temperature": 0, "top_k": 5, "seed": 7,
                                "stop": ["\n", "user:"], "num_predict": 12, "num_thread": 2, "use_mmap": True,
                                "made_up_option": 1})
-    assert ro.plan == {"num_ctx": 2048, "num_gpu": 10}
+    assert ro.plan == {"num_ctx": 2048, "num_gpu": 10, "use_mmap": True}     # Ollama's use_mmap: how it loads
     assert ro.n_threads == 2
     assert (ro.sampling.temperature, ro.sampling.top_k, ro.sampling.seed) == (0.0, 5, 7)
     assert ro.stop == ["\n", "user:"] and ro.num_predict == 12
@@ -27,7 +27,7 @@ def test_modelfile_parameters_are_defaults_under_request_options():
 @pytest.mark.parametrize("opts,word", [
     ({"temperature": "hot"}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"num_ctx": 0}, "num_ctx"),
     ({"num_predict": 1.5}, "num_predict"), ({"stop": 3}, "stop"), ({"mirostat": 3}, "mirostat"),
-    ({"kv_type": "q2"}, "kv_type"), ({"temperature": float("nan")}, "temperature"), ({"top_k": True}, "top_k"),
+    ({"kv_type": "q2"}, "kv_type"), ({"use_mmap": "no"}, "use_mmap"), ({"temperature": float("nan")}, "temperature"), ({"top_k": True}, "top_k"),
 ])
 def test_bad_options_are_400_naming_the_option(opts, word):
     with pytest.raises(ApiError) as e:
