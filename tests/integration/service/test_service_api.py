@@ -261,6 +261,21 @@ def test_ps_shows_strata_layout(oc, http):
         assert s["layout"]["load_mode"] == "mmap" and s["huge_pages"] == 0
 
 
+@pytest.mark.parametrize("use_mmap,mode", [(True, "mmap"), (False, "read")])
+def test_ollama_use_mmap_decides_how_the_weights_load(oc, http, use_mmap, mode):
+    """Ollama's load-time `use_mmap`, sent by the official client: the model loads again with its weights mapped
+    from the file (the file in the runner's mappings, its mapped slack planned) or read into memory."""
+    r = oc.generate(model=MODEL, prompt="hi", options={**TINY, "use_mmap": use_mmap})
+    assert r.done
+    s = next(x for x in http.get("/api/ps").json()["models"] if x["name"] == MODEL)["strata"]
+    assert s["layout"]["load_mode"] == mode and s["layout"]["options"]["use_mmap"] is use_mmap
+    assert any(f"use_mmap {str(use_mmap).lower()}" in reason for reason in s["layout"]["reasons"])
+    with open(f"/proc/{s['pid']}/maps") as f:
+        mapped = ".gguf" in f.read()
+    assert mapped is use_mmap
+    oc.generate(model=MODEL, prompt="", keep_alive=0)          # the other tests get the default load back
+
+
 def test_empty_prompt_loads_and_keep_alive_zero_unloads(http):
     r = http.post("/api/generate", json={"model": MODEL})
     assert r.json()["done_reason"] == "load"
