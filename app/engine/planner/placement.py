@@ -475,7 +475,7 @@ def _place(info: ModelInfo, inventory: Inventory, o: PlanOptions, compute: dict[
         reasons.append("op_offload on (all layers on GPU; no effect)")
 
     devices, layer_dev, exp_dev = device_plans(cs, c, gpus, o, mm)
-    load_mode, why = weights_load_mode(bool(c.k), bool(getattr(inventory, "huge_pages", False)), fits, o.use_mmap)
+    load_mode, why = weights_load_mode(bool(c.k), inventory.huge_pages, fits, o.use_mmap)
     if load_mode == "read":
         devices = (replace(devices[0], mapped=0),) + devices[1:]      # no file mapping: no mapped slack
     if why:

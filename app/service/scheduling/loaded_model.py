@@ -110,6 +110,7 @@ class LoadedModel:
         return sum(b for dev, b in self.predicted.items() if dev != "CPU")
 
     def strata_info(self) -> dict:
+        loaded = getattr(self.client, "loaded", None)      # the runner's report of its load (None before)
         return {
             "state": self.state,
             "progress": round(self.progress, 4),
@@ -129,9 +130,9 @@ class LoadedModel:
             "prompt_cache": self.prompt_cache(),
             "context": dict(self.layout.context) if self.layout else {},
             # why the layout's vision projector was not loaded (a llama.cpp build without libmtmd); "" otherwise
-            "vision_missing": getattr(getattr(self.client, "loaded", None), "vision_missing", "") or "",
+            "vision_missing": getattr(loaded, "vision_missing", "") or "",
             # bytes of the runner's memory in 2 MiB pages after its load (a plan that reads its weights: Layout.load_mode)
-            "huge_pages": getattr(getattr(self.client, "loaded", None), "huge_pages", 0) or 0,
+            "huge_pages": getattr(loaded, "huge_pages", 0) or 0,
             # speculative decoding's draft model: its name and planned bytes (in `predicted` as the kind "draft")
             "draft": ({"model": self.layout.draft.name, "device": self.layout.draft.device_id,
                        "weights": self.layout.draft.weights, "kv": self.layout.draft.kv,
