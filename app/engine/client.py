@@ -104,18 +104,25 @@ RUNNER_GOMP_SPINCOUNT = "3000"
 _environ_lock = threading.Lock()
 
 
-def _ask_malloc_for_huge_pages() -> None:
-    """Have the runner children's malloc ask for transparent huge pages (GLIBC_TUNABLES), for a layout that reads its
-    weights into memory (Layout.load_mode "read"). glibc reads its tunables when a process starts, so the variable must
-    be in this process's environment when the child is spawned; this process's own malloc, started already, stays
-    as it is. Only where the kernel gives huge pages on request ("madvise"): under "always" they come unasked."""
-    if thp_mode() != "madvise":
+def _start_process(proc, huge_pages: bool) -> None:
+    """Start the runner child; for a layout that reads its weights into memory (Layout.load_mode "read"), with its
+    malloc asked for transparent huge pages (GLIBC_TUNABLES). glibc reads its tunables only when a process starts,
+    so the variable must be in this process's environment at the spawn; it is taken out again at once, so that no
+    other child of the service (a dry run, an RPC worker, a CLI) and no mapped runner inherits it. Only where the
+    kernel gives huge pages on request ("madvise"): under "always" they come unasked."""
+    if not huge_pages or thp_mode() != "madvise":
+        proc.start()
         return
     with _environ_lock:
-        current = os.environ.get("GLIBC_TUNABLES", "")
-        wanted = with_hugetlb_tunable(current)
-        if wanted != current:
-            os.environ["GLIBC_TUNABLES"] = wanted
+        before = os.environ.get("GLIBC_TUNABLES")
+        os.environ["GLIBC_TUNABLES"] = with_hugetlb_tunable(before or "")
+        try:
+            proc.start()
+        finally:
+            if before is None:
+                del os.environ["GLIBC_TUNABLES"]
+            else:
+                os.environ["GLIBC_TUNABLES"] = before
 
 
 def _runner_process(*args) -> None:
@@ -193,8 +200,6 @@ class RunnerClient:
         self._load_fut = self._loop.create_future()
         self._on_progress = on_progress
         facts = await self._loop.run_in_executor(None, _chat_facts, self.layout.model_path)
-        if self.layout.load_mode == "read":
-            _ask_malloc_for_huge_pages()
         mp = multiprocessing.get_context("spawn")
         parent, child = mp.Pipe(duplex=True)
         if self.log_dir is None and stderr_tail.supported():   # else it writes its stderr to its own log file
@@ -205,7 +210,7 @@ class RunnerClient:
                                       self.settings),
                                 daemon=True)
         try:
-            await self._loop.run_in_executor(None, self._proc.start)
+            await self._loop.run_in_executor(None, _start_process, self._proc, self.layout.load_mode == "read")
         finally:
             if self._stderr is not None:
                 self._stderr.child_started()

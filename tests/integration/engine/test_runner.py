@@ -103,12 +103,14 @@ def test_load_reports_progress_and_actual_allocations(runner):
 def test_weights_read_into_memory_sit_in_huge_pages_and_decode_the_same(loop, runner, smollm2_path, monkeypatch):
     """A layout that reads its weights (load_mode "read": the planner's choice for a CPU-only plan where the host
     offers huge pages) holds the same buffers as the mapped runner, in 2 MiB pages where this host gives them (the
-    client has glibc's malloc ask for them in the child's environment), and decodes the same greedy tokens."""
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)      # restored after: the client sets it for its children
+    client has glibc's malloc ask for them in the child's environment, and only there), and decodes the same greedy
+    tokens."""
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     layout = replace(cpu_layout(smollm2_path, num_ctx=2048, num_parallel=4, n_batch=512), load_mode="read")
     c = RunnerClient(layout, n_threads=1, model_name="smollm2")
     try:
         loaded = run(loop, c.start())
+        assert "GLIBC_TUNABLES" not in os.environ               # the service's other children do not inherit it
         cpu, mapped = loaded.actual["CPU"], runner.loaded.actual["CPU"]
         assert 90 * 2**20 < cpu["model"] <= mapped["model"] and cpu["kv"] == mapped["kv"]
         if os.path.exists(f"/proc/{c.pid}/maps"):                # the file is read, not mapped
