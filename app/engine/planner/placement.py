@@ -544,6 +544,6 @@ def op_offload_min_batch(offloads: bool, experts_on_cpu: bool) -> tuple[int, str
         return 0, ""
     if experts_on_cpu:
         return OP_OFFLOAD_MIN_BATCH_MOE, ("llama.cpp's default; CPU-held MoE experts gained 1.32x from 32-token "
-                                          "batches on an H100")
-    return OP_OFFLOAD_MIN_BATCH_DENSE, ("a dense model's CPU-held layers lost at 32-token batches on an H100 "
-                                        "(0.80-0.86x) and gained 1.07x with 64")
+                                          "batches (measured on an H100)")
+    return OP_OFFLOAD_MIN_BATCH_DENSE, ("a dense model's CPU-held layers lost at 32-token batches (0.80-0.86x) "
+                                        "and gained 1.07x with 64 (measured on an H100)")

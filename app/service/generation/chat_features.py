@@ -178,6 +178,12 @@ class ReplyReader:
     def _full(self) -> bool:
         return self.max_calls is not None and self.n_calls >= self.max_calls
 
+    @property
+    def calls_done(self) -> bool:
+        """The reply has made every call it may (parallel_tool_calls false: one), so whatever the model writes next
+        is dropped, and it can be stopped (where a grammar shapes the calls it ends there by itself)."""
+        return self._full() and self.open is None
+
     def _events(self, d: Delta, n_tokens: int = 0) -> list:
         out: list = []
         for item in d.items:

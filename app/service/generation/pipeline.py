@@ -326,7 +326,10 @@ class Generation:
                 events = repeats.pass_on(events)
                 if not ended and (repeats.stop or (reader is not None and reader.repeated)):
                     ended = True
-                    self._stop_model()
+                    self._stop_model("the reply repeated one of its calls")
+            if not ended and reader is not None and reader.calls_done:
+                ended = True
+                self._stop_model("the reply made the one call parallel_tool_calls false allows")
             if guard is not None:
                 events = guard.pass_on(events)
                 if guard.retry:
@@ -335,12 +338,12 @@ class Generation:
                 self.result.add(e)
                 yield e
 
-    def _stop_model(self) -> None:
-        """End the model's reply now (a call it repeated: call_repeats.py): the runner cancels the request and
-        its stream ends with the counts of what it did (if it has not ended there already)."""
+    def _stop_model(self, why: str) -> None:
+        """End the model's reply now (a call it repeated: call_repeats.py; the one call it may make): the runner
+        cancels the request and its stream ends with the counts of what it did (if it has not ended there
+        already)."""
         stopped = self.lease.client.cancel(self.job.runner_request.id)
-        log.info("%s: the reply repeated one of its calls; it ends there%s", self.job.model,
-                 "" if stopped else " (the model had finished)")
+        log.info("%s: %s; it ends there%s", self.job.model, why, "" if stopped else " (the model had finished)")
 
     def _translate(self, ev) -> Event:
         if isinstance(ev, protocol.PromptProgress):

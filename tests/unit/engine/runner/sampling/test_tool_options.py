@@ -76,6 +76,11 @@ def test_reply_reader_keeps_one_call_without_parallel():
     for parallel, n in ((True, 2), (False, 1)):
         req = GenerationRequest(model="m", messages=[], tools=TOOLS, tool_choice="auto", parallel_tool_calls=parallel)
         r = ReplyReader(req, plan_chat("harmony", TOOLS, "auto", parallel))
-        events = r.feed(TextDelta(reply)) + r.finish()
+        first_call_end = reply.index("<|call|>") + len("<|call|>")
+        events = r.feed(TextDelta(reply[:first_call_end - 1]))
+        assert not r.calls_done                     # the first call is not complete yet
+        events += r.feed(TextDelta(reply[first_call_end - 1:first_call_end]))
+        assert r.calls_done is (not parallel)       # the pipeline stops the model here (pipeline._reply)
+        events += r.feed(TextDelta(reply[first_call_end:])) + r.finish()
         calls = [e for e in events if isinstance(e, ToolCallEvent)]
         assert [c.name for c in calls] == ["get_time", "get_weather"][:n]
