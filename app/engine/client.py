@@ -107,9 +107,10 @@ _environ_lock = threading.Lock()
 def _start_process(proc, huge_pages: bool) -> None:
     """Start the runner child; for a layout that reads its weights into memory (Layout.load_mode "read"), with its
     malloc asked for transparent huge pages (GLIBC_TUNABLES). glibc reads its tunables only when a process starts,
-    so the variable must be in this process's environment at the spawn; it is taken out again at once, so that no
-    other child of the service (a dry run, an RPC worker, a CLI) and no mapped runner inherits it. Only where the
-    kernel gives huge pages on request ("madvise"): under "always" they come unasked."""
+    so the variable must be in this process's environment at the spawn; it is taken out again at once, so that the
+    service's later children (a dry run, an RPC worker, a CLI, a mapped runner) do not inherit it (one started by
+    another thread during this spawn would). Only where the kernel gives huge pages on request ("madvise"): under
+    "always" they come unasked."""
     if not huge_pages or thp_mode() != "madvise":
         proc.start()
         return
